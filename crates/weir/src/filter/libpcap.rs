@@ -1,0 +1,293 @@
+//! The system libpcap, loaded privately at run time.
+//!
+//! weir never writes a BPF compiler: filter expressions go to libpcap's own
+//! `pcap_compile`. The library is opened by absolute path with `RTLD_LOCAL |
+//! RTLD_DEEPBIND` rather than linked, for two reasons. weir's libpcap-compatible
+//! library is itself called `libpcap.so.0.8` and sits first on `LD_LIBRARY_PATH`,
+//! so a normal link would resolve to weir; and DEEPBIND makes the system library
+//! bind its own internal calls to itself, not to the same-named symbols weir exports.
+//!
+//! The offline-reading functions are here too: tests and benchmarks use the system
+//! libpcap as the oracle for weir's trace reader and filter interpreter.
+//!
+//! Set `WEIR_SYSTEM_LIBPCAP` to the library's path to override the search.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_uint, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Where distributions put the real libpcap.
+const CANDIDATES: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/libpcap.so.0.8",
+    "/usr/lib/aarch64-linux-gnu/libpcap.so.0.8",
+    "/lib/x86_64-linux-gnu/libpcap.so.0.8",
+    "/usr/lib64/libpcap.so.1",
+    "/usr/lib/libpcap.so.1",
+    "/usr/lib/libpcap.so.0.8",
+];
+
+/// libpcap's `PCAP_ERRBUF_SIZE`.
+pub const ERRBUF_SIZE: usize = 256;
+/// `PCAP_NETMASK_UNKNOWN`.
+pub const NETMASK_UNKNOWN: u32 = 0xffff_ffff;
+/// `PCAP_TSTAMP_PRECISION_NANO`.
+pub const TSTAMP_PRECISION_NANO: c_int = 1;
+
+/// One classic BPF instruction, laid out as `struct bpf_insn`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct BpfInsn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// `struct bpf_program`.
+#[repr(C)]
+pub struct BpfProgram {
+    pub bf_len: c_uint,
+    pub bf_insns: *mut BpfInsn,
+}
+
+/// `struct pcap_pkthdr` on Linux (64-bit `timeval`).
+#[derive(Copy, Clone, Debug)]
+#[repr(C)]
+pub struct PcapPkthdr {
+    pub tv_sec: libc::time_t,
+    pub tv_usec: libc::suseconds_t,
+    pub caplen: u32,
+    pub len: u32,
+}
+
+/// Opaque `pcap_t`.
+#[repr(C)]
+pub struct PcapT {
+    _opaque: [u8; 0],
+}
+
+/// The library could not be found or lacks a symbol.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("system libpcap not found (looked in {searched}); install libpcap0.8 or set WEIR_SYSTEM_LIBPCAP")]
+    NotFound { searched: String },
+    #[error("cannot load {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("{path} has no symbol {symbol}")]
+    Symbol { path: PathBuf, symbol: &'static str },
+}
+
+type OpenDead = unsafe extern "C" fn(c_int, c_int) -> *mut PcapT;
+type Compile = unsafe extern "C" fn(*mut PcapT, *mut BpfProgram, *const c_char, c_int, u32) -> c_int;
+type Freecode = unsafe extern "C" fn(*mut BpfProgram);
+type Geterr = unsafe extern "C" fn(*mut PcapT) -> *mut c_char;
+type Close = unsafe extern "C" fn(*mut PcapT);
+type OpenOfflinePrec = unsafe extern "C" fn(*const c_char, c_uint, *mut c_char) -> *mut PcapT;
+type NextEx = unsafe extern "C" fn(*mut PcapT, *mut *mut PcapPkthdr, *mut *const u8) -> c_int;
+type OfflineFilter = unsafe extern "C" fn(*const BpfProgram, *const PcapPkthdr, *const u8) -> c_int;
+type Datalink = unsafe extern "C" fn(*mut PcapT) -> c_int;
+type LibVersion = unsafe extern "C" fn() -> *const c_char;
+
+/// The functions weir takes from the system libpcap.
+pub struct Libpcap {
+    path: PathBuf,
+    _lib: libloading::Library,
+    open_dead: OpenDead,
+    compile: Compile,
+    freecode: Freecode,
+    geterr: Geterr,
+    close: Close,
+    open_offline_prec: OpenOfflinePrec,
+    next_ex: NextEx,
+    offline_filter: OfflineFilter,
+    datalink: Datalink,
+    lib_version: LibVersion,
+}
+
+static SYSTEM: OnceLock<Result<Libpcap, LoadError>> = OnceLock::new();
+
+impl Libpcap {
+    /// The process-wide instance, loaded on first use.
+    pub fn system() -> Result<&'static Libpcap, LoadError> {
+        SYSTEM.get_or_init(Self::load).as_ref().map_err(Clone::clone)
+    }
+
+    fn load() -> Result<Libpcap, LoadError> {
+        let path = match std::env::var_os("WEIR_SYSTEM_LIBPCAP") {
+            Some(p) => PathBuf::from(p),
+            None => CANDIDATES
+                .iter()
+                .map(Path::new)
+                .find(|p| p.exists())
+                .map(Path::to_path_buf)
+                .ok_or_else(|| LoadError::NotFound { searched: CANDIDATES.join(", ") })?,
+        };
+        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
+        // SAFETY: loading libpcap runs only its ELF constructors, which have no
+        // preconditions; we pass an absolute path so no search-path surprise applies.
+        let lib = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }
+            .map_err(|e| LoadError::Open { path: path.clone(), message: e.to_string() })?;
+        let lib: libloading::Library = lib.into();
+        macro_rules! sym {
+            ($name:literal) => {{
+                // SAFETY: the type given matches the libpcap 1.x prototype of $name.
+                let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|_| LoadError::Symbol { path: path.clone(), symbol: $name })?;
+                *s
+            }};
+        }
+        Ok(Libpcap {
+            open_dead: sym!("pcap_open_dead"),
+            compile: sym!("pcap_compile"),
+            freecode: sym!("pcap_freecode"),
+            geterr: sym!("pcap_geterr"),
+            close: sym!("pcap_close"),
+            open_offline_prec: sym!("pcap_open_offline_with_tstamp_precision"),
+            next_ex: sym!("pcap_next_ex"),
+            offline_filter: sym!("pcap_offline_filter"),
+            datalink: sym!("pcap_datalink"),
+            lib_version: sym!("pcap_lib_version"),
+            path,
+            _lib: lib,
+        })
+    }
+
+    /// Where the library was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `pcap_lib_version()`.
+    pub fn version(&self) -> String {
+        // SAFETY: pcap_lib_version returns a static NUL-terminated string.
+        unsafe { CStr::from_ptr((self.lib_version)()) }.to_string_lossy().into_owned()
+    }
+
+    /// Compile `expr` for `link_type` and `snaplen` with libpcap's optimizer on.
+    /// On failure, the error is libpcap's own message.
+    pub fn compile(&self, expr: &str, link_type: u32, snaplen: u32, optimize: bool) -> Result<Vec<BpfInsn>, String> {
+        let c_expr = CString::new(expr).map_err(|_| "filter expression contains a NUL byte".to_string())?;
+        // SAFETY: pcap_open_dead has no preconditions; it returns NULL only on
+        // allocation failure.
+        let p = unsafe { (self.open_dead)(link_type as c_int, snaplen as c_int) };
+        if p.is_null() {
+            return Err("pcap_open_dead failed".into());
+        }
+        let mut prog = BpfProgram { bf_len: 0, bf_insns: std::ptr::null_mut() };
+        // SAFETY: `p` is a live handle, `prog` a valid out-parameter, `c_expr` NUL-terminated.
+        let rc = unsafe { (self.compile)(p, &mut prog, c_expr.as_ptr(), c_int::from(optimize), NETMASK_UNKNOWN) };
+        let result = if rc != 0 {
+            // SAFETY: after a failed compile, pcap_geterr returns the handle's NUL-terminated message.
+            Err(unsafe { CStr::from_ptr((self.geterr)(p)) }.to_string_lossy().into_owned())
+        } else {
+            // SAFETY: on success libpcap filled `bf_insns` with `bf_len` instructions.
+            let insns = unsafe { std::slice::from_raw_parts(prog.bf_insns, prog.bf_len as usize) }.to_vec();
+            // SAFETY: `prog` was filled by pcap_compile and is freed once.
+            unsafe { (self.freecode)(&mut prog) };
+            Ok(insns)
+        };
+        // SAFETY: `p` came from pcap_open_dead and is closed once.
+        unsafe { (self.close)(p) };
+        result
+    }
+
+    /// Open a trace with libpcap, for use as an oracle.
+    pub fn open_offline(&self, path: &Path) -> Result<OfflineHandle<'_>, String> {
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "path contains NUL".to_string())?;
+        let mut errbuf = [0 as c_char; ERRBUF_SIZE];
+        // SAFETY: `c_path` is NUL-terminated, `errbuf` has PCAP_ERRBUF_SIZE bytes.
+        let p = unsafe { (self.open_offline_prec)(c_path.as_ptr(), TSTAMP_PRECISION_NANO as c_uint, errbuf.as_mut_ptr()) };
+        if p.is_null() {
+            // SAFETY: on failure libpcap wrote a NUL-terminated message into errbuf.
+            return Err(unsafe { CStr::from_ptr(errbuf.as_ptr()) }.to_string_lossy().into_owned());
+        }
+        Ok(OfflineHandle { lib: self, p })
+    }
+
+    /// `pcap_offline_filter` with a program compiled by [`compile`](Self::compile).
+    pub fn offline_filter(&self, prog: &[BpfInsn], data: &[u8], wire_len: u32) -> bool {
+        let bp = BpfProgram { bf_len: prog.len() as c_uint, bf_insns: prog.as_ptr() as *mut BpfInsn };
+        let hdr = PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: data.len() as u32, len: wire_len };
+        // SAFETY: `bp` points at `prog` for the duration of the call and libpcap only
+        // reads it; `data` holds `caplen` bytes.
+        unsafe { (self.offline_filter)(&bp, &hdr, data.as_ptr()) != 0 }
+    }
+}
+
+/// A trace opened by the system libpcap.
+pub struct OfflineHandle<'l> {
+    lib: &'l Libpcap,
+    p: *mut PcapT,
+}
+
+/// One packet as libpcap returned it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OraclePacket {
+    pub ts_ns: u64,
+    pub wire_len: u32,
+    pub data: Vec<u8>,
+}
+
+impl OfflineHandle<'_> {
+    pub fn link_type(&self) -> u32 {
+        // SAFETY: `p` is live until drop.
+        unsafe { (self.lib.datalink)(self.p) as u32 }
+    }
+
+    /// The next packet, `Ok(None)` at the end, or libpcap's error message.
+    pub fn next_packet(&mut self) -> Result<Option<OraclePacket>, String> {
+        let mut hdr: *mut PcapPkthdr = std::ptr::null_mut();
+        let mut data: *const u8 = std::ptr::null();
+        // SAFETY: `p` is live; the out-pointers are valid.
+        let rc = unsafe { (self.lib.next_ex)(self.p, &mut hdr, &mut data) };
+        match rc {
+            1 => {
+                // SAFETY: on success libpcap points `hdr` at a header and `data` at caplen bytes,
+                // valid until the next call; we copy them out at once.
+                let h = unsafe { *hdr };
+                // SAFETY: as above.
+                let bytes = unsafe { std::slice::from_raw_parts(data, h.caplen as usize) }.to_vec();
+                // Opened with nanosecond precision, so tv_usec holds nanoseconds.
+                let ts_ns = (h.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(h.tv_usec as u64);
+                Ok(Some(OraclePacket { ts_ns, wire_len: h.len, data: bytes }))
+            }
+            -2 => Ok(None),
+            // SAFETY: pcap_geterr returns the handle's NUL-terminated message.
+            _ => Err(unsafe { CStr::from_ptr((self.lib.geterr)(self.p)) }.to_string_lossy().into_owned()),
+        }
+    }
+}
+
+impl Drop for OfflineHandle<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `p` came from pcap_open_offline and is closed once.
+        unsafe { (self.lib.close)(self.p) };
+    }
+}
+
+// The raw pointer is only used through `&mut self`, one thread at a time.
+// SAFETY: a pcap_t may be moved between threads as long as it is not shared.
+unsafe impl Send for OfflineHandle<'_> {}
+
+// `struct bpf_insn` is 8 bytes in every libpcap ABI.
+const _: () = assert!(std::mem::size_of::<BpfInsn>() == 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiles_and_reports_libpcap_errors() {
+        let lib = match Libpcap::system() {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(lib.version().starts_with("libpcap version"), "{}", lib.version());
+        let prog = lib.compile("tcp port 80", 1, 65535, true).unwrap();
+        assert_eq!(prog.len(), 20, "tcpdump -d 'tcp port 80' has 20 instructions");
+        let err = lib.compile("tcp port eighty", 1, 65535, true).unwrap_err();
+        assert!(err.contains("eighty"), "{err}");
+    }
+}

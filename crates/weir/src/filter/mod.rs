@@ -1,0 +1,3 @@
+//! Filters: libpcap expressions, compiled by the system libpcap, run by weir.
+
+pub mod libpcap;

@@ -1,0 +1,47 @@
+//! weir: a packet capture and delivery engine for passive network monitoring.
+//!
+//! The data path, in the order packets travel it:
+//!
+//! ```text
+//!  source queue ─► capture thread: attach a free chunk, fill its cells ─► capture queue (SPSC)
+//!                                                                              │
+//!  free ◄── recycle (validated) ◄── recycle queue (SPSC) ◄── worker: deliver to the application
+//! ```
+//!
+//! - [`source`]: where packets come from (`file` traces today), split into queues by [`rss`].
+//! - [`pool`]: the R chunks of M cells of one queue, and their state machine.
+//! - [`ring`]: the lock-free single-producer single-consumer queues between stages.
+//! - [`engine`]: capture threads, workers, stats and the clean stop.
+//! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
+//! - [`wire`]: zero-copy views over packet headers.
+//! - [`sink`]: pcap and pcapng writers.
+//!
+//! A monitoring program in a few lines:
+//!
+//! ```no_run
+//! use weir::{Engine, Packet};
+//! let engine = Engine::builder().source("trace.pcap@0-1")?.build()?;
+//! let report = engine.run(|_queue| {
+//!     let mut bytes = 0u64;
+//!     move |p: &Packet<'_>| bytes += u64::from(p.wire_len())
+//! })?;
+//! println!("{} packets delivered", report.stats.total().delivered);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `unsafe` is denied crate-wide. It is allowed only in [`ring`], [`pool`] and the
+//! FFI loader of [`filter`], and every block there carries a `// SAFETY:` comment.
+
+pub mod engine;
+pub mod filter;
+pub mod packet;
+pub mod pool;
+pub mod ring;
+pub mod rss;
+pub mod sink;
+pub mod stats;
+pub mod source;
+pub mod wire;
+
+// engine re-exports come with the engine
+pub use packet::{LinkType, Packet, QueueId};

@@ -1,0 +1,98 @@
+//! The packet as the application sees it, and the identifiers that travel with it.
+//!
+//! A [`Packet`] borrows its bytes from a chunk that the worker holds; it is valid
+//! only for the duration of the handler call that receives it. Timestamps are
+//! nanoseconds since the Unix epoch, exactly as the source gave them.
+
+use std::fmt;
+
+/// One receive queue of a source: `eth1@2` is queue 2 of eth1.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct QueueId(pub u16);
+
+impl fmt::Display for QueueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A link-layer header type, numbered as in the tcpdump.org LINKTYPE_ registry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LinkType(pub u32);
+
+impl LinkType {
+    /// BSD loopback: a 4-byte address family in host byte order.
+    pub const NULL: LinkType = LinkType(0);
+    /// Ethernet II / 802.3.
+    pub const ETHERNET: LinkType = LinkType(1);
+    /// Raw IPv4 or IPv6, version in the first nibble.
+    pub const RAW: LinkType = LinkType(101);
+    /// OpenBSD loopback: a 4-byte address family in network byte order.
+    pub const LOOP: LinkType = LinkType(108);
+    /// Linux "cooked" capture, version 1.
+    pub const LINUX_SLL: LinkType = LinkType(113);
+    /// Raw IPv4.
+    pub const IPV4: LinkType = LinkType(228);
+    /// Raw IPv6.
+    pub const IPV6: LinkType = LinkType(229);
+    /// Linux "cooked" capture, version 2.
+    pub const LINUX_SLL2: LinkType = LinkType(276);
+}
+
+impl fmt::Display for LinkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match *self {
+            LinkType::NULL => "NULL",
+            LinkType::ETHERNET => "EN10MB",
+            LinkType::RAW => "RAW",
+            LinkType::LOOP => "LOOP",
+            LinkType::LINUX_SLL => "LINUX_SLL",
+            LinkType::IPV4 => "IPV4",
+            LinkType::IPV6 => "IPV6",
+            LinkType::LINUX_SLL2 => "LINUX_SLL2",
+            _ => return write!(f, "LINKTYPE {}", self.0),
+        };
+        f.write_str(name)
+    }
+}
+
+/// A captured packet, borrowed from the chunk that holds it.
+#[derive(Copy, Clone, Debug)]
+pub struct Packet<'a> {
+    data: &'a [u8],
+    wire_len: u32,
+    ts_ns: u64,
+    queue: QueueId,
+}
+
+impl<'a> Packet<'a> {
+    /// A packet view; `wire_len` is the length on the wire, which may exceed `data.len()`.
+    pub fn new(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId) -> Self {
+        Packet { data, wire_len, ts_ns, queue }
+    }
+
+    /// The captured bytes (`caplen` of them).
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// Bytes captured, at most [`wire_len`](Self::wire_len).
+    pub fn caplen(&self) -> u32 {
+        self.data.len() as u32
+    }
+
+    /// Length of the packet on the wire.
+    pub fn wire_len(&self) -> u32 {
+        self.wire_len
+    }
+
+    /// Capture timestamp in nanoseconds since the Unix epoch.
+    pub fn ts_ns(&self) -> u64 {
+        self.ts_ns
+    }
+
+    /// The queue the packet was captured on.
+    pub fn queue(&self) -> QueueId {
+        self.queue
+    }
+}

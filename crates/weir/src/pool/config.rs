@@ -1,0 +1,186 @@
+//! Pool sizes, checked when they are made and against each other.
+//!
+//! Defaults are WireCAP-B-(256,128): 256 cells per chunk, 128 chunks per queue,
+//! so each queue absorbs a burst of 32,768 packets before it drops. Each chunk owns
+//! an arena for the bytes of its packets, by default 2 KiB per cell (a full-size
+//! frame per cell, as WireCAP's cells) and never less than one largest packet.
+
+use std::fmt;
+
+/// Largest packet a cell can hold: libpcap's MAXIMUM_SNAPLEN.
+pub const MAX_CAPLEN: usize = 262_144;
+
+/// Default arena per cell: one full-size Ethernet frame, rounded up.
+const DEFAULT_BYTES_PER_CELL: usize = 2048;
+
+/// Most cells a chunk can have.
+const MAX_CELLS: usize = 1 << 16;
+/// Most chunks a pool can have.
+const MAX_CHUNKS: usize = 1 << 20;
+/// Most memory one queue's pool may reserve.
+const MAX_POOL_BYTES: usize = 64 << 30;
+
+/// A configuration value out of range, with what was asked and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PoolConfigError {
+    #[error("cells per chunk (M) is {0}: must be from 1 to {MAX_CELLS}")]
+    Cells(usize),
+    #[error("chunks per queue (R) is {0}: must be from 2 to {MAX_CHUNKS}")]
+    Chunks(usize),
+    #[error("chunk arena of {0} bytes is too small: it must hold one largest packet ({MAX_CAPLEN} bytes)")]
+    ChunkBytes(usize),
+    #[error("pool of {chunks} chunks x {chunk_bytes} bytes is {total} bytes per queue: more than the {MAX_POOL_BYTES}-byte limit")]
+    TooLarge { chunks: usize, chunk_bytes: usize, total: u128 },
+}
+
+/// M: cells per chunk.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CellsPerChunk(usize);
+
+impl CellsPerChunk {
+    pub fn new(m: usize) -> Result<Self, PoolConfigError> {
+        if (1..=MAX_CELLS).contains(&m) {
+            Ok(CellsPerChunk(m))
+        } else {
+            Err(PoolConfigError::Cells(m))
+        }
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// R: chunks per queue.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ChunkCount(usize);
+
+impl ChunkCount {
+    pub fn new(r: usize) -> Result<Self, PoolConfigError> {
+        if (2..=MAX_CHUNKS).contains(&r) {
+            Ok(ChunkCount(r))
+        } else {
+            Err(PoolConfigError::Chunks(r))
+        }
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// Arena bytes per chunk.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ChunkBytes(usize);
+
+impl ChunkBytes {
+    pub fn new(bytes: usize) -> Result<Self, PoolConfigError> {
+        if bytes >= MAX_CAPLEN {
+            Ok(ChunkBytes(bytes))
+        } else {
+            Err(PoolConfigError::ChunkBytes(bytes))
+        }
+    }
+
+    /// The default for `m` cells: 2 KiB per cell, at least one largest packet.
+    pub fn default_for(m: CellsPerChunk) -> Self {
+        ChunkBytes((m.get() * DEFAULT_BYTES_PER_CELL).max(MAX_CAPLEN))
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// The shape of one queue's pool.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    cells: CellsPerChunk,
+    chunks: ChunkCount,
+    chunk_bytes: ChunkBytes,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        let cells = CellsPerChunk(256);
+        PoolConfig { cells, chunks: ChunkCount(128), chunk_bytes: ChunkBytes::default_for(cells) }
+    }
+}
+
+impl PoolConfig {
+    /// M cells per chunk and R chunks, with the default arena for M.
+    pub fn new(m: usize, r: usize) -> Result<Self, PoolConfigError> {
+        let cells = CellsPerChunk::new(m)?;
+        Self::with_bytes(cells, ChunkCount::new(r)?, ChunkBytes::default_for(cells))
+    }
+
+    /// Every size given; checks that the whole pool stays within bounds.
+    pub fn with_bytes(cells: CellsPerChunk, chunks: ChunkCount, chunk_bytes: ChunkBytes) -> Result<Self, PoolConfigError> {
+        let total = chunks.get() as u128 * chunk_bytes.get() as u128;
+        if total > MAX_POOL_BYTES as u128 {
+            return Err(PoolConfigError::TooLarge { chunks: chunks.get(), chunk_bytes: chunk_bytes.get(), total });
+        }
+        Ok(PoolConfig { cells, chunks, chunk_bytes })
+    }
+
+    pub fn cells(&self) -> CellsPerChunk {
+        self.cells
+    }
+
+    pub fn chunks(&self) -> ChunkCount {
+        self.chunks
+    }
+
+    pub fn chunk_bytes(&self) -> ChunkBytes {
+        self.chunk_bytes
+    }
+
+    /// Packets one queue can hold before it drops.
+    pub fn capacity(&self) -> usize {
+        self.cells.get() * self.chunks.get()
+    }
+}
+
+impl fmt::Display for PoolConfig {
+    /// WireCAP's notation: B-(M,R).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "B-({},{})", self.cells.get(), self.chunks.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_of_configurations() {
+        let cases: &[(usize, usize, Result<(), PoolConfigError>)] = &[
+            (256, 128, Ok(())),
+            (1, 2, Ok(())),
+            (65536, 2, Ok(())),
+            (0, 128, Err(PoolConfigError::Cells(0))),
+            (65537, 128, Err(PoolConfigError::Cells(65537))),
+            (256, 1, Err(PoolConfigError::Chunks(1))),
+            (256, (1 << 20) + 1, Err(PoolConfigError::Chunks((1 << 20) + 1))),
+        ];
+        for (m, r, want) in cases {
+            assert_eq!(PoolConfig::new(*m, *r).map(|_| ()), *want, "M={m} R={r}");
+        }
+    }
+
+    #[test]
+    fn arena_is_never_smaller_than_a_packet() {
+        assert_eq!(ChunkBytes::default_for(CellsPerChunk(1)).get(), MAX_CAPLEN);
+        assert_eq!(ChunkBytes::default_for(CellsPerChunk(256)).get(), 512 * 1024);
+        assert!(ChunkBytes::new(1000).is_err());
+        let err = PoolConfig::with_bytes(CellsPerChunk(256), ChunkCount(1 << 20), ChunkBytes(1 << 20)).unwrap_err();
+        assert!(matches!(err, PoolConfigError::TooLarge { .. }));
+        assert!(err.to_string().contains("per queue"));
+    }
+
+    #[test]
+    fn displays_in_wirecap_notation() {
+        assert_eq!(PoolConfig::new(256, 500).unwrap().to_string(), "B-(256,500)");
+        assert_eq!(PoolConfig::default().capacity(), 32768);
+    }
+}

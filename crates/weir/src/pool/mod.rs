@@ -1,0 +1,623 @@
+//! The ring-buffer pool of one queue: R chunks of M cells, and the work-queue pair
+//! that moves chunks between the capture thread and the worker.
+//!
+//! A chunk moves through `Free → Attached → Captured → Delivering → Free`:
+//!
+//! - **Free**: on the capture thread's free list.
+//! - **Attached**: the capture thread is filling its cells.
+//! - **Captured**: published on the capture queue; nobody touches its cells.
+//! - **Delivering**: a worker took it off the capture queue and reads its cells.
+//!
+//! (`Captured` and `Delivering` together are the design's "Captured": the chunk
+//! belongs to the application side.) Only a `Delivering` chunk can be recycled, and
+//! only with the generation it was handed out with; the generation advances on
+//! every recycle. A recycle that names another pool, a chunk that is not being
+//! delivered, or an old generation is refused and counted in `bad_recycles`; it
+//! changes nothing, so a double recycle can never put one chunk on the free list
+//! twice or hand a chunk to the capture thread while a worker still reads it.
+//!
+//! Free chunks are reused last-in first-out, so the chunk the capture thread fills
+//! next is the one most recently read: its cells and arena are still in cache.
+//!
+//! Cells here own their bytes: each chunk has an arena of `chunk_bytes` into which
+//! the capture thread copies packets (the DMA of a real NIC into pool buffers).
+//! A chunk is published when its M cells or its arena are full, or on a flush.
+
+#![allow(unsafe_code)]
+
+mod config;
+
+pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
+
+use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
+use crate::stats::{QueueCounters, Tally};
+use crate::{Packet, QueueId};
+use std::alloc::Layout;
+use std::cell::{RefCell, UnsafeCell};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The state of one chunk, stored with its generation in one atomic word.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ChunkState {
+    Free = 0,
+    Attached = 1,
+    Captured = 2,
+    Delivering = 3,
+}
+
+impl ChunkState {
+    fn from_bits(b: u64) -> ChunkState {
+        match b & 0xff {
+            0 => ChunkState::Free,
+            1 => ChunkState::Attached,
+            2 => ChunkState::Captured,
+            _ => ChunkState::Delivering,
+        }
+    }
+}
+
+fn pack(state: ChunkState, gen: u32) -> u64 {
+    (u64::from(gen) << 8) | state as u64
+}
+
+/// Names one hand-out of one chunk, for callers that cannot hold a borrow (FFI).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkToken {
+    pub pool: u32,
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// Why a recycle was refused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecycleError {
+    #[error("chunk belongs to another pool")]
+    Foreign,
+    #[error("chunk index {0} is out of range")]
+    OutOfRange(u32),
+    #[error("chunk is not being delivered (state {0:?}): double or early recycle")]
+    NotHeld(ChunkState),
+    #[error("stale token: generation {token} but the chunk is at {current}")]
+    Stale { token: u32, current: u32 },
+}
+
+/// One packet slot.
+#[derive(Copy, Clone)]
+#[repr(C)]
+struct Cell {
+    data: *const u8,
+    caplen: u32,
+    wire_len: u32,
+    ts_ns: u64,
+}
+
+const EMPTY_CELL: Cell = Cell { data: std::ptr::null(), caplen: 0, wire_len: 0, ts_ns: 0 };
+
+/// Pool identities, so a token from one engine's pool is never taken for another's.
+static NEXT_POOL_UID: AtomicU32 = AtomicU32::new(1);
+
+/// The memory of one pool, shared by its capture side and its worker side.
+struct Pool {
+    uid: u32,
+    queue: QueueId,
+    cells_per_chunk: usize,
+    chunk_bytes: usize,
+    states: Box<[AtomicU64]>,
+    /// Packets and wire bytes in each chunk; written while Attached, read while Delivering.
+    counts: Box<[AtomicU32]>,
+    bytes: Box<[AtomicU64]>,
+    cells: Box<[UnsafeCell<Cell>]>,
+    arena: *mut u8,
+    arena_layout: Layout,
+}
+
+// SAFETY: cells and arena bytes of a chunk are written only by the capture thread
+// while the chunk is Attached and read only by the worker while it is Delivering.
+// The state word moves between those with Release/Acquire transitions and the ring
+// pushes/pops between them are Release/Acquire too, so every access to a chunk's
+// memory is ordered after the previous owner's last access. The raw pointers in
+// cells point into `arena`, which lives as long as the `Pool`.
+unsafe impl Send for Pool {}
+// SAFETY: as above: shared access never touches a chunk's memory outside its state.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    fn new(queue: QueueId, cfg: &PoolConfig) -> Pool {
+        let r = cfg.chunks().get();
+        let m = cfg.cells().get();
+        let chunk_bytes = cfg.chunk_bytes().get();
+        let arena_layout = Layout::from_size_align(r * chunk_bytes, 4096).expect("pool size checked by PoolConfig");
+        // SAFETY: the layout is non-zero (r >= 2, chunk_bytes >= MAX_CAPLEN) and valid.
+        // Zeroed allocation of this size is lazily backed, so untouched chunks cost
+        // no resident memory.
+        let arena = unsafe { std::alloc::alloc_zeroed(arena_layout) };
+        if arena.is_null() {
+            std::alloc::handle_alloc_error(arena_layout);
+        }
+        Pool {
+            uid: NEXT_POOL_UID.fetch_add(1, Ordering::Relaxed),
+            queue,
+            cells_per_chunk: m,
+            chunk_bytes,
+            states: (0..r).map(|_| AtomicU64::new(pack(ChunkState::Free, 0))).collect(),
+            counts: (0..r).map(|_| AtomicU32::new(0)).collect(),
+            bytes: (0..r).map(|_| AtomicU64::new(0)).collect(),
+            cells: (0..r * m).map(|_| UnsafeCell::new(EMPTY_CELL)).collect(),
+            arena,
+            arena_layout,
+        }
+    }
+
+    fn chunks(&self) -> usize {
+        self.states.len()
+    }
+
+    fn state(&self, idx: u32) -> (ChunkState, u32) {
+        // Acquire: pairs with the Release transitions, for callers that then read cells.
+        let w = self.states[idx as usize].load(Ordering::Acquire);
+        (ChunkState::from_bits(w), (w >> 8) as u32)
+    }
+
+    /// Move `idx` from `from` to `to` within one generation (or to the next one when
+    /// recycling). Returns the state actually found on failure.
+    fn transition(&self, idx: u32, gen: u32, from: ChunkState, to: ChunkState, next_gen: u32) -> Result<(), u64> {
+        // AcqRel: acquire the previous owner's accesses, release ours to the next.
+        self.states[idx as usize]
+            .compare_exchange(pack(from, gen), pack(to, next_gen), Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+    }
+
+    /// The packet in cell `i` of chunk `idx`.
+    ///
+    /// # Safety
+    /// The chunk must be Delivering and held by the caller, and `i < count`.
+    unsafe fn packet(&self, idx: u32, i: usize) -> Packet<'_> {
+        debug_assert!(i < self.cells_per_chunk);
+        let cell = self.cells[idx as usize * self.cells_per_chunk + i].get();
+        // SAFETY: the caller holds the chunk in Delivering, so the capture thread does
+        // not write this cell; the cell was written (with a pointer into this chunk's
+        // arena slice and its length) before the chunk was published.
+        let c = unsafe { *cell };
+        // SAFETY: `data..data+caplen` lies in this chunk's arena region, which is
+        // allocated for the pool's lifetime and not written while the chunk is held.
+        let data = unsafe { std::slice::from_raw_parts(c.data, c.caplen as usize) };
+        Packet::new(data, c.wire_len, c.ts_ns, self.queue)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: `arena` was allocated in `new` with exactly this layout and is freed once.
+        unsafe { std::alloc::dealloc(self.arena, self.arena_layout) };
+    }
+}
+
+/// The capture thread has no cell for the packet: every chunk is in use.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct NoCell;
+
+/// Create the pool of `queue` and its work-queue pair.
+pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCounters>) -> (CaptureSide, WorkerSide) {
+    let pool = Arc::new(Pool::new(queue, cfg));
+    let r = pool.chunks();
+    let (cap_tx, cap_rx) = ring::channel::<u32>(Capacity::at_least(r));
+    let (rec_tx, rec_rx) = ring::channel::<u32>(Capacity::at_least(r));
+    // Chunk 0 on top: the stack pops from the end.
+    let free = (0..r as u32).rev().collect();
+    let capture = CaptureSide {
+        pool: Arc::clone(&pool),
+        counters: Arc::clone(&counters),
+        free,
+        captured: cap_tx,
+        recycled: rec_rx,
+        cur: None,
+        cur_count: 0,
+        cur_used: 0,
+        cur_bytes: 0,
+        tally: Tally::default(),
+    };
+    let worker = WorkerSide {
+        pool,
+        counters,
+        captured: RefCell::new(cap_rx),
+        recycle: RefCell::new(rec_tx),
+    };
+    (capture, worker)
+}
+
+/// The capture thread's handle on one queue: fills cells, publishes chunks,
+/// takes recycled chunks back. `Send`, not `Sync`.
+pub struct CaptureSide {
+    pool: Arc<Pool>,
+    counters: Arc<QueueCounters>,
+    /// Free chunk indices, most recently recycled on top.
+    free: Vec<u32>,
+    captured: Producer<u32>,
+    recycled: Consumer<u32>,
+    /// The attached chunk and how much of it is used.
+    cur: Option<u32>,
+    cur_count: usize,
+    cur_used: usize,
+    cur_bytes: u64,
+    tally: Tally,
+}
+
+impl CaptureSide {
+    pub fn queue(&self) -> QueueId {
+        self.pool.queue
+    }
+
+    /// Copy a packet into the next cell, attaching a fresh chunk when needed.
+    /// Counts it as received and captured; on `NoCell` nothing is counted and the
+    /// caller decides between waiting and [`drop_capture`](Self::drop_capture).
+    #[inline]
+    pub fn push_copy(&mut self, data: &[u8], wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+        let data = &data[..data.len().min(MAX_CAPLEN)];
+        let len = data.len();
+        let idx = match self.cur {
+            Some(idx) if self.cur_count < self.pool.cells_per_chunk && self.cur_used + len <= self.pool.chunk_bytes => idx,
+            _ => self.next_chunk()?,
+        };
+        debug_assert!(self.cur_used + len <= self.pool.chunk_bytes);
+        let base = idx as usize * self.pool.chunk_bytes + self.cur_used;
+        // SAFETY: chunk `idx` is Attached to us, so nobody else reads or writes its
+        // arena region [idx*chunk_bytes, (idx+1)*chunk_bytes), which contains
+        // [base, base+len) by the check above; source and destination are distinct
+        // allocations (the source is the caller's buffer).
+        let dst = unsafe {
+            let dst = self.pool.arena.add(base);
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
+            dst
+        };
+        let cell = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
+        // SAFETY: the chunk is Attached to us, so this cell is ours to write.
+        unsafe { *cell = Cell { data: dst, caplen: len as u32, wire_len, ts_ns } };
+        self.cur_count += 1;
+        // Keep the next packet 8-byte aligned.
+        self.cur_used += (len + 7) & !7;
+        self.cur_bytes += u64::from(wire_len);
+        self.tally.received += 1;
+        self.tally.received_bytes += u64::from(wire_len);
+        self.tally.captured += 1;
+        Ok(())
+    }
+
+    /// The packet was received but rejected by the filter.
+    #[inline]
+    pub fn drop_filtered(&mut self, wire_len: u32) {
+        self.tally.received += 1;
+        self.tally.received_bytes += u64::from(wire_len);
+        self.tally.filtered += 1;
+    }
+
+    /// The packet was received but no cell was ready for it.
+    #[inline]
+    pub fn drop_capture(&mut self, wire_len: u32) {
+        self.tally.received += 1;
+        self.tally.received_bytes += u64::from(wire_len);
+        self.tally.capture_drops += 1;
+    }
+
+    /// Packets the kernel received for this queue but lost before we saw them.
+    pub fn add_delivery_drops(&mut self, packets: u64) {
+        self.tally.received += packets;
+        self.tally.delivery_drops += packets;
+    }
+
+    /// Publish the attached chunk if it holds packets, and the counters in any case.
+    pub fn flush(&mut self) {
+        if self.cur_count > 0 {
+            self.publish_current();
+        } else {
+            self.counters.publish(&self.tally);
+        }
+    }
+
+    /// Make the counters visible without publishing a chunk.
+    pub fn publish_stats(&mut self) {
+        self.counters.publish(&self.tally);
+    }
+
+    /// True if a packet could be pushed now without waiting.
+    pub fn has_cell(&mut self) -> bool {
+        (self.cur.is_some() && self.cur_count < self.pool.cells_per_chunk) || {
+            self.reclaim();
+            !self.free.is_empty()
+        }
+    }
+
+    /// Sleep until a chunk comes back from the worker, at most `timeout`.
+    /// Publishes the partly filled chunk first, since the worker may be waiting for it.
+    pub fn wait_for_cell(&mut self, timeout: Duration) -> bool {
+        if self.has_cell() {
+            return true;
+        }
+        self.flush();
+        if let Some(idx) = self.recycled.pop_wait(timeout) {
+            self.take_back(idx);
+        }
+        self.has_cell()
+    }
+
+    /// A handle that wakes this side from [`wait_for_cell`](Self::wait_for_cell).
+    pub fn wake_handle(&self) -> WakeHandle {
+        self.recycled.wake_handle()
+    }
+
+    /// Chunks currently free, after taking back what the worker recycled.
+    pub fn free_chunks(&mut self) -> usize {
+        self.reclaim();
+        self.free.len()
+    }
+
+    /// Fill level of the capture queue, in chunks.
+    pub fn backlog(&self) -> usize {
+        self.captured.len()
+    }
+
+    fn reclaim(&mut self) {
+        while let Some(idx) = self.recycled.pop() {
+            self.take_back(idx);
+        }
+    }
+
+    fn take_back(&mut self, idx: u32) {
+        debug_assert_eq!(self.pool.state(idx).0, ChunkState::Free, "recycle queue carried a chunk that is not free");
+        self.free.push(idx);
+    }
+
+    #[cold]
+    fn next_chunk(&mut self) -> Result<u32, NoCell> {
+        if let Some(idx) = self.cur {
+            if self.cur_count == 0 {
+                return Ok(idx);
+            }
+            self.publish_current();
+        }
+        // Take back recycled chunks first so the most recently used one, still warm in
+        // cache, is the one attached next.
+        self.reclaim();
+        let idx = self.free.pop().ok_or(NoCell)?;
+        let (state, gen) = self.pool.state(idx);
+        debug_assert_eq!(state, ChunkState::Free);
+        let moved = self.pool.transition(idx, gen, ChunkState::Free, ChunkState::Attached, gen);
+        debug_assert!(moved.is_ok(), "free chunk {idx} changed state under the capture thread");
+        self.cur = Some(idx);
+        self.cur_count = 0;
+        self.cur_used = 0;
+        self.cur_bytes = 0;
+        Ok(idx)
+    }
+
+    fn publish_current(&mut self) {
+        let Some(idx) = self.cur.take() else { return };
+        debug_assert!(self.cur_count > 0);
+        // Relaxed: the Release state transition and ring push below publish these.
+        self.pool.counts[idx as usize].store(self.cur_count as u32, Ordering::Relaxed);
+        self.pool.bytes[idx as usize].store(self.cur_bytes, Ordering::Relaxed);
+        let (_, gen) = self.pool.state(idx);
+        let moved = self.pool.transition(idx, gen, ChunkState::Attached, ChunkState::Captured, gen);
+        debug_assert!(moved.is_ok(), "attached chunk {idx} changed state under the capture thread");
+        // Counters first: the worker must never release packets a reader cannot see captured.
+        self.counters.publish(&self.tally);
+        let pushed = self.captured.push(idx);
+        debug_assert!(pushed.is_ok(), "capture queue holds every chunk, so it cannot be full");
+        self.cur_count = 0;
+        self.cur_used = 0;
+        self.cur_bytes = 0;
+    }
+}
+
+impl Drop for CaptureSide {
+    fn drop(&mut self) {
+        self.flush();
+        // Dropping `captured` closes the capture queue: the worker drains and stops.
+    }
+}
+
+/// What [`WorkerSide::next`] found.
+pub enum Next<'w> {
+    Chunk(HeldChunk<'w>),
+    /// Nothing arrived within the timeout.
+    Idle,
+    /// The capture side is gone and every chunk it published was taken.
+    Closed,
+}
+
+/// The worker's handle on one queue: takes captured chunks, recycles them.
+/// `Send`, not `Sync`; chunks it hands out borrow it and recycle on drop.
+pub struct WorkerSide {
+    pool: Arc<Pool>,
+    counters: Arc<QueueCounters>,
+    captured: RefCell<Consumer<u32>>,
+    recycle: RefCell<Producer<u32>>,
+}
+
+impl WorkerSide {
+    pub fn queue(&self) -> QueueId {
+        self.pool.queue
+    }
+
+    /// Take the next captured chunk, sleeping up to `timeout` for one.
+    pub fn next(&self, timeout: Duration) -> Next<'_> {
+        let popped = self.captured.borrow_mut().pop_wait(timeout);
+        match popped {
+            Some(idx) => Next::Chunk(self.hold(idx)),
+            None => {
+                let rx = self.captured.borrow();
+                if rx.is_closed() && rx.is_empty() {
+                    Next::Closed
+                } else {
+                    Next::Idle
+                }
+            }
+        }
+    }
+
+    /// Take the next captured chunk if one is waiting.
+    pub fn try_next(&self) -> Option<HeldChunk<'_>> {
+        let popped = self.captured.borrow_mut().pop();
+        popped.map(|idx| self.hold(idx))
+    }
+
+    /// Chunks waiting on the capture queue.
+    pub fn backlog(&self) -> usize {
+        self.captured.borrow().len()
+    }
+
+    /// A handle that wakes this worker from [`next`](Self::next).
+    pub fn wake_handle(&self) -> WakeHandle {
+        self.captured.borrow().wake_handle()
+    }
+
+    fn hold(&self, idx: u32) -> HeldChunk<'_> {
+        let (state, gen) = self.pool.state(idx);
+        debug_assert_eq!(state, ChunkState::Captured);
+        let moved = self.pool.transition(idx, gen, ChunkState::Captured, ChunkState::Delivering, gen);
+        debug_assert!(moved.is_ok(), "captured chunk {idx} changed state on the capture queue");
+        // Relaxed: the Acquire pop and state load above ordered the capture side's store.
+        let count = self.pool.counts[idx as usize].load(Ordering::Relaxed) as usize;
+        debug_assert!(count > 0 && count <= self.pool.cells_per_chunk);
+        HeldChunk { side: self, index: idx, generation: gen, count, released: false }
+    }
+
+    /// Take the next chunk as a bare token, for callers that cannot hold a borrow.
+    /// It must come back through [`recycle_raw`](Self::recycle_raw).
+    pub fn take_raw(&self) -> Option<ChunkToken> {
+        self.try_next().map(|c| {
+            let t = c.token();
+            std::mem::forget(c);
+            t
+        })
+    }
+
+    /// The packets of a chunk taken with [`take_raw`](Self::take_raw), if the token
+    /// still names a chunk this worker holds.
+    pub fn raw_chunk(&self, token: ChunkToken) -> Result<RawChunk<'_>, RecycleError> {
+        let count = self.check_held(token)?;
+        Ok(RawChunk { pool: &self.pool, index: token.index, count })
+    }
+
+    /// Give back a chunk by token. Refused (and counted) unless the token names a chunk
+    /// of this pool that is being delivered, at its current generation. `&mut self`
+    /// guarantees no packet of any chunk is borrowed meanwhile.
+    pub fn recycle_raw(&mut self, token: ChunkToken) -> Result<(), RecycleError> {
+        let count = match self.check_held(token) {
+            Ok(c) => c,
+            Err(e) => {
+                self.counters.add_bad_recycle();
+                return Err(e);
+            }
+        };
+        self.release(token.index, token.generation, count);
+        Ok(())
+    }
+
+    fn check_held(&self, token: ChunkToken) -> Result<usize, RecycleError> {
+        if token.pool != self.pool.uid {
+            return Err(RecycleError::Foreign);
+        }
+        if token.index as usize >= self.pool.chunks() {
+            return Err(RecycleError::OutOfRange(token.index));
+        }
+        let (state, gen) = self.pool.state(token.index);
+        if state != ChunkState::Delivering {
+            return Err(RecycleError::NotHeld(state));
+        }
+        if gen != token.generation {
+            return Err(RecycleError::Stale { token: token.generation, current: gen });
+        }
+        Ok(self.pool.counts[token.index as usize].load(Ordering::Relaxed) as usize)
+    }
+
+    fn release(&self, idx: u32, gen: u32, count: usize) {
+        // Relaxed: written before the chunk was published, which we acquired.
+        let bytes = self.pool.bytes[idx as usize].load(Ordering::Relaxed);
+        if self.pool.transition(idx, gen, ChunkState::Delivering, ChunkState::Free, gen.wrapping_add(1)).is_err() {
+            // Cannot happen through the borrow-checked API; refuse rather than corrupt.
+            self.counters.add_bad_recycle();
+            return;
+        }
+        self.counters.add_delivered(count as u64, bytes);
+        let pushed = self.recycle.borrow_mut().push(idx);
+        debug_assert!(pushed.is_ok(), "recycle queue holds every chunk, so it cannot be full");
+    }
+}
+
+/// A chunk the worker holds. Its packets borrow it; dropping it recycles it.
+pub struct HeldChunk<'w> {
+    side: &'w WorkerSide,
+    index: u32,
+    generation: u32,
+    count: usize,
+    released: bool,
+}
+
+impl<'w> HeldChunk<'w> {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn queue(&self) -> QueueId {
+        self.side.pool.queue
+    }
+
+    /// Packet `i`, or `None` past the end.
+    pub fn get(&self, i: usize) -> Option<Packet<'_>> {
+        // SAFETY: we hold the chunk (Delivering) for as long as `self` lives, and the
+        // returned packet borrows `self`; `i < count` is checked.
+        (i < self.count).then(|| unsafe { self.side.pool.packet(self.index, i) })
+    }
+
+    pub fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {
+        // SAFETY: as in `get`, with i < count by construction.
+        (0..self.count).map(move |i| unsafe { self.side.pool.packet(self.index, i) })
+    }
+
+    /// The token of this hand-out.
+    pub fn token(&self) -> ChunkToken {
+        ChunkToken { pool: self.side.pool.uid, index: self.index, generation: self.generation }
+    }
+}
+
+impl Drop for HeldChunk<'_> {
+    fn drop(&mut self) {
+        if !self.released {
+            self.released = true;
+            self.side.release(self.index, self.generation, self.count);
+        }
+    }
+}
+
+/// The packets of a chunk held by token.
+pub struct RawChunk<'w> {
+    pool: &'w Pool,
+    index: u32,
+    count: usize,
+}
+
+impl RawChunk<'_> {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn get(&self, i: usize) -> Option<Packet<'_>> {
+        // SAFETY: the token was checked to name a Delivering chunk of this pool, and
+        // `recycle_raw` needs `&mut WorkerSide`, which cannot coexist with this borrow.
+        (i < self.count).then(|| unsafe { self.pool.packet(self.index, i) })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,292 @@
+use super::*;
+use proptest::prelude::*;
+use std::collections::VecDeque;
+
+fn pair(m: usize, r: usize) -> (CaptureSide, WorkerSide, Arc<QueueCounters>) {
+    let counters = Arc::new(QueueCounters::new(QueueId(3)));
+    let cfg = PoolConfig::new(m, r).unwrap();
+    let (c, w) = work_queue_pair(QueueId(3), &cfg, Arc::clone(&counters));
+    (c, w, counters)
+}
+
+/// A packet whose bytes encode its sequence number, so the test can see it arrive intact.
+fn packet(seq: u32, len: usize) -> Vec<u8> {
+    let mut p = vec![(seq % 251) as u8; len.max(4)];
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+fn seq_of(p: &Packet<'_>) -> u32 {
+    u32::from_le_bytes(p.data()[..4].try_into().unwrap())
+}
+
+fn state_census(pool: &Pool) -> [usize; 4] {
+    let mut n = [0; 4];
+    for i in 0..pool.chunks() as u32 {
+        n[pool.state(i).0 as usize] += 1;
+    }
+    n
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Push(u16),
+    Flush,
+    Take,
+    Release(usize),
+    BadRecycle(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1u16..3000).prop_map(Op::Push),
+        1 => Just(Op::Flush),
+        2 => Just(Op::Take),
+        2 => (0usize..8).prop_map(Op::Release),
+        1 => (0u8..4).prop_map(Op::BadRecycle),
+    ]
+}
+
+/// What the model expects: the attached chunk, the chunks published but not taken
+/// (in order), and the chunks the worker holds, each as its packet sequence numbers.
+#[derive(Default)]
+struct Model {
+    attached: Vec<u32>,
+    attached_bytes: usize,
+    published: VecDeque<Vec<u32>>,
+    held: Vec<(ChunkToken, Vec<u32>)>,
+    pushed: u64,
+    dropped: u64,
+    delivered: u64,
+    bad: u64,
+}
+
+impl Model {
+    fn publish(&mut self) {
+        if !self.attached.is_empty() {
+            self.published.push_back(std::mem::take(&mut self.attached));
+            self.attached_bytes = 0;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
+
+    /// The pool against a state table: every packet pushed is taken once, in order;
+    /// NoCell happens exactly when the model has no free chunk; bad recycles are
+    /// refused, counted, and change nothing else; the chunk-state census matches;
+    /// and the stats identity holds after every step.
+    #[test]
+    fn pool_matches_model(m in 1usize..6, r in 2usize..5, ops in proptest::collection::vec(op(), 1..120)) {
+        let (mut cap, mut work, counters) = pair(m, r);
+        let chunk_bytes = cap.pool.chunk_bytes;
+        let mut model = Model::default();
+        let mut seq = 0u32;
+        for op in ops {
+            match op {
+                Op::Push(len) => {
+                    let len = usize::from(len);
+                    let fits = !model.attached.is_empty()
+                        && model.attached.len() < m
+                        && model.attached_bytes + len <= chunk_bytes;
+                    if !fits {
+                        // The pool publishes a full chunk before it looks for a free one.
+                        model.publish();
+                    }
+                    let free = r - model.published.len() - model.held.len() - usize::from(!model.attached.is_empty());
+                    let got = cap.push_copy(&packet(seq, len), len as u32 + 10, u64::from(seq));
+                    if fits || free > 0 {
+                        prop_assert!(got.is_ok(), "push {} refused with a free chunk", seq);
+                        model.attached.push(seq);
+                        model.attached_bytes += (len + 7) & !7;
+                        model.pushed += 1;
+                    } else {
+                        prop_assert_eq!(got, Err(NoCell));
+                        cap.drop_capture(len as u32 + 10);
+                        model.dropped += 1;
+                    }
+                    seq += 1;
+                }
+                Op::Flush => {
+                    cap.flush();
+                    model.publish();
+                }
+                Op::Take => {
+                    let got = work.take_raw();
+                    match model.published.pop_front() {
+                        Some(want) => {
+                            let t = got.expect("a published chunk was not delivered");
+                            let c = work.raw_chunk(t).unwrap();
+                            let seqs: Vec<u32> = (0..c.len()).map(|i| seq_of(&c.get(i).unwrap())).collect();
+                            prop_assert_eq!(&seqs, &want);
+                            for i in 0..c.len() {
+                                let p = c.get(i).unwrap();
+                                prop_assert_eq!(p.ts_ns(), u64::from(seq_of(&p)));
+                                prop_assert_eq!(p.queue(), QueueId(3));
+                            }
+                            prop_assert!(c.get(c.len()).is_none());
+                            model.held.push((t, want));
+                        }
+                        None => prop_assert!(got.is_none()),
+                    }
+                }
+                Op::Release(i) => {
+                    if !model.held.is_empty() {
+                        let (t, seqs) = model.held.swap_remove(i % model.held.len());
+                        prop_assert_eq!(work.recycle_raw(t), Ok(()));
+                        model.delivered += seqs.len() as u64;
+                        // Releasing it again is a double recycle.
+                        prop_assert!(work.recycle_raw(t).is_err());
+                        model.bad += 1;
+                    }
+                }
+                Op::BadRecycle(kind) => {
+                    let probe = model.held.first().map(|(t, _)| *t)
+                        .unwrap_or(ChunkToken { pool: cap.pool.uid, index: 0, generation: 0 });
+                    let bad = match kind {
+                        0 => ChunkToken { pool: probe.pool.wrapping_add(1000), ..probe },
+                        1 => ChunkToken { generation: probe.generation.wrapping_add(1), ..probe },
+                        2 => ChunkToken { index: 99, ..probe },
+                        // A chunk that is not held: the token of a chunk we never took.
+                        _ => ChunkToken { index: (0..r as u32).find(|i| !model.held.iter().any(|(t, _)| t.index == *i)).unwrap_or(0), ..probe },
+                    };
+                    let held_it = model.held.iter().any(|(t, _)| *t == bad);
+                    if !held_it {
+                        prop_assert!(work.recycle_raw(bad).is_err(), "bad token {:?} accepted", bad);
+                        model.bad += 1;
+                    }
+                }
+            }
+            let s = counters.read();
+            prop_assert!(s.balanced(), "identity broken: {:?}", s);
+            prop_assert_eq!(s.delivered, model.delivered);
+            prop_assert_eq!(s.bad_recycles, model.bad);
+            let census = state_census(&cap.pool);
+            prop_assert_eq!(census[ChunkState::Attached as usize], usize::from(!model.attached.is_empty()));
+            prop_assert_eq!(census[ChunkState::Captured as usize], model.published.len());
+            prop_assert_eq!(census[ChunkState::Delivering as usize], model.held.len());
+        }
+        for (t, seqs) in std::mem::take(&mut model.held) {
+            work.recycle_raw(t).unwrap();
+            model.delivered += seqs.len() as u64;
+        }
+        cap.flush();
+        while let Some(c) = work.try_next() {
+            model.delivered += c.len() as u64;
+        }
+        let s = counters.read();
+        prop_assert_eq!(s.received, model.pushed + model.dropped);
+        prop_assert_eq!(s.capture_drops, model.dropped);
+        prop_assert_eq!(s.delivered, model.pushed);
+        prop_assert_eq!(s.in_flight, 0);
+        prop_assert!(s.balanced());
+        prop_assert_eq!(state_census(&cap.pool)[ChunkState::Free as usize], r);
+    }
+}
+
+#[test]
+fn raw_recycle_refuses_double_foreign_stale_and_out_of_range() {
+    let (mut cap, mut work, counters) = pair(4, 3);
+    let (_c2, mut other, _) = pair(4, 3);
+    for i in 0..4 {
+        cap.push_copy(&packet(i, 64), 64, 0).unwrap();
+    }
+    cap.flush();
+    let t = work.take_raw().expect("a published chunk");
+    assert_eq!(work.raw_chunk(t).unwrap().len(), 4);
+    assert_eq!(seq_of(&work.raw_chunk(t).unwrap().get(2).unwrap()), 2);
+
+    let cases = [
+        ("foreign", ChunkToken { pool: t.pool + 7, ..t }, RecycleError::Foreign),
+        ("out of range", ChunkToken { index: 3, ..t }, RecycleError::OutOfRange(3)),
+        ("stale", ChunkToken { generation: t.generation + 1, ..t }, RecycleError::Stale { token: t.generation + 1, current: t.generation }),
+        ("never handed out", ChunkToken { index: 1, ..t }, RecycleError::NotHeld(ChunkState::Free)),
+    ];
+    for (what, token, want) in cases {
+        assert_eq!(work.recycle_raw(token), Err(want), "{what}");
+    }
+    assert_eq!(other.recycle_raw(t), Err(RecycleError::Foreign), "another pool's worker");
+    assert_eq!(counters.read().bad_recycles, 4);
+
+    work.recycle_raw(t).unwrap();
+    assert_eq!(work.recycle_raw(t), Err(RecycleError::NotHeld(ChunkState::Free)), "double recycle");
+    assert_eq!(counters.read().bad_recycles, 5);
+
+    // The refused recycles changed nothing: the chunk came back exactly once, and
+    // the pool still hands out all three chunks.
+    assert_eq!(cap.free_chunks(), 3);
+    for i in 0..12 {
+        cap.push_copy(&packet(i, 64), 64, 0).unwrap();
+    }
+    assert_eq!(cap.push_copy(&packet(99, 64), 64, 0), Err(NoCell), "three chunks of four cells");
+    let s = counters.read();
+    assert!(s.balanced());
+    assert_eq!(s.delivered, 4);
+}
+
+#[test]
+fn stale_token_from_an_earlier_hand_out_is_refused() {
+    let (mut cap, mut work, _) = pair(1, 2);
+    cap.push_copy(&packet(0, 64), 64, 0).unwrap();
+    cap.flush();
+    let first = work.take_raw().unwrap();
+    work.recycle_raw(first).unwrap();
+    // The same chunk comes round again (LIFO free list) at the next generation.
+    cap.push_copy(&packet(1, 64), 64, 0).unwrap();
+    cap.flush();
+    let second = work.take_raw().unwrap();
+    assert_eq!(second.index, first.index);
+    assert_eq!(second.generation, first.generation + 1);
+    assert!(matches!(work.recycle_raw(first), Err(RecycleError::Stale { .. })));
+    assert_eq!(seq_of(&work.raw_chunk(second).unwrap().get(0).unwrap()), 1, "the stale recycle did not free it");
+    work.recycle_raw(second).unwrap();
+}
+
+#[test]
+fn arena_fills_before_cells() {
+    let (mut cap, work, _) = pair(256, 2);
+    let big = MAX_CAPLEN;
+    // 512 KiB arena: two largest packets per chunk.
+    for i in 0..2 {
+        cap.push_copy(&packet(i, big), big as u32, 0).unwrap();
+    }
+    cap.push_copy(&packet(2, big), big as u32, 0).unwrap();
+    let c = work.try_next().expect("first chunk published when its arena filled");
+    assert_eq!(c.len(), 2);
+    assert!(c.packets().all(|p| p.caplen() as usize == big));
+}
+
+#[test]
+fn capture_and_worker_on_two_threads() {
+    let n: u32 = if cfg!(miri) { 300 } else { 300_000 };
+    let (mut cap, work, counters) = pair(8, 4);
+    let producer = std::thread::spawn(move || {
+        for i in 0..n {
+            let p = packet(i, 60 + (i as usize % 1400));
+            while cap.push_copy(&p, p.len() as u32, u64::from(i)).is_err() {
+                cap.wait_for_cell(Duration::from_millis(20));
+            }
+        }
+        // Dropping the capture side flushes and closes the capture queue.
+    });
+    let mut expect = 0u32;
+    loop {
+        match work.next(Duration::from_millis(50)) {
+            Next::Chunk(c) => {
+                for p in c.packets() {
+                    assert_eq!(seq_of(&p), expect);
+                    assert_eq!(p.caplen() as usize, 60 + (expect as usize % 1400));
+                    expect += 1;
+                }
+                assert!(counters.read().balanced());
+            }
+            Next::Idle => continue,
+            Next::Closed => break,
+        }
+    }
+    producer.join().unwrap();
+    assert_eq!(expect, n);
+    let s = counters.read();
+    assert_eq!((s.received, s.delivered, s.in_flight), (u64::from(n), u64::from(n), 0));
+}

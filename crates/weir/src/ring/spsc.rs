@@ -1,0 +1,316 @@
+//! The ring itself.
+//!
+//! `head` is the next slot to read and belongs to the consumer; `tail` is the next
+//! slot to write and belongs to the producer. Both grow without bound (wrapping at
+//! `usize::MAX`, far beyond any run) and are masked to index the buffer, so
+//! `tail - head` is the number of items and the ring is full at `capacity`.
+//! Each side caches the other's index and reloads it only when the cache says
+//! "empty" or "full", so the common case touches no shared cache line but the slot.
+#![allow(unsafe_code)]
+
+use super::wait::{Bell, Sleeper, WakeHandle};
+use crossbeam_utils::CachePadded;
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Ring capacity: a power of two, at least 2.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Capacity(usize);
+
+impl Capacity {
+    /// The smallest power of two that holds `n` items (and at least 2).
+    pub fn at_least(n: usize) -> Capacity {
+        Capacity(n.max(2).next_power_of_two())
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+struct Shared<T> {
+    head: CachePadded<AtomicUsize>,
+    tail: CachePadded<AtomicUsize>,
+    closed: AtomicBool,
+    mask: usize,
+    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    /// Rung by the producer after a push: the consumer may sleep on an empty ring.
+    to_consumer: Arc<Bell>,
+    /// Rung by the consumer after a pop: the producer may sleep on a full ring.
+    to_producer: Arc<Bell>,
+}
+
+// SAFETY: a slot is written only by the producer while it is outside [head, tail),
+// and read only by the consumer while it is inside; the Release store of `tail`
+// (resp. `head`) and the Acquire load on the other side order those accesses.
+// `T: Send` because items move between threads.
+unsafe impl<T: Send> Sync for Shared<T> {}
+// SAFETY: as above; the shared state is owned jointly through `Arc`.
+unsafe impl<T: Send> Send for Shared<T> {}
+
+/// The writing half.
+pub struct Producer<T> {
+    shared: Arc<Shared<T>>,
+    tail: usize,
+    cached_head: usize,
+    sleeper: Sleeper,
+    /// `Cell` makes the handle `!Sync`: one thread per side.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+/// The reading half.
+pub struct Consumer<T> {
+    shared: Arc<Shared<T>>,
+    head: usize,
+    cached_tail: usize,
+    sleeper: Sleeper,
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+/// A new ring holding up to `capacity` items.
+pub fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consumer<T>) {
+    let cap = capacity.get();
+    debug_assert!(cap.is_power_of_two() && cap >= 2);
+    let consumer_sleeper = Sleeper::new();
+    let producer_sleeper = Sleeper::new();
+    let shared = Arc::new(Shared {
+        head: CachePadded::new(AtomicUsize::new(0)),
+        tail: CachePadded::new(AtomicUsize::new(0)),
+        closed: AtomicBool::new(false),
+        mask: cap - 1,
+        slots: (0..cap).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+        to_consumer: consumer_sleeper.bell(),
+        to_producer: producer_sleeper.bell(),
+    });
+    let p = Producer {
+        shared: Arc::clone(&shared),
+        tail: 0,
+        cached_head: 0,
+        sleeper: producer_sleeper,
+        _not_sync: Default::default(),
+    };
+    let c = Consumer { shared, head: 0, cached_tail: 0, sleeper: consumer_sleeper, _not_sync: Default::default() };
+    (p, c)
+}
+
+impl<T: Copy + Send> Producer<T> {
+    pub fn capacity(&self) -> usize {
+        self.shared.mask + 1
+    }
+
+    /// Push `item`, or hand it back if the ring is full.
+    #[inline]
+    pub fn push(&mut self, item: T) -> Result<(), T> {
+        if self.tail.wrapping_sub(self.cached_head) > self.shared.mask {
+            // Acquire: the consumer's reads of the slots it freed happen before we reuse them.
+            self.cached_head = self.shared.head.load(Ordering::Acquire);
+            if self.tail.wrapping_sub(self.cached_head) > self.shared.mask {
+                return Err(item);
+            }
+        }
+        let slot = &self.shared.slots[self.tail & self.shared.mask];
+        // SAFETY: `tail - head <= mask`, so this slot is outside [head, tail): the
+        // consumer does not read it until we publish the new tail below.
+        unsafe { (*slot.get()).write(item) };
+        self.tail = self.tail.wrapping_add(1);
+        // Release: the slot write above is visible to a consumer that sees this tail.
+        self.shared.tail.store(self.tail, Ordering::Release);
+        self.shared.to_consumer.ring();
+        Ok(())
+    }
+
+    /// Items in the ring as last seen; exact for the producer's own pushes.
+    pub fn len(&self) -> usize {
+        // Acquire pairs with the consumer's Release store of head.
+        self.tail.wrapping_sub(self.shared.head.load(Ordering::Acquire))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Push, sleeping while the ring is full, for at most `timeout`.
+    pub fn push_wait(&mut self, mut item: T, timeout: Duration) -> Result<(), T> {
+        match self.push(item) {
+            Ok(()) => return Ok(()),
+            Err(back) => item = back,
+        }
+        let shared = Arc::clone(&self.shared);
+        let tail = self.tail;
+        // Acquire, as in `push`.
+        self.sleeper.wait_until(timeout, || tail.wrapping_sub(shared.head.load(Ordering::Acquire)) <= shared.mask);
+        self.push(item)
+    }
+
+    /// A handle that wakes this producer if it sleeps in [`push_wait`](Self::push_wait).
+    pub fn wake_handle(&self) -> WakeHandle {
+        WakeHandle(Arc::clone(&self.shared.to_producer))
+    }
+
+    /// Tell the consumer that nothing more will come. Dropping the producer does the same.
+    pub fn close(&mut self) {
+        // Release: every push before the close is visible to a consumer that sees it.
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.to_consumer.ring();
+    }
+}
+
+impl<T> Drop for Producer<T> {
+    fn drop(&mut self) {
+        // Release, as in `close`.
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.to_consumer.ring();
+    }
+}
+
+impl<T: Copy + Send> Consumer<T> {
+    /// Take the oldest item, if any.
+    #[inline]
+    pub fn pop(&mut self) -> Option<T> {
+        if self.head == self.cached_tail {
+            // Acquire: the producer's slot writes happen before we read the slots.
+            self.cached_tail = self.shared.tail.load(Ordering::Acquire);
+            if self.head == self.cached_tail {
+                return None;
+            }
+        }
+        let slot = &self.shared.slots[self.head & self.shared.mask];
+        // SAFETY: head < tail, so the producer wrote this slot and published it with
+        // the Release store we synchronized with; it will not write it again until
+        // we publish a head past it.
+        let item = unsafe { (*slot.get()).assume_init_read() };
+        self.head = self.head.wrapping_add(1);
+        // Release: our read of the slot happens before the producer reuses it.
+        self.shared.head.store(self.head, Ordering::Release);
+        self.shared.to_producer.ring();
+        Some(item)
+    }
+
+    /// Items waiting, as of now.
+    pub fn len(&self) -> usize {
+        // Acquire pairs with the producer's Release store of tail.
+        self.shared.tail.load(Ordering::Acquire).wrapping_sub(self.head)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.shared.mask + 1
+    }
+
+    /// True once the producer closed or was dropped. Items pushed before may still wait.
+    pub fn is_closed(&self) -> bool {
+        // Acquire pairs with the Release store in `close`/`drop`.
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Pop, sleeping while the ring is empty, for at most `timeout` or until closed.
+    pub fn pop_wait(&mut self, timeout: Duration) -> Option<T> {
+        if let Some(x) = self.pop() {
+            return Some(x);
+        }
+        let shared = Arc::clone(&self.shared);
+        let head = self.head;
+        self.sleeper.wait_until(timeout, || {
+            // Acquire, as in `pop` and `is_closed`.
+            shared.tail.load(Ordering::Acquire) != head || shared.closed.load(Ordering::Acquire)
+        });
+        self.pop()
+    }
+
+    /// A handle that wakes this consumer if it sleeps in [`pop_wait`](Self::pop_wait).
+    pub fn wake_handle(&self) -> WakeHandle {
+        WakeHandle(Arc::clone(&self.shared.to_consumer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn capacity_rounds_up() {
+        assert_eq!(Capacity::at_least(0).get(), 2);
+        assert_eq!(Capacity::at_least(100).get(), 128);
+        assert_eq!(Capacity::at_least(128).get(), 128);
+    }
+
+    #[test]
+    fn fill_drain_wraparound() {
+        let (mut p, mut c) = channel::<u32>(Capacity::at_least(4));
+        for round in 0..10u32 {
+            for i in 0..4 {
+                p.push(round * 10 + i).unwrap();
+            }
+            assert_eq!(p.push(99), Err(99));
+            for i in 0..4 {
+                assert_eq!(c.pop(), Some(round * 10 + i));
+            }
+            assert_eq!(c.pop(), None);
+        }
+    }
+
+    #[test]
+    fn close_lets_consumer_drain_first() {
+        let (mut p, mut c) = channel::<u8>(Capacity::at_least(8));
+        p.push(1).unwrap();
+        p.push(2).unwrap();
+        drop(p);
+        assert!(c.is_closed());
+        assert_eq!(c.pop_wait(Duration::from_secs(5)), Some(1));
+        assert_eq!(c.pop(), Some(2));
+        assert_eq!(c.pop_wait(Duration::from_secs(5)), None);
+    }
+
+    proptest! {
+        /// Single-threaded: the ring behaves like a bounded VecDeque.
+        #[test]
+        fn matches_vecdeque(ops in proptest::collection::vec(any::<Option<u16>>(), 0..400), cap in 1usize..20) {
+            let (mut p, mut c) = channel::<u16>(Capacity::at_least(cap));
+            let bound = Capacity::at_least(cap).get();
+            let mut model = VecDeque::new();
+            for op in ops {
+                match op {
+                    Some(x) => {
+                        let r = p.push(x);
+                        if model.len() < bound { prop_assert!(r.is_ok()); model.push_back(x); } else { prop_assert_eq!(r, Err(x)); }
+                    }
+                    None => prop_assert_eq!(c.pop(), model.pop_front()),
+                }
+                prop_assert_eq!(c.len(), model.len());
+            }
+        }
+    }
+
+    /// Two threads: every item arrives once, in order, through sleeps on both sides.
+    #[test]
+    fn two_threads_in_order() {
+        let n: u64 = if cfg!(miri) { 2_000 } else { 2_000_000 };
+        let (mut p, mut c) = channel::<u64>(Capacity::at_least(16));
+        let t = std::thread::spawn(move || {
+            for i in 0..n {
+                let mut item = i;
+                loop {
+                    match p.push_wait(item, Duration::from_millis(50)) {
+                        Ok(()) => break,
+                        Err(back) => item = back,
+                    }
+                }
+            }
+        });
+        let mut expect = 0;
+        while let Some(x) = c.pop_wait(Duration::from_secs(10)) {
+            assert_eq!(x, expect);
+            expect += 1;
+        }
+        t.join().unwrap();
+        assert_eq!(expect, n);
+    }
+}

@@ -1,0 +1,97 @@
+//! Sleeping on a ring without losing a wake-up.
+//!
+//! The sleeper announces itself by setting `sleeping`, then re-checks its
+//! condition, then parks. The other side publishes its index, then checks
+//! `sleeping` and unparks. Both sides put a SeqCst fence between their store and
+//! their load, so at least one of them sees the other's store (the classic
+//! store-buffer pattern): either the sleeper sees the new index and does not
+//! park, or the waker sees `sleeping` and unparks. Parking has token semantics,
+//! so an unpark that lands before the park is not lost either.
+
+use crossbeam_utils::sync::{Parker, Unparker};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Spins before parking: a chunk usually arrives within a few microseconds under load.
+const SPINS_BEFORE_PARK: u32 = 64;
+
+/// The shared half: whether the sleeper is parked, and how to wake it.
+pub(crate) struct Bell {
+    sleeping: AtomicBool,
+    unparker: Unparker,
+}
+
+impl Bell {
+    /// Call after publishing the state change the sleeper may be waiting for.
+    #[inline]
+    pub(crate) fn ring(&self) {
+        // SeqCst fence: orders our earlier index store before the load of `sleeping`
+        // (see the module comment).
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.unparker.unpark();
+        }
+    }
+}
+
+/// The owned half, kept by the side that sleeps.
+pub(crate) struct Sleeper {
+    parker: Parker,
+    bell: Arc<Bell>,
+}
+
+impl Sleeper {
+    pub(crate) fn new() -> Self {
+        let parker = Parker::new();
+        let bell = Arc::new(Bell { sleeping: AtomicBool::new(false), unparker: parker.unparker().clone() });
+        Sleeper { parker, bell }
+    }
+
+    pub(crate) fn bell(&self) -> Arc<Bell> {
+        Arc::clone(&self.bell)
+    }
+
+    /// Wait until `ready()` is true or `timeout` passes; returns `ready()`.
+    ///
+    /// A park can return early (an unpark token left from a ring that raced with an
+    /// earlier re-check, or a spurious wake-up), so this loops until the deadline.
+    pub(crate) fn wait_until(&self, timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+        for _ in 0..SPINS_BEFORE_PARK {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.bell.sleeping.store(true, Ordering::Relaxed);
+            // SeqCst fence: the store of `sleeping` is ordered before the re-check's loads.
+            fence(Ordering::SeqCst);
+            if ready() {
+                self.bell.sleeping.store(false, Ordering::Relaxed);
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.bell.sleeping.store(false, Ordering::Relaxed);
+                return false;
+            }
+            self.parker.park_timeout(deadline - now);
+            self.bell.sleeping.store(false, Ordering::Relaxed);
+            if ready() {
+                return true;
+            }
+        }
+    }
+}
+
+/// Wakes a sleeping ring side from any thread, e.g. to tell it that a stop was requested.
+#[derive(Clone)]
+pub struct WakeHandle(pub(crate) Arc<Bell>);
+
+impl WakeHandle {
+    pub fn wake(&self) {
+        self.0.unparker.unpark();
+    }
+}

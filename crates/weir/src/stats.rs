@@ -1,0 +1,198 @@
+//! Per-queue packet accounting.
+//!
+//! Every packet a queue receives ends in exactly one category:
+//!
+//! ```text
+//! received = delivered + filtered + capture_drops + delivery_drops + in_flight
+//! ```
+//!
+//! The capture thread owns `received`, `filtered`, `capture_drops`,
+//! `delivery_drops` and `captured` (packets placed in cells); it publishes them
+//! together under a sequence lock, always before the chunk that holds the
+//! captured packets is handed to the worker. The worker owns `delivered`, which
+//! it raises when it releases a chunk. A reader takes `delivered` first and the
+//! capture-side group second, so it never sees more delivered than captured, and
+//! `in_flight = captured - delivered` is never negative. The identity therefore
+//! holds at every read, not just at the end; what the stages count separately
+//! (the worker's deliveries against the capture thread's cells) is what a test
+//! can check against the application's own count and the pool's chunk states.
+
+use crate::QueueId;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// Counters of one queue as a reader sees them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub queue: QueueId,
+    pub received: u64,
+    pub delivered: u64,
+    pub filtered: u64,
+    pub capture_drops: u64,
+    pub delivery_drops: u64,
+    pub in_flight: u64,
+    /// Wire bytes of received packets.
+    pub received_bytes: u64,
+    /// Wire bytes of delivered packets.
+    pub delivered_bytes: u64,
+    /// Recycles refused because the chunk was not held, not ours, or stale.
+    pub bad_recycles: u64,
+}
+
+impl QueueStats {
+    /// True when the accounting identity holds.
+    pub fn balanced(&self) -> bool {
+        self.received
+            == self.delivered + self.filtered + self.capture_drops + self.delivery_drops + self.in_flight
+    }
+
+    fn add(&mut self, o: &QueueStats) {
+        self.received += o.received;
+        self.delivered += o.delivered;
+        self.filtered += o.filtered;
+        self.capture_drops += o.capture_drops;
+        self.delivery_drops += o.delivery_drops;
+        self.in_flight += o.in_flight;
+        self.received_bytes += o.received_bytes;
+        self.delivered_bytes += o.delivered_bytes;
+        self.bad_recycles += o.bad_recycles;
+    }
+}
+
+/// A snapshot of every queue of an engine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub queues: Vec<QueueStats>,
+}
+
+impl Snapshot {
+    /// All queues added together (the `queue` field is meaningless there).
+    pub fn total(&self) -> QueueStats {
+        let mut t = QueueStats::default();
+        for q in &self.queues {
+            t.add(q);
+        }
+        t
+    }
+}
+
+/// The capture thread's private tally, published with [`QueueCounters::publish`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub received: u64,
+    pub received_bytes: u64,
+    pub filtered: u64,
+    pub capture_drops: u64,
+    pub delivery_drops: u64,
+    pub captured: u64,
+}
+
+/// The shared counters of one queue.
+#[derive(Debug)]
+pub struct QueueCounters {
+    queue: QueueId,
+    seq: AtomicU64,
+    received: AtomicU64,
+    received_bytes: AtomicU64,
+    filtered: AtomicU64,
+    capture_drops: AtomicU64,
+    delivery_drops: AtomicU64,
+    captured: AtomicU64,
+    delivered: AtomicU64,
+    delivered_bytes: AtomicU64,
+    bad_recycles: AtomicU64,
+}
+
+impl QueueCounters {
+    pub fn new(queue: QueueId) -> Self {
+        let z = || AtomicU64::new(0);
+        QueueCounters {
+            queue,
+            seq: z(),
+            received: z(),
+            received_bytes: z(),
+            filtered: z(),
+            capture_drops: z(),
+            delivery_drops: z(),
+            captured: z(),
+            delivered: z(),
+            delivered_bytes: z(),
+            bad_recycles: z(),
+        }
+    }
+
+    pub fn queue(&self) -> QueueId {
+        self.queue
+    }
+
+    /// Publish the capture thread's tally. Only the capture thread of this queue calls it.
+    pub fn publish(&self, t: &Tally) {
+        let s = self.seq.load(Ordering::Relaxed);
+        debug_assert!(s % 2 == 0, "two writers on one queue's capture counters");
+        self.seq.store(s + 1, Ordering::Relaxed);
+        // Release fence: the odd sequence number is visible before any counter store.
+        fence(Ordering::Release);
+        self.received.store(t.received, Ordering::Relaxed);
+        self.received_bytes.store(t.received_bytes, Ordering::Relaxed);
+        self.filtered.store(t.filtered, Ordering::Relaxed);
+        self.capture_drops.store(t.capture_drops, Ordering::Relaxed);
+        self.delivery_drops.store(t.delivery_drops, Ordering::Relaxed);
+        self.captured.store(t.captured, Ordering::Relaxed);
+        // Release: the counter stores are visible to a reader that sees the even number.
+        self.seq.store(s + 2, Ordering::Release);
+    }
+
+    /// Record packets released by the worker. Only the worker of this queue calls it.
+    pub fn add_delivered(&self, packets: u64, bytes: u64) {
+        // Single writer, so load+store is exact; Release orders it after the chunk's
+        // capture-side publication that we synchronized with through the ring.
+        let d = self.delivered.load(Ordering::Relaxed);
+        self.delivered_bytes.store(self.delivered_bytes.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+        self.delivered.store(d + packets, Ordering::Release);
+    }
+
+    pub fn add_bad_recycle(&self) {
+        self.bad_recycles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A consistent view of this queue's counters.
+    pub fn read(&self) -> QueueStats {
+        // Acquire: everything the capture thread published before the worker's
+        // delivery we see is visible to the seqlock read below.
+        let delivered = self.delivered.load(Ordering::Acquire);
+        let delivered_bytes = self.delivered_bytes.load(Ordering::Relaxed);
+        let t = loop {
+            // Acquire pairs with the final Release store in `publish`.
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let t = Tally {
+                received: self.received.load(Ordering::Relaxed),
+                received_bytes: self.received_bytes.load(Ordering::Relaxed),
+                filtered: self.filtered.load(Ordering::Relaxed),
+                capture_drops: self.capture_drops.load(Ordering::Relaxed),
+                delivery_drops: self.delivery_drops.load(Ordering::Relaxed),
+                captured: self.captured.load(Ordering::Relaxed),
+            };
+            // Acquire fence: the counter loads complete before the re-check of seq.
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == s1 {
+                break t;
+            }
+        };
+        debug_assert!(delivered <= t.captured, "worker delivered more than was captured");
+        QueueStats {
+            queue: self.queue,
+            received: t.received,
+            delivered,
+            filtered: t.filtered,
+            capture_drops: t.capture_drops,
+            delivery_drops: t.delivery_drops,
+            in_flight: t.captured.saturating_sub(delivered),
+            received_bytes: t.received_bytes,
+            delivered_bytes,
+            bad_recycles: self.bad_recycles.load(Ordering::Relaxed),
+        }
+    }
+}

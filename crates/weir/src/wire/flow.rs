@@ -1,0 +1,109 @@
+//! The flow tuple of a packet: what RSS hashes and what locality buffering sorts by.
+
+use super::link::{network_layer, Network};
+use super::{be16, field, ip_proto, Ipv4Packet, Ipv6Packet};
+use crate::LinkType;
+
+/// Source and destination ports of a TCP, UDP, SCTP or DCCP packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct L4Ports {
+    pub src: u16,
+    pub dst: u16,
+}
+
+impl L4Ports {
+    /// The smaller of the two ports: the key of locality buffering.
+    pub fn min(&self) -> u16 {
+        self.src.min(self.dst)
+    }
+}
+
+/// Addresses, protocol and (when present and reliable) ports of an IP packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FlowTuple {
+    V4 { src: [u8; 4], dst: [u8; 4], proto: u8, ports: Option<L4Ports> },
+    V6 { src: [u8; 16], dst: [u8; 16], proto: u8, ports: Option<L4Ports> },
+}
+
+impl FlowTuple {
+    /// Extract the tuple of a captured frame, or `None` when it is not IP or its IP
+    /// header was not captured whole.
+    pub fn parse(link: LinkType, frame: &[u8]) -> Option<FlowTuple> {
+        match network_layer(link, frame)? {
+            Network::Ipv4(b) => {
+                let ip = Ipv4Packet::new_checked(b).ok()?;
+                let proto = ip.protocol();
+                let ports = if ip.is_fragment() { None } else { ports(proto, ip.payload()) };
+                Some(FlowTuple::V4 { src: ip.src(), dst: ip.dst(), proto, ports })
+            }
+            Network::Ipv6(b) => {
+                let ip = Ipv6Packet::new_checked(b).ok()?;
+                let (proto, ports) = match ip.upper_layer() {
+                    Some((p, rest)) => (p, ports(p, rest)),
+                    None => (ip_proto::FRAGMENT, None),
+                };
+                Some(FlowTuple::V6 { src: ip.src(), dst: ip.dst(), proto, ports })
+            }
+        }
+    }
+
+    pub fn ports(&self) -> Option<L4Ports> {
+        match self {
+            FlowTuple::V4 { ports, .. } | FlowTuple::V6 { ports, .. } => *ports,
+        }
+    }
+
+    pub fn protocol(&self) -> u8 {
+        match self {
+            FlowTuple::V4 { proto, .. } | FlowTuple::V6 { proto, .. } => *proto,
+        }
+    }
+
+    /// The same flow seen from the other side.
+    pub fn reversed(&self) -> FlowTuple {
+        let rev = |p: Option<L4Ports>| p.map(|p| L4Ports { src: p.dst, dst: p.src });
+        match *self {
+            FlowTuple::V4 { src, dst, proto, ports } => FlowTuple::V4 { src: dst, dst: src, proto, ports: rev(ports) },
+            FlowTuple::V6 { src, dst, proto, ports } => FlowTuple::V6 { src: dst, dst: src, proto, ports: rev(ports) },
+        }
+    }
+}
+
+fn ports(proto: u8, l4: &[u8]) -> Option<L4Ports> {
+    let carries_ports = matches!(
+        proto,
+        ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP | ip_proto::DCCP | ip_proto::UDPLITE
+    );
+    if !carries_ports || l4.len() < field::l4::PORTS_LEN {
+        return None;
+    }
+    Some(L4Ports { src: be16(l4, field::l4::SRC_PORT), dst: be16(l4, field::l4::DST_PORT) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_over_ethernet() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(&[0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2]);
+        f.extend_from_slice(&[0x30, 0x39, 0, 80, 0, 0, 0, 0]);
+        let t = FlowTuple::parse(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!(t.ports(), Some(L4Ports { src: 12345, dst: 80 }));
+        assert_eq!(t.ports().unwrap().min(), 80);
+        assert_eq!(t.reversed().reversed(), t);
+        // Cut inside the ports: still IP, but no ports.
+        let t = FlowTuple::parse(LinkType::ETHERNET, &f[..36]).unwrap();
+        assert_eq!(t.ports(), None);
+        assert_eq!(t.protocol(), 6);
+    }
+
+    #[test]
+    fn icmp_has_no_ports() {
+        let b = [0x45, 0, 0, 28, 0, 0, 0, 0, 64, 1, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0];
+        let t = FlowTuple::parse(LinkType::RAW, &b).unwrap();
+        assert_eq!(t.ports(), None);
+    }
+}
