@@ -5,7 +5,7 @@ use super::{be16, field, ip_proto, Ipv4Packet, Ipv6Packet};
 use crate::LinkType;
 
 /// Source and destination ports of a TCP, UDP, SCTP or DCCP packet.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct L4Ports {
     pub src: u16,
     pub dst: u16,
@@ -19,7 +19,7 @@ impl L4Ports {
 }
 
 /// Addresses, protocol and (when present and reliable) ports of an IP packet.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FlowTuple {
     V4 { src: [u8; 4], dst: [u8; 4], proto: u8, ports: Option<L4Ports> },
     V6 { src: [u8; 16], dst: [u8; 16], proto: u8, ports: Option<L4Ports> },
@@ -59,6 +59,11 @@ impl FlowTuple {
         }
     }
 
+    /// One key for both directions of a flow: the smaller of the two orientations.
+    pub fn canonical(&self) -> FlowTuple {
+        (*self).min(self.reversed())
+    }
+
     /// The same flow seen from the other side.
     pub fn reversed(&self) -> FlowTuple {
         let rev = |p: Option<L4Ports>| p.map(|p| L4Ports { src: p.dst, dst: p.src });
@@ -94,6 +99,7 @@ mod tests {
         assert_eq!(t.ports(), Some(L4Ports { src: 12345, dst: 80 }));
         assert_eq!(t.ports().unwrap().min(), 80);
         assert_eq!(t.reversed().reversed(), t);
+        assert_eq!(t.canonical(), t.reversed().canonical());
         // Cut inside the ports: still IP, but no ports.
         let t = FlowTuple::parse(LinkType::ETHERNET, &f[..36]).unwrap();
         assert_eq!(t.ports(), None);

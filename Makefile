@@ -1,0 +1,48 @@
+# weir: the two entry points of the README, plus the pieces they are made of.
+#   make demo   build a realistic trace with `weir synth` and count it on 2 queues
+#   make test   the whole test suite (unit, corpus, CLI, Miri, a short fuzz run)
+#   make bench  the benchmarks in bench/ (long; results in bench/results/)
+
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+WEIR := target/release/weir
+DEMO_TRACE := target/demo/synth.pcap
+
+.PHONY: demo test setup setup-nightly build unit miri fuzz-smoke clippy bench clean
+
+setup:
+	@scripts/setup
+
+setup-nightly:
+	@WEIR_SETUP_NIGHTLY=1 scripts/setup
+
+build: setup
+	$(CARGO) build --release --workspace
+
+demo: build
+	@mkdir -p target/demo
+	$(WEIR) synth -o $(DEMO_TRACE) --packets 2000000 --flows 100000 --seed 1
+	$(WEIR) count $(DEMO_TRACE)@0-1
+	$(WEIR) count --json -f 'tcp port 443' $(DEMO_TRACE)
+
+unit: setup
+	$(CARGO) test --workspace --release
+
+clippy: setup
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+miri: setup-nightly
+	MIRIFLAGS=-Zmiri-disable-isolation $(CARGO) +nightly miri test -p weir --lib -- ring:: pool::
+
+fuzz-smoke: setup-nightly
+	scripts/fuzz-smoke 30
+
+test: unit miri fuzz-smoke
+	@echo "make test: all suites passed"
+
+bench: build
+	python3 bench/run.py
+
+clean:
+	$(CARGO) clean

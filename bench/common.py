@@ -1,0 +1,79 @@
+"""Helpers shared by weir's benchmarks: run commands, time them, take medians.
+
+Every figure is a median of several runs, and every speed claim is a ratio
+against a peer measured in the same run on the same input. Absolute numbers on
+the shared 2-core machines are context only.
+"""
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "bench" / "work"
+RESULTS = ROOT / "bench" / "results"
+WEIR = ROOT / "target" / "release" / "weir"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+def build_peer(name, src, libs=("-lpcap",)):
+    """Compile a C peer from bench/peers into bench/work."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    out = WORK / name
+    src = ROOT / "bench" / "peers" / src
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        sh(["cc", "-O2", "-Wall", "-o", str(out), str(src), *libs])
+    return out
+
+
+def timed(cmd):
+    """Run `cmd`; return (wall seconds, CPU seconds of the child, stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, text=True, capture_output=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({p.returncode}): {p.stderr.strip()}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, p.stdout
+
+
+def warm(path):
+    """Pull a file into the page cache."""
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def write_result(name, data):
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}.json"
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    log(f"wrote {out.relative_to(ROOT)}")
+    return out
+
+
+def machine():
+    return {
+        "cores": os.cpu_count(),
+        "kernel": os.uname().release,
+        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+        "libpcap": sh(["dpkg-query", "-W", "-f=${Version}", "libpcap0.8"]).stdout if shutil.which("dpkg-query") else "?",
+    }
