@@ -43,5 +43,5 @@ pub mod stats;
 pub mod source;
 pub mod wire;
 
-// engine re-exports come with the engine
+pub use engine::{Engine, EngineBuilder, Handler, Report};
 pub use packet::{LinkType, Packet, QueueId};

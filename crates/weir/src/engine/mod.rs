@@ -1,1 +1,444 @@
-//! (in progress)
+//! The engine: one pool and work-queue pair per queue, capture threads that fill
+//! them, one worker thread per queue that hands packets to the application, and
+//! a clean stop.
+//!
+//! ```text
+//! capture unit ──push──► pool of queue q ──capture queue──► worker q ──► Handler::packet
+//!      ▲                                                        │
+//!      └──────────── recycle queue (validated) ◄────────────────┘
+//! ```
+//!
+//! Basic mode (WireCAP-B-(M,R)): each queue's chunks stay with that queue. The
+//! run ends when every capture unit has returned (end of input, a stop request,
+//! the packet limit, the time limit, or an error) and every worker has drained
+//! its capture queue; at that point nothing is in flight and the stats identity
+//! `received = delivered + filtered + capture_drops + delivery_drops` holds with
+//! `in_flight = 0`.
+
+mod control;
+mod unit;
+
+pub use control::{Control, StopHandle, StopReason};
+pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
+
+use crate::filter::{Filter, FilterError};
+use crate::pool::{self, Next, PoolConfig, WorkerSide};
+use crate::source::{self, Pacing, SourceSpec, SpecError};
+use crate::stats::{QueueCounters, Snapshot};
+use crate::{Packet, QueueId};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a worker sleeps on an empty capture queue before looking again.
+const WORKER_IDLE: Duration = Duration::from_millis(100);
+
+/// The application: called once per delivered packet, on the worker thread of
+/// the packet's queue. One handler per queue, so it needs no locking.
+pub trait Handler: Send + 'static {
+    fn packet(&mut self, packet: &Packet<'_>);
+}
+
+impl<F> Handler for F
+where
+    F: FnMut(&Packet<'_>) + Send + 'static,
+{
+    #[inline]
+    fn packet(&mut self, packet: &Packet<'_>) {
+        self(packet)
+    }
+}
+
+/// Why an engine could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("no source given")]
+    NoSource,
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("filter: {0}")]
+    Filter(#[from] FilterError),
+}
+
+impl BuildError {
+    /// True when the user's input was wrong (exit code 2 in the CLI).
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            BuildError::NoSource | BuildError::Spec(_) => true,
+            BuildError::Source(e) => e.is_bad_input(),
+            BuildError::Filter(e) => !matches!(e, FilterError::Library(_)),
+        }
+    }
+}
+
+/// Something went wrong while running.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{unit}: {error}")]
+    Source { unit: String, error: SourceError },
+    #[error("capture thread {unit} panicked: {message}")]
+    CapturePanicked { unit: String, message: String },
+    #[error("handler on queue {queue} panicked: {message}")]
+    HandlerPanicked { queue: QueueId, message: String },
+    #[error("cannot start thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Configures an [`Engine`]; values are checked against each other in [`build`](Self::build).
+#[derive(Default)]
+pub struct EngineBuilder {
+    spec: Option<SourceSpec>,
+    pool: PoolConfig,
+    filter: Option<String>,
+    packet_limit: Option<u64>,
+    time_limit: Option<Duration>,
+    pacing: Pacing,
+}
+
+impl EngineBuilder {
+    /// The source, by name: `trace.pcap`, `trace.pcap@0-3`, `file:PATH@2`, `-`.
+    pub fn source(mut self, name: &str) -> Result<Self, SpecError> {
+        self.spec = Some(name.parse()?);
+        Ok(self)
+    }
+
+    pub fn source_spec(mut self, spec: SourceSpec) -> Self {
+        self.spec = Some(spec);
+        self
+    }
+
+    /// Pool shape per queue; default WireCAP-B-(256,128).
+    pub fn pool(mut self, cfg: PoolConfig) -> Self {
+        self.pool = cfg;
+        self
+    }
+
+    /// A libpcap filter expression; packets it rejects are counted as filtered.
+    pub fn filter(mut self, expr: impl Into<String>) -> Self {
+        self.filter = Some(expr.into());
+        self
+    }
+
+    /// Stop after this many packets have passed the filter (all queues together).
+    pub fn packet_limit(mut self, n: u64) -> Self {
+        self.packet_limit = Some(n);
+        self
+    }
+
+    /// Stop this long after the start. Enforced while [`Running::join`] or
+    /// [`Running::wait_for`] runs.
+    pub fn time_limit(mut self, d: Duration) -> Self {
+        self.time_limit = Some(d);
+        self
+    }
+
+    /// How fast a recorded source is replayed; top speed by default.
+    pub fn pacing(mut self, p: Pacing) -> Self {
+        self.pacing = p;
+        self
+    }
+
+    /// Open the source and compile the filter for its link type.
+    pub fn build(self) -> Result<Engine, BuildError> {
+        let spec = self.spec.ok_or(BuildError::NoSource)?;
+        let source = source::open(&spec)?;
+        let info = source.info().clone();
+        let filter = match &self.filter {
+            Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?),
+            None => None,
+        };
+        Ok(Engine {
+            source,
+            info,
+            pool: self.pool,
+            filter,
+            packet_limit: self.packet_limit,
+            time_limit: self.time_limit,
+            pacing: self.pacing,
+        })
+    }
+}
+
+/// A configured engine, ready to start.
+pub struct Engine {
+    source: Box<dyn source::Source>,
+    info: SourceInfo,
+    pool: PoolConfig,
+    filter: Option<Filter>,
+    packet_limit: Option<u64>,
+    time_limit: Option<Duration>,
+    pacing: Pacing,
+}
+
+impl Engine {
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    pub fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    pub fn pool_config(&self) -> &PoolConfig {
+        &self.pool
+    }
+
+    pub fn filter(&self) -> Option<&Filter> {
+        self.filter.as_ref()
+    }
+
+    /// Run to the end and report. `make` is called once per queue, on this thread,
+    /// to create that queue's handler.
+    pub fn run<H: Handler>(self, make: impl FnMut(QueueId) -> H) -> Result<Report<H>, RunError> {
+        Ok(self.start(make)?.join())
+    }
+
+    /// Start the threads and return at once.
+    pub fn start<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
+        let ctl = Arc::new(Control::new(self.packet_limit));
+        let progress = self.source.progress();
+        let units = self
+            .source
+            .into_units(source::CaptureOptions { filter: self.filter, pacing: self.pacing })
+            .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
+
+        let mut counters = Vec::new();
+        let mut capture_sides = Vec::new();
+        let mut worker_sides = Vec::new();
+        for &q in &self.info.queues {
+            let c = Arc::new(QueueCounters::new(q));
+            let (cap, work) = pool::work_queue_pair(q, &self.pool, Arc::clone(&c));
+            ctl.register(cap.wake_handle());
+            ctl.register(work.wake_handle());
+            counters.push(c);
+            capture_sides.push(Some(cap));
+            worker_sides.push((q, work));
+        }
+
+        let mut workers = Vec::new();
+        for (q, side) in worker_sides {
+            let handler = make(q);
+            let thread_ctl = Arc::clone(&ctl);
+            ctl.thread_started();
+            let h = std::thread::Builder::new()
+                .name(format!("weir-worker-{q}"))
+                .spawn(move || {
+                    let _end = ThreadEnd(&thread_ctl);
+                    worker_loop(side, handler, &thread_ctl)
+                })
+                .map_err(|e| {
+                    ctl.thread_ended();
+                    RunError::Spawn(e)
+                })?;
+            workers.push((q, h));
+        }
+
+        let mut captures = Vec::new();
+        for unit in units {
+            let name = unit.name();
+            let sides = unit
+                .queues()
+                .iter()
+                .filter_map(|q| self.info.queues.iter().position(|x| x == q))
+                .filter_map(|i| capture_sides[i].take())
+                .collect();
+            let thread_ctl = Arc::clone(&ctl);
+            let thread_name = format!("weir-capture-{name}");
+            ctl.thread_started();
+            let h = std::thread::Builder::new()
+                .name(thread_name.chars().take(15).collect())
+                .spawn(move || {
+                    let _end = ThreadEnd(&thread_ctl);
+                    capture_loop(unit, sides, &thread_ctl)
+                })
+                .map_err(|e| {
+                    ctl.thread_ended();
+                    RunError::Spawn(e)
+                })?;
+            captures.push((name, h));
+        }
+        // Queues no unit serves: closing their capture queues lets their workers end.
+        drop(capture_sides);
+
+        Ok(Running {
+            ctl,
+            counters,
+            captures,
+            workers,
+            started: Instant::now(),
+            time_limit: self.time_limit,
+            progress,
+            info: self.info,
+        })
+    }
+}
+
+/// Tells the engine a thread ended, however it ends.
+struct ThreadEnd<'a>(&'a Control);
+
+impl Drop for ThreadEnd<'_> {
+    fn drop(&mut self) {
+        self.0.thread_ended();
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+fn capture_loop(
+    unit: Box<dyn CaptureUnit>,
+    sides: Vec<pool::CaptureSide>,
+    ctl: &Control,
+) -> Result<(), RunError> {
+    let name = unit.name();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unit.run(sides, ctl)));
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => {
+            ctl.request_stop(StopReason::Failed);
+            Err(RunError::Source { unit: name, error })
+        }
+        Err(p) => {
+            ctl.request_stop(StopReason::Failed);
+            Err(RunError::CapturePanicked { unit: name, message: panic_message(p) })
+        }
+    }
+}
+
+fn worker_loop<H: Handler>(side: WorkerSide, mut handler: H, ctl: &Control) -> Result<H, RunError> {
+    let queue = side.queue();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+        match side.next(WORKER_IDLE) {
+            Next::Chunk(chunk) => {
+                for p in chunk.packets() {
+                    handler.packet(&p);
+                }
+            }
+            Next::Idle => {}
+            Next::Closed => break,
+        }
+    }));
+    match result {
+        Ok(()) => Ok(handler),
+        Err(p) => {
+            // Nobody will drain this queue now: stop capture so it does not wait forever.
+            ctl.request_stop(StopReason::Failed);
+            Err(RunError::HandlerPanicked { queue, message: panic_message(p) })
+        }
+    }
+}
+
+/// A started engine.
+pub struct Running<H> {
+    ctl: Arc<Control>,
+    counters: Vec<Arc<QueueCounters>>,
+    captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
+    workers: Vec<(QueueId, JoinHandle<Result<H, RunError>>)>,
+    started: Instant,
+    time_limit: Option<Duration>,
+    progress: Option<Arc<Progress>>,
+    info: SourceInfo,
+}
+
+impl<H: Handler> Running<H> {
+    pub fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    /// A consistent snapshot of every queue's counters.
+    pub fn stats(&self) -> Snapshot {
+        Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() }
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.ctl))
+    }
+
+    /// Bytes of input consumed and in total (total 0 when unknown), for finite sources.
+    pub fn progress(&self) -> Option<(u64, u64)> {
+        self.progress.as_ref().map(|p| p.get())
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.workers.iter().all(|(_, h)| h.is_finished()) && self.captures.iter().all(|(_, h)| h.is_finished())
+    }
+
+    /// Wait up to `d` for the run to finish, enforcing the time limit meanwhile.
+    /// Returns true when it has finished.
+    pub fn wait_for(&self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        loop {
+            let deadline = self.time_limit.map(|l| self.started + l).filter(|_| !self.ctl.stop_requested());
+            let wake = deadline.map_or(until, |t| t.min(until));
+            if self.ctl.wait_threads(wake) {
+                return true;
+            }
+            if deadline.is_some_and(|t| Instant::now() >= t) {
+                self.ctl.request_stop(StopReason::TimeLimit);
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+        }
+    }
+
+    /// Wait for the end and report.
+    pub fn join(self) -> Report<H> {
+        while !self.wait_for(Duration::from_secs(1)) {}
+        let elapsed = self.started.elapsed();
+        let mut errors = Vec::new();
+        for (unit, h) in self.captures {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => errors.push(e),
+                Err(p) => errors.push(RunError::CapturePanicked { unit, message: panic_message(p) }),
+            }
+        }
+        let mut handlers = Vec::new();
+        for (queue, h) in self.workers {
+            match h.join() {
+                Ok(Ok(handler)) => handlers.push((queue, handler)),
+                Ok(Err(e)) => errors.push(e),
+                Err(p) => errors.push(RunError::HandlerPanicked { queue, message: panic_message(p) }),
+            }
+        }
+        let stats = Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() };
+        let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
+        Report { stats, handlers, elapsed, stop, errors }
+    }
+}
+
+/// The outcome of a run.
+pub struct Report<H> {
+    /// Final counters; `in_flight` is 0 after a clean run.
+    pub stats: Snapshot,
+    /// Each queue's handler, in queue order, for reading what it gathered.
+    pub handlers: Vec<(QueueId, H)>,
+    pub elapsed: Duration,
+    pub stop: StopReason,
+    /// Everything that went wrong; a malformed trace shows up here, after the
+    /// packets before the damage were delivered.
+    pub errors: Vec<RunError>,
+}
+
+impl<H> Report<H> {
+    /// The first error, if any.
+    pub fn error(&self) -> Option<&RunError> {
+        self.errors.first()
+    }
+
+    /// True when the first error is in the user's input (a malformed trace).
+    pub fn failed_on_bad_input(&self) -> bool {
+        matches!(self.errors.first(), Some(RunError::Source { error, .. }) if error.is_bad_input())
+    }
+}

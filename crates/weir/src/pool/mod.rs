@@ -19,23 +19,30 @@
 //! Free chunks are reused last-in first-out, so the chunk the capture thread fills
 //! next is the one most recently read: its cells and arena are still in cache.
 //!
-//! Cells here own their bytes: each chunk has an arena of `chunk_bytes` into which
-//! the capture thread copies packets (the DMA of a real NIC into pool buffers).
-//! A chunk is published when its M cells or its arena are full, or on a flush.
+//! A cell's bytes live in one of two places. With [`CaptureSide::push_copy`] they
+//! are copied into the chunk's own arena of `chunk_bytes` (the DMA of a real NIC
+//! into pool buffers). With [`CaptureSide::push_ref`] the cell points into a
+//! block of a [`BlockArena`] that the capture unit filled in bulk, and the chunk
+//! holds that block (up to [`BLOCKS_PER_CHUNK`] of them) until it is recycled:
+//! no copy at all. A chunk is published when its M cells, its arena or its block
+//! list are full, or on a flush.
 
 #![allow(unsafe_code)]
 
+pub mod blocks;
 mod config;
+mod sys;
 
+pub use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
 pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
 
 use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
 use crate::stats::{QueueCounters, Tally};
 use crate::{Packet, QueueId};
-use std::alloc::Layout;
 use std::cell::{RefCell, UnsafeCell};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The state of one chunk, stored with its generation in one atomic word.
@@ -110,8 +117,9 @@ struct Pool {
     counts: Box<[AtomicU32]>,
     bytes: Box<[AtomicU64]>,
     cells: Box<[UnsafeCell<Cell>]>,
-    arena: *mut u8,
-    arena_layout: Layout,
+    arena: sys::Region,
+    /// The blocks `push_ref` cells point into, kept alive as long as the pool.
+    backing: OnceLock<Arc<BlockArena>>,
 }
 
 // SAFETY: cells and arena bytes of a chunk are written only by the capture thread
@@ -119,7 +127,8 @@ struct Pool {
 // The state word moves between those with Release/Acquire transitions and the ring
 // pushes/pops between them are Release/Acquire too, so every access to a chunk's
 // memory is ordered after the previous owner's last access. The raw pointers in
-// cells point into `arena`, which lives as long as the `Pool`.
+// cells point into `arena` or into a block of `backing` that the chunk holds; both
+// live as long as the `Pool`.
 unsafe impl Send for Pool {}
 // SAFETY: as above: shared access never touches a chunk's memory outside its state.
 unsafe impl Sync for Pool {}
@@ -129,14 +138,8 @@ impl Pool {
         let r = cfg.chunks().get();
         let m = cfg.cells().get();
         let chunk_bytes = cfg.chunk_bytes().get();
-        let arena_layout = Layout::from_size_align(r * chunk_bytes, 4096).expect("pool size checked by PoolConfig");
-        // SAFETY: the layout is non-zero (r >= 2, chunk_bytes >= MAX_CAPLEN) and valid.
-        // Zeroed allocation of this size is lazily backed, so untouched chunks cost
-        // no resident memory.
-        let arena = unsafe { std::alloc::alloc_zeroed(arena_layout) };
-        if arena.is_null() {
-            std::alloc::handle_alloc_error(arena_layout);
-        }
+        // Lazily backed: chunks never attached cost no resident memory.
+        let arena = sys::Region::new(r * chunk_bytes);
         Pool {
             uid: NEXT_POOL_UID.fetch_add(1, Ordering::Relaxed),
             queue,
@@ -147,7 +150,7 @@ impl Pool {
             bytes: (0..r).map(|_| AtomicU64::new(0)).collect(),
             cells: (0..r * m).map(|_| UnsafeCell::new(EMPTY_CELL)).collect(),
             arena,
-            arena_layout,
+            backing: OnceLock::new(),
         }
     }
 
@@ -179,19 +182,13 @@ impl Pool {
         let cell = self.cells[idx as usize * self.cells_per_chunk + i].get();
         // SAFETY: the caller holds the chunk in Delivering, so the capture thread does
         // not write this cell; the cell was written (with a pointer into this chunk's
-        // arena slice and its length) before the chunk was published.
+        // arena slice or a block it holds, and its length) before it was published.
         let c = unsafe { *cell };
-        // SAFETY: `data..data+caplen` lies in this chunk's arena region, which is
-        // allocated for the pool's lifetime and not written while the chunk is held.
+        // SAFETY: `data..data+caplen` lies in this chunk's arena region or in a block
+        // the chunk holds; both live as long as the pool and neither is written
+        // while the chunk is held.
         let data = unsafe { std::slice::from_raw_parts(c.data, c.caplen as usize) };
         Packet::new(data, c.wire_len, c.ts_ns, self.queue)
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        // SAFETY: `arena` was allocated in `new` with exactly this layout and is freed once.
-        unsafe { std::alloc::dealloc(self.arena, self.arena_layout) };
     }
 }
 
@@ -217,6 +214,7 @@ pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCoun
         cur_count: 0,
         cur_used: 0,
         cur_bytes: 0,
+        chunk_blocks: vec![ChunkBlocks::default(); r],
         tally: Tally::default(),
     };
     let worker = WorkerSide {
@@ -242,7 +240,29 @@ pub struct CaptureSide {
     cur_count: usize,
     cur_used: usize,
     cur_bytes: u64,
+    /// The blocks each chunk's cells point into; only the capture thread reads it.
+    chunk_blocks: Vec<ChunkBlocks>,
     tally: Tally,
+}
+
+/// Most blocks one chunk may hold: a chunk of a rare queue would otherwise pin a
+/// long stretch of blocks for a handful of packets.
+pub const BLOCKS_PER_CHUNK: usize = 4;
+
+#[derive(Copy, Clone, Debug, Default)]
+struct ChunkBlocks {
+    len: u8,
+    ids: [BlockId; BLOCKS_PER_CHUNK],
+}
+
+impl ChunkBlocks {
+    fn contains(&self, id: BlockId) -> bool {
+        self.ids[..usize::from(self.len)].contains(&id)
+    }
+
+    fn is_full(&self) -> bool {
+        usize::from(self.len) == BLOCKS_PER_CHUNK
+    }
 }
 
 impl CaptureSide {
@@ -268,7 +288,7 @@ impl CaptureSide {
         // [base, base+len) by the check above; source and destination are distinct
         // allocations (the source is the caller's buffer).
         let dst = unsafe {
-            let dst = self.pool.arena.add(base);
+            let dst = self.pool.arena.as_ptr().add(base);
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
             dst
         };
@@ -278,6 +298,43 @@ impl CaptureSide {
         self.cur_count += 1;
         // Keep the next packet 8-byte aligned.
         self.cur_used += (len + 7) & !7;
+        self.cur_bytes += u64::from(wire_len);
+        self.tally.received += 1;
+        self.tally.received_bytes += u64::from(wire_len);
+        self.tally.captured += 1;
+        Ok(())
+    }
+
+    /// Capture a packet without copying: the cell points at `range` of `block`, and
+    /// the chunk holds the block until it is recycled. Counts like
+    /// [`push_copy`](Self::push_copy). All blocks of one pool must come from one arena.
+    #[inline]
+    pub fn push_ref(&mut self, block: &BlockRef, range: Range<usize>, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+        block.check(&range);
+        let len = range.len().min(MAX_CAPLEN);
+        let id = block.id();
+        let idx = match self.cur {
+            Some(idx)
+                if self.cur_count < self.pool.cells_per_chunk
+                    && (self.chunk_blocks[idx as usize].contains(id) || !self.chunk_blocks[idx as usize].is_full()) =>
+            {
+                idx
+            }
+            _ => self.next_chunk()?,
+        };
+        let backing = self.pool.backing.get_or_init(|| Arc::clone(block.arena()));
+        assert!(Arc::ptr_eq(backing, block.arena()), "a pool takes blocks from one arena only");
+        let held = &mut self.chunk_blocks[idx as usize];
+        if !held.contains(id) {
+            held.ids[usize::from(held.len)] = id;
+            held.len += 1;
+            backing.hold(id);
+        }
+        let cell = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
+        // SAFETY: the chunk is Attached to us, so this cell is ours to write; the
+        // pointer is inside the block (checked above), which the chunk now holds.
+        unsafe { *cell = Cell { data: backing.ptr(id, range.start), caplen: len as u32, wire_len, ts_ns } };
+        self.cur_count += 1;
         self.cur_bytes += u64::from(wire_len);
         self.tally.received += 1;
         self.tally.received_bytes += u64::from(wire_len);
@@ -342,6 +399,17 @@ impl CaptureSide {
         self.has_cell()
     }
 
+    /// Sleep until the worker recycles a chunk, at most `timeout`, and take it back.
+    pub fn wait_recycled(&mut self, timeout: Duration) -> bool {
+        match self.recycled.pop_wait(timeout) {
+            Some(idx) => {
+                self.take_back(idx);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A handle that wakes this side from [`wait_for_cell`](Self::wait_for_cell).
     pub fn wake_handle(&self) -> WakeHandle {
         self.recycled.wake_handle()
@@ -358,7 +426,8 @@ impl CaptureSide {
         self.captured.len()
     }
 
-    fn reclaim(&mut self) {
+    /// Take back what the worker recycled, releasing the blocks those chunks held.
+    pub fn reclaim(&mut self) {
         while let Some(idx) = self.recycled.pop() {
             self.take_back(idx);
         }
@@ -366,8 +435,15 @@ impl CaptureSide {
 
     fn take_back(&mut self, idx: u32) {
         debug_assert_eq!(self.pool.state(idx).0, ChunkState::Free, "recycle queue carried a chunk that is not free");
+        let held = std::mem::take(&mut self.chunk_blocks[idx as usize]);
+        if let Some(backing) = self.pool.backing.get() {
+            for &id in &held.ids[..usize::from(held.len)] {
+                backing.release(id);
+            }
+        }
         self.free.push(idx);
     }
+
 
     #[cold]
     fn next_chunk(&mut self) -> Result<u32, NoCell> {

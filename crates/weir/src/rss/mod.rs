@@ -199,8 +199,11 @@ mod tests {
         0xbe, 0xac, 0x01, 0xfa,
     ];
 
-    /// Microsoft's published IPv4 verification vectors: (src, sport, dst, dport, with ports, without).
-    const VECTORS: [([u8; 4], u16, [u8; 4], u16, u32, u32); 5] = [
+    /// Source, source port, destination, destination port, hash with ports, hash without.
+    type Vector = ([u8; 4], u16, [u8; 4], u16, u32, u32);
+
+    /// Microsoft's published IPv4 verification vectors.
+    const VECTORS: [Vector; 5] = [
         ([66, 9, 149, 187], 2794, [161, 142, 100, 80], 1766, 0x51ccc178, 0x323e8fc2),
         ([199, 92, 111, 2], 14230, [65, 69, 140, 83], 4739, 0xc626b0ea, 0xd718262a),
         ([24, 19, 198, 95], 12898, [12, 22, 207, 184], 38024, 0x5c2b394a, 0xd2d0a5de),

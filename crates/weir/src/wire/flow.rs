@@ -13,7 +13,7 @@ pub struct L4Ports {
 
 impl L4Ports {
     /// The smaller of the two ports: the key of locality buffering.
-    pub fn min(&self) -> u16 {
+    pub fn min_port(&self) -> u16 {
         self.src.min(self.dst)
     }
 }
@@ -97,7 +97,7 @@ mod tests {
         f.extend_from_slice(&[0x30, 0x39, 0, 80, 0, 0, 0, 0]);
         let t = FlowTuple::parse(LinkType::ETHERNET, &f).unwrap();
         assert_eq!(t.ports(), Some(L4Ports { src: 12345, dst: 80 }));
-        assert_eq!(t.ports().unwrap().min(), 80);
+        assert_eq!(t.ports().unwrap().min_port(), 80);
         assert_eq!(t.reversed().reversed(), t);
         assert_eq!(t.canonical(), t.reversed().canonical());
         // Cut inside the ports: still IP, but no ports.

@@ -1,0 +1,149 @@
+//! `weir count`: count packets and bytes per queue, the pfcount of weir.
+//!
+//! Each queue's worker counts what it is handed, as an application would; the
+//! final figures are the workers' own counts, checked against the engine's
+//! per-queue `delivered` counter so a miscount in either is caught.
+
+use crate::exit::bad_input;
+use crate::run::{human_rate, stop_on_signal, Monitor, SourceArgs};
+use anyhow::bail;
+use clap::Args;
+use serde_json::json;
+use std::process::ExitCode;
+use weir::engine::Report;
+use weir::stats::QueueStats;
+use weir::{Handler, Packet};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  weir count trace.pcap\n  weir count trace.pcap@0-3 --json\n  \
+weir count -f 'tcp and port 443' --pps 100000 trace.pcap\n\n\
+Every packet is counted once: received = delivered + filtered + capture_drops + delivery_drops \
++ in_flight, per queue. capture_drops: no free cell when the packet arrived (only when paced). \
+delivery_drops: lost by the kernel before weir saw it (live sources).")]
+pub struct CountArgs {
+    #[command(flatten)]
+    pub src: SourceArgs,
+
+    /// Print one JSON object at the end instead of the table (no status lines).
+    #[arg(long)]
+    pub json: bool,
+
+    /// No status lines while running.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// What one queue's worker saw.
+#[derive(Default)]
+struct Count {
+    packets: u64,
+    bytes: u64,
+}
+
+impl Handler for Count {
+    #[inline]
+    fn packet(&mut self, p: &Packet<'_>) {
+        self.packets += 1;
+        self.bytes += u64::from(p.wire_len());
+    }
+}
+
+pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
+    let engine = args.src.engine()?;
+    let info = engine.info().clone();
+    let pool = *engine.pool_config();
+    let running = engine.start(|_q| Count::default())?;
+    stop_on_signal(running.stop_handle())?;
+    Monitor::new(&running, args.quiet || args.json).watch(&running, || {});
+    let report = running.join();
+    // The workers' own counts must be what the engine says it delivered.
+    let stats = &report.stats;
+    for (q, (queue, count)) in stats.queues.iter().zip(&report.handlers) {
+        let clean = report.errors.is_empty();
+        if q.queue != *queue || !q.balanced() || (clean && q.in_flight != 0) || count.packets != q.delivered || count.bytes != q.delivered_bytes {
+            bail!("internal accounting error on queue {}: engine {q:?}, worker counted {} packets {} bytes", q.queue, count.packets, count.bytes);
+        }
+    }
+    let total = stats.total();
+    if args.json {
+        print_json(&report, &info.name, info.link_type.to_string(), &total);
+    } else {
+        print_table(&report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
+    }
+    finish(&report)
+}
+
+fn finish<H>(report: &Report<H>) -> anyhow::Result<ExitCode> {
+    match report.error() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) if report.failed_on_bad_input() => Err(bad_input(anyhow::anyhow!("{e}"))),
+        Some(e) => bail!("{e}"),
+    }
+}
+
+fn print_table<H>(report: &Report<H>, title: &str, total: &QueueStats) {
+    println!("weir count: {title}");
+    println!(
+        "{:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
+        "queue", "received", "delivered", "filtered", "capture_drops", "delivery_drops", "in_flight", "bytes"
+    );
+    let row = |name: String, q: &QueueStats| {
+        println!(
+            "{name:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
+            q.received, q.delivered, q.filtered, q.capture_drops, q.delivery_drops, q.in_flight, q.delivered_bytes
+        )
+    };
+    for q in &report.stats.queues {
+        row(q.queue.to_string(), q);
+    }
+    if report.stats.queues.len() > 1 {
+        row("total".into(), total);
+    }
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "{} packets, {} bytes in {:.3} s: {}pps, {}bit/s ({})",
+        total.delivered,
+        total.delivered_bytes,
+        secs,
+        human_rate(total.delivered as f64 / secs),
+        human_rate(total.delivered_bytes as f64 * 8.0 / secs),
+        report.stop
+    );
+}
+
+fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStats) {
+    let queues: Vec<_> = report
+        .stats
+        .queues
+        .iter()
+        .map(|q| {
+            json!({
+                "queue": q.queue.0,
+                "received": q.received,
+                "delivered": q.delivered,
+                "filtered": q.filtered,
+                "capture_drops": q.capture_drops,
+                "delivery_drops": q.delivery_drops,
+                "in_flight": q.in_flight,
+                "bytes": q.delivered_bytes,
+            })
+        })
+        .collect();
+    let secs = report.elapsed.as_secs_f64();
+    let v = json!({
+        "source": name,
+        "link_type": link,
+        "packets": total.delivered,
+        "bytes": total.delivered_bytes,
+        "elapsed_s": secs,
+        "pps": if secs > 0.0 { total.delivered as f64 / secs } else { 0.0 },
+        "received": total.received,
+        "filtered": total.filtered,
+        "capture_drops": total.capture_drops,
+        "delivery_drops": total.delivery_drops,
+        "stop": report.stop.to_string(),
+        "error": report.error().map(|e| e.to_string()),
+        "queues": queues,
+    });
+    println!("{v}");
+}

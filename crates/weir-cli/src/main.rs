@@ -1,0 +1,52 @@
+//! `weir`: capture, count, record and synthesize packet traces.
+//!
+//! Exit codes: 0 success; 2 bad input (arguments, filter expression, malformed
+//! trace), with the packets read before the damage still counted; 1 any other
+//! failure; 130 after a second Ctrl-C.
+
+mod count;
+mod exit;
+mod record;
+mod run;
+mod synth;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "Packet capture and delivery for passive network monitoring",
+    long_about = "weir takes packets from a source (a trace file today), splits them across queues \
+by a symmetric RSS hash so both directions of a flow stay together, keeps them in a per-queue \
+pool of chunks that absorbs bursts, and hands them to one worker per queue.\n\n\
+SOURCE names: `trace.pcap` (one queue), `trace.pcap@0-3` (split into 4 queues by RSS), \
+`trace.pcap@2` (queue 2 of 3), `file:PATH[@RANGE]` for paths that contain '@', `-` for stdin.",
+    after_help = "Examples:\n  weir synth -o /tmp/t.pcap --packets 1000000 --flows 100000\n  weir count /tmp/t.pcap@0-1\n  \
+weir count -f 'tcp port 443' --json /tmp/t.pcap\n  weir record /tmp/t.pcap -f udp -w /tmp/udp-%H%M%S.pcapng -G 60"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Count packets and bytes per queue, with rates and drops once a second (the pfcount of weir).
+    Count(count::CountArgs),
+    /// Write what a source delivers to pcap or pcapng files, with rotation.
+    Record(record::RecordArgs),
+    /// Build a large, realistic trace for benchmarks (built-in model, or flows taken from real traces).
+    Synth(synth::SynthArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Count(a) => count::run(a),
+        Command::Record(a) => record::run(a),
+        Command::Synth(a) => synth::run(a),
+    };
+    exit::report(result)
+}

@@ -1,0 +1,172 @@
+//! `weir record`: write what a source delivers to pcap or pcapng files, with
+//! rotation by size, time or packet count.
+//!
+//! All queues write into one rotating output. With one queue the packets keep
+//! their capture order; with several, each queue's packets keep theirs and the
+//! queues interleave as their workers run.
+
+use crate::exit::bad_input;
+use crate::run::{stop_on_signal, Monitor, SourceArgs};
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, ValueEnum};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use weir::sink::rotate::{FileSpec, RotatingWriter, RotationPolicy};
+use weir::sink::{FileFormat, TsPrecision};
+use weir::{Handler, Packet};
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum Format {
+    Pcap,
+    Pcapng,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  weir record trace.pcap@0-1 -f 'tcp port 80' -w /tmp/http.pcap\n  \
+weir record big.pcap -w '/tmp/cap-%Y%m%d-%H%M%S.pcapng' -G 60 -W 10\n  weir record big.pcap -w /tmp/part.pcap -C 100\n\n\
+Names: OUT is expanded with strftime conversions (UTC, from the first packet in each file) and \
+{seq} (the file's number in this run). When rotating with a name that has neither, weir inserts \
+.N before the extension (out.0.pcap, out.1.pcap, ...). Time rotation (-G) follows packet \
+timestamps, aligned to multiples of the period.")]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub src: SourceArgs,
+
+    /// Output file name pattern (see below).
+    #[arg(short = 'w', long = "write", value_name = "OUT")]
+    pub out: String,
+
+    /// File format; by default pcapng if OUT ends in .pcapng, else pcap.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+
+    /// Write nanosecond timestamps (default: microseconds for pcap, nanoseconds for pcapng).
+    #[arg(long, conflicts_with = "micro")]
+    pub nano: bool,
+
+    /// Write microsecond timestamps.
+    #[arg(long)]
+    pub micro: bool,
+
+    /// Start a new file before one would exceed SIZE million bytes (as tcpdump -C).
+    #[arg(short = 'C', long = "file-size", value_name = "SIZE")]
+    pub file_size: Option<f64>,
+
+    /// Start a new file every SECS seconds of packet time (as tcpdump -G).
+    #[arg(short = 'G', long = "rotate-seconds", value_name = "SECS")]
+    pub rotate_seconds: Option<u64>,
+
+    /// Start a new file after N packets.
+    #[arg(long = "file-packets", value_name = "N")]
+    pub file_packets: Option<u64>,
+
+    /// Keep at most N files, deleting the oldest (as tcpdump -W).
+    #[arg(short = 'W', long = "max-files", value_name = "N")]
+    pub max_files: Option<usize>,
+
+    /// No status lines while running.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// The rotating writer shared by the queues' workers, and its first error.
+struct Shared {
+    writer: Option<RotatingWriter>,
+    error: Option<anyhow::Error>,
+    packets: u64,
+}
+
+struct Recorder {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Handler for Recorder {
+    fn packet(&mut self, p: &Packet<'_>) {
+        let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if s.error.is_some() {
+            return;
+        }
+        let written = match s.writer.as_mut() {
+            Some(w) => w.write_packet(p.ts_ns(), p.data(), p.wire_len()),
+            None => return,
+        };
+        match written {
+            Ok(()) => s.packets += 1,
+            Err(e) => s.error = Some(anyhow!(e)),
+        }
+    }
+}
+
+pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    let format = match args.format {
+        Some(Format::Pcap) => FileFormat::Pcap,
+        Some(Format::Pcapng) => FileFormat::PcapNg,
+        None if args.out.ends_with(".pcapng") => FileFormat::PcapNg,
+        None => FileFormat::Pcap,
+    };
+    let precision = match (args.nano, args.micro, format) {
+        (true, _, _) => TsPrecision::Nano,
+        (_, true, _) => TsPrecision::Micro,
+        (_, _, FileFormat::PcapNg) => TsPrecision::Nano,
+        _ => TsPrecision::Micro,
+    };
+    let max_bytes = match args.file_size {
+        Some(mb) if !(mb.is_finite() && mb > 0.0) => return Err(bad_input(anyhow!("-C must be a positive size, not {mb}"))),
+        Some(mb) => Some((mb * 1e6) as u64),
+        None => None,
+    };
+    let policy = RotationPolicy {
+        max_bytes,
+        max_seconds: args.rotate_seconds,
+        max_packets: args.file_packets,
+        max_files: args.max_files,
+    };
+
+    let engine = args.src.engine()?;
+    let info = engine.info().clone();
+    let snaplen = if info.snaplen == 0 { weir::pool::MAX_CAPLEN as u32 } else { info.snaplen };
+    let spec = FileSpec { format, link: info.link_type, snaplen, precision };
+    let writer = RotatingWriter::new(&args.out, spec, policy).map_err(bad_input)?;
+    let shared = Arc::new(Mutex::new(Shared { writer: Some(writer), error: None, packets: 0 }));
+
+    let running = engine.start(|_q| Recorder { shared: Arc::clone(&shared) })?;
+    let stop = running.stop_handle();
+    stop_on_signal(stop.clone())?;
+    // A write error stops the capture: there is no point capturing what cannot be kept.
+    Monitor::new(&running, args.quiet).watch(&running, || {
+        if shared.lock().map(|s| s.error.is_some()).unwrap_or(true) {
+            stop.stop();
+        }
+    });
+    let report = running.join();
+
+    let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = s.error.take() {
+        return Err(e).context("writing the capture");
+    }
+    let writer = s.writer.take().expect("the writer is only taken here");
+    let files = writer.finish().context("closing the capture file")?;
+    let total = report.stats.total();
+    eprintln!(
+        "weir record: {} packets from {} written to {} file{}: {}",
+        s.packets,
+        info.name,
+        files.len(),
+        if files.len() == 1 { "" } else { "s" },
+        files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
+    if total.filtered + total.capture_drops + total.delivery_drops > 0 {
+        eprintln!(
+            "weir record: {} received, {} filtered, {} capture drops, {} delivery drops",
+            total.received, total.filtered, total.capture_drops, total.delivery_drops
+        );
+    }
+    if s.packets != total.delivered {
+        bail!("internal accounting error: {} delivered but {} written", total.delivered, s.packets);
+    }
+    match report.error() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) if report.failed_on_bad_input() => Err(bad_input(anyhow!("{e}"))),
+        Some(e) => bail!("{e}"),
+    }
+}

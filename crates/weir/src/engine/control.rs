@@ -1,0 +1,164 @@
+//! Stopping a running engine, from any thread, for any reason.
+//!
+//! A stop is a request: capture units see it at their next packet or wait,
+//! publish what they hold and return. Workers do not stop on the request; they
+//! stop when their capture queue is closed and drained, so every packet captured
+//! before the stop is delivered and nothing is left in flight. The first reason
+//! given wins and is reported.
+
+use crate::ring::WakeHandle;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Why a run ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The source has no more packets (end of a trace).
+    EndOfInput,
+    /// The packet limit was reached.
+    PacketLimit,
+    /// The time limit passed.
+    TimeLimit,
+    /// Someone called [`StopHandle::stop`] (Ctrl-C in the CLI).
+    Requested,
+    /// A capture unit or a worker failed; see the report's errors.
+    Failed,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::EndOfInput => "end of input",
+            StopReason::PacketLimit => "packet limit reached",
+            StopReason::TimeLimit => "time limit reached",
+            StopReason::Requested => "stopped on request",
+            StopReason::Failed => "failed",
+        })
+    }
+}
+
+/// Shared run state: the stop flag, its reason, and the packet budget.
+pub struct Control {
+    stop: AtomicBool,
+    reason: Mutex<Option<StopReason>>,
+    /// Packets still allowed through the filter, when a limit is set.
+    budget: Option<AtomicU64>,
+    wakers: Mutex<Vec<WakeHandle>>,
+    /// Engine threads still running, and a condition signalled as each ends.
+    running: Mutex<usize>,
+    ended: Condvar,
+}
+
+impl Control {
+    pub(crate) fn new(packet_limit: Option<u64>) -> Control {
+        Control {
+            stop: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            budget: packet_limit.map(AtomicU64::new),
+            wakers: Mutex::new(Vec::new()),
+            running: Mutex::new(0),
+            ended: Condvar::new(),
+        }
+    }
+
+    /// A thread of the engine starts; it must call [`thread_ended`](Self::thread_ended).
+    pub(crate) fn thread_started(&self) {
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    pub(crate) fn thread_ended(&self) {
+        let mut n = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        self.ended.notify_all();
+    }
+
+    /// Wait until every engine thread has ended or `until`; true if they have.
+    pub(crate) fn wait_threads(&self, until: Instant) -> bool {
+        let mut n = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        while *n > 0 {
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            n = self.ended.wait_timeout(n, (until - now).min(Duration::from_secs(1))).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    /// Has a stop been requested? Capture units poll this.
+    #[inline]
+    pub fn stop_requested(&self) -> bool {
+        // Relaxed: a flag with no data attached; the reason is read under its mutex.
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Request a stop; the first reason is kept. Wakes every registered sleeper.
+    pub fn request_stop(&self, reason: StopReason) {
+        {
+            let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            r.get_or_insert(reason);
+        }
+        // Relaxed: sleepers are woken explicitly below and re-check after waking.
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.wakers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            w.wake();
+        }
+    }
+
+    pub fn reason(&self) -> Option<StopReason> {
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claim one packet from the limit. `false` means the limit is reached:
+    /// the packet must not be captured and the unit should stop.
+    #[inline]
+    pub fn take_budget(&self) -> bool {
+        match &self.budget {
+            None => true,
+            // Relaxed: a counter; no other memory is published through it.
+            Some(b) => b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok(),
+        }
+    }
+
+    /// Wake `w` when a stop is requested.
+    pub(crate) fn register(&self, w: WakeHandle) {
+        self.wakers.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+    }
+}
+
+/// Stops a running engine from any thread. Cheap to clone.
+#[derive(Clone)]
+pub struct StopHandle(pub(crate) std::sync::Arc<Control>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.0.request_stop(StopReason::Requested);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.0.stop_requested()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_counts_down_to_zero_exactly() {
+        let c = Control::new(Some(3));
+        assert_eq!((0..5).filter(|_| c.take_budget()).count(), 3);
+        assert!(Control::new(None).take_budget());
+    }
+
+    #[test]
+    fn first_reason_wins() {
+        let c = Control::new(None);
+        assert!(!c.stop_requested());
+        c.request_stop(StopReason::TimeLimit);
+        c.request_stop(StopReason::Requested);
+        assert!(c.stop_requested());
+        assert_eq!(c.reason(), Some(StopReason::TimeLimit));
+    }
+}

@@ -1,0 +1,89 @@
+//! The contract between the engine and a source: capture units.
+//!
+//! A source is opened in two steps. [`SourceInfo`] comes first (link type,
+//! snaplen, queues), because the filter must be compiled for the link type
+//! before capture starts. Then the source turns into one or more capture units.
+//! Each unit runs on its own thread and fills the pools of the queues it serves
+//! through their [`CaptureSide`]s: a live NIC queue is one unit per queue; a
+//! trace file is one unit for all its queues, because a trace is one sequential
+//! stream that has to be read once and split by RSS (reading it once per queue
+//! would multiply the work by the number of queues).
+//!
+//! A unit must: count every packet of its queues in exactly one of
+//! `push_copy` (captured), `drop_filtered` or `drop_capture`; never block
+//! without a timeout so it sees a stop request within ~50 ms; return on a stop
+//! request or the end of its input; and on failure return the error after
+//! everything read before it was captured. Dropping the sides flushes them and
+//! closes the capture queues, which is how the workers learn the unit is done.
+
+use super::control::Control;
+use crate::pool::CaptureSide;
+use crate::{LinkType, QueueId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What the engine needs to know about a source before it starts.
+#[derive(Clone, Debug)]
+pub struct SourceInfo {
+    /// Human-readable name, e.g. `file:trace.pcap@0-3`.
+    pub name: String,
+    pub link_type: LinkType,
+    pub snaplen: u32,
+    /// The queues opened, in order.
+    pub queues: Vec<QueueId>,
+}
+
+/// A capture thread's work.
+pub trait CaptureUnit: Send + 'static {
+    /// The queues this unit fills; `run` receives their sides in this order.
+    fn queues(&self) -> Vec<QueueId>;
+
+    /// A short name for the thread and for error messages.
+    fn name(&self) -> String;
+
+    /// Capture until the input ends or a stop is requested.
+    fn run(self: Box<Self>, sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError>;
+}
+
+/// A source failed while capturing, or could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Bad input: a malformed or truncated trace, with where it went wrong.
+    #[error("{what}")]
+    Malformed { what: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl SourceError {
+    /// True when the error is in what the user gave us (exit code 2 in the CLI).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, SourceError::Malformed { .. } | SourceError::Invalid(_))
+    }
+}
+
+/// Progress through a finite input (bytes of a trace file), readable from any thread.
+#[derive(Debug, Default)]
+pub struct Progress {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+impl Progress {
+    pub fn new(total: Option<u64>) -> Arc<Progress> {
+        Arc::new(Progress { done: AtomicU64::new(0), total: AtomicU64::new(total.unwrap_or(0)) })
+    }
+
+    pub fn set_done(&self, n: u64) {
+        // Relaxed: a display value.
+        self.done.store(n, Ordering::Relaxed);
+    }
+
+    /// (done, total); total is 0 when unknown (a pipe).
+    pub fn get(&self) -> (u64, u64) {
+        // Relaxed: display values.
+        (self.done.load(Ordering::Relaxed), self.total.load(Ordering::Relaxed))
+    }
+}

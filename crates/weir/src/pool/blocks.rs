@@ -1,0 +1,173 @@
+//! Blocks: memory a capture unit fills in bulk and cells point into without a copy.
+//!
+//! A trace reader `read()`s a file straight into a block; later, a TPACKET_V3
+//! ring's blocks play the same part. Each block has a reference count: the
+//! capture unit holds one while it fills and walks the block, and every chunk
+//! whose cells point into the block holds one until the chunk is recycled. A
+//! block can be taken for writing only when its count is zero, so bytes a worker
+//! may be reading are never written.
+//!
+//! Every count change happens on the capture unit's thread (acquire, and the
+//! release of a recycled chunk's blocks when the unit takes the chunk back); the
+//! worker's reads are ordered before the count drops by the recycle queue's
+//! Release/Acquire pair. The atomics only make the arena `Sync`, so the pools
+//! can keep it alive for the workers after the unit is gone.
+
+#![allow(unsafe_code)]
+
+use super::sys::Region;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Index of a block in its arena.
+pub type BlockId = u32;
+
+/// A fixed set of equal blocks.
+pub struct BlockArena {
+    mem: Region,
+    block_bytes: usize,
+    refs: Box<[AtomicU32]>,
+}
+
+// SAFETY: the memory is only written through a `BlockMut`, which exists only while
+// the block's count went from 0 to 1 under it (no reader anywhere), and read
+// through `BlockRef`s and cells that hold a count. Counts are atomics.
+unsafe impl Send for BlockArena {}
+// SAFETY: as above.
+unsafe impl Sync for BlockArena {}
+
+impl BlockArena {
+    /// `count` blocks of `block_bytes` each.
+    pub fn new(block_bytes: usize, count: usize) -> Arc<BlockArena> {
+        assert!(block_bytes > 0 && count > 0 && count <= u32::MAX as usize, "a block arena needs blocks");
+        let mem = Region::new(block_bytes * count);
+        Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect() })
+    }
+
+    pub fn block_bytes(&self) -> usize {
+        self.block_bytes
+    }
+
+    pub fn count(&self) -> usize {
+        self.refs.len()
+    }
+
+    /// Take a free block for writing, lowest index first (so a small working set of
+    /// blocks is reused and stays in cache).
+    pub fn acquire(self: &Arc<Self>) -> Option<BlockMut> {
+        self.refs.iter().enumerate().find_map(|(i, r)| {
+            // AcqRel: acquire the release of the last reader's count; nobody can
+            // take the block between our check and our count.
+            r.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .ok()
+                .map(|_| BlockMut(Hold { arena: Arc::clone(self), id: i as BlockId }))
+        })
+    }
+
+    /// Blocks nobody holds.
+    pub fn free_blocks(&self) -> usize {
+        // Relaxed: a statistic.
+        self.refs.iter().filter(|r| r.load(Ordering::Relaxed) == 0).count()
+    }
+
+    pub(crate) fn hold(&self, id: BlockId) {
+        // Relaxed: the holder already holds a count on this block (see module doc).
+        let before = self.refs[id as usize].fetch_add(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "a chunk took a block nobody held");
+    }
+
+    pub(crate) fn release(&self, id: BlockId) {
+        // Release: our reads of the block happen before a later acquire sees zero.
+        let before = self.refs[id as usize].fetch_sub(1, Ordering::Release);
+        debug_assert!(before > 0, "block {id} released more often than held");
+    }
+
+    /// Pointer to byte `at` of block `id`.
+    pub(crate) fn ptr(&self, id: BlockId, at: usize) -> *const u8 {
+        debug_assert!((id as usize) < self.count() && at <= self.block_bytes);
+        debug_assert!(id as usize * self.block_bytes + at <= self.mem.len());
+        // SAFETY: in bounds of the region by the assertion's contract, which the
+        // callers check before calling.
+        unsafe { self.mem.as_ptr().add(id as usize * self.block_bytes + at) }
+    }
+}
+
+/// One count on one block, given back on drop.
+struct Hold {
+    arena: Arc<BlockArena>,
+    id: BlockId,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.arena.release(self.id);
+    }
+}
+
+/// A block being filled: the only access to it anywhere.
+pub struct BlockMut(Hold);
+
+impl BlockMut {
+    pub fn bytes(&mut self) -> &mut [u8] {
+        let h = &self.0;
+        // SAFETY: the count went 0 → 1 when this guard was made and it is not `Clone`,
+        // so no cell, chunk or `BlockRef` points into this block.
+        unsafe { std::slice::from_raw_parts_mut(h.arena.ptr(h.id, 0) as *mut u8, h.arena.block_bytes) }
+    }
+
+    /// Done writing: keep holding the block, now shared.
+    pub fn freeze(self) -> BlockRef {
+        BlockRef(self.0)
+    }
+}
+
+/// A filled block, held for reading; cells may point into it.
+pub struct BlockRef(Hold);
+
+impl BlockRef {
+    pub fn id(&self) -> BlockId {
+        self.0.id
+    }
+
+    pub fn arena(&self) -> &Arc<BlockArena> {
+        &self.0.arena
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        let h = &self.0;
+        // SAFETY: we hold a count, so nobody writes this block while we read it.
+        unsafe { std::slice::from_raw_parts(h.arena.ptr(h.id, 0), h.arena.block_bytes) }
+    }
+
+    /// Check that `range` lies in the block: cells may only point inside.
+    pub(crate) fn check(&self, range: &Range<usize>) {
+        assert!(range.start <= range.end && range.end <= self.0.arena.block_bytes, "range {range:?} outside the block");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_is_written_only_when_nobody_holds_it() {
+        let arena = BlockArena::new(64, 2);
+        let mut a = arena.acquire().unwrap();
+        a.bytes()[0] = 7;
+        let a = a.freeze();
+        let b = arena.acquire().unwrap();
+        assert!(arena.acquire().is_none(), "both blocks held");
+        arena.hold(a.id());
+        let id = a.id();
+        drop(a);
+        assert!(arena.acquire().is_none(), "a chunk still holds block {id}");
+        arena.release(id);
+        let again = arena.acquire().unwrap();
+        assert_eq!(again.0.id, id);
+        drop(b);
+        assert_eq!(arena.free_blocks(), 1);
+        drop(again);
+        assert_eq!(Arc::strong_count(&arena), 1, "guards give their hold on the arena back");
+    }
+}

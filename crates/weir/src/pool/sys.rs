@@ -1,0 +1,68 @@
+//! Pool memory straight from the kernel: anonymous private mappings.
+//!
+//! Pools and block arenas are large (64 MiB per queue by default) and mostly
+//! untouched at first. An anonymous mapping is zero-filled lazily and given back
+//! whole on drop, whereas the allocator may serve a large zeroed request from its
+//! heap once its mmap threshold has grown, and then has to clear every byte.
+//! Transparent huge pages are asked for where the kernel allows them, so a pool
+//! costs fewer TLB entries when the capture thread and worker sweep through it.
+
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+
+/// A zero-filled region of memory, page aligned, unmapped on drop.
+pub(crate) struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the region is plain memory; who may touch which bytes is decided by the
+// owners (pool chunk states, block counts), not by the region.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Map `len` bytes (rounded up to a page). Aborts like the allocator on failure.
+    pub(crate) fn new(len: usize) -> Region {
+        let len = len.max(1);
+        // SAFETY: an anonymous private mapping with no address hint has no
+        // preconditions; the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(len, 4096).unwrap_or(std::alloc::Layout::new::<u8>()));
+        }
+        // SAFETY: `p..p+len` is the mapping just made; the advice is only a hint and
+        // its failure (THP disabled) changes nothing. Miri does not model it.
+        #[cfg(not(miri))]
+        unsafe {
+            libc::madvise(p, len, libc::MADV_HUGEPAGE)
+        };
+        Region { ptr: NonNull::new(p.cast()).expect("mmap does not return NULL on success"), len }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`, once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

@@ -1,0 +1,200 @@
+//! Trace file formats: a push parser for pcap and pcapng.
+//!
+//! [`Walker`] turns file bytes into [`Step`]s without copying or allocating per
+//! packet: the caller owns the buffer, hands the walker the unconsumed bytes
+//! with their absolute file offset, and advances by what each step consumed.
+//! The walker never reads past what it is given, so a caller can fill its
+//! buffer by `read()`, by mapping, or byte by byte; the same bytes give the
+//! same steps however they are split, and a `Need` asks for no more than
+//! [`MAX_RECORD_BYTES`].
+//!
+//! What is accepted, and the packets and timestamps reported, are those of
+//! Debian 12's libpcap 1.10.3 opened with nanosecond precision: every file it
+//! refuses to open fails before the first [`Step::Header`], and every file it
+//! stops reading midway gives the same packets and then an error. Differences:
+//! - weir holds at most [`MAX_CAPLEN`] captured bytes per packet and
+//!   [`MAX_RECORD_BYTES`] per record or block. libpcap allows more in pcap
+//!   files of three link types (D-Bus, EBHSCR, USBPcap) and in pcapng files
+//!   whose snapshot length is larger; such packets are errors here.
+//! - Packet bytes are reported as stored. libpcap rewrites the pseudo-header of
+//!   a few link types (Linux SLL/SLL2, USB, NFLOG, PFLOG) in byte-swapped files
+//!   into host order, and adjusts the wire length of some isochronous Linux USB
+//!   transfers; weir leaves both as in the file.
+//! - A gzip-compressed file is named as such rather than as an unknown format.
+//!
+//! Malformed input never panics and never loops: each step other than `Need`
+//! and `End` consumes at least one byte, and errors name the byte offset of the
+//! header, record, block or option at fault.
+
+mod error;
+mod fields;
+mod linktype;
+mod pcap;
+mod pcapng;
+mod read;
+#[cfg(test)]
+mod tests;
+
+pub use error::{FormatError, FormatErrorKind, Item, ReadError};
+pub use read::for_each_packet;
+
+use crate::LinkType;
+use std::ops::Range;
+
+/// Upper bound of a single record or block the walker will ever ask for:
+/// libpcap's pcapng block limit, which also covers the largest pcap record.
+pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest caplen any [`Record`] can have: libpcap's `MAXIMUM_SNAPLEN`.
+pub const MAX_CAPLEN: usize = linktype::MAXIMUM_SNAPLEN as usize;
+
+/// The two container formats.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TraceKind {
+    Pcap,
+    PcapNg,
+}
+
+/// What the file header says, known after [`Walker`] has returned its first [`Step::Header`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceHeader {
+    pub kind: TraceKind,
+    /// The LINKTYPE_ value, without the FCS bits a pcap header may carry above it.
+    pub link_type: LinkType,
+    /// Snapshot length from the header (pcap) or the first IDB (pcapng; 0 means unlimited there).
+    pub snaplen: u32,
+    /// True when the file stores nanosecond timestamps (pcap nsec magic; pcapng if_tsresol finer than µs).
+    pub nanosecond: bool,
+}
+
+/// One packet record, relative to the `buf` passed to [`Walker::next`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Bytes of `buf` this record occupies (header, data, padding, trailer).
+    pub consumed: usize,
+    /// Where the captured bytes are in `buf` (caplen = data.len()).
+    pub data: Range<usize>,
+    pub wire_len: u32,
+    /// Nanoseconds since the Unix epoch, exactly what libpcap reports in nano
+    /// precision (seconds × 10⁹ + fraction, wrapping as libpcap's 64-bit sum does).
+    pub ts_ns: u64,
+}
+
+/// What the next bytes of a trace are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The header is now known: `walker.header()` returns it. `consumed` bytes
+    /// used: the pcap file header, or the first pcapng interface description block.
+    Header {
+        consumed: usize,
+    },
+    Packet(Record),
+    /// A record or block without a packet: the pcapng section headers, the
+    /// blocks before the first interface description block, later interface
+    /// description blocks, ISB, NRB, DSB, custom and unknown blocks.
+    Skip {
+        consumed: usize,
+    },
+    /// Not enough bytes: call again with at least `need` bytes in `buf` (only when `eof` was false).
+    Need {
+        need: usize,
+    },
+    /// Clean end: `buf` is empty and `eof` is true.
+    End,
+}
+
+/// Parses a trace one record or block at a time; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct Walker {
+    state: State,
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Nothing read yet.
+    Start,
+    Pcap(pcap::Reader),
+    PcapNg(pcapng::Reader),
+}
+
+/// A file header read, or how many bytes reading it takes.
+enum Opening<T> {
+    Read(T),
+    Need(usize),
+}
+
+/// Length of the magic number that tells the formats apart.
+const MAGIC_LEN: usize = 4;
+const GZIP_MAGIC: [u8; 2] = [0x1F, 0x8B];
+
+impl Default for Walker {
+    fn default() -> Self {
+        Walker::new()
+    }
+}
+
+impl Walker {
+    pub fn new() -> Walker {
+        Walker { state: State::Start }
+    }
+
+    /// Parse the next item. `buf` holds file bytes starting at absolute file offset `offset`.
+    /// `eof` = no bytes exist after `buf`. Never panics, never loops forever, never
+    /// returns `Need` when eof is true (returns a truncation error instead, or End when buf is empty).
+    /// A `Need { need }` is satisfiable: need > buf.len() and need <= MAX_RECORD_BYTES.
+    ///
+    /// After an error the walker has not moved: the same call gives the same error.
+    #[inline]
+    pub fn next(&mut self, buf: &[u8], offset: u64, eof: bool) -> Result<Step, FormatError> {
+        match &mut self.state {
+            State::Pcap(reader) => reader.next(buf, offset, eof),
+            State::PcapNg(reader) => reader.next(buf, offset, eof),
+            State::Start => self.start(buf, offset, eof),
+        }
+    }
+
+    pub fn header(&self) -> Option<&TraceHeader> {
+        match &self.state {
+            State::Start => None,
+            State::Pcap(reader) => Some(&reader.header),
+            State::PcapNg(reader) => reader.header.as_ref(),
+        }
+    }
+
+    /// Tell the formats apart by their first bytes and read the file header.
+    #[cold]
+    fn start(&mut self, buf: &[u8], offset: u64, eof: bool) -> Result<Step, FormatError> {
+        let Some(&magic) = buf.first_chunk::<MAGIC_LEN>() else {
+            if !eof {
+                return Ok(Step::Need { need: MAGIC_LEN });
+            }
+            let kind =
+                FormatErrorKind::TruncatedFileHeader { item: Item::PcapFileHeader, have: buf.len(), need: MAGIC_LEN };
+            return Err(FormatError::at(offset, kind));
+        };
+        if let Some(magic) = pcap::Magic::parse(magic) {
+            return Ok(match pcap::open(magic, buf, offset, eof)? {
+                Opening::Read(reader) => {
+                    self.state = State::Pcap(reader);
+                    Step::Header { consumed: pcap::FILE_HEADER_LEN }
+                }
+                Opening::Need(need) => Step::Need { need },
+            });
+        }
+        if u32::from_le_bytes(magic) == pcapng::SHB {
+            return Ok(match pcapng::open(buf, offset, eof)? {
+                Opening::Read((reader, consumed)) => {
+                    self.state = State::PcapNg(reader);
+                    Step::Skip { consumed }
+                }
+                Opening::Need(need) => Step::Need { need },
+            });
+        }
+        let kind = if magic.starts_with(&GZIP_MAGIC) {
+            FormatErrorKind::Gzip
+        } else {
+            FormatErrorKind::UnknownFormat { magic }
+        };
+        Err(FormatError::at(offset, kind))
+    }
+}

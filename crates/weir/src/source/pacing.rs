@@ -1,0 +1,145 @@
+//! Replaying recorded packets at a chosen speed, with tcpreplay's semantics.
+//!
+//! - top speed (default): as fast as the engine takes them; the source waits for
+//!   free cells instead of dropping.
+//! - `Pps(r)`: packet i is due at i / r seconds.
+//! - `Mbps(r)`: a packet is due when the wire bytes before it took r Mbit/s.
+//! - `Speed(x)`: recorded timing divided by x (2.0 = twice as fast).
+//!
+//! A paced source behaves like a NIC: a packet that finds no free cell when it is
+//! due is a capture drop. A source that falls behind schedule sends what is due at
+//! once and does not try to catch up by dropping.
+
+use std::time::{Duration, Instant};
+
+/// Sleeping is only precise to tens of microseconds; the rest is spun.
+const SPIN_BELOW: Duration = Duration::from_micros(200);
+
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub enum Pacing {
+    #[default]
+    TopSpeed,
+    Pps(f64),
+    Mbps(f64),
+    Speed(f64),
+}
+
+impl Pacing {
+    /// Reject rates that are zero, negative or not finite.
+    pub fn checked(self) -> Result<Pacing, String> {
+        let bad = |what: &str, v: f64| Err(format!("{what} must be a positive number, not {v}"));
+        match self {
+            Pacing::Pps(v) if !(v.is_finite() && v > 0.0) => bad("--pps", v),
+            Pacing::Mbps(v) if !(v.is_finite() && v > 0.0) => bad("--mbps", v),
+            Pacing::Speed(v) if !(v.is_finite() && v > 0.0) => bad("--speed", v),
+            p => Ok(p),
+        }
+    }
+
+    pub fn is_paced(&self) -> bool {
+        !matches!(self, Pacing::TopSpeed)
+    }
+}
+
+/// Computes when each packet is due and waits for it.
+pub struct Pacer {
+    pacing: Pacing,
+    start: Option<Instant>,
+    first_ts: u64,
+    packets: u64,
+    bits: f64,
+}
+
+impl Pacer {
+    pub fn new(pacing: Pacing) -> Pacer {
+        Pacer { pacing, start: None, first_ts: 0, packets: 0, bits: 0.0 }
+    }
+
+    pub fn is_paced(&self) -> bool {
+        self.pacing.is_paced()
+    }
+
+    /// The instant this packet is due, or `None` at top speed. Call once per packet, in order.
+    #[inline]
+    pub fn due(&mut self, ts_ns: u64, wire_len: u32) -> Option<Instant> {
+        if !self.is_paced() {
+            return None;
+        }
+        let start = *self.start.get_or_insert_with(|| {
+            self.first_ts = ts_ns;
+            Instant::now()
+        });
+        let secs = match self.pacing {
+            Pacing::TopSpeed => 0.0,
+            Pacing::Pps(r) => self.packets as f64 / r,
+            Pacing::Mbps(r) => {
+                let s = self.bits / (r * 1e6);
+                self.bits += f64::from(wire_len) * 8.0;
+                s
+            }
+            Pacing::Speed(x) => ts_ns.saturating_sub(self.first_ts) as f64 / 1e9 / x,
+        };
+        self.packets += 1;
+        Some(start + Duration::from_secs_f64(secs))
+    }
+}
+
+/// How long until `due`, or zero if it has passed.
+pub fn until(due: Instant) -> Duration {
+    due.saturating_duration_since(Instant::now())
+}
+
+/// Wait until `due`: sleep most of the way, spin the rest.
+pub fn wait_until(due: Instant) {
+    loop {
+        let left = until(due);
+        if left.is_zero() {
+            return;
+        }
+        if left > SPIN_BELOW {
+            std::thread::sleep(left - SPIN_BELOW / 2);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(p: Pacing, pkts: &[(u64, u32)]) -> Vec<f64> {
+        let mut pacer = Pacer::new(p);
+        let first = pacer.due(pkts[0].0, pkts[0].1).unwrap();
+        std::iter::once(0.0)
+            .chain(pkts[1..].iter().map(|&(t, l)| (pacer.due(t, l).unwrap() - first).as_secs_f64()))
+            .collect()
+    }
+
+    #[test]
+    fn schedules() {
+        let pkts = [(1_000_000_000, 1000), (1_500_000_000, 500), (3_000_000_000, 125)];
+        assert_eq!(offsets(Pacing::Pps(2.0), &pkts), [0.0, 0.5, 1.0]);
+        // 8000 bits at 0.008 Mbit/s = 1 s; then 4000 more bits = 1.5 s.
+        assert_eq!(offsets(Pacing::Mbps(0.008), &pkts), [0.0, 1.0, 1.5]);
+        assert_eq!(offsets(Pacing::Speed(2.0), &pkts), [0.0, 0.25, 1.0]);
+        // Timestamps that go backwards are due at once, not in the past before the start.
+        assert_eq!(offsets(Pacing::Speed(1.0), &[(5, 1), (3, 1)]), [0.0, 0.0]);
+        assert!(Pacer::new(Pacing::TopSpeed).due(1, 1).is_none());
+    }
+
+    #[test]
+    fn rejects_bad_rates() {
+        for p in [Pacing::Pps(0.0), Pacing::Mbps(-1.0), Pacing::Speed(f64::NAN), Pacing::Pps(f64::INFINITY)] {
+            assert!(p.checked().is_err(), "{p:?}");
+        }
+        assert!(Pacing::Speed(0.5).checked().is_ok());
+    }
+
+    #[test]
+    fn waits_until_due() {
+        let due = Instant::now() + Duration::from_millis(3);
+        wait_until(due);
+        assert!(Instant::now() >= due);
+    }
+}

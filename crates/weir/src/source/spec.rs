@@ -1,0 +1,203 @@
+//! Source names, parsed and checked before anything is opened.
+//!
+//! - `trace.pcap`: a trace file, one queue.
+//! - `trace.pcap@0-3`: the trace split into 4 queues by RSS, all opened.
+//! - `trace.pcap@2`: queue 2 of the trace split into 3 (queues are numbered from
+//!   0, so the last queue named sets how many there are, as on a NIC).
+//! - `file:PATH[@RANGE]`: the same, for paths that look like something else.
+//! - `-`: a trace on standard input.
+//!
+//! A path that exists is taken whole even if it contains `@`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Most queues a source may be split into.
+pub const MAX_QUEUES: u16 = 1024;
+
+/// An inclusive range of queue numbers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QueueRange {
+    first: u16,
+    last: u16,
+}
+
+impl QueueRange {
+    pub fn new(first: u16, last: u16) -> Result<QueueRange, SpecError> {
+        if first > last {
+            return Err(SpecError::Range(format!("{first}-{last}: the first queue is after the last")));
+        }
+        if last >= MAX_QUEUES {
+            return Err(SpecError::Range(format!("queue {last}: at most {MAX_QUEUES} queues")));
+        }
+        Ok(QueueRange { first, last })
+    }
+
+    /// Queue 0 only.
+    pub fn single() -> QueueRange {
+        QueueRange { first: 0, last: 0 }
+    }
+
+    pub fn first(&self) -> u16 {
+        self.first
+    }
+
+    pub fn last(&self) -> u16 {
+        self.last
+    }
+
+    /// Queues the source is split into: every queue up to the last named.
+    pub fn total(&self) -> u16 {
+        self.last + 1
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> {
+        self.first..=self.last
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.last - self.first) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Display for QueueRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+impl FromStr for QueueRange {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let num = |t: &str| {
+            t.parse::<u16>().map_err(|_| SpecError::Range(format!("{s:?}: queue numbers are 0 to {}", MAX_QUEUES - 1)))
+        };
+        match s.split_once('-') {
+            Some((a, b)) => QueueRange::new(num(a)?, num(b)?),
+            None => {
+                let q = num(s)?;
+                QueueRange::new(q, q)
+            }
+        }
+    }
+}
+
+/// A parsed source name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// A pcap or pcapng trace (`None` path = standard input).
+    File { path: Option<PathBuf>, queues: QueueRange },
+}
+
+/// A source name that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("queue range {0}")]
+    Range(String),
+    #[error("{0:?}: no such file (live interfaces are not supported yet; a trace path is expected)")]
+    NotFound(String),
+    #[error("empty source name")]
+    Empty,
+}
+
+impl FromStr for SourceSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        if s.is_empty() {
+            return Err(SpecError::Empty);
+        }
+        let (explicit, rest) = match s.strip_prefix("file:") {
+            Some(r) => (true, r),
+            None => (false, s),
+        };
+        if rest == "-" {
+            return Ok(SourceSpec::File { path: None, queues: QueueRange::single() });
+        }
+        if Path::new(rest).exists() {
+            return Ok(SourceSpec::File { path: Some(PathBuf::from(rest)), queues: QueueRange::single() });
+        }
+        if let Some((name, range)) = rest.rsplit_once('@') {
+            if !range.is_empty() && range.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                let queues = range.parse()?;
+                if name == "-" {
+                    return Ok(SourceSpec::File { path: None, queues });
+                }
+                if Path::new(name).exists() || explicit {
+                    return Ok(SourceSpec::File { path: Some(PathBuf::from(name)), queues });
+                }
+                return Err(SpecError::NotFound(name.into()));
+            }
+        }
+        if explicit {
+            return Ok(SourceSpec::File { path: Some(PathBuf::from(rest)), queues: QueueRange::single() });
+        }
+        Err(SpecError::NotFound(rest.into()))
+    }
+}
+
+impl fmt::Display for SourceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceSpec::File { path, queues } => {
+                let p = path.as_deref().map_or("-".into(), |p| p.display().to_string());
+                if queues.total() == 1 {
+                    write!(f, "file:{p}")
+                } else {
+                    write!(f, "file:{p}@{queues}")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t.pcap");
+        let at = dir.path().join("odd@1.pcap");
+        std::fs::write(&t, b"").unwrap();
+        std::fs::write(&at, b"").unwrap();
+        let t_s = t.to_str().unwrap();
+        let file = |p: &Path, a: u16, b: u16| SourceSpec::File { path: Some(p.into()), queues: QueueRange::new(a, b).unwrap() };
+        let cases: Vec<(String, Result<SourceSpec, SpecError>)> = vec![
+            (t_s.into(), Ok(file(&t, 0, 0))),
+            (format!("{t_s}@0-3"), Ok(file(&t, 0, 3))),
+            (format!("{t_s}@2"), Ok(file(&t, 2, 2))),
+            (format!("file:{t_s}@1-1"), Ok(file(&t, 1, 1))),
+            (at.to_str().unwrap().into(), Ok(file(&at, 0, 0))),
+            ("-".into(), Ok(SourceSpec::File { path: None, queues: QueueRange::single() })),
+            ("-@0-1".into(), Ok(SourceSpec::File { path: None, queues: QueueRange::new(0, 1).unwrap() })),
+            (format!("{t_s}@3-1"), Err(SpecError::Range("3-1: the first queue is after the last".into()))),
+            (format!("{t_s}@0-5000"), Err(SpecError::Range("queue 5000: at most 1024 queues".into()))),
+            ("/nonexistent/x.pcap".into(), Err(SpecError::NotFound("/nonexistent/x.pcap".into()))),
+            ("eth0@0-3".into(), Err(SpecError::NotFound("eth0".into()))),
+            ("".into(), Err(SpecError::Empty)),
+        ];
+        for (name, want) in cases {
+            assert_eq!(name.parse::<SourceSpec>(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn range_counts() {
+        let r: QueueRange = "2-5".parse().unwrap();
+        assert_eq!((r.first(), r.last(), r.total(), r.len()), (2, 5, 6, 4));
+        assert_eq!(r.iter().collect::<Vec<_>>(), [2, 3, 4, 5]);
+        assert_eq!(r.to_string(), "2-5");
+    }
+}
