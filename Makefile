@@ -27,13 +27,13 @@ demo: build
 	$(WEIR) count --json -f 'tcp port 443' $(DEMO_TRACE)
 
 unit: setup
-	$(CARGO) test --workspace --release
+	$(CARGO) test --workspace
 
 clippy: setup
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 miri: setup-nightly
-	MIRIFLAGS=-Zmiri-disable-isolation $(CARGO) +nightly miri test -p weir --lib -- ring:: pool::
+	PROPTEST_CASES=8 MIRIFLAGS=-Zmiri-disable-isolation $(CARGO) +nightly miri test -p weir --lib -- ring:: pool::
 
 fuzz-smoke: setup-nightly
 	scripts/fuzz-smoke 30

@@ -9,6 +9,7 @@ use std::path::Path;
 use support::{corpus_root, files_under, libpcap_trace, linux_dlt, looks_like_trace, Pkt, Trace};
 use weir::filter::libpcap::Libpcap;
 use weir::pool::PoolConfig;
+use weir::source::file::ReadConfig;
 use weir::{Engine, Handler, Packet};
 
 #[derive(Default)]
@@ -20,11 +21,15 @@ impl Handler for Collect {
     }
 }
 
+/// Blocks so small that most records straddle two, and many outgrow the headroom.
+const TINY: ReadConfig = ReadConfig { block_bytes: 700, headroom: 100, blocks: 8 };
+
 /// Read `path` through the engine split into `queues` queues; packets of all
 /// queues are concatenated (exact order only means something with one queue).
-fn engine_trace(path: &Path, queues: u16) -> Trace {
+fn engine_trace(path: &Path, queues: u16, reading: ReadConfig) -> Trace {
     let name = format!("file:{}@0-{}", path.display(), queues - 1);
-    let engine = Engine::builder().source(&name).unwrap().pool(PoolConfig::new(4, 2).unwrap()).build();
+    let engine =
+        Engine::builder().source(&name).unwrap().pool(PoolConfig::new(4, 2).unwrap()).trace_reading(reading).build();
     let engine = match engine {
         Ok(e) => e,
         Err(e) => return Trace { open: Err(e.to_string()), packets: Vec::new(), end: Ok(()) },
@@ -62,14 +67,16 @@ fn the_engine_reads_every_corpus_file_as_libpcap_does() {
                 continue;
             }
             let want = libpcap_trace(lib, &path);
-            let one = engine_trace(&path, 1);
-            if let Some(d) = want.difference(&one) {
-                panic!("{} (1 queue): {d}", path.display());
+            for (what, reading) in [("default blocks", ReadConfig::default()), ("tiny blocks", TINY)] {
+                let one = engine_trace(&path, 1, reading);
+                if let Some(d) = want.difference(&one) {
+                    panic!("{} (1 queue, {what}): {d}", path.display());
+                }
             }
             if want.open.is_ok() {
-                let three = sorted(engine_trace(&path, 3));
+                let three = sorted(engine_trace(&path, 3, TINY));
                 if let Some(d) = sorted(want.clone()).difference(&three) {
-                    panic!("{} (3 queues): {d}", path.display());
+                    panic!("{} (3 queues, tiny blocks): {d}", path.display());
                 }
             }
             files += 1;

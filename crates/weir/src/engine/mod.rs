@@ -95,6 +95,7 @@ pub struct EngineBuilder {
     packet_limit: Option<u64>,
     time_limit: Option<Duration>,
     pacing: Pacing,
+    open: source::OpenOptions,
 }
 
 impl EngineBuilder {
@@ -140,10 +141,17 @@ impl EngineBuilder {
         self
     }
 
+    /// How trace files are read: block size, headroom, blocks. The defaults suit
+    /// page-cached files; tests use tiny blocks to exercise records that straddle them.
+    pub fn trace_reading(mut self, cfg: source::file::ReadConfig) -> Self {
+        self.open.trace = cfg;
+        self
+    }
+
     /// Open the source and compile the filter for its link type.
     pub fn build(self) -> Result<Engine, BuildError> {
         let spec = self.spec.ok_or(BuildError::NoSource)?;
-        let source = source::open(&spec)?;
+        let source = source::open(&spec, &self.open)?;
         let info = source.info().clone();
         let filter = match &self.filter {
             Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?),

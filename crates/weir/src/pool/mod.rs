@@ -192,6 +192,9 @@ impl Pool {
     }
 }
 
+/// Chunks published before the worker is woken (see `Producer::set_wake_batch`).
+const WAKE_BATCH: usize = 4;
+
 /// The capture thread has no cell for the packet: every chunk is in use.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct NoCell;
@@ -200,7 +203,10 @@ pub struct NoCell;
 pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCounters>) -> (CaptureSide, WorkerSide) {
     let pool = Arc::new(Pool::new(queue, cfg));
     let r = pool.chunks();
-    let (cap_tx, cap_rx) = ring::channel::<u32>(Capacity::at_least(r));
+    let (mut cap_tx, cap_rx) = ring::channel::<u32>(Capacity::at_least(r));
+    // One wake-up per few chunks: a fast capture thread does not pay a system call
+    // per chunk, and `flush` (before every wait, on every stop) wakes the rest.
+    cap_tx.set_wake_batch(WAKE_BATCH.min(r / 2));
     let (rec_tx, rec_rx) = ring::channel::<u32>(Capacity::at_least(r));
     // Chunk 0 on top: the stack pops from the end.
     let free = (0..r as u32).rev().collect();
@@ -371,6 +377,8 @@ impl CaptureSide {
         } else {
             self.counters.publish(&self.tally);
         }
+        // Whatever waits on the capture queue may have been left unwoken by batching.
+        self.captured.notify();
     }
 
     /// Make the counters visible without publishing a chunk.

@@ -56,6 +56,8 @@ pub struct Producer<T> {
     shared: Arc<Shared<T>>,
     tail: usize,
     cached_head: usize,
+    /// Ring the consumer's bell only once this many items wait (see [`Producer::set_wake_batch`]).
+    wake_batch: usize,
     sleeper: Sleeper,
     /// `Cell` makes the handle `!Sync`: one thread per side.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
@@ -89,6 +91,7 @@ pub fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consumer<T>)
         shared: Arc::clone(&shared),
         tail: 0,
         cached_head: 0,
+        wake_batch: 1,
         sleeper: producer_sleeper,
         _not_sync: Default::default(),
     };
@@ -118,8 +121,23 @@ impl<T: Copy + Send> Producer<T> {
         self.tail = self.tail.wrapping_add(1);
         // Release: the slot write above is visible to a consumer that sees this tail.
         self.shared.tail.store(self.tail, Ordering::Release);
-        self.shared.to_consumer.ring();
+        if self.wake_batch <= 1 || self.tail.wrapping_sub(self.cached_head) >= self.wake_batch {
+            self.shared.to_consumer.ring();
+        }
         Ok(())
+    }
+
+    /// Wake a sleeping consumer only when `n` items wait, not on every push, so a
+    /// fast producer pays for one wake-up per batch. A producer that sets this must
+    /// call [`notify`](Self::notify) before it goes idle, or the consumer waits for
+    /// the rest of its sleep.
+    pub fn set_wake_batch(&mut self, n: usize) {
+        self.wake_batch = n.clamp(1, self.capacity());
+    }
+
+    /// Wake the consumer if it sleeps, whatever the batch.
+    pub fn notify(&self) {
+        self.shared.to_consumer.ring();
     }
 
     /// Items in the ring as last seen; exact for the producer's own pushes.
@@ -287,6 +305,29 @@ mod tests {
                 prop_assert_eq!(c.len(), model.len());
             }
         }
+    }
+
+    /// A batched producer wakes a sleeping consumer at the batch, or when it notifies.
+    #[test]
+    fn batched_wake_ups_reach_a_sleeping_consumer() {
+        let (mut p, mut c) = channel::<u32>(Capacity::at_least(16));
+        p.set_wake_batch(4);
+        let t = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let got: Vec<u32> = (0..6).map_while(|_| c.pop_wait(Duration::from_secs(20))).collect();
+            (got, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        for i in 0..4 {
+            p.push(i).unwrap(); // the fourth push reaches the batch and rings
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        p.push(4).unwrap();
+        p.push(5).unwrap();
+        p.notify(); // below the batch: only the notify wakes the consumer
+        let (got, took) = t.join().unwrap();
+        assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+        assert!(took < Duration::from_secs(10), "a wake-up was lost: the consumer slept {took:?}");
     }
 
     /// Two threads: every item arrives once, in order, through sleeps on both sides.

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 const SPINS: u32 = 64;
 /// How long to keep yielding before parking. Parking costs a futex wake on the other
 /// side's critical path (a system call and a context switch, several microseconds);
-/// yielding costs nothing when a core is idle and gives the core away when one is not.
-/// 50 µs covers the gap between two chunks at the rates where the wake would hurt.
-const YIELD_FOR: Duration = Duration::from_micros(50);
+/// a short yield phase catches the answers that come just after the spin. Producers
+/// that push often batch their wake-ups instead (`Producer::set_wake_batch`), so
+/// this stays short and an idle side costs little CPU.
+const YIELD_FOR: Duration = Duration::from_micros(10);
 
 /// The shared half: whether the sleeper is parked, and how to wake it.
 pub(crate) struct Bell {

@@ -35,9 +35,15 @@ pub trait Source: Send {
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError>;
 }
 
+/// Tuning that applies when a source is opened.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct OpenOptions {
+    pub trace: file::ReadConfig,
+}
+
 /// Open the source a spec names.
-pub fn open(spec: &SourceSpec) -> Result<Box<dyn Source>, SourceError> {
+pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, SourceError> {
     match spec {
-        SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string()),
+        SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace),
     }
 }

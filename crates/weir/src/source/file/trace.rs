@@ -5,7 +5,7 @@
 //! goes into a cell of that queue's pool. Queues outside the opened range are
 //! not received, as when only some of a NIC's queues are opened.
 //!
-//! The file is `read()` straight into blocks of a [`BlockArena`] (read(), not
+//! The file is `read()` ahead into blocks (see [`super::input`]; read(), not
 //! mmap: measured here, mapping a multi-GiB page-cached file costs more in
 //! page-table work than the kernel's copy). At top speed cells point into those
 //! blocks, so the kernel's copy is the only one; a block is reused once every
@@ -17,167 +17,24 @@
 //! A malformed record ends the run with an error naming the file and byte
 //! offset, after every packet before it was captured.
 
-use super::format::{Step, TraceHeader, Walker, MAX_RECORD_BYTES};
+use super::format::{Step, TraceHeader, Walker};
+use super::input::{Input, ReadConfig};
 use crate::engine::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::filter::Filter;
-use crate::pool::{BlockArena, BlockRef, CaptureSide, NoCell};
+use crate::pool::{BlockRef, CaptureSide, NoCell};
 use crate::rss::Rss;
 use crate::source::pacing::{self, Pacer};
 use crate::source::{CaptureOptions, QueueRange, Source};
 use crate::QueueId;
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Block size: large enough to amortize the read() call, small enough to stay in L2.
-const BLOCK_BYTES: usize = 256 * 1024;
-/// Blocks per trace: how far the reader may run ahead of the slowest worker.
-const BLOCKS: usize = 64;
 /// Longest a waiting reader goes without checking for a stop request.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
-/// How long to wait on one queue's recycle queue before looking at the next.
-const BLOCK_WAIT: Duration = Duration::from_millis(1);
 /// A paced wait longer than this publishes partly filled chunks first, so the
 /// worker is not left waiting for packets that already arrived.
 const FLUSH_BEFORE_WAIT: Duration = Duration::from_millis(1);
-
-/// Where the unconsumed bytes are.
-enum Buf {
-    /// Nothing read yet.
-    Empty,
-    Block(BlockRef),
-    /// A record larger than a block (a huge pcapng block): read aside, copied out.
-    Big(Vec<u8>),
-}
-
-impl Buf {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Buf::Empty => &[],
-            Buf::Block(b) => b.bytes(),
-            Buf::Big(v) => v,
-        }
-    }
-}
-
-/// The bytes of a trace, from a file or standard input.
-struct Input {
-    file: File,
-    /// What to call it in messages.
-    label: String,
-    arena: Arc<BlockArena>,
-    buf: Buf,
-    /// Unconsumed bytes are `buf[pos..len]`; `buf[0]` is at file offset `base`.
-    pos: usize,
-    len: usize,
-    base: u64,
-    eof: bool,
-}
-
-impl Input {
-    fn open(path: Option<&Path>) -> Result<(Input, Option<u64>), SourceError> {
-        let (label, file) = match path {
-            Some(p) => {
-                let f = File::open(p).map_err(|source| SourceError::Io { what: p.display().to_string(), source })?;
-                (p.display().to_string(), f)
-            }
-            None => {
-                let f = File::open("/dev/stdin").map_err(|source| SourceError::Io { what: "stdin".into(), source })?;
-                ("stdin".to_string(), f)
-            }
-        };
-        let meta = file.metadata().map_err(|source| SourceError::Io { what: label.clone(), source })?;
-        if meta.is_dir() {
-            return Err(SourceError::Invalid(format!("{label}: is a directory, not a trace file")));
-        }
-        let size = meta.is_file().then_some(meta.len());
-        let arena = BlockArena::new(BLOCK_BYTES, BLOCKS);
-        let input = Input { file, label, arena, buf: Buf::Empty, pos: 0, len: 0, base: 0, eof: false };
-        Ok((input, size))
-    }
-
-    fn unread(&self) -> &[u8] {
-        &self.buf.bytes()[self.pos..self.len]
-    }
-
-    fn offset(&self) -> u64 {
-        self.base + self.pos as u64
-    }
-
-    /// The block the unconsumed bytes are in, if they are in one.
-    fn block(&self) -> Option<&BlockRef> {
-        match &self.buf {
-            Buf::Block(b) => Some(b),
-            _ => None,
-        }
-    }
-
-    /// Make at least `need` unconsumed bytes available, or reach the end of input.
-    /// The unconsumed tail moves to a fresh block (or, past a block's size, to a
-    /// private buffer); `sides` are flushed and drained while waiting for a block.
-    /// Returns false if a stop was requested while waiting.
-    fn refill(&mut self, need: usize, sides: &mut [CaptureSide], ctl: &Control) -> Result<bool, SourceError> {
-        debug_assert!(need <= MAX_RECORD_BYTES);
-        let carry = self.len - self.pos;
-        let next = if need <= BLOCK_BYTES {
-            let Some(mut block) = self.free_block(sides, ctl) else { return Ok(false) };
-            let dst = block.bytes();
-            dst[..carry].copy_from_slice(self.unread());
-            let len = self.fill(dst, carry, need)?;
-            (Buf::Block(block.freeze()), len)
-        } else {
-            let mut big = vec![0; need.next_power_of_two().min(MAX_RECORD_BYTES)];
-            big[..carry].copy_from_slice(self.unread());
-            let len = self.fill(&mut big, carry, need)?;
-            (Buf::Big(big), len)
-        };
-        // The old buffer (and the block it held) goes; its consumed bytes advance the offset.
-        self.base += self.pos as u64;
-        (self.buf, self.len, self.pos) = (next.0, next.1, 0);
-        Ok(true)
-    }
-
-    /// read() into `dst` after its first `carry` bytes until `need` bytes are
-    /// there or the input ends. Returns how many bytes `dst` now holds.
-    fn fill(&mut self, dst: &mut [u8], carry: usize, need: usize) -> Result<usize, SourceError> {
-        let mut len = carry;
-        while len < need.max(1) && !self.eof {
-            match self.file.read(&mut dst[len..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => len += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    let at = self.base + (self.pos + len) as u64;
-                    return Err(SourceError::Io { what: format!("{} at byte offset {at}", self.label), source });
-                }
-            }
-        }
-        Ok(len)
-    }
-
-    /// A block to read into: free ones first; otherwise publish what the queues
-    /// hold and wait for their workers to recycle. `None` if a stop came first.
-    fn free_block(&self, sides: &mut [CaptureSide], ctl: &Control) -> Option<crate::pool::BlockMut> {
-        if let Some(b) = self.arena.acquire() {
-            return Some(b);
-        }
-        sides.iter_mut().for_each(CaptureSide::flush);
-        loop {
-            for s in sides.iter_mut() {
-                s.reclaim();
-                if let Some(b) = self.arena.acquire() {
-                    return Some(b);
-                }
-                if ctl.stop_requested() {
-                    return None;
-                }
-                s.wait_recycled(BLOCK_WAIT);
-            }
-        }
-    }
-}
 
 fn malformed(label: &str, e: impl std::fmt::Display) -> SourceError {
     SourceError::Malformed { what: format!("{label}: {e}") }
@@ -194,20 +51,20 @@ pub struct TraceSource {
 
 impl TraceSource {
     /// Open a trace (`None` = standard input) and read its header.
-    pub fn open(path: Option<&Path>, queues: QueueRange, name: String) -> Result<TraceSource, SourceError> {
-        let (mut input, size) = Input::open(path)?;
+    pub fn open(path: Option<&Path>, queues: QueueRange, name: String, cfg: ReadConfig) -> Result<TraceSource, SourceError> {
+        let (mut input, size) = Input::open(path, cfg)?;
         let mut walker = Walker::new();
         let no_stop = Control::new(None);
         let header: TraceHeader = loop {
             match walker.next(input.unread(), input.offset(), input.eof).map_err(|e| malformed(&input.label, e))? {
                 Step::Header { consumed } => {
-                    input.pos += consumed;
+                    input.advance(consumed);
                     break walker.header().cloned().ok_or_else(|| malformed(&input.label, "the header could not be read"))?;
                 }
                 Step::Need { need } => {
                     input.refill(need, &mut [], &no_stop)?;
                 }
-                Step::Skip { consumed } => input.pos += consumed,
+                Step::Skip { consumed } => input.advance(consumed),
                 Step::Packet(_) | Step::End => {
                     return Err(malformed(&input.label, "no file header before the first packet or the end"))
                 }
@@ -280,6 +137,7 @@ impl CaptureUnit for TraceUnit {
         for (i, s) in sides.iter().enumerate() {
             slot[usize::from(s.queue().0)] = Some(i);
         }
+        self.input.start_read_ahead()?;
         let result = self.capture(&mut sides, &slot, ctl);
         for s in &mut sides {
             s.flush();
@@ -303,9 +161,9 @@ impl TraceUnit {
             match step {
                 Step::Packet(rec) => {
                     let start = self.input.pos;
-                    self.input.pos += rec.consumed;
+                    self.input.advance(rec.consumed);
                     let range = start + rec.data.start..start + rec.data.end;
-                    let data = &self.input.buf.bytes()[range.clone()];
+                    let data = &self.input.buffer()[range.clone()];
                     // Every packet of the trace advances the schedule, ours or not.
                     let due = self.pacer.due(rec.ts_ns, rec.wire_len);
                     let queue = match &self.rss {
@@ -327,7 +185,7 @@ impl TraceUnit {
                         return Ok(());
                     }
                 }
-                Step::Skip { consumed } | Step::Header { consumed } => self.input.pos += consumed,
+                Step::Skip { consumed } | Step::Header { consumed } => self.input.advance(consumed),
                 Step::Need { need } => {
                     for s in sides.iter_mut() {
                         s.publish_stats();
@@ -405,6 +263,6 @@ fn capture_one(side: &mut CaptureSide, p: &Pkt<'_>, block: Option<&BlockRef>, fi
 }
 
 /// Open a trace source by path (`None` = stdin).
-pub fn open(path: Option<&PathBuf>, queues: QueueRange, name: String) -> Result<Box<dyn Source>, SourceError> {
-    Ok(Box::new(TraceSource::open(path.map(PathBuf::as_path), queues, name)?))
+pub fn open(path: Option<&PathBuf>, queues: QueueRange, name: String, cfg: ReadConfig) -> Result<Box<dyn Source>, SourceError> {
+    Ok(Box::new(TraceSource::open(path.map(PathBuf::as_path), queues, name, cfg)?))
 }

@@ -1,0 +1,341 @@
+//! The bytes of a trace, read ahead into blocks on their own thread.
+//!
+//! Reading a page-cached trace is mostly the kernel copying pages into our
+//! memory, and that copy does not depend on parsing. So a read-ahead thread
+//! (the trace's "DMA engine") `read()`s the file into free blocks of a
+//! [`BlockArena`] and hands them over in file order, while the capture thread
+//! walks records in the blocks it has. Each block keeps [`ReadConfig::headroom`]
+//! bytes in front of its data: a record that straddles two blocks is stitched by
+//! copying its first part into the next block's headroom, so only that one
+//! record's head is ever copied. A record longer than the headroom (a 256 KiB
+//! packet, a 16 MiB pcapng block) is assembled in a private buffer instead.
+//!
+//! The capture thread sees one window of unconsumed bytes, `unread()`, that is
+//! either inside a block (cells may point into it) or inside that private buffer.
+
+use super::format::MAX_RECORD_BYTES;
+use crate::engine::{Control, SourceError};
+use crate::pool::{BlockArena, BlockMut, BlockRef, CaptureSide};
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a trace is read; the defaults suit page-cached files on this class of machine.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ReadConfig {
+    /// File bytes per block: large enough to amortize a read() call, small enough
+    /// that the walk finds the block still in L2.
+    pub block_bytes: usize,
+    /// Room in front of each block for the head of a straddling record.
+    pub headroom: usize,
+    /// Blocks in the arena: how far reading may run ahead of the slowest worker.
+    pub blocks: usize,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        ReadConfig { block_bytes: 256 * 1024, headroom: 64 * 1024 + 64, blocks: 64 }
+    }
+}
+
+impl ReadConfig {
+    pub fn check(&self) -> Result<(), String> {
+        if self.block_bytes == 0 || self.blocks < 4 {
+            return Err(format!("trace reading needs blocks of at least 1 byte and at least 4 of them, not {self:?}"));
+        }
+        Ok(())
+    }
+}
+
+/// Blocks handed over ahead of the capture thread: look-ahead beyond the one it walks.
+const AHEAD: usize = 4;
+/// How long the capture thread waits for the next block before it publishes
+/// partial chunks and takes back recycled ones (which may be what frees blocks).
+const BLOCK_WAIT: Duration = Duration::from_millis(1);
+/// How long the read-ahead thread sleeps when every block is in use.
+const FREE_WAIT: Duration = Duration::from_micros(100);
+
+/// What the read-ahead thread sends.
+enum Filled {
+    /// A block with `len` file bytes after its headroom.
+    Block(BlockMut, usize),
+    End,
+    Failed(std::io::Error, u64),
+}
+
+/// Where the unconsumed bytes are.
+enum Buf {
+    Empty,
+    Block(BlockRef),
+    /// Assembled from several blocks: a record longer than the headroom.
+    Big(Vec<u8>),
+}
+
+impl Buf {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buf::Empty => &[],
+            Buf::Block(b) => b.bytes(),
+            Buf::Big(v) => v,
+        }
+    }
+}
+
+/// Reading before the capture thread starts (the header), then with read-ahead.
+enum Reader {
+    Direct(File),
+    Ahead { rx: Receiver<Filled>, stop: Arc<AtomicBool> },
+    Done,
+}
+
+pub(super) struct Input {
+    /// What to call the trace in messages.
+    pub label: String,
+    cfg: ReadConfig,
+    arena: Arc<BlockArena>,
+    reader: Reader,
+    buf: Buf,
+    /// Unconsumed bytes are `buf[pos..len]`; `buf[pos]` is at file offset `offset`.
+    pub pos: usize,
+    len: usize,
+    offset_at_pos: u64,
+    /// File offset of the next byte the reader will produce.
+    read_offset: u64,
+    pub eof: bool,
+}
+
+impl Input {
+    pub fn open(path: Option<&Path>, cfg: ReadConfig) -> Result<(Input, Option<u64>), SourceError> {
+        cfg.check().map_err(SourceError::Invalid)?;
+        let (label, file) = match path {
+            Some(p) => {
+                let f = File::open(p).map_err(|source| SourceError::Io { what: p.display().to_string(), source })?;
+                (p.display().to_string(), f)
+            }
+            None => {
+                let f = File::open("/dev/stdin").map_err(|source| SourceError::Io { what: "stdin".into(), source })?;
+                ("stdin".to_string(), f)
+            }
+        };
+        let meta = file.metadata().map_err(|source| SourceError::Io { what: label.clone(), source })?;
+        if meta.is_dir() {
+            return Err(SourceError::Invalid(format!("{label}: is a directory, not a trace file")));
+        }
+        let size = meta.is_file().then_some(meta.len());
+        let arena = BlockArena::new(cfg.headroom + cfg.block_bytes, cfg.blocks);
+        let input = Input {
+            label,
+            cfg,
+            arena,
+            reader: Reader::Direct(file),
+            buf: Buf::Empty,
+            pos: 0,
+            len: 0,
+            offset_at_pos: 0,
+            read_offset: 0,
+            eof: false,
+        };
+        Ok((input, size))
+    }
+
+    pub fn unread(&self) -> &[u8] {
+        &self.buf.bytes()[self.pos..self.len]
+    }
+
+    /// The whole current buffer, for turning a record's range into bytes.
+    pub fn buffer(&self) -> &[u8] {
+        self.buf.bytes()
+    }
+
+    /// Consume `n` bytes.
+    pub fn advance(&mut self, n: usize) {
+        debug_assert!(self.pos + n <= self.len);
+        self.pos += n;
+        self.offset_at_pos += n as u64;
+    }
+
+    /// File offset of the first unconsumed byte.
+    pub fn offset(&self) -> u64 {
+        self.offset_at_pos
+    }
+
+    /// The block the unconsumed bytes are in, if they are in one.
+    pub fn block(&self) -> Option<&BlockRef> {
+        match &self.buf {
+            Buf::Block(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Start reading ahead on a thread of its own, from where the header ended.
+    pub fn start_read_ahead(&mut self) -> Result<(), SourceError> {
+        let Reader::Direct(file) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
+        if self.eof {
+            return Ok(());
+        }
+        let (tx, rx) = sync_channel(AHEAD);
+        let stop = Arc::new(AtomicBool::new(false));
+        let ahead = ReadAhead { file, arena: Arc::clone(&self.arena), cfg: self.cfg, tx, stop: Arc::clone(&stop), offset: self.read_offset };
+        std::thread::Builder::new()
+            .name("weir-readahead".into())
+            .spawn(move || ahead.run())
+            .map_err(|source| SourceError::Io { what: "starting the read-ahead thread".into(), source })?;
+        self.reader = Reader::Ahead { rx, stop };
+        Ok(())
+    }
+
+    /// Make at least `need` unconsumed bytes available, or reach the end of input.
+    /// While waiting for a block, `sides` are flushed and drained, since their
+    /// chunks may hold the blocks reading needs. Returns false if a stop came first.
+    pub fn refill(&mut self, need: usize, sides: &mut [CaptureSide], ctl: &Control) -> Result<bool, SourceError> {
+        debug_assert!(need <= MAX_RECORD_BYTES && need > self.len - self.pos);
+        while self.len - self.pos < need && !self.eof {
+            let Some(next) = self.next_filled(sides, ctl)? else { return Ok(false) };
+            let Some((mut block, filled)) = next else {
+                self.eof = true;
+                break;
+            };
+            let carry = self.len - self.pos;
+            let h = self.cfg.headroom;
+            if matches!(self.buf, Buf::Big(_)) || carry > h || carry + filled < need {
+                // Assemble in a private buffer: the record does not fit one block.
+                let mut big = match std::mem::replace(&mut self.buf, Buf::Empty) {
+                    Buf::Big(mut v) => {
+                        v.drain(..self.pos);
+                        v
+                    }
+                    other => other.bytes()[self.pos..self.len].to_vec(),
+                };
+                big.extend_from_slice(&block.bytes()[h..h + filled]);
+                self.len = big.len();
+                self.pos = 0;
+                self.buf = Buf::Big(big);
+            } else {
+                let start = h - carry;
+                block.bytes()[start..h].copy_from_slice(self.unread());
+                self.buf = Buf::Block(block.freeze());
+                self.pos = start;
+                self.len = h + filled;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The next filled block, `Some(None)` at the end of input, `None` on a stop.
+    fn next_filled(&mut self, sides: &mut [CaptureSide], ctl: &Control) -> Result<Option<Option<(BlockMut, usize)>>, SourceError> {
+        let filled = match &mut self.reader {
+            Reader::Done => return Ok(Some(None)),
+            Reader::Direct(file) => read_block(file, &self.arena, self.cfg, self.read_offset, &self.label)?,
+            Reader::Ahead { rx, .. } => {
+                let mut flushed = false;
+                loop {
+                    match rx.recv_timeout(BLOCK_WAIT) {
+                        Ok(f) => break f,
+                        Err(RecvTimeoutError::Disconnected) => break Filled::End,
+                        Err(RecvTimeoutError::Timeout) => {
+                            if ctl.stop_requested() {
+                                return Ok(None);
+                            }
+                            if !flushed {
+                                sides.iter_mut().for_each(CaptureSide::flush);
+                                flushed = true;
+                            }
+                            sides.iter_mut().for_each(CaptureSide::reclaim);
+                        }
+                    }
+                }
+            }
+        };
+        match filled {
+            Filled::Block(b, n) => {
+                self.read_offset += n as u64;
+                Ok(Some(Some((b, n))))
+            }
+            Filled::End => {
+                self.reader = Reader::Done;
+                Ok(Some(None))
+            }
+            Filled::Failed(source, at) => Err(SourceError::Io { what: format!("{} at byte offset {at}", self.label), source }),
+        }
+    }
+}
+
+impl Drop for Input {
+    /// Tell the read-ahead thread to stop and let it go without joining: on a pipe
+    /// it may sit in read() until the writer sends more, and a stop must not wait
+    /// for that. It owns only its arena handle and the block it fills.
+    fn drop(&mut self) {
+        if let Reader::Ahead { stop, .. } = &self.reader {
+            // Relaxed: a flag; the thread also sees the channel close when `rx` drops.
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Read one block from `file` on the calling thread. A block with no bytes means the end.
+fn read_block(file: &mut File, arena: &Arc<BlockArena>, cfg: ReadConfig, offset: u64, label: &str) -> Result<Filled, SourceError> {
+    // Before read-ahead starts the arena is untouched, so a block is always free.
+    let mut block = arena.acquire().ok_or_else(|| SourceError::Invalid(format!("{label}: no free read block")))?;
+    match fill(file, &mut block.bytes()[cfg.headroom..]) {
+        Ok(0) => Ok(Filled::End),
+        Ok(n) => Ok(Filled::Block(block, n)),
+        Err(e) => Err(SourceError::Io { what: format!("{label} at byte offset {offset}"), source: e }),
+    }
+}
+
+/// read() until `dst` is full or the input ends; returns the bytes read.
+fn fill(file: &mut File, dst: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < dst.len() {
+        match file.read(&mut dst[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The read-ahead thread's state.
+struct ReadAhead {
+    file: File,
+    arena: Arc<BlockArena>,
+    cfg: ReadConfig,
+    tx: SyncSender<Filled>,
+    stop: Arc<AtomicBool>,
+    offset: u64,
+}
+
+impl ReadAhead {
+    fn run(mut self) {
+        loop {
+            let mut block = loop {
+                // Relaxed: a flag.
+                if self.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                match self.arena.acquire() {
+                    Some(b) => break b,
+                    None => std::thread::sleep(FREE_WAIT),
+                }
+            };
+            let msg = match fill(&mut self.file, &mut block.bytes()[self.cfg.headroom..]) {
+                Ok(0) => Filled::End,
+                Ok(n) => {
+                    self.offset += n as u64;
+                    Filled::Block(block, n)
+                }
+                Err(e) => Filled::Failed(e, self.offset),
+            };
+            let last = !matches!(msg, Filled::Block(..));
+            if self.tx.send(msg).is_err() || last {
+                return;
+            }
+        }
+    }
+}
