@@ -25,7 +25,10 @@ def log(msg):
 
 
 def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+    p = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
 
 
 def build_peer(name, src, libs=("-lpcap",)):

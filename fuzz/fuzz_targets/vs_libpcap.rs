@@ -19,18 +19,6 @@ const REWRITTEN: [u32; 6] = [113, 117, 189, 220, 239, 276];
 
 type Packet = (u64, u32, Vec<u8>);
 
-/// The DLT_ number Linux libpcap reports for a LINKTYPE_ number.
-fn linux_dlt(link_type: u32) -> u32 {
-    match link_type {
-        100 => 11,
-        101 => 12,
-        102 => 15,
-        103 => 16,
-        106 => 19,
-        other => other,
-    }
-}
-
 fn weir(bytes: &[u8]) -> (Option<u32>, Vec<Packet>, Option<FormatError>) {
     let mut walker = Walker::new();
     let (mut pos, mut packets) = (0, Vec::new());
@@ -46,7 +34,7 @@ fn weir(bytes: &[u8]) -> (Option<u32>, Vec<Packet>, Option<FormatError>) {
             Err(e) => break Some(e),
         }
     };
-    (walker.header().map(|h| linux_dlt(h.link_type.0)), packets, error)
+    (walker.header().map(|h| h.link_type.dlt()), packets, error)
 }
 
 fn libpcap(path: &Path) -> (Option<u32>, Vec<Packet>, Option<String>) {

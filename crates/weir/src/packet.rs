@@ -37,6 +37,21 @@ impl LinkType {
     pub const IPV6: LinkType = LinkType(229);
     /// Linux "cooked" capture, version 2.
     pub const LINUX_SLL2: LinkType = LinkType(276);
+
+    /// The `DLT_` number Linux libpcap uses for this link type, as `pcap_open_dead`
+    /// takes it and `pcap_datalink` returns it. The two numberings agree except for
+    /// the few types whose `DLT_` value differs between operating systems (libpcap's
+    /// `linktype_to_dlt`): ATM_RFC1483, RAW, SLIP_BSDOS, PPP_BSDOS and ATM_CLIP.
+    pub fn dlt(self) -> u32 {
+        match self.0 {
+            100 => 11,
+            101 => 12,
+            102 => 15,
+            103 => 16,
+            106 => 19,
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for LinkType {

@@ -65,22 +65,6 @@ pub enum FilterError {
     Library(#[from] libpcap::LoadError),
 }
 
-/// The Linux `DLT_` value `pcap_open_dead` takes for a `LINKTYPE_` value.
-///
-/// The two numberings agree except for the few types whose `DLT_` value differs
-/// between operating systems; libpcap's `linktype_to_dlt` gives them distinct
-/// `LINKTYPE_` values, and these are their Linux `DLT_` values.
-fn dlt(link: crate::LinkType) -> u32 {
-    match link.0 {
-        100 => 11, // ATM_RFC1483
-        101 => 12, // RAW
-        102 => 15, // SLIP_BSDOS
-        103 => 16, // PPP_BSDOS
-        106 => 19, // ATM_CLIP
-        other => other,
-    }
-}
-
 impl Filter {
     /// Compile `expr` with libpcap (optimizer on, netmask unknown) for this link type and snaplen.
     ///
@@ -90,7 +74,7 @@ impl Filter {
     pub fn compile(expr: &str, link: crate::LinkType, snaplen: u32) -> Result<Filter, FilterError> {
         let lib = libpcap::Libpcap::system()?;
         let insns = lib
-            .compile(expr, dlt(link), snaplen, true)
+            .compile(expr, link.dlt(), snaplen, true)
             .map_err(|message| FilterError::Compile { expr: expr.to_owned(), message })?;
         let mut filter = Filter::from_program(&insns)?;
         filter.expression = Some(expr.into());

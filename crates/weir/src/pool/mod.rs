@@ -298,16 +298,9 @@ impl CaptureSide {
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
             dst
         };
-        let cell = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
-        // SAFETY: the chunk is Attached to us, so this cell is ours to write.
-        unsafe { *cell = Cell { data: dst, caplen: len as u32, wire_len, ts_ns } };
-        self.cur_count += 1;
         // Keep the next packet 8-byte aligned.
         self.cur_used += (len + 7) & !7;
-        self.cur_bytes += u64::from(wire_len);
-        self.tally.received += 1;
-        self.tally.received_bytes += u64::from(wire_len);
-        self.tally.captured += 1;
+        self.fill_cell(idx, Cell { data: dst, caplen: len as u32, wire_len, ts_ns });
         Ok(())
     }
 
@@ -336,16 +329,25 @@ impl CaptureSide {
             held.len += 1;
             backing.hold(id);
         }
-        let cell = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
-        // SAFETY: the chunk is Attached to us, so this cell is ours to write; the
-        // pointer is inside the block (checked above), which the chunk now holds.
-        unsafe { *cell = Cell { data: backing.ptr(id, range.start), caplen: len as u32, wire_len, ts_ns } };
-        self.cur_count += 1;
-        self.cur_bytes += u64::from(wire_len);
-        self.tally.received += 1;
-        self.tally.received_bytes += u64::from(wire_len);
-        self.tally.captured += 1;
+        // The pointer is inside the block (checked above), which the chunk now holds.
+        let data = backing.ptr(id, range.start);
+        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns });
         Ok(())
+    }
+
+    /// Write the next cell of the attached chunk `idx` and count the packet.
+    #[inline]
+    fn fill_cell(&mut self, idx: u32, cell: Cell) {
+        debug_assert_eq!(self.cur, Some(idx));
+        debug_assert!(self.cur_count < self.pool.cells_per_chunk);
+        let slot = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
+        // SAFETY: the chunk is Attached to us, so this cell is ours to write.
+        unsafe { *slot = cell };
+        self.cur_count += 1;
+        self.cur_bytes += u64::from(cell.wire_len);
+        self.tally.received += 1;
+        self.tally.received_bytes += u64::from(cell.wire_len);
+        self.tally.captured += 1;
     }
 
     /// The packet was received but rejected by the filter.

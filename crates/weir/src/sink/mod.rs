@@ -11,7 +11,7 @@ pub mod pcapng;
 pub mod rotate;
 
 use crate::LinkType;
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 
 /// The on-disk format to write.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -58,34 +58,56 @@ impl<W: Write> TraceWriter<W> {
         }
     }
 
-    /// Bytes written so far, headers included.
-    pub fn bytes_written(&self) -> u64 {
+    fn counted(&self) -> &Counted<W> {
         match self {
-            TraceWriter::Pcap(w) => w.bytes_written(),
-            TraceWriter::PcapNg(w) => w.bytes_written(),
+            TraceWriter::Pcap(w) => &w.out,
+            TraceWriter::PcapNg(w) => &w.out,
         }
     }
 
+    /// Bytes written so far, headers included.
+    pub fn bytes_written(&self) -> u64 {
+        self.counted().bytes
+    }
+
     pub fn packets_written(&self) -> u64 {
-        match self {
-            TraceWriter::Pcap(w) => w.packets_written(),
-            TraceWriter::PcapNg(w) => w.packets_written(),
-        }
+        self.counted().packets
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
-            TraceWriter::Pcap(w) => w.flush(),
-            TraceWriter::PcapNg(w) => w.flush(),
+            TraceWriter::Pcap(w) => w.out.out.flush(),
+            TraceWriter::PcapNg(w) => w.out.out.flush(),
         }
     }
 
     /// Flush and hand back the underlying sink.
     pub fn finish(self) -> io::Result<W> {
-        match self {
-            TraceWriter::Pcap(w) => w.finish(),
-            TraceWriter::PcapNg(w) => w.finish(),
-        }
+        let out = match self {
+            TraceWriter::Pcap(w) => w.out,
+            TraceWriter::PcapNg(w) => w.out,
+        };
+        out.out.into_inner().map_err(|e| e.into_error())
+    }
+}
+
+/// A buffered sink that counts the bytes and packets written through it.
+struct Counted<W: Write> {
+    out: BufWriter<W>,
+    bytes: u64,
+    packets: u64,
+}
+
+impl<W: Write> Counted<W> {
+    fn new(w: W) -> Self {
+        Counted { out: BufWriter::with_capacity(1 << 20, w), bytes: 0, packets: 0 }
+    }
+
+    #[inline]
+    fn write(&mut self, b: &[u8]) -> io::Result<()> {
+        self.out.write_all(b)?;
+        self.bytes += b.len() as u64;
+        Ok(())
     }
 }
 

@@ -4,9 +4,9 @@
 //! libpcap itself writes. Timestamps past 2106 are clamped to the last second
 //! pcap can hold.
 
-use super::{split_ts, TsPrecision};
+use super::{split_ts, Counted, TsPrecision};
 use crate::LinkType;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 
 const MAGIC_MICRO: u32 = 0xa1b2_c3d4;
 const MAGIC_NANO: u32 = 0xa1b2_3c4d;
@@ -21,16 +21,14 @@ pub fn record_len(caplen: usize) -> u64 {
 }
 
 pub struct PcapWriter<W: Write> {
-    out: BufWriter<W>,
+    pub(super) out: Counted<W>,
     nanos: bool,
-    bytes: u64,
-    packets: u64,
 }
 
 impl<W: Write> PcapWriter<W> {
     pub fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         let nanos = precision == TsPrecision::Nano;
-        let mut out = BufWriter::with_capacity(1 << 20, w);
+        let mut out = Counted::new(w);
         let mut h = [0u8; FILE_HEADER_LEN as usize];
         h[0..4].copy_from_slice(&(if nanos { MAGIC_NANO } else { MAGIC_MICRO }).to_ne_bytes());
         h[4..6].copy_from_slice(&VERSION_MAJOR.to_ne_bytes());
@@ -38,8 +36,8 @@ impl<W: Write> PcapWriter<W> {
         // thiszone and sigfigs stay zero, as every modern writer leaves them.
         h[16..20].copy_from_slice(&snaplen.to_ne_bytes());
         h[20..24].copy_from_slice(&link.0.to_ne_bytes());
-        out.write_all(&h)?;
-        Ok(PcapWriter { out, nanos, bytes: FILE_HEADER_LEN, packets: 0 })
+        out.write(&h)?;
+        Ok(PcapWriter { out, nanos })
     }
 
     #[inline]
@@ -51,26 +49,9 @@ impl<W: Write> PcapWriter<W> {
         h[4..8].copy_from_slice(&frac.to_ne_bytes());
         h[8..12].copy_from_slice(&(data.len() as u32).to_ne_bytes());
         h[12..16].copy_from_slice(&wire_len.max(data.len() as u32).to_ne_bytes());
-        self.out.write_all(&h)?;
-        self.out.write_all(data)?;
-        self.bytes += record_len(data.len());
-        self.packets += 1;
+        self.out.write(&h)?;
+        self.out.write(data)?;
+        self.out.packets += 1;
         Ok(())
-    }
-
-    pub fn bytes_written(&self) -> u64 {
-        self.bytes
-    }
-
-    pub fn packets_written(&self) -> u64 {
-        self.packets
-    }
-
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
-    }
-
-    pub fn finish(self) -> io::Result<W> {
-        self.out.into_inner().map_err(|e| e.into_error())
     }
 }

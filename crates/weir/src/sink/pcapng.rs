@@ -5,9 +5,9 @@
 //! microseconds. The section length is written as -1 (unknown), which lets the
 //! file be written in one pass.
 
-use super::TsPrecision;
+use super::{Counted, TsPrecision};
 use crate::LinkType;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 
 const SHB: u32 = 0x0a0d_0d0a;
 const IDB: u32 = 0x0000_0001;
@@ -29,10 +29,8 @@ pub fn record_len(caplen: usize) -> u64 {
 }
 
 pub struct PcapNgWriter<W: Write> {
-    out: BufWriter<W>,
+    pub(super) out: Counted<W>,
     nanos: bool,
-    bytes: u64,
-    packets: u64,
 }
 
 /// Append an option (code, length, value padded to 4) to a block body.
@@ -43,19 +41,18 @@ fn option(body: &mut Vec<u8>, code: u16, value: &[u8]) {
     body.resize(pad4(body.len()), 0);
 }
 
-fn block(out: &mut impl Write, ty: u32, body: &[u8]) -> io::Result<u64> {
+fn block<W: Write>(out: &mut Counted<W>, ty: u32, body: &[u8]) -> io::Result<()> {
     let total = (12 + body.len()) as u32;
-    out.write_all(&ty.to_ne_bytes())?;
-    out.write_all(&total.to_ne_bytes())?;
-    out.write_all(body)?;
-    out.write_all(&total.to_ne_bytes())?;
-    Ok(u64::from(total))
+    out.write(&ty.to_ne_bytes())?;
+    out.write(&total.to_ne_bytes())?;
+    out.write(body)?;
+    out.write(&total.to_ne_bytes())
 }
 
 impl<W: Write> PcapNgWriter<W> {
     pub fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         let nanos = precision == TsPrecision::Nano;
-        let mut out = BufWriter::with_capacity(1 << 20, w);
+        let mut out = Counted::new(w);
 
         let mut shb = Vec::new();
         shb.extend_from_slice(&BYTE_ORDER_MAGIC.to_ne_bytes());
@@ -64,7 +61,7 @@ impl<W: Write> PcapNgWriter<W> {
         shb.extend_from_slice(&(-1i64).to_ne_bytes());
         option(&mut shb, SHB_USERAPPL, concat!("weir ", env!("CARGO_PKG_VERSION")).as_bytes());
         option(&mut shb, OPT_END, &[]);
-        let mut bytes = block(&mut out, SHB, &shb)?;
+        block(&mut out, SHB, &shb)?;
 
         let mut idb = Vec::new();
         idb.extend_from_slice(&(link.0 as u16).to_ne_bytes());
@@ -74,8 +71,8 @@ impl<W: Write> PcapNgWriter<W> {
             option(&mut idb, IF_TSRESOL, &[9]);
         }
         option(&mut idb, OPT_END, &[]);
-        bytes += block(&mut out, IDB, &idb)?;
-        Ok(PcapNgWriter { out, nanos, bytes, packets: 0 })
+        block(&mut out, IDB, &idb)?;
+        Ok(PcapNgWriter { out, nanos })
     }
 
     #[inline]
@@ -91,28 +88,11 @@ impl<W: Write> PcapNgWriter<W> {
         h[16..20].copy_from_slice(&(ts as u32).to_ne_bytes());
         h[20..24].copy_from_slice(&(data.len() as u32).to_ne_bytes());
         h[24..28].copy_from_slice(&wire_len.max(data.len() as u32).to_ne_bytes());
-        self.out.write_all(&h)?;
-        self.out.write_all(data)?;
-        self.out.write_all(&[0u8; 3][..padded - data.len()])?;
-        self.out.write_all(&total.to_ne_bytes())?;
-        self.bytes += u64::from(total);
-        self.packets += 1;
+        self.out.write(&h)?;
+        self.out.write(data)?;
+        self.out.write(&[0u8; 3][..padded - data.len()])?;
+        self.out.write(&total.to_ne_bytes())?;
+        self.out.packets += 1;
         Ok(())
-    }
-
-    pub fn bytes_written(&self) -> u64 {
-        self.bytes
-    }
-
-    pub fn packets_written(&self) -> u64 {
-        self.packets
-    }
-
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
-    }
-
-    pub fn finish(self) -> io::Result<W> {
-        self.out.into_inner().map_err(|e| e.into_error())
     }
 }

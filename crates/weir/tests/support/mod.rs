@@ -5,6 +5,9 @@
 //! how did it end) so the two can be compared with `==` and a mismatch reported
 //! at the first packet that differs.
 
+// Each test binary that includes this module uses only part of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use weir::filter::libpcap::Libpcap;
 use weir::source::file::format::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
@@ -116,14 +119,7 @@ impl Trace {
 
 /// The DLT_ number Linux libpcap reports for a LINKTYPE_ number.
 pub fn linux_dlt(link_type: u32) -> u32 {
-    match link_type {
-        100 => 11,
-        101 => 12,
-        102 => 15,
-        103 => 16,
-        106 => 19,
-        other => other,
-    }
+    weir::LinkType(link_type).dlt()
 }
 
 /// Read `path` with the system libpcap, nanosecond precision.

@@ -15,18 +15,8 @@ const DLT_USBPCAP: u32 = 249;
 const DLT_EBHSCR: u32 = 279;
 
 /// The DLT_ value libpcap uses internally for a LINKTYPE_ value.
-///
-/// Outside 104..=289 libpcap keeps a table; on Linux only these entries differ
-/// from the identity: ATM_RFC1483, RAW, SLIP_BSDOS, PPP_BSDOS and ATM_CLIP.
 pub(super) fn dlt_of(linktype: u32) -> u32 {
-    match linktype {
-        100 => 11,
-        101 => 12,
-        102 => 15,
-        103 => 16,
-        106 => 19,
-        other => other,
-    }
+    crate::LinkType(linktype).dlt()
 }
 
 /// The largest captured length libpcap accepts for a DLT_ value.
