@@ -7,11 +7,19 @@
 //! block can be taken for writing only when its count is zero, so bytes a worker
 //! may be reading are never written.
 //!
-//! Every count change happens on the capture unit's thread (acquire, and the
-//! release of a recycled chunk's blocks when the unit takes the chunk back); the
-//! worker's reads are ordered before the count drops by the recycle queue's
-//! Release/Acquire pair. The atomics only make the arena `Sync`, so the pools
-//! can keep it alive for the workers after the unit is gone.
+//! Two kinds of arena. One we own ([`BlockArena::new`]): a block at count zero
+//! is free and [`BlockArena::acquire`] hands it out for filling. One shared with
+//! the kernel ([`BlockArena::over_mapping`], a TPACKET_V3 ring): the kernel fills
+//! blocks, the capture unit [`adopt`](BlockArena::adopt)s a block the kernel has
+//! handed over, and gives it back only once [`is_unheld`](BlockArena::is_unheld)
+//! says every chunk holding its packets was recycled.
+//!
+//! A count is raised by the capture unit (acquire, adopt, a chunk taking a cell
+//! in the block) and dropped on the capture unit's thread when it takes a
+//! recycled chunk back; the worker's reads are ordered before that drop by the
+//! recycle queue's Release/Acquire pair, and the drop (Release) before whoever
+//! next writes the block sees zero (Acquire). The arena outlives the unit: the
+//! pools keep it alive for the workers.
 
 #![allow(unsafe_code)]
 
@@ -28,6 +36,8 @@ pub struct BlockArena {
     mem: Region,
     block_bytes: usize,
     refs: Box<[AtomicU32]>,
+    /// The kernel owns unheld blocks: only `adopt` may take one.
+    shared: bool,
 }
 
 // SAFETY: the memory is only written through a `BlockMut`, which exists only while
@@ -42,7 +52,39 @@ impl BlockArena {
     pub fn new(block_bytes: usize, count: usize) -> Arc<BlockArena> {
         assert!(block_bytes > 0 && count > 0 && count <= u32::MAX as usize, "a block arena needs blocks");
         let mem = Region::new(block_bytes * count);
-        Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect() })
+        Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: false })
+    }
+
+    /// An arena over a mapping shared with the kernel, `count` blocks of `block_bytes`.
+    ///
+    /// # Safety
+    /// `mem` must hold `block_bytes * count` bytes, and the kernel must write a
+    /// block only after the caller gave it back, which the caller must do only
+    /// when [`is_unheld`](Self::is_unheld) is true for it.
+    pub(crate) unsafe fn over_mapping(mem: Region, block_bytes: usize, count: usize) -> Arc<BlockArena> {
+        assert!(block_bytes > 0 && count > 0 && block_bytes * count <= mem.len(), "mapping smaller than its blocks");
+        Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: true })
+    }
+
+    /// Hold a block the kernel has handed over, to read it and let cells point into it.
+    /// `None` if it is already held: the caller adopted it twice.
+    pub fn adopt(self: &Arc<Self>, id: BlockId) -> Option<BlockRef> {
+        debug_assert!(self.shared, "adopt is for blocks the kernel fills");
+        // Acquire: pairs with the release of the last holder of the previous round.
+        self.refs.get(id as usize)?.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        Some(BlockRef(Hold { arena: Arc::clone(self), id }))
+    }
+
+    /// True when nobody holds the block: every read of it has happened, so it may
+    /// go back to the kernel.
+    pub fn is_unheld(&self, id: BlockId) -> bool {
+        // Acquire: every holder's reads happen before our caller hands the block back.
+        self.refs[id as usize].load(Ordering::Acquire) == 0
+    }
+
+    /// Address of block `id`, for the source that reads the kernel's block headers.
+    pub fn block_ptr(&self, id: BlockId) -> *const u8 {
+        self.ptr(id, 0)
     }
 
     pub fn block_bytes(&self) -> usize {
@@ -56,6 +98,9 @@ impl BlockArena {
     /// Take a free block for writing, lowest index first (so a small working set of
     /// blocks is reused and stays in cache).
     pub fn acquire(self: &Arc<Self>) -> Option<BlockMut> {
+        if self.shared {
+            return None;
+        }
         self.refs.iter().enumerate().find_map(|(i, r)| {
             // AcqRel: acquire the release of the last reader's count; nobody can
             // take the block between our check and our count.

@@ -25,15 +25,19 @@
 //! block of a [`BlockArena`] that the capture unit filled in bulk, and the chunk
 //! holds that block (up to [`BLOCKS_PER_CHUNK`] of them) until it is recycled:
 //! no copy at all. A chunk is published when its M cells, its arena or its block
-//! list are full, or on a flush.
+//! list are full, or on a flush. With [`CaptureSide::push_frame`] the cell *is*
+//! a frame of a [`FrameArena`] (AF_XDP's UMEM) that the kernel wrote, and the
+//! frame comes back through [`CaptureSide::take_frames`] when the chunk does.
 
 #![allow(unsafe_code)]
 
 pub mod blocks;
 mod config;
-mod sys;
+pub mod frames;
+pub(crate) mod sys;
 
 pub use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
+pub use frames::FrameArena;
 pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
 
 use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
@@ -118,8 +122,14 @@ struct Pool {
     bytes: Box<[AtomicU64]>,
     cells: Box<[UnsafeCell<Cell>]>,
     arena: sys::Region,
-    /// The blocks `push_ref` cells point into, kept alive as long as the pool.
-    backing: OnceLock<Arc<BlockArena>>,
+    /// The blocks or frames cells point into, kept alive as long as the pool.
+    backing: OnceLock<Backing>,
+}
+
+/// External memory cells of a pool may point into; one kind per pool.
+enum Backing {
+    Blocks(Arc<BlockArena>),
+    Frames(Arc<FrameArena>),
 }
 
 // SAFETY: cells and arena bytes of a chunk are written only by the capture thread
@@ -221,6 +231,7 @@ pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCoun
         cur_used: 0,
         cur_bytes: 0,
         chunk_blocks: vec![ChunkBlocks::default(); r],
+        returned_frames: Vec::new(),
         tally: Tally::default(),
     };
     let worker = WorkerSide {
@@ -248,6 +259,8 @@ pub struct CaptureSide {
     cur_bytes: u64,
     /// The blocks each chunk's cells point into; only the capture thread reads it.
     chunk_blocks: Vec<ChunkBlocks>,
+    /// Frames of chunks taken back, not yet handed to the unit.
+    returned_frames: Vec<u64>,
     tally: Tally,
 }
 
@@ -321,8 +334,10 @@ impl CaptureSide {
             }
             _ => self.next_chunk()?,
         };
-        let backing = self.pool.backing.get_or_init(|| Arc::clone(block.arena()));
-        assert!(Arc::ptr_eq(backing, block.arena()), "a pool takes blocks from one arena only");
+        let backing = match self.pool.backing.get_or_init(|| Backing::Blocks(Arc::clone(block.arena()))) {
+            Backing::Blocks(b) if Arc::ptr_eq(b, block.arena()) => b,
+            _ => panic!("a pool takes blocks from one arena only"),
+        };
         let held = &mut self.chunk_blocks[idx as usize];
         if !held.contains(id) {
             held.ids[usize::from(held.len)] = id;
@@ -333,6 +348,30 @@ impl CaptureSide {
         let data = backing.ptr(id, range.start);
         self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns });
         Ok(())
+    }
+
+    /// Capture a packet the kernel wrote into a frame of `arena` at `addr`: the cell
+    /// holds the frame until its chunk is recycled, then [`take_frames`](Self::take_frames)
+    /// gives the frame back. All frames of one pool come from one arena.
+    #[inline]
+    pub fn push_frame(&mut self, arena: &Arc<FrameArena>, addr: u64, len: usize, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+        let data = arena.ptr(addr, len);
+        match self.pool.backing.get_or_init(|| Backing::Frames(Arc::clone(arena))) {
+            Backing::Frames(f) if Arc::ptr_eq(f, arena) => {}
+            _ => panic!("a pool takes frames from one arena only"),
+        }
+        let idx = match self.cur {
+            Some(idx) if self.cur_count < self.pool.cells_per_chunk => idx,
+            _ => self.next_chunk()?,
+        };
+        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns });
+        Ok(())
+    }
+
+    /// Move the addresses of frames whose chunks came back into `out`, for the fill ring.
+    pub fn take_frames(&mut self, out: &mut Vec<u64>) {
+        self.reclaim();
+        out.append(&mut self.returned_frames);
     }
 
     /// Write the next cell of the attached chunk `idx` and count the packet.
@@ -445,11 +484,26 @@ impl CaptureSide {
 
     fn take_back(&mut self, idx: u32) {
         debug_assert_eq!(self.pool.state(idx).0, ChunkState::Free, "recycle queue carried a chunk that is not free");
-        let held = std::mem::take(&mut self.chunk_blocks[idx as usize]);
-        if let Some(backing) = self.pool.backing.get() {
-            for &id in &held.ids[..usize::from(held.len)] {
-                backing.release(id);
+        match self.pool.backing.get() {
+            Some(Backing::Blocks(arena)) => {
+                let held = std::mem::take(&mut self.chunk_blocks[idx as usize]);
+                for &id in &held.ids[..usize::from(held.len)] {
+                    arena.release(id);
+                }
             }
+            Some(Backing::Frames(arena)) => {
+                let count = self.pool.counts[idx as usize].load(Ordering::Relaxed) as usize;
+                for i in 0..count {
+                    let cell = self.pool.cells[idx as usize * self.pool.cells_per_chunk + i].get();
+                    // SAFETY: the chunk is Free and on its way to our free list; only
+                    // the capture thread (us) touches it now.
+                    let data = unsafe { (*cell).data };
+                    if let Some(addr) = arena.addr_of(data) {
+                        self.returned_frames.push(addr);
+                    }
+                }
+            }
+            None => {}
         }
         self.free.push(idx);
     }

@@ -1,4 +1,5 @@
-//! Pool memory straight from the kernel: anonymous private mappings.
+//! Pool memory straight from the kernel: anonymous private mappings, or mappings
+//! a source made of memory it shares with the kernel (a TPACKET_V3 ring).
 //!
 //! Pools and block arenas are large (64 MiB per queue by default) and mostly
 //! untouched at first. An anonymous mapping is zero-filled lazily and given back
@@ -49,6 +50,15 @@ impl Region {
             libc::madvise(p, len, libc::MADV_HUGEPAGE)
         };
         Region { ptr: NonNull::new(p.cast()).expect("mmap does not return NULL on success"), len }
+    }
+
+    /// Take over a mapping made elsewhere (a packet ring mapped from a socket); it is
+    /// unmapped on drop.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be a mapping returned by `mmap` that nothing else unmaps.
+    pub(crate) unsafe fn from_mapping(ptr: NonNull<u8>, len: usize) -> Region {
+        Region { ptr, len }
     }
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {

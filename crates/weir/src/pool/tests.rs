@@ -339,3 +339,43 @@ fn a_cell_cannot_point_outside_its_block() {
     let b = arena.acquire().unwrap().freeze();
     let _ = cap.push_ref(&b, 200..300, 100, 0);
 }
+
+#[test]
+fn frames_come_back_when_their_chunk_is_recycled() {
+    let (mut cap, work, _) = pair(2, 4);
+    let umem = FrameArena::new(8, 2048);
+    // The kernel wrote three packets at frame offsets 256 of frames 1, 5 and 2.
+    for (frame, len) in [(1u64, 60usize), (5, 1500), (2, 64)] {
+        cap.push_frame(&umem, frame * 2048 + 256, len, len as u32, 0).unwrap();
+    }
+    let mut back = Vec::new();
+    cap.take_frames(&mut back);
+    assert!(back.is_empty(), "nothing recycled yet");
+    let c = work.try_next().expect("first chunk (2 cells) published");
+    assert_eq!(c.get(1).unwrap().caplen(), 1500);
+    drop(c);
+    cap.take_frames(&mut back);
+    assert_eq!(back.iter().map(|&a| umem.frame_of(a)).collect::<Vec<_>>(), [2048, 5 * 2048]);
+    cap.flush();
+    drop(work.try_next());
+    cap.take_frames(&mut back);
+    assert_eq!(back.len(), 3);
+}
+
+#[test]
+fn a_shared_block_goes_back_only_when_unheld() {
+    let (mut cap, work, _) = pair(8, 4);
+    let region = sys::Region::new(4 * 1024);
+    // SAFETY: anonymous memory stands in for the kernel's ring; nothing else writes it.
+    let ring = unsafe { BlockArena::over_mapping(region, 1024, 4) };
+    assert!(ring.acquire().is_none(), "the kernel owns unheld blocks");
+    let b = ring.adopt(2).unwrap();
+    assert!(ring.adopt(2).is_none(), "adopted twice");
+    cap.push_ref(&b, 0..100, 100, 0).unwrap();
+    drop(b);
+    assert!(!ring.is_unheld(2), "a chunk still points into block 2");
+    cap.flush();
+    drop(work.try_next());
+    cap.reclaim();
+    assert!(ring.is_unheld(2));
+}
