@@ -15,9 +15,12 @@
 //! `received = delivered + filtered + capture_drops + delivery_drops` holds with
 //! `in_flight = 0`.
 
+pub mod affinity;
 mod control;
+pub(crate) mod sys;
 mod unit;
 
+pub use affinity::{CpuPlan, Placement};
 pub use control::{Control, StopHandle, StopReason};
 pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 
@@ -60,6 +63,8 @@ pub enum BuildError {
     Source(#[from] SourceError),
     #[error("filter: {0}")]
     Filter(#[from] FilterError),
+    #[error("--cpus: CPU {cpu} is not available to this process (allowed: {allowed:?})")]
+    Cpu { cpu: usize, allowed: Vec<usize> },
 }
 
 impl BuildError {
@@ -69,6 +74,7 @@ impl BuildError {
             BuildError::NoSource | BuildError::Spec(_) => true,
             BuildError::Source(e) => e.is_bad_input(),
             BuildError::Filter(e) => !matches!(e, FilterError::Library(_)),
+            BuildError::Cpu { .. } => true,
         }
     }
 }
@@ -96,6 +102,7 @@ pub struct EngineBuilder {
     time_limit: Option<Duration>,
     pacing: Pacing,
     open: source::OpenOptions,
+    cpus: CpuPlan,
 }
 
 impl EngineBuilder {
@@ -148,11 +155,30 @@ impl EngineBuilder {
         self
     }
 
+    /// Options of live capture (snaplen, promiscuous mode, ring sizes, fanout, ...).
+    pub fn live(mut self, opts: source::LiveOptions) -> Self {
+        self.open.live = opts;
+        self
+    }
+
+    /// Pin each queue's capture thread and worker (see [`affinity`]).
+    pub fn cpus(mut self, plan: CpuPlan) -> Self {
+        self.cpus = plan;
+        self
+    }
+
     /// Open the source and compile the filter for its link type.
     pub fn build(self) -> Result<Engine, BuildError> {
         let spec = self.spec.ok_or(BuildError::NoSource)?;
+        let allowed = sys::allowed_cpus();
+        if let CpuPlan::List(list) = &self.cpus {
+            if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {
+                return Err(BuildError::Cpu { cpu, allowed });
+            }
+        }
         let source = source::open(&spec, &self.open)?;
         let info = source.info().clone();
+        let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
         let filter = match &self.filter {
             Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?),
             None => None,
@@ -160,6 +186,7 @@ impl EngineBuilder {
         Ok(Engine {
             source,
             info,
+            placements,
             pool: self.pool,
             filter,
             packet_limit: self.packet_limit,
@@ -173,6 +200,7 @@ impl EngineBuilder {
 pub struct Engine {
     source: Box<dyn source::Source>,
     info: SourceInfo,
+    placements: Vec<Placement>,
     pool: PoolConfig,
     filter: Option<Filter>,
     packet_limit: Option<u64>,
@@ -193,6 +221,11 @@ impl Engine {
         &self.pool
     }
 
+    /// Where each queue's threads will run.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placements
+    }
+
     pub fn filter(&self) -> Option<&Filter> {
         self.filter.as_ref()
     }
@@ -209,7 +242,7 @@ impl Engine {
         let progress = self.source.progress();
         let units = self
             .source
-            .into_units(source::CaptureOptions { filter: self.filter, pacing: self.pacing })
+            .into_units(source::CaptureOptions { filter: self.filter, pacing: self.pacing, pool: self.pool })
             .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
 
         let mut counters = Vec::new();
@@ -226,14 +259,17 @@ impl Engine {
         }
 
         let mut workers = Vec::new();
+        let placement_of = |q: QueueId| self.placements.iter().find(|p| p.queue == q).cloned();
         for (q, side) in worker_sides {
             let handler = make(q);
+            let cpu = placement_of(q).and_then(|p| p.worker_cpu);
             let thread_ctl = Arc::clone(&ctl);
             ctl.thread_started();
             let h = std::thread::Builder::new()
                 .name(format!("weir-worker-{q}"))
                 .spawn(move || {
                     let _end = ThreadEnd(&thread_ctl);
+                    pin(cpu);
                     worker_loop(side, handler, &thread_ctl)
                 })
                 .map_err(|e| {
@@ -246,6 +282,7 @@ impl Engine {
         let mut captures = Vec::new();
         for unit in units {
             let name = unit.name();
+            let cpu = unit.queues().first().and_then(|&q| placement_of(q)).and_then(|p| p.capture_cpu);
             let sides = unit
                 .queues()
                 .iter()
@@ -259,6 +296,7 @@ impl Engine {
                 .name(thread_name.chars().take(15).collect())
                 .spawn(move || {
                     let _end = ThreadEnd(&thread_ctl);
+                    pin(cpu);
                     capture_loop(unit, sides, &thread_ctl)
                 })
                 .map_err(|e| {
@@ -272,6 +310,7 @@ impl Engine {
 
         Ok(Running {
             ctl,
+            placements: self.placements,
             counters,
             captures,
             workers,
@@ -280,6 +319,14 @@ impl Engine {
             progress,
             info: self.info,
         })
+    }
+}
+
+/// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since
+/// the plan was made) leaves the thread where the scheduler put it.
+fn pin(cpu: Option<usize>) {
+    if let Some(c) = cpu {
+        let _ = sys::pin_current_thread(c);
     }
 }
 
@@ -345,6 +392,7 @@ fn worker_loop<H: Handler>(side: WorkerSide, mut handler: H, ctl: &Control) -> R
 /// A started engine.
 pub struct Running<H> {
     ctl: Arc<Control>,
+    placements: Vec<Placement>,
     counters: Vec<Arc<QueueCounters>>,
     captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
     workers: Vec<(QueueId, JoinHandle<Result<H, RunError>>)>,
@@ -366,6 +414,11 @@ impl<H: Handler> Running<H> {
 
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(Arc::clone(&self.ctl))
+    }
+
+    /// Where each queue's threads run.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placements
     }
 
     /// Bytes of input consumed and in total (total 0 when unknown), for finite sources.

@@ -31,6 +31,8 @@ pub struct SourceInfo {
     pub snaplen: u32,
     /// The queues opened, in order.
     pub queues: Vec<QueueId>,
+    /// The network interface, for live sources.
+    pub iface: Option<String>,
 }
 
 /// A capture thread's work.

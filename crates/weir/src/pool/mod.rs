@@ -405,6 +405,13 @@ impl CaptureSide {
         self.tally.capture_drops += 1;
     }
 
+    /// Packets lost before capture in bulk, as the kernel counts them (an empty
+    /// AF_XDP fill ring: the pool had no frame for them).
+    pub fn add_capture_drops(&mut self, packets: u64) {
+        self.tally.received += packets;
+        self.tally.capture_drops += packets;
+    }
+
     /// Packets the kernel received for this queue but lost before we saw them.
     pub fn add_delivery_drops(&mut self, packets: u64) {
         self.tally.received += packets;

@@ -10,12 +10,16 @@
 
 #![allow(unsafe_code)]
 
+use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
-/// A zero-filled region of memory, page aligned, unmapped on drop.
+/// A region of mapped memory, page aligned, unmapped on drop.
 pub(crate) struct Region {
     ptr: NonNull<u8>,
     len: usize,
+    /// The socket a shared mapping came from: kept open until the mapping is gone,
+    /// so the kernel never frees the ring under it.
+    _owner: Option<OwnedFd>,
 }
 
 // SAFETY: the region is plain memory; who may touch which bytes is decided by the
@@ -49,16 +53,16 @@ impl Region {
         unsafe {
             libc::madvise(p, len, libc::MADV_HUGEPAGE)
         };
-        Region { ptr: NonNull::new(p.cast()).expect("mmap does not return NULL on success"), len }
+        Region { ptr: NonNull::new(p.cast()).expect("mmap does not return NULL on success"), len, _owner: None }
     }
 
-    /// Take over a mapping made elsewhere (a packet ring mapped from a socket); it is
-    /// unmapped on drop.
+    /// Take over a mapping made elsewhere (a packet ring mapped from `owner`, a
+    /// socket); it is unmapped on drop, and the socket closed after that.
     ///
     /// # Safety
     /// `ptr..ptr+len` must be a mapping returned by `mmap` that nothing else unmaps.
-    pub(crate) unsafe fn from_mapping(ptr: NonNull<u8>, len: usize) -> Region {
-        Region { ptr, len }
+    pub(crate) unsafe fn from_mapping(ptr: NonNull<u8>, len: usize, owner: Option<OwnedFd>) -> Region {
+        Region { ptr, len, _owner: owner }
     }
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {

@@ -5,13 +5,20 @@
 //! units (see [`crate::engine::CaptureUnit`]) once the filter is compiled.
 //!
 //! - [`file`]: pcap and pcapng traces, split into queues by RSS, paced or at top speed.
+//! - [`afpacket`]: TPACKET_V3 rings, one socket per queue in a fanout group.
+//! - [`afxdp`]: one AF_XDP socket per RX queue over a UMEM that is the pool.
 
+pub mod afpacket;
+pub mod afxdp;
 pub mod file;
+mod live;
 pub mod pacing;
 mod spec;
 
+pub use live::{ifindex, rx_queues, AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, ZeroCopy};
+
 pub use pacing::Pacing;
-pub use spec::{QueueRange, SourceSpec, SpecError, MAX_QUEUES};
+pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError, MAX_QUEUES};
 
 use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::Filter;
@@ -19,9 +26,12 @@ use std::sync::Arc;
 
 /// What a source does with the packets it captures.
 pub struct CaptureOptions {
-    /// Packets it rejects are counted as filtered and take no cell.
+    /// Packets it rejects are counted as filtered and take no cell (live sources
+    /// may run it in the kernel instead, where rejected packets are not seen).
     pub filter: Option<Filter>,
     pub pacing: Pacing,
+    /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.
+    pub pool: crate::pool::PoolConfig,
 }
 
 /// An opened source, before capture starts.
@@ -36,14 +46,17 @@ pub trait Source: Send {
 }
 
 /// Tuning that applies when a source is opened.
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct OpenOptions {
     pub trace: file::ReadConfig,
+    pub live: LiveOptions,
 }
 
 /// Open the source a spec names.
 pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, SourceError> {
     match spec {
         SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace),
+        SourceSpec::Live { kind: LiveKind::AfPacket, iface, queues } => afpacket::open(iface, *queues, &opts.live, spec.to_string()),
+        SourceSpec::Live { kind: LiveKind::AfXdp, iface, queues } => afxdp::open(iface, *queues, &opts.live, spec.to_string()),
     }
 }

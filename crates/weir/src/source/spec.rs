@@ -6,8 +6,14 @@
 //!   0, so the last queue named sets how many there are, as on a NIC).
 //! - `file:PATH[@RANGE]`: the same, for paths that look like something else.
 //! - `-`: a trace on standard input.
+//! - `afpacket:eth1@0-3`: four AF_PACKET sockets on eth1 in one fanout group.
+//! - `afxdp:eth1@0-3`: one AF_XDP socket on each of eth1's RX queues 0 to 3.
+//! - `eth1`, `eth1@2`: a bare interface name means afpacket.
+//! - An interface without a range means one queue per RX queue of the device.
 //!
-//! A path that exists is taken whole even if it contains `@`.
+//! A path that exists is taken whole even if it contains `@`; a name that is
+//! both an existing file and an interface is the file (write `afpacket:` to
+//! mean the interface).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -97,6 +103,47 @@ impl FromStr for QueueRange {
 pub enum SourceSpec {
     /// A pcap or pcapng trace (`None` path = standard input).
     File { path: Option<PathBuf>, queues: QueueRange },
+    /// A live interface; `queues: None` means every RX queue of the device.
+    Live { kind: LiveKind, iface: String, queues: Option<QueueRange> },
+}
+
+/// How a live interface is captured.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LiveKind {
+    AfPacket,
+    AfXdp,
+}
+
+impl LiveKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LiveKind::AfPacket => "afpacket",
+            LiveKind::AfXdp => "afxdp",
+        }
+    }
+}
+
+/// Interface names are at most 15 bytes (IFNAMSIZ - 1), without '/' or spaces.
+fn valid_iface(name: &str) -> bool {
+    !name.is_empty() && name.len() < 16 && !name.contains(['/', ' ', ':', '@']) && name != "." && name != ".."
+}
+
+/// Does this network interface exist in our network namespace?
+fn iface_exists(name: &str) -> bool {
+    valid_iface(name) && Path::new("/sys/class/net").join(name).exists()
+}
+
+/// Split `NAME[@RANGE]` for a live source.
+fn live(kind: LiveKind, rest: &str) -> Result<SourceSpec, SpecError> {
+    let (iface, queues) = match rest.rsplit_once('@') {
+        Some((name, range)) => (name, Some(range.parse()?)),
+        None => (rest, None),
+    };
+    // Whether it exists is asked when it is opened, in the namespace it is opened in.
+    if !valid_iface(iface) {
+        return Err(SpecError::BadInterface(iface.into()));
+    }
+    Ok(SourceSpec::Live { kind, iface: iface.into(), queues })
 }
 
 /// A source name that cannot be used.
@@ -104,8 +151,10 @@ pub enum SourceSpec {
 pub enum SpecError {
     #[error("queue range {0}")]
     Range(String),
-    #[error("{0:?}: no such file (live interfaces are not supported yet; a trace path is expected)")]
+    #[error("{0:?}: no such file or network interface")]
     NotFound(String),
+    #[error("{0:?} is not a valid interface name")]
+    BadInterface(String),
     #[error("empty source name")]
     Empty,
 }
@@ -116,6 +165,12 @@ impl FromStr for SourceSpec {
     fn from_str(s: &str) -> Result<Self, SpecError> {
         if s.is_empty() {
             return Err(SpecError::Empty);
+        }
+        if let Some(rest) = s.strip_prefix("afpacket:") {
+            return live(LiveKind::AfPacket, rest);
+        }
+        if let Some(rest) = s.strip_prefix("afxdp:") {
+            return live(LiveKind::AfXdp, rest);
         }
         let (explicit, rest) = match s.strip_prefix("file:") {
             Some(r) => (true, r),
@@ -136,11 +191,17 @@ impl FromStr for SourceSpec {
                 if Path::new(name).exists() || explicit {
                     return Ok(SourceSpec::File { path: Some(PathBuf::from(name)), queues });
                 }
+                if iface_exists(name) {
+                    return Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: name.into(), queues: Some(queues) });
+                }
                 return Err(SpecError::NotFound(name.into()));
             }
         }
         if explicit {
             return Ok(SourceSpec::File { path: Some(PathBuf::from(rest)), queues: QueueRange::single() });
+        }
+        if iface_exists(rest) {
+            return Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: rest.into(), queues: None });
         }
         Err(SpecError::NotFound(rest.into()))
     }
@@ -157,6 +218,8 @@ impl fmt::Display for SourceSpec {
                     write!(f, "file:{p}@{queues}")
                 }
             }
+            SourceSpec::Live { kind, iface, queues: Some(q) } => write!(f, "{}:{iface}@{q}", kind.name()),
+            SourceSpec::Live { kind, iface, queues: None } => write!(f, "{}:{iface}", kind.name()),
         }
     }
 }
@@ -185,7 +248,13 @@ mod tests {
             (format!("{t_s}@3-1"), Err(SpecError::Range("3-1: the first queue is after the last".into()))),
             (format!("{t_s}@0-5000"), Err(SpecError::Range("queue 5000: at most 1024 queues".into()))),
             ("/nonexistent/x.pcap".into(), Err(SpecError::NotFound("/nonexistent/x.pcap".into()))),
-            ("eth0@0-3".into(), Err(SpecError::NotFound("eth0".into()))),
+            ("nosuchif0@0-3".into(), Err(SpecError::NotFound("nosuchif0".into()))),
+            ("lo".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "lo".into(), queues: None })),
+            ("lo@0".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "lo".into(), queues: Some(QueueRange::single()) })),
+            ("afxdp:lo@0-1".into(), Ok(SourceSpec::Live { kind: LiveKind::AfXdp, iface: "lo".into(), queues: Some(QueueRange::new(0, 1).unwrap()) })),
+            ("afpacket:inanotherns0".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "inanotherns0".into(), queues: None })),
+            ("afpacket:a/b".into(), Err(SpecError::BadInterface("a/b".into()))),
+            ("afpacket:waytoolonginterfacename".into(), Err(SpecError::BadInterface("waytoolonginterfacename".into()))),
             ("".into(), Err(SpecError::Empty)),
         ];
         for (name, want) in cases {

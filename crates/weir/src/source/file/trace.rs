@@ -75,6 +75,7 @@ impl TraceSource {
             link_type: header.link_type,
             snaplen: header.snaplen,
             queues: queues.iter().map(QueueId).collect(),
+            iface: None,
         };
         Ok(TraceSource { input, walker, info, queues, progress: Progress::new(size) })
     }

@@ -1,0 +1,152 @@
+//! A test bed for live capture: two network namespaces joined by a veth pair with
+//! several queues, on addresses of the benchmark range 198.18.0.0/15, removed
+//! again when the [`TestBed`] is dropped (also when the test fails).
+//!
+//! ```text
+//!  namespace <tx>            namespace <rx>
+//!  <tx_if> 198.18.X.1/24 ═══ <rx_if> 198.18.X.2/24
+//! ```
+//!
+//! Nothing is routed anywhere else: each namespace has only its loopback and its
+//! end of the pair. Making one needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and
+//! iproute2; without them [`TestBed::new`] says why and returns `None`, and the
+//! test skips.
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+pub struct TestBed {
+    pub tx_ns: String,
+    pub rx_ns: String,
+    pub tx_if: String,
+    pub rx_if: String,
+    pub tx_ip: String,
+    pub rx_ip: String,
+    pub queues: u16,
+}
+
+fn run(args: &[&str]) -> Result<Output, String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Why live tests cannot run here, if they cannot.
+pub fn unavailable() -> Option<String> {
+    // /proc/self/status says whether we hold CAP_NET_ADMIN (bit 12) and CAP_SYS_ADMIN (21).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim).unwrap_or("0");
+    let caps = u64::from_str_radix(eff, 16).unwrap_or(0);
+    if caps & (1 << 12) == 0 || caps & (1 << 21) == 0 {
+        return Some("live tests need root (CAP_NET_ADMIN and CAP_SYS_ADMIN to make namespaces and veth pairs)".into());
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("live tests need iproute2's `ip` command".into());
+    }
+    None
+}
+
+impl TestBed {
+    /// A fresh test bed with `queues` RX and TX queues on each end, or `None`
+    /// (after printing why) where live tests cannot run.
+    pub fn new(queues: u16) -> Option<TestBed> {
+        if let Some(why) = unavailable() {
+            println!("skipping: {why}");
+            return None;
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}{}", std::process::id() % 100_000, n);
+        let subnet = 1 + (std::process::id() + n) % 250;
+        let tb = TestBed {
+            tx_ns: format!("weir-tx-{id}"),
+            rx_ns: format!("weir-rx-{id}"),
+            tx_if: format!("wt{id}"),
+            rx_if: format!("wr{id}"),
+            tx_ip: format!("198.18.{subnet}.1"),
+            rx_ip: format!("198.18.{subnet}.2"),
+            queues,
+        };
+        match tb.build() {
+            Ok(()) => Some(tb),
+            Err(e) => panic!("cannot build the test bed: {e}"),
+        }
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let q = self.queues.to_string();
+        run(&["netns", "add", &self.tx_ns])?;
+        run(&["netns", "add", &self.rx_ns])?;
+        run(&[
+            "link", "add", &self.tx_if, "numrxqueues", &q, "numtxqueues", &q, "type", "veth", "peer", "name", &self.rx_if,
+            "numrxqueues", &q, "numtxqueues", &q,
+        ])?;
+        run(&["link", "set", &self.tx_if, "netns", &self.tx_ns])?;
+        run(&["link", "set", &self.rx_if, "netns", &self.rx_ns])?;
+        for (ns, ifc, ip) in [(&self.tx_ns, &self.tx_if, &self.tx_ip), (&self.rx_ns, &self.rx_if, &self.rx_ip)] {
+            // No IPv6: its neighbour discovery would put packets on the wire that no test sent.
+            let sysctl = Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]).status();
+            sysctl.map_err(|e| format!("sysctl in {ns}: {e}"))?;
+            run(&["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", ifc])?;
+            run(&["-n", ns, "link", "set", ifc, "up"])?;
+            run(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+
+    /// `cmd` run inside the sending namespace.
+    pub fn in_tx(&self, cmd: &str) -> Command {
+        self.in_ns(&self.tx_ns, cmd)
+    }
+
+    /// `cmd` run inside the capturing namespace.
+    pub fn in_rx(&self, cmd: &str) -> Command {
+        self.in_ns(&self.rx_ns, cmd)
+    }
+
+    fn in_ns(&self, ns: &str, cmd: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, cmd]);
+        c
+    }
+
+    /// A device counter of the capturing end, e.g. "rx_packets" (from `ip -s -j`).
+    pub fn rx_link_packets(&self) -> u64 {
+        let out = run(&["-n", &self.rx_ns, "-s", "link", "show", &self.rx_if]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        out.ok()
+            .and_then(|s| {
+                let mut lines = s.lines().skip_while(|l| !l.trim_start().starts_with("RX:"));
+                lines.next()?;
+                lines.next()?.split_whitespace().nth(1)?.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for TestBed {
+    fn drop(&mut self) {
+        // Deleting a namespace destroys the veth end in it, and with it the pair.
+        let _ = run(&["netns", "del", &self.tx_ns]);
+        let _ = run(&["netns", "del", &self.rx_ns]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_pings_and_cleans_up() {
+        let Some(tb) = TestBed::new(2) else { return };
+        let ok = tb.in_tx("ping").args(["-c", "1", "-W", "2", &tb.rx_ip]).output().unwrap();
+        assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+        let rx_ns = tb.rx_ns.clone();
+        drop(tb);
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&list.stdout).contains(&rx_ns), "namespace left behind");
+    }
+}

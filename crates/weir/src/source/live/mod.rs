@@ -1,0 +1,140 @@
+//! What live capture shares across backends: options, network namespaces, and
+//! facts about devices.
+
+pub(crate) mod sys;
+
+use crate::engine::SourceError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of a live source; the defaults are sized for monitoring a busy link.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveOptions {
+    /// Bytes kept of each packet.
+    pub snaplen: u32,
+    /// Put the interface in promiscuous mode while capturing.
+    pub promisc: bool,
+    /// Open the interface inside this network namespace (a name under
+    /// /var/run/netns, or a path like /proc/PID/ns/net).
+    pub netns: Option<PathBuf>,
+    pub afpacket: AfPacketOptions,
+    pub afxdp: AfXdpOptions,
+}
+
+impl Default for LiveOptions {
+    fn default() -> Self {
+        LiveOptions {
+            snaplen: 262_144,
+            promisc: true,
+            netns: None,
+            afpacket: AfPacketOptions::default(),
+            afxdp: AfXdpOptions::default(),
+        }
+    }
+}
+
+/// How AF_PACKET sockets of one capture share the traffic (PACKET_FANOUT modes).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Fanout {
+    /// By the kernel's flow hash, which is symmetric: both directions together.
+    #[default]
+    Hash,
+    /// By the CPU that received the packet.
+    Cpu,
+    /// By the RX queue the packet arrived on (skb queue mapping).
+    QueueMapping,
+    /// Round robin.
+    LoadBalance,
+}
+
+impl std::str::FromStr for Fanout {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hash" => Ok(Fanout::Hash),
+            "cpu" => Ok(Fanout::Cpu),
+            "qm" => Ok(Fanout::QueueMapping),
+            "lb" => Ok(Fanout::LoadBalance),
+            _ => Err(format!("fanout mode {s:?}: expected hash, cpu, qm or lb")),
+        }
+    }
+}
+
+/// AF_PACKET (TPACKET_V3) ring and fanout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AfPacketOptions {
+    /// Bytes per ring block (a power of two, a multiple of the page size).
+    pub block_bytes: usize,
+    /// Blocks per queue's ring.
+    pub block_count: usize,
+    /// The kernel hands a block over when it is full or this old.
+    pub block_timeout: Duration,
+    pub fanout: Fanout,
+    /// PACKET_FANOUT_FLAG_ROLLOVER: a full socket's packets go to the next one.
+    pub rollover: bool,
+}
+
+impl Default for AfPacketOptions {
+    fn default() -> Self {
+        // 64 MiB per queue: 32 times libpcap's default 2 MiB, so bursts of tens of
+        // thousands of full-size packets fit before the kernel drops.
+        AfPacketOptions {
+            block_bytes: 1 << 20,
+            block_count: 64,
+            block_timeout: Duration::from_millis(10),
+            fanout: Fanout::Hash,
+            rollover: false,
+        }
+    }
+}
+
+/// Whether AF_XDP runs zero-copy.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// Zero-copy where the driver supports it, copy mode otherwise.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// AF_XDP sockets and UMEM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AfXdpOptions {
+    /// UMEM frame size: 2048 or 4096.
+    pub frame_size: usize,
+    /// Entries of the RX and fill rings (a power of two).
+    pub ring_size: u32,
+    pub zero_copy: ZeroCopy,
+    /// XDP_USE_NEED_WAKEUP: the kernel asks for a wake-up only when it needs one.
+    pub need_wakeup: bool,
+    /// Replace an XDP program on the interface that weir did not load.
+    pub replace_foreign: bool,
+}
+
+impl Default for AfXdpOptions {
+    fn default() -> Self {
+        AfXdpOptions { frame_size: 2048, ring_size: 2048, zero_copy: ZeroCopy::Auto, need_wakeup: true, replace_foreign: false }
+    }
+}
+
+impl LiveOptions {
+    /// Run `f` in the namespace these options name (or where we are).
+    pub fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
+        match &self.netns {
+            None => f(),
+            Some(ns) => sys::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), source })?,
+        }
+    }
+}
+
+/// The RX queues of `iface`, asked of the kernel in the calling thread's namespace.
+pub fn rx_queues(iface: &str) -> Result<u16, SourceError> {
+    sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), source })
+}
+
+/// The index of `iface` in the calling thread's namespace.
+pub fn ifindex(iface: &str) -> Result<u32, SourceError> {
+    sys::ifindex(iface).map_err(|e| SourceError::Invalid(e.to_string()))
+}
