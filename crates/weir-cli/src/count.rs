@@ -52,6 +52,10 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
     let engine = args.src.engine()?;
     let info = engine.info().clone();
     let pool = *engine.pool_config();
+    let placements: Vec<String> = engine.placements().iter().filter(|p| p.capture_cpu.is_some()).map(|p| p.to_string()).collect();
+    if !placements.is_empty() && !args.json {
+        eprintln!("weir count: placement {}", placements.join("; "));
+    }
     let running = engine.start(|_q| Count::default())?;
     stop_on_signal(running.stop_handle())?;
     Monitor::new(&running, args.quiet || args.json).watch(&running, || {});
@@ -66,7 +70,7 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
     }
     let total = stats.total();
     if args.json {
-        print_json(&report, &info.name, info.link_type.to_string(), &total);
+        print_json(&report, &info.name, info.link_type.to_string(), &total, &placements);
     } else {
         print_table(&report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
     }
@@ -111,7 +115,7 @@ fn print_table<H>(report: &Report<H>, title: &str, total: &QueueStats) {
     );
 }
 
-fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStats) {
+fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStats, placements: &[String]) {
     let queues: Vec<_> = report
         .stats
         .queues
@@ -142,6 +146,7 @@ fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStat
         "capture_drops": total.capture_drops,
         "delivery_drops": total.delivery_drops,
         "stop": report.stop.to_string(),
+        "placement": placements,
         "error": report.error().map(|e| e.to_string()),
         "queues": queues,
     });

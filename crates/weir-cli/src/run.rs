@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir::engine::{Running, StopHandle};
 use weir::pool::PoolConfig;
-use weir::source::Pacing;
+use weir::engine::CpuPlan;
+use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, ZeroCopy};
 use weir::stats::{QueueStats, Snapshot};
 use weir::{Engine, Handler};
 
@@ -54,6 +55,108 @@ pub struct SourceArgs {
     /// which absorbs a burst of 32,768 packets per queue).
     #[arg(long, value_name = "M,R")]
     pub pool: Option<String>,
+
+    /// Pin each queue's capture thread and worker: `auto` (where the NIC serves the
+    /// queue's interrupt when known, else spread), or a CPU list taken two per queue
+    /// (capture, worker), e.g. 0,1,2,3.
+    #[arg(long, value_name = "auto|LIST")]
+    pub cpus: Option<String>,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Options of live interfaces (`afpacket:IF`, `afxdp:IF`, or a bare interface name).
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Live capture")]
+pub struct LiveArgs {
+    /// Bytes kept of each packet (as tcpdump -s).
+    #[arg(short = 's', long, value_name = "BYTES", default_value_t = 262_144)]
+    pub snaplen: u32,
+
+    /// Do not put the interface in promiscuous mode (as tcpdump -p).
+    #[arg(short = 'p', long = "no-promisc")]
+    pub no_promisc: bool,
+
+    /// Open the interface inside this network namespace (a name from `ip netns`, or
+    /// a path like /proc/PID/ns/net).
+    #[arg(long, value_name = "NS")]
+    pub netns: Option<std::path::PathBuf>,
+
+    /// afpacket: how the queues' sockets share traffic: hash (the kernel's symmetric
+    /// flow hash: both directions of a flow on one queue), cpu, qm (by RX queue), lb.
+    #[arg(long, value_name = "MODE", default_value = "hash")]
+    pub fanout: String,
+
+    /// afpacket: a full socket's packets go to the next one (PACKET_FANOUT_FLAG_ROLLOVER).
+    #[arg(long)]
+    pub rollover: bool,
+
+    /// afpacket: ring block size in KiB (a power of two).
+    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    pub block_kib: usize,
+
+    /// afpacket: ring blocks per queue (default 64: 64 MiB per queue, 32 times libpcap's default).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub blocks: usize,
+
+    /// afpacket: the kernel hands a block over when full or this many milliseconds old.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub block_timeout: u64,
+
+    /// afxdp: UMEM frame size, 2048 or 4096.
+    #[arg(long, value_name = "BYTES", default_value_t = 2048)]
+    pub frame_size: usize,
+
+    /// afxdp: RX and fill ring entries (a power of two; the pool's R×M frames must exceed it).
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    pub ring_size: u32,
+
+    /// afxdp: zero-copy: auto (where the driver supports it), on, off.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub zero_copy: String,
+
+    /// afxdp: replace an XDP program on the interface that weir did not load.
+    #[arg(long)]
+    pub replace_xdp: bool,
+
+    /// Drop root for this user once the capture sockets are open (as tcpdump -Z).
+    #[arg(short = 'Z', long = "user", value_name = "USER")]
+    pub user: Option<String>,
+}
+
+impl LiveArgs {
+    pub fn options(&self) -> anyhow::Result<LiveOptions> {
+        let fanout: Fanout = self.fanout.parse().map_err(|e: String| bad_input(anyhow::anyhow!(e)))?;
+        let zero_copy = match self.zero_copy.as_str() {
+            "auto" => ZeroCopy::Auto,
+            "on" => ZeroCopy::On,
+            "off" => ZeroCopy::Off,
+            z => return Err(bad_input(anyhow::anyhow!("--zero-copy {z:?}: expected auto, on or off"))),
+        };
+        if self.snaplen == 0 {
+            return Err(bad_input(anyhow::anyhow!("--snaplen must be at least 1")));
+        }
+        Ok(LiveOptions {
+            snaplen: self.snaplen,
+            promisc: !self.no_promisc,
+            netns: self.netns.clone(),
+            afpacket: AfPacketOptions {
+                block_bytes: self.block_kib.saturating_mul(1024),
+                block_count: self.blocks,
+                block_timeout: Duration::from_millis(self.block_timeout),
+                fanout,
+                rollover: self.rollover,
+            },
+            afxdp: AfXdpOptions {
+                frame_size: self.frame_size,
+                ring_size: self.ring_size,
+                zero_copy,
+                need_wakeup: true,
+                replace_foreign: self.replace_xdp,
+            },
+        })
+    }
 }
 
 impl SourceArgs {
@@ -82,7 +185,11 @@ impl SourceArgs {
             .source(&self.source)
             .map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?
             .pool(self.pool_config()?)
-            .pacing(self.pacing()?);
+            .pacing(self.pacing()?)
+            .live(self.live.options()?);
+        if let Some(c) = &self.cpus {
+            b = b.cpus(c.parse::<CpuPlan>().map_err(|e| bad_input(anyhow::anyhow!(e)))?);
+        }
         if let Some(f) = &self.filter {
             b = b.filter(f.clone());
         }
