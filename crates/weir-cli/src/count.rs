@@ -5,7 +5,7 @@
 //! per-queue `delivered` counter so a miscount in either is caught.
 
 use crate::exit::bad_input;
-use crate::run::{human_rate, stop_on_signal, Monitor, SourceArgs};
+use crate::run::{announce, drop_privileges, human_rate, stop_on_signal, Monitor, SourceArgs};
 use anyhow::bail;
 use clap::Args;
 use serde_json::json;
@@ -57,7 +57,9 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
         eprintln!("weir count: placement {}", placements.join("; "));
     }
     let running = engine.start(|_q| Count::default())?;
+    drop_privileges(&args.src.live)?;
     stop_on_signal(running.stop_handle())?;
+    announce("count", &running);
     Monitor::new(&running, args.quiet || args.json).watch(&running, || {});
     let report = running.join();
     // The workers' own counts must be what the engine says it delivered.

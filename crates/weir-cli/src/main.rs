@@ -7,6 +7,7 @@
 mod count;
 mod exit;
 mod record;
+mod replay;
 mod run;
 mod synth;
 
@@ -37,6 +38,8 @@ enum Command {
     Count(count::CountArgs),
     /// Write what a source delivers to pcap or pcapng files, with rotation.
     Record(record::RecordArgs),
+    /// Send the packets of a trace out of a network interface, at top speed or paced (the tcpreplay of weir).
+    Replay(replay::ReplayArgs),
     /// Build a large, realistic trace for benchmarks (built-in model, or flows taken from real traces).
     Synth(synth::SynthArgs),
 }
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Count(a) => count::run(a),
         Command::Record(a) => record::run(a),
+        Command::Replay(a) => replay::run(a),
         Command::Synth(a) => synth::run(a),
     };
     exit::report(result)

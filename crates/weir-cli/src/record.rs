@@ -6,7 +6,7 @@
 //! queues interleave as their workers run.
 
 use crate::exit::bad_input;
-use crate::run::{stop_on_signal, Monitor, SourceArgs};
+use crate::run::{announce, drop_privileges, stop_on_signal, Monitor, SourceArgs};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, ValueEnum};
 use std::process::ExitCode;
@@ -130,8 +130,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let shared = Arc::new(Mutex::new(Shared { writer: Some(writer), error: None, packets: 0 }));
 
     let running = engine.start(|_q| Recorder { shared: Arc::clone(&shared) })?;
+    drop_privileges(&args.src.live)?;
     let stop = running.stop_handle();
     stop_on_signal(stop.clone())?;
+    announce("record", &running);
     // A write error stops the capture: there is no point capturing what cannot be kept.
     Monitor::new(&running, args.quiet).watch(&running, || {
         if shared.lock().map(|s| s.error.is_some()).unwrap_or(true) {

@@ -202,8 +202,28 @@ impl SourceArgs {
             }
             b = b.time_limit(Duration::from_secs_f64(d));
         }
-        b.build().map_err(|e| if e.is_bad_input() { bad_input(e) } else { anyhow::Error::new(e) })
+        let engine = b.build().map_err(|e| if e.is_bad_input() { bad_input(e) } else { anyhow::Error::new(e) })?;
+        for note in &engine.info().notes {
+            eprintln!("weir: {note}");
+        }
+        Ok(engine)
     }
+}
+
+/// Say that a live capture is listening, as tcpdump does, once its sockets are open.
+pub fn announce<H: Handler>(cmd: &str, running: &Running<H>) {
+    let info = running.info();
+    if info.iface.is_some() {
+        eprintln!("weir {cmd}: listening on {}, link-type {}, {} queue(s)", info.name, info.link_type, info.queues.len());
+    }
+}
+
+/// `-Z USER`: once the capture sockets are open (after `Engine::start`), become USER.
+pub fn drop_privileges(live: &LiveArgs) -> anyhow::Result<()> {
+    if let Some(user) = &live.user {
+        weir::privileges::drop_to(user).map_err(|e| if e.is_bad_input() { bad_input(e) } else { anyhow::Error::new(e) })?;
+    }
+    Ok(())
 }
 
 /// First Ctrl-C (or SIGTERM) stops the engine cleanly; a second one exits at once.

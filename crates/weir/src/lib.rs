@@ -8,13 +8,15 @@
 //!  free ◄── recycle (validated) ◄── recycle queue (SPSC) ◄── worker: deliver to the application
 //! ```
 //!
-//! - [`source`]: where packets come from (`file` traces today), split into queues by [`rss`].
+//! - [`source`]: where packets come from: trace files (split into queues by [`rss`]),
+//!   AF_PACKET and AF_XDP interfaces.
 //! - [`pool`]: the R chunks of M cells of one queue, and their state machine.
 //! - [`ring`]: the lock-free single-producer single-consumer queues between stages.
 //! - [`engine`]: capture threads, workers, stats and the clean stop.
 //! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
 //! - [`wire`]: zero-copy views over packet headers.
 //! - [`sink`]: pcap and pcapng writers.
+//! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
 //!
 //! A monitoring program in a few lines:
 //!
@@ -29,18 +31,23 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! `unsafe` is denied crate-wide. It is allowed only in [`ring`], [`pool`] and the
-//! FFI loader of [`filter`], and every block there carries a `// SAFETY:` comment.
+//! `unsafe` is denied crate-wide. It is allowed only where the work needs it: the
+//! lock-free [`ring`]s, the [`pool`] (cells and memory shared with the kernel),
+//! the FFI loader of [`filter`], the `sys` modules of the live sources, of [`tx`]
+//! and of the engine (system calls and kernel-shared rings), and [`privileges`].
+//! Every block carries a `// SAFETY:` comment.
 
 pub mod engine;
 pub mod filter;
 pub mod packet;
 pub mod pool;
+pub mod privileges;
 pub mod ring;
 pub mod rss;
 pub mod sink;
 pub mod stats;
 pub mod source;
+pub mod tx;
 pub mod wire;
 
 pub use engine::{Engine, EngineBuilder, Handler, Report};

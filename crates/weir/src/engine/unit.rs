@@ -33,6 +33,9 @@ pub struct SourceInfo {
     pub queues: Vec<QueueId>,
     /// The network interface, for live sources.
     pub iface: Option<String>,
+    /// What the user should know about how it was opened (a stale XDP program
+    /// replaced, say); the library never prints, the caller shows these.
+    pub notes: Vec<String>,
 }
 
 /// A capture thread's work.

@@ -1,10 +1,165 @@
-//! Being written: see the afxdp helper's brief.
+//! AF_XDP live capture: one XSK socket per RX queue, over a UMEM that *is* the
+//! queue's pool (WireCAP's ring-buffer pool on stock Linux).
+//!
+//! The contract:
+//! - [`open`] works in the network namespace the options name: it checks the
+//!   interface, decides the queues (every RX queue when none are named), creates
+//!   the sockets, holds the interface promiscuous if asked (through a membership
+//!   that the kernel drops when weir ends, however it ends), and loads and
+//!   attaches weir's XDP program (`ebpf/weir_xdp.c`) as
+//!   [`program`] describes: a stale weir program is replaced, anyone else's is
+//!   an error unless `replace_foreign`, nothing is ever stacked.
+//! - [`Source::into_units`] gives each queue a UMEM of the pool's R×M frames
+//!   (more than the RX ring holds, or the pool could never absorb a burst the
+//!   ring cannot), binds its socket (zero-copy where the options and the driver
+//!   allow, copy mode otherwise), registers it in the program's XSKMAP, and
+//!   returns one capture unit per queue. A packet's cell points into the UMEM
+//!   frame the kernel wrote: no copy in weir. Frame accounting is in [`xsk`].
+//! - The program steers a packet to the socket of its RX queue, or lets it pass
+//!   up the stack when that queue is not captured.
+//! - The user's filter runs in user space on the capture thread; packets it
+//!   rejects are counted as filtered and their frames reused at once.
+//! - Kernel drops are read from XDP_STATISTICS and counted as capture or
+//!   delivery drops (see [`unit`]); nothing is lost uncounted.
+//! - Detach is the kernel's: the program hangs on a bpf_link whose only
+//!   descriptor weir holds, so it leaves the interface when the last unit (or
+//!   the unopened source) is dropped, when weir exits, and when it is killed.
+//! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
+//!   the kernel's headroom.
 
-use crate::engine::SourceError;
-use crate::source::{LiveOptions, QueueRange, Source};
+mod program;
+mod ring;
+mod sys;
+mod unit;
+mod xsk;
+
+use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
+use crate::source::{ifindex, rx_queues, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
+use crate::{LinkType, QueueId};
+use program::{denied, XdpProgram};
+use std::sync::Arc;
+use sys::{XdpMode, XskFd};
+use unit::{Attachment, XskUnit};
+use xsk::{BindTo, Xsk, XDP_PACKET_HEADROOM};
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
 pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: String) -> Result<Box<dyn Source>, SourceError> {
-    let _ = (iface, queues, opts, name);
-    Err(SourceError::Invalid("afxdp capture is being built".into()))
+    check_options(&opts.afxdp)?;
+    opts.in_netns(|| {
+        let index = ifindex(iface)?;
+        let available = rx_queues(iface)?;
+        let queues = match queues {
+            Some(q) if q.last() >= available => {
+                return Err(SourceError::Invalid(format!(
+                    "{iface} has {available} RX queue{}: there is no queue {}",
+                    if available == 1 { "" } else { "s" },
+                    q.last()
+                )))
+            }
+            Some(q) => q,
+            None => QueueRange::new(0, available - 1).map_err(|e| SourceError::Invalid(format!("{iface}: {e}")))?,
+        };
+        let sockets = queues
+            .iter()
+            .map(|q| XskFd::new().map(|fd| (QueueId(q), fd)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| denied(format!("{iface}: creating an AF_XDP socket"), e, "CAP_NET_RAW"))?;
+        let promiscuous = match opts.promisc {
+            true => Some(sys::promiscuous(index).map_err(|e| denied(format!("{iface}: entering promiscuous mode"), e, "CAP_NET_RAW"))?),
+            false => None,
+        };
+        let native_only = opts.afxdp.zero_copy == ZeroCopy::On;
+        let program = XdpProgram::attach(iface, index, opts.afxdp.replace_foreign, native_only)?;
+        let snaplen = opts.snaplen.min((opts.afxdp.frame_size - XDP_PACKET_HEADROOM) as u32);
+        let info = SourceInfo {
+            name,
+            link_type: LinkType::ETHERNET,
+            snaplen,
+            queues: sockets.iter().map(|(q, _)| *q).collect(),
+            iface: Some(iface.to_string()),
+            notes: program.notes().to_vec(),
+        };
+        Ok(
+            Box::new(AfXdpSource {
+                info,
+                iface: iface.to_string(),
+                ifindex: index,
+                sockets,
+                program,
+                promiscuous,
+                opts: opts.afxdp.clone(),
+            }) as Box<dyn Source>,
+        )
+    })
+}
+
+/// Reject options the kernel would refuse with a bare EINVAL.
+fn check_options(o: &AfXdpOptions) -> Result<(), SourceError> {
+    if o.frame_size != 2048 && o.frame_size != 4096 {
+        return Err(SourceError::Invalid(format!("AF_XDP frame size {}: must be 2048 or 4096", o.frame_size)));
+    }
+    if !o.ring_size.is_power_of_two() {
+        return Err(SourceError::Invalid(format!("AF_XDP ring size {}: must be a power of two", o.ring_size)));
+    }
+    Ok(())
+}
+
+/// An interface opened for AF_XDP capture, its program attached, sockets unbound.
+struct AfXdpSource {
+    info: SourceInfo,
+    iface: String,
+    ifindex: u32,
+    sockets: Vec<(QueueId, XskFd)>,
+    program: XdpProgram,
+    promiscuous: Option<sys::Promiscuous>,
+    opts: AfXdpOptions,
+}
+
+impl Source for AfXdpSource {
+    fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    fn progress(&self) -> Option<Arc<Progress>> {
+        None
+    }
+
+    fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
+        if opts.pacing.is_paced() {
+            return Err(SourceError::Invalid("--pps/--mbps/--speed pace trace files, not live interfaces".into()));
+        }
+        let frames = opts.pool.capacity();
+        let ring = self.opts.ring_size as usize;
+        if frames <= ring {
+            return Err(SourceError::Invalid(format!(
+                "the pool {} has {frames} cells per queue, which must be more than the AF_XDP RX ring's {ring} entries \
+                 (each cell is a UMEM frame): raise R or M, or lower the ring size",
+                opts.pool
+            )));
+        }
+        let umem_bytes = (frames as u64).saturating_mul(self.opts.frame_size as u64).saturating_mul(self.sockets.len() as u64);
+        let memory = sys::physical_memory();
+        if umem_bytes > memory {
+            return Err(SourceError::Invalid(format!(
+                "the pool {} needs {} MiB of UMEM for {} queue(s), pinned in memory, but the machine has {} MiB: lower R or M",
+                opts.pool,
+                umem_bytes >> 20,
+                self.sockets.len(),
+                memory >> 20
+            )));
+        }
+        let AfXdpSource { info, iface, ifindex, sockets, mut program, promiscuous, opts: xdp } = *self;
+        let native = program.mode() == XdpMode::Drv;
+        let mut xsks = Vec::with_capacity(sockets.len());
+        for (queue, fd) in sockets {
+            let xsk = Xsk::bind(fd, &BindTo { iface: &iface, ifindex, queue, frames, native }, &xdp)?;
+            program.register(queue.0, xsk.socket())?;
+            xsks.push(xsk);
+        }
+        let attachment = Arc::new(Attachment::new(program, promiscuous));
+        Ok(xsks
+            .into_iter()
+            .map(|xsk| Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.clone(), info.snaplen)) as Box<dyn CaptureUnit>)
+            .collect())
+    }
 }

@@ -76,6 +76,7 @@ impl TraceSource {
             snaplen: header.snaplen,
             queues: queues.iter().map(QueueId).collect(),
             iface: None,
+            notes: Vec::new(),
         };
         Ok(TraceSource { input, walker, info, queues, progress: Progress::new(size) })
     }

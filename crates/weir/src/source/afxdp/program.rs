@@ -1,0 +1,191 @@
+//! weir's XDP program on an interface: loaded from the object that clang built
+//! from `ebpf/weir_xdp.c`, attached with a bpf_link, and its XSKMAP filled with
+//! the capture sockets, one per queue.
+//!
+//! The contract:
+//! - One program per interface, never stacked: what is attached already is
+//!   looked at first, in every mode.
+//! - A program named `weir_xdp` is weir's, left by a run that ended without
+//!   detaching it (one that attached by netlink, or `ip link set ... obj`): it
+//!   is replaced, with a message on stderr.
+//! - Anyone else's program is an error that names it, unless `replace_foreign`.
+//! - A program held by a bpf_link cannot be replaced at all: its owner is alive
+//!   (for weir's own: another capture on the same interface).
+//! - Native (driver) mode where the driver has it, generic mode otherwise.
+//! - The bpf_link is the only thing that keeps the program on the interface and
+//!   nothing is pinned: when the link's file descriptor closes, on drop, on exit
+//!   or on SIGKILL, the kernel detaches the program.
+
+use super::sys::{self, XdpMode};
+use crate::engine::SourceError;
+use aya::maps::{MapData, XskMap};
+use aya::programs::xdp::XdpLink;
+use aya::programs::{loaded_programs, ProgramFd, Xdp, XdpFlags};
+use aya::Ebpf;
+use std::error::Error;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// The program's name in the kernel: how weir knows a program is its own.
+pub const PROGRAM_NAME: &str = "weir_xdp";
+/// The XSKMAP: queue index → socket.
+const MAP_NAME: &str = "weir_xsks";
+
+/// The object built by build.rs; aligned because the ELF reader needs it.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_xdp.o"));
+
+/// weir's program, attached. Dropping it detaches it.
+pub struct XdpProgram {
+    /// Declared first so it is dropped first: the program leaves the interface
+    /// before its map goes.
+    _link: XdpLink,
+    xsks: XskMap<MapData>,
+    mode: XdpMode,
+    /// Programs replaced to make room, for the user to hear about.
+    notes: Vec<String>,
+}
+
+impl XdpProgram {
+    /// Load the program and attach it to `iface` (index `ifindex`, in the calling
+    /// thread's namespace), after clearing the way as the module says. With
+    /// `native_only`, generic mode is not an option (zero-copy needs native).
+    pub fn attach(iface: &str, ifindex: u32, replace_foreign: bool, native_only: bool) -> Result<XdpProgram, SourceError> {
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| {
+            bpf_error(&format!("{iface}: creating the XDP program's socket map"), &e, "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)")
+        })?;
+        let map = ebpf.take_map(MAP_NAME).ok_or_else(|| missing(MAP_NAME))?;
+        let xsks = XskMap::try_from(map).map_err(|e| bpf_error("the XDP program's socket map", &e, "CAP_BPF"))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or_else(|| missing(PROGRAM_NAME))?
+            .try_into()
+            .map_err(|e| bpf_error("weir's XDP program", &e, "CAP_BPF"))?;
+        prog.load()
+            .map_err(|e| bpf_error(&format!("{iface}: loading weir's XDP program"), &e, "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)"))?;
+        let notes = clear_the_way(iface, ifindex, replace_foreign)?;
+        let attach_in = |prog: &mut Xdp, mode: XdpMode| {
+            let flags = if mode == XdpMode::Drv { XdpFlags::DRV_MODE } else { XdpFlags::SKB_MODE };
+            prog.attach_to_if_index(ifindex, flags)
+        };
+        let (id, mode) = match attach_in(prog, XdpMode::Drv) {
+            Ok(id) => (id, XdpMode::Drv),
+            Err(e) if os_error(&e) == Some(libc::EOPNOTSUPP) && !native_only => {
+                let id = attach_in(prog, XdpMode::Skb).map_err(|e| attach_error(iface, &e))?;
+                (id, XdpMode::Skb)
+            }
+            Err(e) if os_error(&e) == Some(libc::EOPNOTSUPP) => {
+                return Err(SourceError::Invalid(format!(
+                    "{iface}: the driver has no native XDP, which zero-copy needs: use zero-copy auto or off"
+                )))
+            }
+            Err(e) => return Err(attach_error(iface, &e)),
+        };
+        let link = prog.take_link(id).map_err(|e| bpf_error("weir's XDP link", &e, "CAP_NET_ADMIN"))?;
+        Ok(XdpProgram { _link: link, xsks, mode, notes })
+    }
+
+    /// What attaching replaced, if anything.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The mode the program runs in.
+    pub fn mode(&self) -> XdpMode {
+        self.mode
+    }
+
+    /// Steer `queue`'s packets to `socket`, which must be bound to that queue.
+    pub fn register(&mut self, queue: u16, socket: BorrowedFd<'_>) -> Result<(), SourceError> {
+        self.xsks
+            .set(u32::from(queue), socket, 0)
+            .map_err(|e| bpf_error(&format!("registering the socket of queue {queue}"), &e, "CAP_BPF"))
+    }
+}
+
+/// Remove what is attached to `ifindex` if it may be replaced, or say why not.
+/// Returns a note for each program it replaced.
+fn clear_the_way(iface: &str, ifindex: u32, replace_foreign: bool) -> Result<Vec<String>, SourceError> {
+    let mut notes = Vec::new();
+    let attached = sys::xdp_programs(ifindex).map_err(|e| denied(format!("{iface}: reading its XDP programs"), e, "CAP_NET_ADMIN"))?;
+    for (mode, id) in attached {
+        let (name, fd) = program_by_id(id)?;
+        let ours = name == PROGRAM_NAME;
+        if !ours && !replace_foreign {
+            return Err(SourceError::Invalid(format!(
+                "{iface} already has an XDP program weir did not load: {name:?} (id {id}, {mode} mode). \
+                 Remove it (ip link set dev {iface} xdp off) or let weir replace it (--replace-xdp)"
+            )));
+        }
+        match sys::detach_xdp(ifindex, mode, fd.as_fd()) {
+            Ok(()) if ours => {
+                notes.push(format!("{iface}: replaced weir's XDP program (id {id}, {mode} mode) left attached by an earlier run"))
+            }
+            Ok(()) => notes.push(format!("{iface}: replaced XDP program {name:?} (id {id}, {mode} mode), as asked")),
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
+                let owner = if ours { "another weir capture is running on it" } else { "a running program owns it" };
+                return Err(SourceError::Invalid(format!(
+                    "{iface}: XDP program {name:?} (id {id}, {mode} mode) is held by a bpf_link, so {owner} and it cannot be replaced"
+                )));
+            }
+            Err(e) => return Err(denied(format!("{iface}: removing XDP program {name:?} (id {id})"), e, "CAP_NET_ADMIN")),
+        }
+    }
+    Ok(notes)
+}
+
+/// The name of loaded program `id` and a descriptor for it.
+fn program_by_id(id: u32) -> Result<(String, ProgramFd), SourceError> {
+    let looking = "looking up the XDP program already attached";
+    for info in loaded_programs() {
+        let info = info.map_err(|e| bpf_error(looking, &e, "CAP_SYS_ADMIN"))?;
+        if info.id() == id {
+            let name = info.name_as_str().unwrap_or("?").to_string();
+            let fd = info.fd().map_err(|e| bpf_error(looking, &e, "CAP_SYS_ADMIN"))?;
+            return Ok((name, fd));
+        }
+    }
+    Err(SourceError::Invalid(format!("XDP program id {id} went away while weir looked at it; try again")))
+}
+
+fn missing(what: &str) -> SourceError {
+    SourceError::Invalid(format!("weir's XDP object has no {what:?}: ebpf/weir_xdp.c and the loader disagree"))
+}
+
+fn attach_error(iface: &str, e: &(dyn Error + 'static)) -> SourceError {
+    if os_error(e) == Some(libc::EBUSY) || os_error(e) == Some(libc::EEXIST) {
+        return SourceError::Invalid(format!("{iface}: another XDP program was attached while weir was attaching its own: {}", chain(e)));
+    }
+    bpf_error(&format!("{iface}: attaching weir's XDP program"), e, "CAP_NET_ADMIN")
+}
+
+/// The first OS error code in `e`'s chain of causes.
+fn os_error(e: &(dyn Error + 'static)) -> Option<i32> {
+    std::iter::successors(Some(e), |e| (*e).source()).find_map(|e| e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error))
+}
+
+/// `e` and its causes, as one line; a cause whose text its parent already
+/// includes is left out.
+fn chain(e: &(dyn Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for text in std::iter::successors(Some(e), |e| (*e).source()).map(ToString::to_string) {
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+/// An error from the BPF loader, with the capability it needs when it was refused.
+fn bpf_error(what: &str, e: &(dyn Error + 'static), needs: &str) -> SourceError {
+    let kind = os_error(e).map_or(io::ErrorKind::Other, |c| io::Error::from_raw_os_error(c).kind());
+    denied(what.to_string(), io::Error::new(kind, chain(e)), needs)
+}
+
+/// An OS error; when it is a refusal (EPERM, EACCES), say which capability is missing.
+pub fn denied(what: String, e: io::Error, needs: &str) -> SourceError {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        SourceError::Io { what: format!("{what}: needs {needs} (run as root, or grant it with setcap)"), source: e }
+    } else {
+        SourceError::Io { what, source: e }
+    }
+}

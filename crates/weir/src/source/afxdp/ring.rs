@@ -1,0 +1,224 @@
+//! The two XSK rings a capture socket uses: the RX ring, where the kernel
+//! produces packet descriptors and we consume them, and the fill ring, where we
+//! produce free frame addresses and the kernel consumes them.
+//!
+//! Each ring is a single-producer single-consumer queue in memory shared with
+//! the kernel: a producer index, a consumer index and a power-of-two array of
+//! entries, indices running freely and wrapping. The producer writes entries,
+//! then publishes them by storing its index with Release; the consumer loads
+//! that index with Acquire before reading the entries (and, for the RX ring, the
+//! frame bytes the kernel wrote before it). The consumer gives entries back by
+//! storing its index with Release once it is done reading them; the producer
+//! loads it with Acquire before overwriting them. These pair with the kernel's
+//! smp_load_acquire/smp_store_release on the same words.
+//!
+//! Both rings keep a cached copy of the other side's index and touch the shared
+//! one only when the cache says there is nothing (or no room) left, so a batch
+//! costs two shared-memory accesses, not two per entry.
+
+#![allow(unsafe_code)]
+
+use super::sys::{RingOffset, XdpDesc};
+use crate::pool::sys::Region;
+use crate::pool::FrameArena;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// XDP_RING_NEED_WAKEUP in a ring's flags word.
+const NEED_WAKEUP: u32 = libc::XDP_RING_NEED_WAKEUP;
+
+/// The shared parts of one mapped ring, checked to lie inside the mapping.
+struct Shared<T> {
+    /// Keeps the ring mapped as long as the pointers below are used.
+    _map: Region,
+    producer: NonNull<AtomicU32>,
+    consumer: NonNull<AtomicU32>,
+    flags: NonNull<AtomicU32>,
+    entries: NonNull<T>,
+    mask: u32,
+}
+
+impl<T> Shared<T> {
+    fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<Shared<T>> {
+        let len = map.len() as u64;
+        let bad = |what: &str| io::Error::other(format!("AF_XDP ring {what} lies outside its mapping or is misaligned"));
+        let word = |at: u64, what: &str| -> io::Result<NonNull<AtomicU32>> {
+            if at.checked_add(4).is_none_or(|end| end > len) || at % 4 != 0 {
+                return Err(bad(what));
+            }
+            // SAFETY: `at + 4 <= len`, so the word is inside the mapping.
+            Ok(unsafe { NonNull::new_unchecked(map.as_ptr().add(at as usize)) }.cast())
+        };
+        let producer = word(off.producer, "producer")?;
+        let consumer = word(off.consumer, "consumer")?;
+        let flags = word(off.flags, "flags")?;
+        let array = u64::from(size) * size_of::<T>() as u64;
+        if !size.is_power_of_two() || off.desc.checked_add(array).is_none_or(|end| end > len) || off.desc % align_of::<T>() as u64 != 0 {
+            return Err(bad("array"));
+        }
+        // SAFETY: the array `desc..desc+size*size_of::<T>()` is inside the mapping (checked above).
+        let entries = unsafe { NonNull::new_unchecked(map.as_ptr().add(off.desc as usize)) }.cast();
+        Ok(Shared { _map: map, producer, consumer, flags, entries, mask: size - 1 })
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: inside the mapping, 4-byte aligned (checked in `new`), alive as
+        // long as `self.map`; AtomicU32 has the layout of the kernel's u32, and
+        // the kernel accesses it atomically too.
+        unsafe { self.producer.as_ref() }
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { self.consumer.as_ref() }
+    }
+
+    fn flags(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { self.flags.as_ref() }
+    }
+
+    fn slot(&self, index: u32) -> *mut T {
+        // SAFETY: `index & mask < size`, and the array of `size` entries is inside the mapping.
+        unsafe { self.entries.as_ptr().add((index & self.mask) as usize) }
+    }
+
+    fn size(&self) -> u32 {
+        self.mask + 1
+    }
+}
+
+// SAFETY: the mapping is owned by this value and moves with it; our side of the
+// ring is only ever used through `&mut self` by the one thread that owns it, and
+// the other side is the kernel, synchronized through the atomic indices.
+unsafe impl<T> Send for Shared<T> {}
+
+/// The RX ring: packet descriptors from the kernel.
+pub struct RxRing {
+    ring: Shared<XdpDesc>,
+    /// Our consumer index, as last published.
+    consumer: u32,
+    /// The kernel's producer index, as last loaded.
+    producer: u32,
+}
+
+impl RxRing {
+    /// The ring mapped at `map`, laid out as `off` says, with `size` entries.
+    pub fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<RxRing> {
+        let ring = Shared::new(map, off, size)?;
+        // Relaxed, then Acquire: nothing is produced before the socket is bound, and
+        // the Acquire makes whatever was visible to us from the start.
+        let consumer = ring.consumer().load(Ordering::Relaxed);
+        let producer = ring.producer().load(Ordering::Acquire);
+        Ok(RxRing { ring, consumer, producer })
+    }
+
+    /// Descriptors ready to read, at most `max`; they are `packet(0..n)` until released.
+    #[inline]
+    pub fn peek(&mut self, max: u32) -> u32 {
+        let mut ready = self.producer.wrapping_sub(self.consumer);
+        if ready < max {
+            // Acquire: the kernel wrote the descriptors, and the packets in the frames
+            // they name, before its Release store of this index.
+            self.producer = self.ring.producer().load(Ordering::Acquire);
+            ready = self.producer.wrapping_sub(self.consumer);
+        }
+        ready.min(max)
+    }
+
+    /// Descriptor `i` of those [`peek`](Self::peek) found.
+    #[inline]
+    fn desc(&self, i: u32) -> XdpDesc {
+        assert!(i < self.producer.wrapping_sub(self.consumer), "RX descriptor {i} was not peeked");
+        // SAFETY: the slot is in the mapping (masked index) and the kernel does not
+        // write it between its producer store, which we acquired, and our release.
+        unsafe { self.ring.slot(self.consumer.wrapping_add(i)).read() }
+    }
+
+    /// Descriptor `i` of those peeked, and the first `max_len` bytes of its packet
+    /// in `umem`. The bytes borrow the ring, so they cannot outlive the release
+    /// that lets the kernel reuse the frame.
+    #[inline]
+    pub fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
+        let desc = self.desc(i);
+        let len = (desc.len as usize).min(max_len);
+        let data = umem.ptr(desc.addr, len);
+        // SAFETY: `ptr` checked that the bytes lie in one frame of `umem`. The kernel
+        // wrote them before publishing the descriptor (acquired in `peek`) and
+        // writes that frame again only after it is back on the fill ring, which
+        // needs the release this borrow of `self` holds off.
+        (desc, unsafe { std::slice::from_raw_parts(data, len) })
+    }
+
+    /// Give the first `n` peeked descriptors back to the kernel.
+    #[inline]
+    pub fn release(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        assert!(n <= self.producer.wrapping_sub(self.consumer), "released more RX descriptors than peeked");
+        self.consumer = self.consumer.wrapping_add(n);
+        // Release: our reads of these descriptors are done before the kernel may
+        // reuse their slots.
+        self.ring.consumer().store(self.consumer, Ordering::Release);
+    }
+}
+
+/// The fill ring: free frames for the kernel to receive into.
+pub struct FillRing {
+    ring: Shared<u64>,
+    /// Our producer index, as last published.
+    producer: u32,
+    /// The kernel's consumer index, as last loaded.
+    consumer: u32,
+}
+
+impl FillRing {
+    pub fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<FillRing> {
+        let ring = Shared::new(map, off, size)?;
+        // Relaxed: we are the only producer; Acquire on the consumer as in `produce`.
+        let producer = ring.producer().load(Ordering::Relaxed);
+        let consumer = ring.consumer().load(Ordering::Acquire);
+        Ok(FillRing { ring, producer, consumer })
+    }
+
+    /// Move as many frames from the end of `free` onto the ring as fit, each
+    /// rounded down to its frame start with `frame_mask`. Returns how many.
+    #[inline]
+    pub fn produce(&mut self, free: &mut Vec<u64>, frame_mask: u64) -> u32 {
+        let want = u32::try_from(free.len()).unwrap_or(u32::MAX);
+        if want == 0 {
+            return 0;
+        }
+        let size = self.ring.size();
+        let mut room = size - self.producer.wrapping_sub(self.consumer);
+        if room < want {
+            // Acquire: the kernel has read the entries up to this index before it
+            // released them, so we may overwrite them.
+            self.consumer = self.ring.consumer().load(Ordering::Acquire);
+            room = size - self.producer.wrapping_sub(self.consumer);
+        }
+        let n = room.min(want);
+        for (i, addr) in free.drain(free.len() - n as usize..).enumerate() {
+            // SAFETY: the slot is in the mapping (masked index) and free: the kernel
+            // released it (consumer index acquired above) and does not read it until
+            // our Release store below.
+            unsafe { self.ring.slot(self.producer.wrapping_add(i as u32)).write(addr & frame_mask) };
+        }
+        if n > 0 {
+            self.producer = self.producer.wrapping_add(n);
+            // Release: the addresses are written before the kernel sees the new index.
+            self.ring.producer().store(self.producer, Ordering::Release);
+        }
+        n
+    }
+
+    /// Whether the driver asked to be woken for new entries (XDP_USE_NEED_WAKEUP).
+    #[inline]
+    pub fn needs_wakeup(&self) -> bool {
+        // Relaxed: a hint. A flag set just after we looked is seen at the next look,
+        // and the idle poll(2) wakes the driver in any case.
+        self.ring.flags().load(Ordering::Relaxed) & NEED_WAKEUP != 0
+    }
+}

@@ -1,0 +1,650 @@
+//! System calls of the AF_XDP source: the XSK socket and its UMEM, ring
+//! mappings, statistics and wake-ups, the AF_PACKET membership that holds the
+//! interface promiscuous, and the rtnetlink messages that find and remove an XDP
+//! program on an interface.
+//!
+//! Each function is a thin, checked wrapper that returns the kernel's error as
+//! is; what a call means for capture, and what an error should say to the user,
+//! is decided by the safe modules around this one. Kernel structures are
+//! declared here as in `linux/if_xdp.h` and `linux/netlink.h`, with their sizes
+//! asserted at compile time.
+
+#![allow(unsafe_code)]
+
+use crate::pool::sys::Region;
+use crate::pool::FrameArena;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+/// `struct xdp_umem_reg`.
+#[repr(C)]
+struct UmemReg {
+    addr: u64,
+    len: u64,
+    chunk_size: u32,
+    headroom: u32,
+    flags: u32,
+    tx_metadata_len: u32,
+}
+const _: () = assert!(size_of::<UmemReg>() == 32);
+
+/// `struct xdp_ring_offset`: where a ring's parts are in its mapping.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct RingOffset {
+    pub producer: u64,
+    pub consumer: u64,
+    pub desc: u64,
+    pub flags: u64,
+}
+const _: () = assert!(size_of::<RingOffset>() == 32);
+
+/// `struct xdp_mmap_offsets`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct MmapOffsets {
+    pub rx: RingOffset,
+    pub tx: RingOffset,
+    pub fr: RingOffset,
+    pub cr: RingOffset,
+}
+const _: () = assert!(size_of::<MmapOffsets>() == 128);
+
+/// `struct xdp_desc`: one packet on the RX ring.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct XdpDesc {
+    /// UMEM offset of the packet's first byte (past the frame's headroom).
+    pub addr: u64,
+    pub len: u32,
+    pub options: u32,
+}
+const _: () = assert!(size_of::<XdpDesc>() == 16);
+
+/// `struct sockaddr_xdp`.
+#[repr(C)]
+struct SockaddrXdp {
+    family: u16,
+    flags: u16,
+    ifindex: u32,
+    queue_id: u32,
+    shared_umem_fd: u32,
+}
+const _: () = assert!(size_of::<SockaddrXdp>() == 16);
+
+/// `struct xdp_statistics`: one socket's counters since it was created.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct XdpStatistics {
+    pub rx_dropped: u64,
+    pub rx_invalid_descs: u64,
+    pub tx_invalid_descs: u64,
+    pub rx_ring_full: u64,
+    pub rx_fill_ring_empty_descs: u64,
+    pub tx_ring_empty_descs: u64,
+}
+const _: () = assert!(size_of::<XdpStatistics>() == 48);
+
+/// `struct xdp_options`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+struct XdpOptions {
+    flags: u32,
+}
+const _: () = assert!(size_of::<XdpOptions>() == 4);
+
+/// Kernel structures made of integers only: all-zero and any bytes the kernel
+/// writes into them are valid values, so `getsockopt` may fill them.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` structs whose fields are all plain integers.
+unsafe trait Plain: Default + Copy {}
+// SAFETY: integer fields only.
+unsafe impl Plain for MmapOffsets {}
+// SAFETY: integer fields only.
+unsafe impl Plain for XdpStatistics {}
+// SAFETY: integer fields only.
+unsafe impl Plain for XdpOptions {}
+
+/// `bind` flags (`sxdp_flags`).
+pub const BIND_COPY: u16 = libc::XDP_COPY;
+pub const BIND_ZEROCOPY: u16 = libc::XDP_ZEROCOPY;
+pub const BIND_NEED_WAKEUP: u16 = libc::XDP_USE_NEED_WAKEUP;
+
+/// Which ring a `setsockopt` sizes.
+#[derive(Copy, Clone, Debug)]
+pub enum RingKind {
+    Rx,
+    Fill,
+    Completion,
+}
+
+/// An AF_XDP socket.
+pub struct XskFd(OwnedFd);
+
+impl XskFd {
+    /// A new, unbound socket in the calling thread's network namespace, which is
+    /// the one whose interfaces it can bind to.
+    pub fn new() -> io::Result<XskFd> {
+        // SAFETY: socket(2) has no memory preconditions; the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(XskFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+
+    fn setsockopt<T>(&self, name: libc::c_int, value: &T) -> io::Result<()> {
+        // SAFETY: `value` is a live `T` of `size_of::<T>()` bytes, which the kernel only reads.
+        let rc = unsafe {
+            libc::setsockopt(self.0.as_raw_fd(), libc::SOL_XDP, name, (value as *const T).cast(), size_of::<T>() as libc::socklen_t)
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Read a socket option; fails if the kernel's structure is shorter than ours
+    /// (an older kernel without the fields weir relies on).
+    fn getsockopt<T: Plain>(&self, name: libc::c_int) -> io::Result<T> {
+        let mut value = T::default();
+        let mut len = size_of::<T>() as libc::socklen_t;
+        // SAFETY: `value` is a `T` of `len` bytes the kernel may write; `T: Plain`
+        // makes any bytes it writes a valid `T`.
+        let rc = unsafe { libc::getsockopt(self.0.as_raw_fd(), libc::SOL_XDP, name, (&mut value as *mut T).cast(), &mut len) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (len as usize) < size_of::<T>() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "the kernel's AF_XDP is older than Linux 5.9"));
+        }
+        Ok(value)
+    }
+
+    /// XDP_UMEM_REG: give the kernel `umem`, cut into frames of its frame size,
+    /// with no headroom of our own (the kernel keeps XDP_PACKET_HEADROOM in front
+    /// of each packet). The kernel pins the pages and writes only into frames we
+    /// put on the fill ring.
+    pub fn register_umem(&self, umem: &FrameArena) -> io::Result<()> {
+        let reg = UmemReg {
+            addr: umem.base() as u64,
+            len: umem.len() as u64,
+            chunk_size: umem.frame_size() as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        self.setsockopt(libc::XDP_UMEM_REG, &reg)
+    }
+
+    pub fn set_ring_size(&self, ring: RingKind, entries: u32) -> io::Result<()> {
+        let name = match ring {
+            RingKind::Rx => libc::XDP_RX_RING,
+            RingKind::Fill => libc::XDP_UMEM_FILL_RING,
+            RingKind::Completion => libc::XDP_UMEM_COMPLETION_RING,
+        };
+        self.setsockopt(name, &entries)
+    }
+
+    pub fn mmap_offsets(&self) -> io::Result<MmapOffsets> {
+        self.getsockopt(libc::XDP_MMAP_OFFSETS)
+    }
+
+    /// Map `len` bytes of a ring (`ring` says which page offset). The mapping keeps
+    /// the ring's memory alive by itself, whatever happens to the socket.
+    pub fn map_ring(&self, ring: RingKind, len: usize) -> io::Result<Region> {
+        let pgoff = match ring {
+            RingKind::Rx => libc::XDP_PGOFF_RX_RING as u64,
+            RingKind::Fill => libc::XDP_UMEM_PGOFF_FILL_RING,
+            RingKind::Completion => libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+        };
+        // SAFETY: a shared mapping of the socket's ring at the offset the kernel
+        // defines for it, with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                self.0.as_raw_fd(),
+                pgoff as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        // SAFETY: `ptr..ptr+len` is the mapping just made, and only the Region unmaps it.
+        Ok(unsafe { Region::from_mapping(ptr, len, None) })
+    }
+
+    pub fn bind(&self, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
+        let addr = SockaddrXdp { family: libc::AF_XDP as u16, flags, ifindex, queue_id: queue, shared_umem_fd: 0 };
+        // SAFETY: `addr` is a `sockaddr_xdp` of the size passed, read by the kernel only.
+        let rc =
+            unsafe { libc::bind(self.0.as_raw_fd(), (&addr as *const SockaddrXdp).cast(), size_of::<SockaddrXdp>() as libc::socklen_t) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// XDP_STATISTICS: cumulative since the socket was created.
+    pub fn statistics(&self) -> io::Result<XdpStatistics> {
+        self.getsockopt(libc::XDP_STATISTICS)
+    }
+
+    /// Whether the bound socket runs zero-copy (XDP_OPTIONS).
+    pub fn is_zero_copy(&self) -> io::Result<bool> {
+        let o: XdpOptions = self.getsockopt(libc::XDP_OPTIONS)?;
+        Ok(o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
+    }
+
+    /// Sleep until the RX ring has packets or `timeout` passes; true if readable.
+    /// In zero-copy mode poll(2) also wakes the driver when it asked for it.
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // Rounded up: a wait of less than a millisecond must not become a busy loop.
+        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+        }
+        Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
+    }
+
+    /// Tell the driver there are new fill ring entries (it asked with
+    /// XDP_RING_NEED_WAKEUP). A wake-up is a hint: when it fails (EAGAIN while the
+    /// driver is busy, ENETDOWN) the next one, or the next poll, wakes the driver.
+    pub fn wake_rx(&self) {
+        // SAFETY: a zero-length, non-blocking recvfrom with no buffer or address:
+        // the kernel reads and writes no memory of ours.
+        unsafe {
+            libc::recvfrom(self.0.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
+        };
+    }
+}
+
+/// Bytes of physical memory: a UMEM is pinned, so it must fit.
+pub fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    u64::try_from(pages).unwrap_or(0).saturating_mul(u64::try_from(page).unwrap_or(0))
+}
+
+/// An AF_PACKET socket that receives nothing (protocol 0) and exists only to hold
+/// the interface promiscuous: the kernel drops the membership when the socket
+/// closes, however the process ends, so a crash never leaves the interface
+/// promiscuous.
+pub struct Promiscuous {
+    _membership: OwnedFd,
+}
+
+pub fn promiscuous(ifindex: u32) -> io::Result<Promiscuous> {
+    // SAFETY: socket(2) has no memory preconditions; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    // SAFETY: `mreq` is a `packet_mreq` of the size passed, read by the kernel only.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&mreq as *const libc::packet_mreq).cast(),
+            size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Promiscuous { _membership: fd })
+}
+
+/// The modes an XDP program can be attached in, each with its own slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Generic XDP, on the kernel's socket buffers.
+    Skb,
+    /// Native XDP, in the driver.
+    Drv,
+    /// Offloaded to the NIC.
+    Hw,
+}
+
+impl XdpMode {
+    /// The XDP_FLAGS_*_MODE bit.
+    fn flag(self) -> u32 {
+        match self {
+            XdpMode::Skb => 1 << 1,
+            XdpMode::Drv => 1 << 2,
+            XdpMode::Hw => 1 << 3,
+        }
+    }
+}
+
+impl std::fmt::Display for XdpMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            XdpMode::Skb => "generic",
+            XdpMode::Drv => "native",
+            XdpMode::Hw => "offloaded",
+        })
+    }
+}
+
+/// `struct nlmsghdr`.
+#[repr(C)]
+struct NlMsgHdr {
+    len: u32,
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    pid: u32,
+}
+const _: () = assert!(size_of::<NlMsgHdr>() == 16);
+
+/// `struct ifinfomsg`.
+#[repr(C)]
+struct IfInfoMsg {
+    family: u8,
+    pad: u8,
+    kind: u16,
+    index: i32,
+    flags: u32,
+    change: u32,
+}
+const _: () = assert!(size_of::<IfInfoMsg>() == 16);
+
+const RTM_NEWLINK: u16 = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+/// In an error message: the request was not echoed whole, and extended-ack
+/// attributes follow.
+const NLM_F_CAPPED: u16 = 0x100;
+const NLM_F_ACK_TLVS: u16 = 0x200;
+const NLMSGERR_ATTR_MSG: u16 = 1;
+const NLA_F_NESTED: u16 = 0x8000;
+const NLA_TYPE_MASK: u16 = 0x3fff;
+const IFLA_XDP: u16 = 43;
+const IFLA_XDP_FD: u16 = 1;
+const IFLA_XDP_FLAGS: u16 = 3;
+const IFLA_XDP_DRV_PROG_ID: u16 = 5;
+const IFLA_XDP_SKB_PROG_ID: u16 = 6;
+const IFLA_XDP_HW_PROG_ID: u16 = 7;
+const IFLA_XDP_EXPECTED_FD: u16 = 8;
+const XDP_FLAGS_REPLACE: u32 = 1 << 4;
+
+/// A request to the kernel's routing netlink, built in place.
+struct NlRequest(Vec<u8>);
+
+impl NlRequest {
+    fn new(kind: u16, flags: u16, ifindex: u32) -> NlRequest {
+        let mut r = NlRequest(Vec::with_capacity(128));
+        let hdr = NlMsgHdr { len: 0, kind, flags: NLM_F_REQUEST | flags, seq: 1, pid: 0 };
+        r.0.extend_from_slice(&hdr.len.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.kind.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.flags.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.seq.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.pid.to_ne_bytes());
+        let ifi = IfInfoMsg { family: libc::AF_UNSPEC as u8, pad: 0, kind: 0, index: ifindex as i32, flags: 0, change: 0 };
+        r.0.extend_from_slice(&[ifi.family, ifi.pad]);
+        r.0.extend_from_slice(&ifi.kind.to_ne_bytes());
+        r.0.extend_from_slice(&ifi.index.to_ne_bytes());
+        r.0.extend_from_slice(&ifi.flags.to_ne_bytes());
+        r.0.extend_from_slice(&ifi.change.to_ne_bytes());
+        r
+    }
+
+    fn attr(&mut self, kind: u16, payload: &[u8]) {
+        self.0.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        self.0.extend_from_slice(&kind.to_ne_bytes());
+        self.0.extend_from_slice(payload);
+        self.0.resize(align4(self.0.len()), 0);
+    }
+
+    /// Start a nested attribute; returns where its header is, for `end_nest`.
+    fn begin_nest(&mut self, kind: u16) -> usize {
+        let at = self.0.len();
+        self.attr(kind | NLA_F_NESTED, &[]);
+        at
+    }
+
+    fn end_nest(&mut self, at: usize) {
+        let len = (self.0.len() - at) as u16;
+        self.0[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        let len = self.0.len() as u32;
+        self.0[..4].copy_from_slice(&len.to_ne_bytes());
+        self.0
+    }
+}
+
+fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The netlink messages in a datagram: (type, flags, payload).
+fn messages(mut buf: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+    std::iter::from_fn(move || {
+        let len = u32_at(buf, 0)? as usize;
+        if len < size_of::<NlMsgHdr>() || len > buf.len() {
+            return None;
+        }
+        let msg = (u16_at(buf, 4)?, u16_at(buf, 6)?, &buf[size_of::<NlMsgHdr>()..len]);
+        buf = buf.get(align4(len)..).unwrap_or(&[]);
+        Some(msg)
+    })
+}
+
+/// The attributes in `buf`: (type without flags, payload).
+fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        let len = usize::from(u16_at(buf, 0)?);
+        if len < 4 || len > buf.len() {
+            return None;
+        }
+        let attr = (u16_at(buf, 2)? & NLA_TYPE_MASK, &buf[4..len]);
+        buf = buf.get(align4(len)..).unwrap_or(&[]);
+        Some(attr)
+    })
+}
+
+/// Send one request on a fresh routing netlink socket of the calling thread's
+/// namespace and return the reply datagram.
+fn netlink_call(request: &[u8]) -> io::Result<Vec<u8>> {
+    // SAFETY: socket(2) has no memory preconditions; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // Extended acks carry the kernel's reason ("Can't replace active BPF XDP link");
+    // a kernel without them still answers, so the result is not needed.
+    // SAFETY: an int option, read by the kernel only.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_NETLINK,
+            libc::NETLINK_EXT_ACK,
+            (&one as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    // SAFETY: `request` is a live buffer of the length passed; an unconnected
+    // netlink socket sends to the kernel.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), request.as_ptr().cast(), request.len(), 0) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut reply = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: `reply` is a writable buffer of the length passed.
+        let got = unsafe { libc::recv(fd.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        reply.truncate(got as usize);
+        return Ok(reply);
+    }
+}
+
+/// The error an NLMSG_ERROR payload reports (`None` for an ack), with the
+/// kernel's extended-ack message when it gave one.
+fn netlink_error(flags: u16, payload: &[u8]) -> Option<io::Error> {
+    let errno = -(u32_at(payload, 0)? as i32);
+    if errno == 0 {
+        return None;
+    }
+    let e = io::Error::from_raw_os_error(errno);
+    if flags & NLM_F_ACK_TLVS == 0 {
+        return Some(e);
+    }
+    // After the error code comes the request's header, and its payload too unless capped.
+    let echoed = if flags & NLM_F_CAPPED != 0 { size_of::<NlMsgHdr>() } else { u32_at(payload, 4).map_or(0, |l| l as usize) };
+    let tlvs = payload.get(align4(4 + echoed)..).unwrap_or(&[]);
+    let msg =
+        attributes(tlvs).find(|(t, _)| *t == NLMSGERR_ATTR_MSG).map(|(_, m)| String::from_utf8_lossy(m).trim_end_matches('\0').to_string());
+    Some(match msg {
+        Some(m) if !m.is_empty() => io::Error::new(e.kind(), format!("{e}: {m}")),
+        _ => e,
+    })
+}
+
+/// The XDP programs attached to interface `ifindex` (of the calling thread's
+/// namespace): (mode, program id) for each occupied slot.
+pub fn xdp_programs(ifindex: u32) -> io::Result<Vec<(XdpMode, u32)>> {
+    let reply = netlink_call(&NlRequest::new(libc::RTM_GETLINK, 0, ifindex).finish())?;
+    for (kind, flags, payload) in messages(&reply) {
+        match kind {
+            NLMSG_ERROR => return Err(netlink_error(flags, payload).unwrap_or_else(|| io::Error::other("no link in the reply"))),
+            RTM_NEWLINK => {
+                let attrs = payload.get(size_of::<IfInfoMsg>()..).unwrap_or(&[]);
+                let mut found = Vec::new();
+                for (_, xdp) in attributes(attrs).filter(|(t, _)| *t == IFLA_XDP) {
+                    for (t, v) in attributes(xdp) {
+                        let mode = match t {
+                            IFLA_XDP_SKB_PROG_ID => XdpMode::Skb,
+                            IFLA_XDP_DRV_PROG_ID => XdpMode::Drv,
+                            IFLA_XDP_HW_PROG_ID => XdpMode::Hw,
+                            _ => continue,
+                        };
+                        match u32_at(v, 0) {
+                            Some(id) if id != 0 => found.push((mode, id)),
+                            _ => {}
+                        }
+                    }
+                }
+                return Ok(found);
+            }
+            _ => {}
+        }
+    }
+    Err(io::Error::other("no link in the netlink reply"))
+}
+
+/// Detach the program attached by netlink in `mode` on `ifindex`, only if it is
+/// still the one `expected` names (XDP_FLAGS_REPLACE), so a program attached by
+/// someone else meanwhile is never removed. A program held by a bpf_link cannot
+/// be detached this way: the kernel answers EBUSY.
+pub fn detach_xdp(ifindex: u32, mode: XdpMode, expected: BorrowedFd<'_>) -> io::Result<()> {
+    let mut req = NlRequest::new(libc::RTM_SETLINK, NLM_F_ACK, ifindex);
+    let nest = req.begin_nest(IFLA_XDP);
+    req.attr(IFLA_XDP_FD, &(-1i32).to_ne_bytes());
+    req.attr(IFLA_XDP_FLAGS, &(mode.flag() | XDP_FLAGS_REPLACE).to_ne_bytes());
+    req.attr(IFLA_XDP_EXPECTED_FD, &expected.as_raw_fd().to_ne_bytes());
+    req.end_nest(nest);
+    let reply = netlink_call(&req.finish())?;
+    let ack = messages(&reply).find(|(kind, _, _)| *kind == NLMSG_ERROR).map(|(_, flags, payload)| netlink_error(flags, payload));
+    match ack {
+        Some(None) => Ok(()),
+        Some(Some(e)) => Err(e),
+        None => Err(io::Error::other("no acknowledgement in the netlink reply")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_well_formed_netlink() {
+        let mut req = NlRequest::new(libc::RTM_SETLINK, NLM_F_ACK, 7);
+        let nest = req.begin_nest(IFLA_XDP);
+        req.attr(IFLA_XDP_FD, &(-1i32).to_ne_bytes());
+        req.attr(IFLA_XDP_FLAGS, &5u32.to_ne_bytes());
+        req.end_nest(nest);
+        let msg = req.finish();
+        let parsed: Vec<_> = messages(&msg).collect();
+        assert_eq!(parsed.len(), 1);
+        let (kind, flags, payload) = parsed[0];
+        assert_eq!((kind, flags), (libc::RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK));
+        assert_eq!(u32_at(payload, 4), Some(7), "ifi_index");
+        let attrs: Vec<_> = attributes(&payload[size_of::<IfInfoMsg>()..]).collect();
+        assert_eq!(attrs.len(), 1);
+        assert_eq!(attrs[0].0, IFLA_XDP);
+        let inner: Vec<_> = attributes(attrs[0].1).map(|(t, v)| (t, u32_at(v, 0))).collect();
+        assert_eq!(inner, vec![(IFLA_XDP_FD, Some(u32::MAX)), (IFLA_XDP_FLAGS, Some(5))]);
+    }
+
+    #[test]
+    fn truncated_replies_end_the_walk() {
+        let msg = NlRequest::new(libc::RTM_GETLINK, 0, 1).finish();
+        assert_eq!(messages(&msg[..msg.len() - 1]).count(), 0);
+        assert_eq!(attributes(&[8, 0, 1, 0, 1]).count(), 0);
+    }
+
+    #[test]
+    fn error_acks_carry_the_kernels_message() {
+        // error -16 (EBUSY), the capped request header, then NLMSGERR_ATTR_MSG.
+        let mut p = (-16i32).to_ne_bytes().to_vec();
+        p.extend_from_slice(&[0u8; 16]);
+        let text = b"Can't replace active BPF XDP link\0";
+        p.extend_from_slice(&((4 + text.len()) as u16).to_ne_bytes());
+        p.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        p.extend_from_slice(text);
+        let e = netlink_error(NLM_F_CAPPED | NLM_F_ACK_TLVS, &p).unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy);
+        assert!(e.to_string().contains("Can't replace active BPF XDP link"), "{e}");
+        assert!(netlink_error(0, &0i32.to_ne_bytes()).is_none());
+        assert_eq!(netlink_error(0, &(-16i32).to_ne_bytes()).unwrap().raw_os_error(), Some(libc::EBUSY));
+    }
+}

@@ -1,0 +1,246 @@
+//! The capture unit of one AF_XDP queue.
+//!
+//! The loop: top the fill ring up with free frames (waking the driver when it
+//! asks), take up to [`BATCH`] descriptors off the RX ring, and for each run the
+//! filter in user space and put the packet in a cell of the pool that points
+//! into its UMEM frame (no copy). A rejected packet is counted as filtered and
+//! its frame is free again at once. When the pool has no cell, consuming stops
+//! with the rest of the batch left on the RX ring, the unit waits for the worker
+//! to recycle a chunk, and resumes; if the RX ring fills meanwhile the kernel
+//! drops and counts it. When the RX ring is empty the unit publishes its partly
+//! filled chunk once its oldest packet is [`PUBLISH_DELAY`] old, takes back
+//! recycled frames and sleeps in poll(2) for at most [`IDLE_WAIT`], so a stop
+//! request is seen within that.
+//!
+//! Timestamps: AF_XDP gives none, so each batch is stamped with CLOCK_REALTIME
+//! when it is taken off the ring; packets of one batch share it.
+//!
+//! Kernel drops come from XDP_STATISTICS, which is cumulative, so the unit
+//! accounts the differences since its last read, at least every
+//! [`STATS_INTERVAL`] and once more before it returns.
+
+use super::program::XdpProgram;
+use super::sys::{Promiscuous, XdpStatistics};
+use super::xsk::Xsk;
+use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
+use crate::filter::Filter;
+use crate::pool::{CaptureSide, FrameArena, NoCell};
+use crate::QueueId;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Descriptors taken off the RX ring at once.
+const BATCH: u32 = 64;
+/// How long a partly filled chunk waits for more packets before it is published.
+const PUBLISH_DELAY: Duration = Duration::from_millis(1);
+/// Longest sleep without looking at the stop flag.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// Longest wait for a recycled chunk without looking at the stop flag.
+const CELL_WAIT: Duration = Duration::from_millis(50);
+/// Kernel counters are read at least this often while packets flow.
+const STATS_INTERVAL: Duration = Duration::from_millis(10);
+
+/// What every queue's unit shares and keeps alive until the last one ends:
+/// the attached program and the promiscuous membership. Nothing reads them;
+/// holding them is the point.
+pub struct Attachment {
+    _program: XdpProgram,
+    _promiscuous: Option<Promiscuous>,
+}
+
+impl Attachment {
+    pub fn new(program: XdpProgram, promiscuous: Option<Promiscuous>) -> Attachment {
+        Attachment { _program: program, _promiscuous: promiscuous }
+    }
+}
+
+/// Captures one queue.
+pub struct XskUnit {
+    /// Declared first so the socket closes (and leaves the XSKMAP) before the
+    /// program may be detached.
+    xsk: Xsk,
+    umem: Arc<FrameArena>,
+    _attachment: Arc<Attachment>,
+    filter: Option<Filter>,
+    snaplen: usize,
+    drops: KernelDrops,
+}
+
+impl XskUnit {
+    pub fn new(xsk: Xsk, attachment: Arc<Attachment>, filter: Option<Filter>, snaplen: u32) -> XskUnit {
+        let zero_copy = xsk.is_zero_copy();
+        let umem = Arc::clone(xsk.umem());
+        XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy) }
+    }
+}
+
+/// How a batch ended.
+enum Batch {
+    /// Every descriptor was consumed.
+    Done,
+    /// The pool had no cell: the rest stays on the RX ring.
+    NoCell,
+    /// The packet limit was reached.
+    Limit,
+}
+
+impl CaptureUnit for XskUnit {
+    fn queues(&self) -> Vec<QueueId> {
+        vec![self.xsk.queue()]
+    }
+
+    fn name(&self) -> String {
+        format!("xsk{}", self.xsk.queue().0)
+    }
+
+    fn run(mut self: Box<Self>, sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError> {
+        let mut sides = sides.into_iter();
+        let (Some(mut side), None) = (sides.next(), sides.next()) else {
+            return Err(SourceError::Invalid("an AF_XDP unit captures exactly one queue".into()));
+        };
+        let result = self.capture(&mut side, ctl);
+        // Drops the kernel counted up to now belong to this run, even after a failure.
+        let last = self.xsk.statistics().map(|now| self.drops.account(now, &mut side));
+        side.flush();
+        result.and(last)
+    }
+}
+
+impl XskUnit {
+    fn capture(&mut self, side: &mut CaptureSide, ctl: &Control) -> Result<(), SourceError> {
+        let mut stats_at = Instant::now();
+        // When the oldest packet not yet visible to the worker was captured.
+        let mut unpublished_since: Option<Instant> = None;
+        loop {
+            if ctl.stop_requested() {
+                return Ok(());
+            }
+            self.xsk.refill(side);
+            let n = self.xsk.peek(BATCH);
+            if n == 0 {
+                // A partly filled chunk waits up to PUBLISH_DELAY for more packets
+                // before it is published, so at moderate rates chunks fill up
+                // instead of taking a packet or two each (every cell of a
+                // published chunk is spent until it is recycled).
+                let left = unpublished_since.map_or(Duration::ZERO, |t| PUBLISH_DELAY.saturating_sub(t.elapsed()));
+                if !left.is_zero() && self.xsk.wait(left)? {
+                    continue;
+                }
+                side.flush();
+                unpublished_since = None;
+                self.drops.account(self.xsk.statistics()?, side);
+                stats_at = Instant::now();
+                // What the worker recycled meanwhile goes on the fill ring before we
+                // sleep, or the kernel might have nowhere to put packets.
+                self.xsk.refill(side);
+                self.xsk.wait(IDLE_WAIT)?;
+                continue;
+            }
+            unpublished_since.get_or_insert_with(Instant::now);
+            match self.consume(n, side, ctl) {
+                Batch::Done => {}
+                Batch::NoCell => {
+                    // Waiting publishes the partly filled chunk.
+                    side.wait_for_cell(CELL_WAIT);
+                    unpublished_since = None;
+                }
+                Batch::Limit => return Ok(()),
+            }
+            if stats_at.elapsed() >= STATS_INTERVAL {
+                self.drops.account(self.xsk.statistics()?, side);
+                stats_at = Instant::now();
+            }
+        }
+    }
+
+    /// Consume up to `n` peeked descriptors and release those consumed.
+    #[inline]
+    fn consume(&mut self, n: u32, side: &mut CaptureSide, ctl: &Control) -> Batch {
+        let ts_ns = realtime_ns();
+        let mut done = 0;
+        let mut outcome = Batch::Done;
+        while done < n {
+            let (desc, data) = self.xsk.packet(done, &self.umem, self.snaplen);
+            let caplen = data.len();
+            if let Some(f) = &self.filter {
+                // The filter reads the packet in place, in its frame.
+                if !f.matches(data, desc.len) {
+                    side.drop_filtered(desc.len);
+                    self.xsk.free_frame(desc.addr);
+                    done += 1;
+                    continue;
+                }
+            }
+            if !ctl.take_budget() {
+                ctl.request_stop(StopReason::PacketLimit);
+                outcome = Batch::Limit;
+                break;
+            }
+            match side.push_frame(&self.umem, desc.addr, caplen, desc.len, ts_ns) {
+                Ok(()) => done += 1,
+                Err(NoCell) => {
+                    outcome = Batch::NoCell;
+                    break;
+                }
+            }
+        }
+        self.xsk.release(done);
+        outcome
+    }
+}
+
+/// Nanoseconds since the Unix epoch by CLOCK_REALTIME (what `SystemTime` reads).
+fn realtime_ns() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Turns the socket's cumulative XDP_STATISTICS into weir's drop categories.
+///
+/// - `rx_ring_full`: the kernel had the packet in a frame but the RX ring was
+///   full because we did not consume fast enough: a **delivery drop**.
+/// - `rx_dropped`: the kernel could not put the packet in a frame: the fill ring
+///   was empty (the pool was depleted: every frame held by cells or waiting on
+///   the RX ring), or the packet was larger than a frame. Either way no cell
+///   could take it: a **capture drop**. In copy mode the kernel counts an empty
+///   fill ring in both `rx_dropped` and `rx_fill_ring_empty_descs` for the same
+///   packet, so only `rx_dropped` is taken there.
+/// - `rx_fill_ring_empty_descs`: in zero-copy mode the driver counts here the
+///   times it found the fill ring empty while refilling its own descriptors; the
+///   NIC then drops for want of a buffer. It is the closest count the socket
+///   has of those drops, so it is a **capture drop** too (added to `rx_dropped`,
+///   which zero-copy raises only for oversized packets).
+/// - `rx_invalid_descs`: descriptors the kernel refused on a ring we produce. No
+///   kernel raises it for an RX socket today (a bad fill address is skipped and
+///   counted elsewhere); if one ever does, each is a frame the kernel could not
+///   use for a packet, so it is counted as a **capture drop** rather than lost.
+struct KernelDrops {
+    zero_copy: bool,
+    seen: XdpStatistics,
+}
+
+impl KernelDrops {
+    fn new(zero_copy: bool) -> KernelDrops {
+        // From zero, not from a first reading: drops before the unit ran (between
+        // bind and the thread's start) belong to this capture too.
+        KernelDrops { zero_copy, seen: XdpStatistics::default() }
+    }
+
+    fn account(&mut self, now: XdpStatistics, side: &mut CaptureSide) {
+        let d = |now: u64, seen: u64| now.saturating_sub(seen);
+        let dropped = d(now.rx_dropped, self.seen.rx_dropped);
+        let fill_empty = d(now.rx_fill_ring_empty_descs, self.seen.rx_fill_ring_empty_descs);
+        let invalid = d(now.rx_invalid_descs, self.seen.rx_invalid_descs);
+        let capture = dropped + invalid + if self.zero_copy { fill_empty } else { 0 };
+        let delivery = d(now.rx_ring_full, self.seen.rx_ring_full);
+        self.seen = now;
+        if capture > 0 {
+            side.add_capture_drops(capture);
+        }
+        if delivery > 0 {
+            side.add_delivery_drops(delivery);
+        }
+        if capture + delivery > 0 {
+            side.publish_stats();
+        }
+    }
+}

@@ -1,0 +1,646 @@
+//! AF_XDP capture end to end: real sockets on a veth pair between two network
+//! namespaces, real traffic replayed by tcpreplay from a trace each test writes,
+//! and the kernel's XDP state read back with `ip`.
+//!
+//! Needs root (namespaces, XDP, AF_XDP), iproute2, and for some tests
+//! tcpreplay, clang or setpriv; a test says why it skips when something is
+//! missing. Some tests re-run this binary as a capturing child process, to kill
+//! it with SIGKILL or run it with fewer capabilities.
+//!
+//! How veth spreads packets over RX queues: with an XDP program on the receiving
+//! end, a packet sent on TX queue q of one end arrives on RX queue q of the
+//! other. tcpreplay's packets take the queue the kernel's flow hash picks
+//! (no XPS on veth), and that hash is symmetric, so both directions of a flow
+//! arrive on one RX queue, and many flows use every queue. The first test
+//! asserts exactly that.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+use testbed::TestBed;
+use weir::engine::{Report, Running, StopReason};
+use weir::pool::PoolConfig;
+use weir::sink::{FileFormat, TraceWriter, TsPrecision};
+use weir::source::{AfXdpOptions, LiveOptions, ZeroCopy};
+use weir::stats::QueueStats;
+use weir::wire::FlowTuple;
+use weir::{Engine, Handler, LinkType, Packet, QueueId};
+
+/// A rate a debug build keeps up with on a busy 2-core machine, for the tests
+/// that expect no loss (at top speed the workers, not the capture, fall behind,
+/// and the pool rightly drops).
+const NO_LOSS_PPS: u32 = 50_000;
+
+/// Marks the test's packets: the payload starts with it, then the sequence number.
+const MAGIC: &[u8; 4] = b"WEIR";
+
+/// A tiny deterministic generator (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// One packet sent: its flow (canonical, so both directions are equal) and protocol.
+#[derive(Clone, Copy)]
+struct Sent {
+    flow: FlowTuple,
+    udp: bool,
+}
+
+/// A trace written for a test and what is in it, by sequence number.
+struct Traffic {
+    path: PathBuf,
+    sent: Vec<Sent>,
+}
+
+impl Traffic {
+    fn udp(&self) -> HashSet<u32> {
+        (0..self.sent.len() as u32).filter(|&s| self.sent[s as usize].udp).collect()
+    }
+}
+
+/// An Ethernet/IPv4/TCP-or-UDP frame to `dst_mac` carrying MAGIC and `seq`.
+#[allow(clippy::too_many_arguments)]
+fn frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, udp: bool, seq: u32, payload: usize) -> Vec<u8> {
+    let l4 = if udp { 8 } else { 20 };
+    let payload = payload.max(8);
+    let total = 20 + l4 + payload;
+    let mut f = dst_mac.to_vec();
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+    let mut ip = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, if udp { 17 } else { 6 }, 0, 0];
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let sum = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>();
+    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    if udp {
+        f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+    } else {
+        f.extend_from_slice(&[0; 8]);
+        f.extend_from_slice(&[0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    }
+    f.extend_from_slice(MAGIC);
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.resize(14 + total, (seq % 251) as u8);
+    f
+}
+
+/// The sequence number of one of the test's frames, or `None` for anything else.
+fn seq_of(data: &[u8]) -> Option<u32> {
+    if data.len() < 14 + 20 + 8 + 8 || data[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    let at = 14 + 20 + if data[23] == 17 { 8 } else { 20 };
+    (data.get(at..at + 4)? == MAGIC).then(|| u32::from_be_bytes(data[at + 4..at + 8].try_into().unwrap()))
+}
+
+/// `packets` frames of `flows` flows, each packet in either direction at random,
+/// TCP and UDP, 64 to about 1,400 bytes, all to `dst_mac`.
+fn write_traffic(dir: &Path, dst_mac: [u8; 6], packets: u32, flows: usize, seed: u64) -> Traffic {
+    let mut rng = Rng(seed);
+    let tuples: Vec<_> = (0..flows)
+        .map(|_| {
+            let r = rng.next();
+            let client = [198, 18, (r >> 8) as u8, r as u8];
+            let server = [198, 19, (r >> 16) as u8, (r >> 24) as u8];
+            (client, server, 1024 + (r >> 32) as u16 % 60000, [80, 443, 53, 123][(r >> 50) as usize % 4], r >> 62 == 0)
+        })
+        .collect();
+    let path = dir.join(format!("traffic-{seed}.pcap"));
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
+    let mut sent = Vec::new();
+    for seq in 0..packets {
+        let r = rng.next();
+        let (a, b, sp, dp, udp) = tuples[(r >> 8) as usize % flows];
+        let size = (r >> 20) as usize % 1350;
+        let f =
+            if (r >> 40) & 1 == 1 { frame(dst_mac, b, a, dp, sp, udp, seq, size) } else { frame(dst_mac, a, b, sp, dp, udp, seq, size) };
+        sent.push(Sent { flow: FlowTuple::parse(LinkType::ETHERNET, &f).unwrap().canonical(), udp });
+        w.write_packet(1_700_000_000_000_000_000 + u64::from(seq) * 1000, &f, f.len() as u32).unwrap();
+    }
+    w.finish().unwrap();
+    Traffic { path, sent }
+}
+
+/// Output of `ip ARGS`, which must succeed.
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The MAC address of the capturing end.
+fn rx_mac(tb: &TestBed) -> [u8; 6] {
+    let json = ip(&["-n", &tb.rx_ns, "-j", "link", "show", &tb.rx_if]);
+    let at = json.find("\"address\":\"").expect("no address in ip -j link") + 11;
+    let mut mac = [0u8; 6];
+    for (m, hex) in mac.iter_mut().zip(json[at..at + 17].split(':')) {
+        *m = u8::from_str_radix(hex, 16).unwrap();
+    }
+    mac
+}
+
+/// The XDP program on the capturing end, as `ip -d link` shows it ("prog/xdp id N ..."), if any.
+fn xdp_on(tb: &TestBed) -> Option<String> {
+    let out = ip(&["-n", &tb.rx_ns, "-d", "link", "show", &tb.rx_if]);
+    out.lines().map(str::trim).find(|l| l.starts_with("prog/xdp")).map(str::to_string)
+}
+
+/// Wait up to `limit` for `cond`, polling.
+fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// What a test needs besides root and the test bed: the tools it runs.
+fn tools_missing(tools: &[&str]) -> bool {
+    for t in tools {
+        if Command::new(t).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            println!("skipping: {t} is not installed (scripts/setup installs it)");
+            return true;
+        }
+    }
+    false
+}
+
+/// Replay `traffic` from the sending end, at top speed or `pps` packets per second.
+fn replay(tb: &TestBed, traffic: &Traffic, pps: Option<u32>) {
+    let mut cmd = tb.in_tx("tcpreplay");
+    cmd.args(["-q", "-i", &tb.tx_if]);
+    match pps {
+        Some(p) => cmd.arg(format!("--pps={p}")),
+        None => cmd.arg("-t"),
+    };
+    let out = cmd.arg(&traffic.path).output().unwrap();
+    assert!(out.status.success(), "tcpreplay: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Live options to capture in the test bed's receiving namespace.
+fn live(tb: &TestBed, afxdp: AfXdpOptions) -> LiveOptions {
+    LiveOptions { netns: Some(tb.rx_ns.clone().into()), afxdp, ..LiveOptions::default() }
+}
+
+/// What one queue's worker saw, in order; it can be held back until `go` is set.
+#[derive(Default)]
+struct Seen {
+    seqs: Vec<u32>,
+    others: u64,
+    queue: Option<QueueId>,
+    go: Option<Arc<AtomicBool>>,
+}
+
+impl Handler for Seen {
+    fn packet(&mut self, p: &Packet<'_>) {
+        if let Some(go) = &self.go {
+            let until = Instant::now() + Duration::from_secs(20);
+            while !go.load(Ordering::Relaxed) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert!(self.queue.is_none_or(|q| q == p.queue()), "a worker got another queue's packet");
+        self.queue = Some(p.queue());
+        assert!(p.caplen() <= p.wire_len());
+        assert!(p.ts_ns() > 1_600_000_000_000_000_000, "a packet without a wall-clock timestamp");
+        match seq_of(p.data()) {
+            Some(s) => self.seqs.push(s),
+            None => self.others += 1,
+        }
+    }
+}
+
+/// Wait until every sent packet is accounted for (or 10 s), then stop and report.
+fn finish(running: Running<Seen>, sent: usize) -> Report<Seen> {
+    let total = |r: &Running<Seen>| {
+        let t = r.stats().total();
+        t.delivered + t.filtered + t.capture_drops + t.delivery_drops
+    };
+    eventually(Duration::from_secs(10), || total(&running) >= sent as u64);
+    running.stop_handle().stop();
+    let report = running.join();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report
+}
+
+/// The identity on every queue, nothing left in flight, and each queue's delivered
+/// count equal to what its worker saw.
+fn check_books(report: &Report<Seen>) -> QueueStats {
+    for ((queue, seen), stats) in report.handlers.iter().zip(&report.stats.queues) {
+        assert_eq!(stats.queue, *queue);
+        assert!(stats.balanced(), "{stats:?}");
+        assert_eq!(stats.in_flight, 0, "{stats:?}");
+        assert_eq!(stats.delivered, seen.seqs.len() as u64 + seen.others, "queue {queue}: {stats:?}");
+        assert_eq!(stats.bad_recycles, 0);
+    }
+    report.stats.total()
+}
+
+#[test]
+fn every_packet_once_with_both_directions_of_a_flow_on_one_queue() {
+    let Some(tb) = TestBed::new(2) else { return };
+    if tools_missing(&["tcpreplay"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traffic = write_traffic(dir.path(), rx_mac(&tb), 20_000, 300, 11);
+    let configs = [
+        AfXdpOptions::default(),
+        AfXdpOptions { zero_copy: ZeroCopy::Off, need_wakeup: false, ring_size: 512, frame_size: 4096, ..AfXdpOptions::default() },
+    ];
+    for afxdp in configs {
+        let engine = Engine::builder()
+            .source(&format!("afxdp:{}@0-1", tb.rx_if))
+            .unwrap()
+            .live(live(&tb, afxdp.clone()))
+            .pool(PoolConfig::new(64, 64).unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(engine.info().queues, vec![QueueId(0), QueueId(1)]);
+        assert_eq!(engine.info().iface.as_deref(), Some(tb.rx_if.as_str()));
+        let prog = xdp_on(&tb).expect("no XDP program attached after open");
+        assert!(prog.contains("name weir_xdp"), "{prog}");
+        let running = engine.start(|_| Seen::default()).unwrap();
+        replay(&tb, &traffic, Some(NO_LOSS_PPS));
+        let report = finish(running, traffic.sent.len());
+        let total = check_books(&report);
+
+        assert_eq!((total.received, total.capture_drops, total.delivery_drops), (traffic.sent.len() as u64, 0, 0), "{afxdp:?}: {total:?}");
+        let mut seen = HashSet::new();
+        let mut queue_of_flow: HashMap<FlowTuple, QueueId> = HashMap::new();
+        for (queue, s) in &report.handlers {
+            assert_eq!(s.others, 0, "queue {queue} saw packets nobody sent");
+            assert!(!s.seqs.is_empty(), "queue {queue} saw nothing: the flows were not spread");
+            for &seq in &s.seqs {
+                assert!(seen.insert(seq), "packet {seq} delivered twice");
+                let q = *queue_of_flow.entry(traffic.sent[seq as usize].flow).or_insert(*queue);
+                assert_eq!(q, *queue, "a flow arrived on two queues");
+            }
+            assert!(s.seqs.windows(2).all(|w| w[0] < w[1]), "queue {queue} reordered packets");
+        }
+        assert_eq!(seen.len(), traffic.sent.len());
+        assert!(eventually(Duration::from_secs(5), || xdp_on(&tb).is_none()), "XDP program left after the engine stopped");
+    }
+}
+
+#[test]
+fn a_udp_filter_delivers_exactly_the_udp_packets() {
+    let Some(tb) = TestBed::new(2) else { return };
+    if tools_missing(&["tcpreplay"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traffic = write_traffic(dir.path(), rx_mac(&tb), 10_000, 200, 12);
+    let running = Engine::builder()
+        .source(&format!("afxdp:{}@0-1", tb.rx_if))
+        .unwrap()
+        .live(live(&tb, AfXdpOptions::default()))
+        .pool(PoolConfig::new(64, 64).unwrap())
+        .filter("udp")
+        .build()
+        .unwrap()
+        .start(|_| Seen::default())
+        .unwrap();
+    replay(&tb, &traffic, Some(NO_LOSS_PPS));
+    let report = finish(running, traffic.sent.len());
+    let total = check_books(&report);
+    let udp = traffic.udp();
+    assert!(!udp.is_empty() && udp.len() < traffic.sent.len());
+    let delivered: HashSet<u32> = report.handlers.iter().flat_map(|(_, s)| s.seqs.iter().copied()).collect();
+    assert_eq!(delivered, udp);
+    assert_eq!(total.delivered, udp.len() as u64);
+    assert_eq!(total.filtered, (traffic.sent.len() - udp.len()) as u64);
+    assert_eq!(total.received, traffic.sent.len() as u64);
+}
+
+/// Capture with a tiny pool while the application is stalled until the sender is
+/// done; returns the totals after everything drained.
+fn overload(tb: &TestBed, traffic: &Traffic, pool: PoolConfig, ring_size: u32, pps: Option<u32>) -> QueueStats {
+    let go = Arc::new(AtomicBool::new(false));
+    let afxdp = AfXdpOptions { ring_size, ..AfXdpOptions::default() };
+    let running = Engine::builder()
+        .source(&format!("afxdp:{}@0-1", tb.rx_if))
+        .unwrap()
+        .live(live(tb, afxdp))
+        .pool(pool)
+        .build()
+        .unwrap()
+        .start(|_| Seen { go: Some(Arc::clone(&go)), ..Seen::default() })
+        .unwrap();
+    replay(tb, traffic, pps);
+    go.store(true, Ordering::Relaxed);
+    let report = finish(running, traffic.sent.len());
+    let total = check_books(&report);
+    let delivered: HashSet<u32> = report.handlers.iter().flat_map(|(_, s)| s.seqs.iter().copied()).collect();
+    assert_eq!(delivered.len() as u64, total.delivered, "a packet delivered twice");
+    assert_eq!(total.received, traffic.sent.len() as u64, "{total:?}");
+    assert_eq!(total.delivered + total.capture_drops + total.delivery_drops, traffic.sent.len() as u64, "{total:?}");
+    total
+}
+
+#[test]
+fn a_depleted_pool_is_a_capture_drop_and_a_full_rx_ring_a_delivery_drop() {
+    let Some(tb) = TestBed::new(2) else { return };
+    if tools_missing(&["tcpreplay"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traffic = write_traffic(dir.path(), rx_mac(&tb), 5_000, 100, 13);
+
+    // Chunks of one cell are never published part full, so once the stalled
+    // worker holds all 64 chunks it holds all 64 frames: the fill ring runs dry.
+    // (The RX ring may also overflow before that, while the unit catches up.)
+    let depleted = overload(&tb, &traffic, PoolConfig::new(1, 64).unwrap(), 32, None);
+    assert!(depleted.capture_drops > 0, "{depleted:?}");
+
+    // Slowly, each chunk is published (on idle) with a packet or two: a few packets
+    // take both chunks of 64 cells, then the RX ring fills up while the fill ring
+    // still has frames, and never runs dry.
+    let slow = write_traffic(dir.path(), rx_mac(&tb), 300, 20, 14);
+    let full = overload(&tb, &slow, PoolConfig::new(64, 2).unwrap(), 32, Some(3000));
+    assert!(full.delivery_drops > 0, "{full:?}");
+    assert_eq!(full.capture_drops, 0, "{full:?}");
+}
+
+#[test]
+fn a_packet_limit_delivers_exactly_that_many() {
+    let Some(tb) = TestBed::new(2) else { return };
+    if tools_missing(&["tcpreplay"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traffic = write_traffic(dir.path(), rx_mac(&tb), 2_000, 50, 15);
+    let running = Engine::builder()
+        .source(&format!("afxdp:{}@0-1", tb.rx_if))
+        .unwrap()
+        .live(live(&tb, AfXdpOptions::default()))
+        .pool(PoolConfig::new(64, 64).unwrap())
+        .packet_limit(500)
+        .build()
+        .unwrap()
+        .start(|_| Seen::default())
+        .unwrap();
+    replay(&tb, &traffic, Some(NO_LOSS_PPS));
+    assert!(running.wait_for(Duration::from_secs(10)), "the limit did not stop the capture");
+    let report = running.join();
+    assert_eq!(report.stop, StopReason::PacketLimit);
+    let total = check_books(&report);
+    assert_eq!(total.delivered, 500, "{total:?}");
+}
+
+#[test]
+fn pacing_zero_copy_on_veth_and_a_pool_no_larger_than_the_rx_ring_are_refused() {
+    let Some(tb) = TestBed::new(1) else { return };
+    let start = |pool: PoolConfig, pacing: weir::source::Pacing| {
+        Engine::builder()
+            .source(&format!("afxdp:{}", tb.rx_if))
+            .unwrap()
+            .live(live(&tb, AfXdpOptions { ring_size: 64, ..AfXdpOptions::default() }))
+            .pool(pool)
+            .pacing(pacing)
+            .build()
+            .unwrap()
+            .start(|_| Seen::default())
+            .err()
+            .expect("started")
+            .to_string()
+    };
+    let e = start(PoolConfig::new(8, 8).unwrap(), weir::source::Pacing::default());
+    assert!(e.contains("raise R or M"), "{e}");
+    let e = start(PoolConfig::new(64, 8).unwrap(), weir::source::Pacing::Pps(1000.0));
+    assert!(e.contains("not live interfaces"), "{e}");
+    // veth has native XDP but no AF_XDP zero-copy.
+    let zc = AfXdpOptions { zero_copy: ZeroCopy::On, ..AfXdpOptions::default() };
+    let e = Engine::builder()
+        .source(&format!("afxdp:{}", tb.rx_if))
+        .unwrap()
+        .live(live(&tb, zc))
+        .build()
+        .unwrap()
+        .start(|_| Seen::default())
+        .err()
+        .expect("zero-copy on veth")
+        .to_string();
+    assert!(e.contains("no AF_XDP zero-copy support"), "{e}");
+    let e = Engine::builder()
+        .source(&format!("afxdp:{}@0-3", tb.rx_if))
+        .unwrap()
+        .live(live(&tb, AfXdpOptions::default()))
+        .build()
+        .err()
+        .expect("queue 3 of 1")
+        .to_string();
+    assert!(e.contains("there is no queue 3"), "{e}");
+    assert!(eventually(Duration::from_secs(5), || xdp_on(&tb).is_none()), "XDP program left after a refused start");
+}
+
+#[test]
+fn generic_xdp_where_the_driver_has_no_native_xdp() {
+    let Some(tb) = TestBed::new(1) else { return };
+    // The namespace's loopback has no native XDP: weir falls back to generic mode
+    // and copy-mode sockets, unless zero-copy is demanded.
+    let opts = |zero_copy| live(&tb, AfXdpOptions { zero_copy, ..AfXdpOptions::default() });
+    let running =
+        Engine::builder().source("afxdp:lo").unwrap().live(opts(ZeroCopy::Auto)).build().unwrap().start(|_| Seen::default()).unwrap();
+    let link = ip(&["-n", &tb.rx_ns, "-d", "link", "show", "lo"]);
+    assert!(link.contains("xdpgeneric") && link.contains("name weir_xdp"), "{link}");
+    running.stop_handle().stop();
+    assert!(running.join().errors.is_empty());
+    assert!(!ip(&["-n", &tb.rx_ns, "link", "show", "lo"]).contains("xdp"));
+    let e =
+        Engine::builder().source("afxdp:lo").unwrap().live(opts(ZeroCopy::On)).build().err().expect("zero-copy on loopback").to_string();
+    assert!(e.contains("no native XDP"), "{e}");
+}
+
+#[test]
+fn a_second_capture_of_the_interface_is_refused() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let open = || Engine::builder().source(&format!("afxdp:{}", tb.rx_if)).unwrap().live(live(&tb, AfXdpOptions::default())).build();
+    let first = open().unwrap();
+    let e = open().err().expect("two captures of one interface").to_string();
+    assert!(e.contains("another weir capture"), "{e}");
+    drop(first);
+    assert!(eventually(Duration::from_secs(5), || xdp_on(&tb).is_none()));
+}
+
+/// Compile an XDP program with clang into `dir`: weir's own, or a foreign one.
+fn compile_xdp(dir: &Path, name: &str, source: Option<&str>) -> Option<PathBuf> {
+    if tools_missing(&["clang"]) {
+        return None;
+    }
+    let src = match source {
+        Some(text) => {
+            let p = dir.join(format!("{name}.c"));
+            std::fs::write(&p, text).unwrap();
+            p
+        }
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ebpf/weir_xdp.c"),
+    };
+    let obj = dir.join(format!("{name}.o"));
+    let multiarch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let out =
+        Command::new("clang").args(["-O2", "-g", "-target", "bpf", "-I", &multiarch, "-c"]).arg(&src).arg("-o").arg(&obj).output().unwrap();
+    assert!(out.status.success(), "clang: {}", String::from_utf8_lossy(&out.stderr));
+    Some(obj)
+}
+
+/// Attach `obj` to the capturing end by netlink, as an older tool (or a crashed
+/// run that attached that way) would.
+fn attach_by_netlink(tb: &TestBed, obj: &Path) {
+    ip(&["-n", &tb.rx_ns, "link", "set", "dev", &tb.rx_if, "xdpdrv", "obj", obj.to_str().unwrap(), "sec", "xdp"]);
+}
+
+#[test]
+fn a_foreign_program_is_an_error_unless_replacing_it_was_asked() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pass = "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n\
+                SEC(\"xdp\") int foreign_pass(struct xdp_md *ctx) { return XDP_PASS; }\n\
+                char LICENSE[] SEC(\"license\") = \"GPL\";\n";
+    let Some(obj) = compile_xdp(dir.path(), "foreign", Some(pass)) else { return };
+    attach_by_netlink(&tb, &obj);
+    let open = |replace_foreign| {
+        let afxdp = AfXdpOptions { replace_foreign, ..AfXdpOptions::default() };
+        Engine::builder().source(&format!("afxdp:{}", tb.rx_if)).unwrap().live(live(&tb, afxdp)).build()
+    };
+    let e = open(false).err().expect("opened over a foreign XDP program").to_string();
+    assert!(e.contains("\"foreign_pass\"") && e.contains("did not load"), "{e}");
+    assert!(xdp_on(&tb).is_some_and(|p| p.contains("name foreign_pass")), "the foreign program was touched");
+
+    let engine = open(true).unwrap();
+    assert!(xdp_on(&tb).is_some_and(|p| p.contains("name weir_xdp")), "{:?}", xdp_on(&tb));
+    drop(engine);
+    assert!(eventually(Duration::from_secs(5), || xdp_on(&tb).is_none()), "{:?}", xdp_on(&tb));
+}
+
+/// The environment variable that turns this test binary into a capturing child.
+const CHILD_ENV: &str = "WEIR_AFXDP_TEST_CHILD";
+
+/// Not a test by itself: the body of the child process other tests start and
+/// kill. It captures `NAMESPACE IFACE` (from [`CHILD_ENV`]; `-` for the namespace
+/// it runs in), says READY, and waits to be killed (at most 30 s, so a lost
+/// child does not live on). When the capture cannot start it says why instead.
+#[test]
+fn child_capturing_until_killed() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let (ns, iface) = spec.split_once(' ').unwrap();
+    let opts = LiveOptions { netns: (ns != "-").then(|| ns.into()), ..LiveOptions::default() };
+    let engine = Engine::builder().source(&format!("afxdp:{iface}")).unwrap().live(opts).pool(PoolConfig::new(64, 64).unwrap()).build();
+    let running = match engine.map(|e| e.start(|_| Seen::default())) {
+        Ok(Ok(running)) => running,
+        Ok(Err(e)) => return println!("FAILED: {e}"),
+        Err(e) => return println!("FAILED: {e}"),
+    };
+    // As the CLI does: the library reports, the program prints.
+    for note in &running.info().notes {
+        eprintln!("weir: {note}");
+    }
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(30));
+    running.stop_handle().stop();
+    running.join();
+}
+
+/// Run `wrapper` (a command that ends by running its arguments, or nothing) with
+/// this test binary as a capturing child on the test bed; when it is ready, call
+/// `while_running`, then SIGKILL it. Returns its first READY or FAILED line and
+/// what it wrote on stderr.
+fn capture_in_child_then_kill(tb: &TestBed, wrapper: &[&str], ns: &str, while_running: impl FnOnce()) -> (String, String) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = cmd
+        .args(["child_capturing_until_killed", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("{ns} {}", tb.rx_if))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest may have printed the test's name on the same line first.
+            if let Some(at) = line.find("READY").or_else(|| line.find("FAILED: ")) {
+                let _ = tx.send(line[at..].to_string());
+            }
+        }
+    });
+    let said = rx.recv_timeout(Duration::from_secs(20));
+    if said.as_deref().is_ok_and(|l| l.starts_with("READY")) {
+        while_running();
+    }
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let said = said.unwrap_or_else(|_| panic!("the child said nothing: {stderr}"));
+    (said, stderr)
+}
+
+#[test]
+fn sigkill_leaves_no_program_behind() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let (said, stderr) = capture_in_child_then_kill(&tb, &[], &tb.rx_ns, || {
+        assert!(xdp_on(&tb).is_some_and(|p| p.contains("name weir_xdp")), "{:?}", xdp_on(&tb));
+    });
+    assert_eq!(said, "READY", "{stderr}");
+    assert!(eventually(Duration::from_secs(5), || xdp_on(&tb).is_none()), "XDP program left after SIGKILL: {:?}", xdp_on(&tb));
+}
+
+#[test]
+fn a_stale_weir_program_is_replaced_with_a_message() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(obj) = compile_xdp(dir.path(), "weir_xdp", None) else { return };
+    attach_by_netlink(&tb, &obj);
+    let stale = xdp_on(&tb).expect("ip did not attach the stale program");
+    let (said, stderr) = capture_in_child_then_kill(&tb, &[], &tb.rx_ns, || {
+        let now = xdp_on(&tb).expect("no program while capturing");
+        assert!(now.contains("name weir_xdp") && now != stale, "the stale program is still there: {now}");
+    });
+    assert_eq!(said, "READY", "{stderr}");
+    assert!(stderr.contains("replaced weir's XDP program"), "no message: {stderr}");
+    assert!(eventually(Duration::from_secs(5), || xdp_on(&tb).is_none()), "{:?}", xdp_on(&tb));
+}
+
+#[test]
+fn a_missing_capability_is_named() {
+    let Some(tb) = TestBed::new(1) else { return };
+    if tools_missing(&["setpriv"]) {
+        return;
+    }
+    // The child starts inside the namespace, so it needs no CAP_SYS_ADMIN to enter it.
+    for (drop, named) in [("net_raw", "CAP_NET_RAW"), ("net_admin,-sys_admin", "CAP_NET_ADMIN")] {
+        let caps = format!("-{drop}");
+        let wrapper = ["ip", "netns", "exec", &tb.rx_ns, "setpriv", "--bounding-set", &caps, "--inh-caps", &caps];
+        let (said, stderr) = capture_in_child_then_kill(&tb, &wrapper, "-", || {});
+        assert!(said.starts_with("FAILED") && said.contains(named), "without {drop}: {said} {stderr}");
+    }
+    assert!(xdp_on(&tb).is_none());
+}

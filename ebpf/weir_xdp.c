@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0
+/*
+ * weir's XDP program for AF_XDP capture.
+ *
+ * Every packet that arrives on an RX queue for which weir registered an AF_XDP
+ * socket in `weir_xsks` (key: the queue index) is redirected to that socket; a
+ * packet on any other queue goes on up the stack (XDP_PASS), so capturing some
+ * queues of an interface never cuts the others off.
+ *
+ * weir recognises a program left attached by an earlier run by its name,
+ * `weir_xdp`: keep the function name as it is.
+ */
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+/* One entry per possible queue: weir's MAX_QUEUES. */
+#define WEIR_MAX_QUEUES 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, WEIR_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} weir_xsks SEC(".maps");
+
+SEC("xdp")
+int weir_xdp(struct xdp_md *ctx)
+{
+	/* The flags argument is the action when the lookup finds no socket
+	 * (kernel 5.3 and later): the queue is not captured, pass the packet. */
+	return bpf_redirect_map(&weir_xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
