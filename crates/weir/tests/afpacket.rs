@@ -7,6 +7,10 @@
 //! byte for byte against what was sent. Tests need root (they say so and pass
 //! otherwise) and tcpreplay.
 
+mod support;
+
+use support::frames::{Frame, Rng};
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,17 +29,6 @@ const MARK: [u8; 6] = [0x02, b'w', b'e', b'i', b'r', 0x01];
 /// Destination MAC: not the capturing end's, so its stack ignores the frames.
 const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 
-/// A tiny deterministic generator (xorshift), so tests need no extra crates.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// A flow: client and server address and port, UDP or TCP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 struct Flow {
@@ -53,25 +46,9 @@ struct Sent {
     forward: bool,
 }
 
-/// An Ethernet/IPv4/TCP-or-UDP frame whose payload starts with `seq`.
+/// An Ethernet/IPv4/TCP-or-UDP frame marked as ours, whose payload starts with `seq`.
 fn frame(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, udp: bool, seq: u32, payload: usize) -> Vec<u8> {
-    let l4 = if udp { 8 } else { 20 };
-    let total = 20 + l4 + payload.max(4);
-    let mut f = DST.to_vec();
-    f.extend_from_slice(&MARK);
-    f.extend_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, if udp { 17 } else { 6 }, 0, 0]);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&sp.to_be_bytes());
-    f.extend_from_slice(&dp.to_be_bytes());
-    f.resize(14 + 20 + l4, 0);
-    if !udp {
-        f[14 + 20 + 12] = 0x50;
-    }
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.resize(14 + total, (seq % 251) as u8);
-    f
+    Frame { dst_mac: DST, src_mac: MARK, src, dst, sport: sp, dport: dp, udp }.build(&[], seq, payload)
 }
 
 /// `f` with an 802.1Q tag between the addresses and the EtherType.

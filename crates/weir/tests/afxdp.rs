@@ -14,6 +14,10 @@
 //! arrive on one RX queue, and many flows use every queue. The first test
 //! asserts exactly that.
 
+mod support;
+
+use support::frames::{Frame, Rng};
+
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -38,17 +42,6 @@ const NO_LOSS_PPS: u32 = 50_000;
 /// Marks the test's packets: the payload starts with it, then the sequence number.
 const MAGIC: &[u8; 4] = b"WEIR";
 
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// One packet sent: its flow (canonical, so both directions are equal) and protocol.
 #[derive(Clone, Copy)]
 struct Sent {
@@ -71,31 +64,7 @@ impl Traffic {
 /// An Ethernet/IPv4/TCP-or-UDP frame to `dst_mac` carrying MAGIC and `seq`.
 #[allow(clippy::too_many_arguments)]
 fn frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, udp: bool, seq: u32, payload: usize) -> Vec<u8> {
-    let l4 = if udp { 8 } else { 20 };
-    let payload = payload.max(8);
-    let total = 20 + l4 + payload;
-    let mut f = dst_mac.to_vec();
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
-    let mut ip = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, if udp { 17 } else { 6 }, 0, 0];
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&dst);
-    let sum = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>();
-    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    if udp {
-        f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-    } else {
-        f.extend_from_slice(&[0; 8]);
-        f.extend_from_slice(&[0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    }
-    f.extend_from_slice(MAGIC);
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.resize(14 + total, (seq % 251) as u8);
-    f
+    Frame { dst_mac, src_mac: [0x02, 0, 0, 0, 0, 1], src, dst, sport, dport, udp }.build(MAGIC, seq, payload)
 }
 
 /// The sequence number of one of the test's frames, or `None` for anything else.

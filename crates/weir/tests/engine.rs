@@ -2,7 +2,10 @@
 //! delivered once, flows kept on one queue, the stats identity under overload,
 //! and every way a run can stop.
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
+use support::frames::{Frame, Rng};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,34 +17,10 @@ use weir::source::Pacing;
 use weir::wire::FlowTuple;
 use weir::{Engine, Handler, LinkType, Packet, QueueId};
 
-/// A tiny deterministic generator (xorshift), so tests need no extra crates.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// An Ethernet/IPv4/TCP-or-UDP frame whose payload starts with `seq`.
 fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, udp: bool, seq: u32, payload: usize) -> Vec<u8> {
-    let l4 = if udp { 8 } else { 20 };
-    let total = 20 + l4 + payload.max(4);
-    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
-    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, if udp { 17 } else { 6 }, 0, 0]);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.resize(14 + 20 + l4, 0);
-    if !udp {
-        f[14 + 20 + 12] = 0x50;
-    }
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.resize(14 + total, (seq % 251) as u8);
-    f
+    let macs = ([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2]);
+    Frame { dst_mac: macs.0, src_mac: macs.1, src, dst, sport, dport, udp }.build(&[], seq, payload)
 }
 
 /// An ARP request: not IP, so it must land on queue 0.

@@ -8,6 +8,8 @@
 // Each test binary that includes this module uses only part of it.
 #![allow(dead_code)]
 
+pub mod frames;
+
 use std::path::{Path, PathBuf};
 use weir::filter::libpcap::Libpcap;
 use weir::source::file::format::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
