@@ -8,7 +8,8 @@ side never answers and sees exactly what was sent.
 For each capture tool and each traffic mix it sends at a ladder of rates, three
 runs per step, and reports the highest step at which the median loss is zero
 (the loss-free rate), as a ratio to tcpdump's. CPU per packet is the capture
-process's user+system time over the packets it received. The generator's own
+process's CPU time (all threads, from schedstat) while the traffic flows, over
+the packets it received: start-up and shutdown are left out. The generator's own
 ceiling is measured first and stated: where every tool reaches it, the generator
 is the limit, not the capture side.
 
@@ -16,7 +17,7 @@ On a 2-core machine the generator and the capture share the cores (and the
 kernel's receive path runs on the sender's core), so a second pass makes the
 capture side the bottleneck on purpose: the generator is pinned to CPU 0 and
 each capture tool runs on CPU 1 inside a cgroup limited to `--quota` percent of
-it, the same for every tool. The loss-free rate then measures how many packets
+it, the same for every tool, once it has started (start-up is not measured). The loss-free rate then measures how many packets
 a tool sustains per unit of CPU, with its buffers absorbing the jitter.
 
 Bursts: the capturing process is stopped (SIGSTOP), a burst of P packets is
@@ -39,7 +40,11 @@ from common import ROOT, WEIR, log, machine, write_result  # noqa: E402
 
 RUNS = 3
 SECONDS_PER_STEP = 2.0
-RATES_KPPS = [100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200]
+RATES_KPPS = [100, 200, 300, 400, 500, 600, 800, 1000, 1200]
+# Under a CPU quota the interesting rates are lower.
+QUOTA_RATES_KPPS = [10, 25, 50, 100, 150, 200, 250, 300, 400, 500]
+# A ladder stops after this many lossy steps in a row.
+LOSSY_STEPS_TO_STOP = 2
 BURSTS = [5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 400_000, 800_000]
 
 # Ethernet/IPv4/UDP to a MAC and address nobody on the test bed has.
@@ -82,19 +87,33 @@ def set_quota(pct):
 
 
 def capture_argv(argv):
-    """`argv` in the capturing namespace, inside the quota cgroup and on CPU 1 when set."""
+    """`argv` in the capturing namespace, on CPU 1 when a quota is set (the tool
+    joins the quota's cgroup once started: see Tool.start)."""
     if QUOTA["pct"] is None:
         return ns("RX") + argv
-    enter = f"echo $$ > {CGROUP}/cgroup.procs && exec taskset -c 1 \"$0\" \"$@\""
-    return ["sh", "-c", enter] + ns("RX") + argv
+    return ["taskset", "-c", "1"] + ns("RX") + argv
+
+
+def move_to_cgroup(pids, cgroup):
+    for p in pids:
+        try:
+            (cgroup / "cgroup.procs").write_text(str(p))
+        except OSError:
+            pass
 
 
 def cpu_seconds(pid):
+    """CPU time of every thread of `pid`, from schedstat (nanoseconds; /proc/PID/stat counts 10 ms ticks)."""
+    total = 0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):
+                pass
+    except OSError:
+        pass
+    return total / 1e9
 
 
 def descendants(pid):
@@ -112,10 +131,17 @@ class Tool:
         self.proc = None
 
     def start(self):
+        """Start the tool and let it set up unconstrained (loading an XDP program or
+        mapping a ring is not what is measured); then put it under the quota, if
+        any, and note its CPU time so far."""
         self.proc = subprocess.Popen(capture_argv(self.argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)
         if self.proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited at start: {self.proc.stderr.read()}")
+        if QUOTA["pct"] is not None:
+            move_to_cgroup(self.pids(), CGROUP)
+            time.sleep(0.2)
+        self.cpu_at_start = sum(cpu_seconds(p) for p in self.pids())
 
     def pids(self):
         return descendants(self.proc.pid)
@@ -128,10 +154,26 @@ class Tool:
                 pass
 
     def stop(self):
-        cpu = sum(cpu_seconds(p) for p in self.pids())
+        """(received, dropped, cpu_s); received is None when the tool did not stop
+        within 30 s of SIGINT (a polling tool under a tight CPU quota) or printed
+        no counts."""
+        cpu = sum(cpu_seconds(p) for p in self.pids()) - self.cpu_at_start
+        if QUOTA["pct"] is not None:
+            # Shutting down is not measured either.
+            move_to_cgroup(self.pids(), CGROUP.parent)
         self.signal(signal.SIGINT)
-        out, err = self.proc.communicate(timeout=30)
-        received, dropped = self.parse(out, err)
+        try:
+            out, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.communicate()
+            log(f"  {self.name} did not exit within 30 s of SIGINT: killed, run counted as failed")
+            return None, None, cpu
+        try:
+            received, dropped = self.parse(out, err)
+        except (StopIteration, ValueError, KeyError):
+            log(f"  {self.name} printed no counts: {err.strip()[-300:]}")
+            return None, None, cpu
         return received, dropped, cpu
 
 
@@ -158,6 +200,7 @@ def tools():
     return {
         "tcpdump": lambda b=None: Tool("tcpdump", ["tcpdump", "-i", rx, "-n", "-w", "/dev/null"] + (["-B", str(b)] if b else []), parse_tcpdump),
         "netsniff-ng": lambda b=None: Tool("netsniff-ng", ["netsniff-ng", "--in", rx, "--out", "/dev/null", "--silent"], parse_netsniff),
+        "tcpdump -B 131072": lambda b=None: Tool("tcpdump -B 131072", ["tcpdump", "-i", rx, "-n", "-w", "/dev/null", "-B", "131072"], parse_tcpdump),
         "weir-afpacket": lambda b=None: Tool("weir-afpacket", weir + [f"afpacket:{rx}@0-1"], parse_weir),
         "weir-afxdp": lambda b=None: Tool("weir-afxdp", weir + [f"afxdp:{rx}@0-1"], parse_weir),
     }
@@ -180,8 +223,10 @@ def generator_ceiling(mix):
 
 
 def ladder(tool_factory, mix, ceiling):
-    steps = []
-    for kpps in RATES_KPPS:
+    steps, lossy = [], 0
+    for kpps in RATES_KPPS if QUOTA["pct"] is None else QUOTA_RATES_KPPS:
+        if lossy >= LOSSY_STEPS_TO_STOP:
+            break
         if kpps * 1000 > ceiling * 1.05:
             break
         runs = []
@@ -192,10 +237,13 @@ def ladder(tool_factory, mix, ceiling):
             send(mix, n, kpps)
             time.sleep(0.5)
             received, dropped, cpu = tool.stop()
-            runs.append({"sent": n, "received": received, "dropped": dropped, "lost": max(n - received, 0) + dropped, "cpu_s": cpu})
+            # A failed run counts every packet as lost.
+            lost = n if received is None else max(n - received, 0) + dropped
+            runs.append({"sent": n, "received": received, "dropped": dropped, "lost": lost, "cpu_s": cpu})
         lost = statistics.median(r["lost"] for r in runs)
-        cpu_ns = statistics.median(r["cpu_s"] / max(r["received"], 1) * 1e9 for r in runs)
+        cpu_ns = statistics.median(r["cpu_s"] / max(r["received"] or 0, 1) * 1e9 for r in runs)
         steps.append({"kpps": kpps, "median_lost": lost, "cpu_ns_per_packet": cpu_ns, "runs": runs})
+        lossy = lossy + 1 if lost else 0
         log(f"  {tool.name:14} {mix:6} {kpps:5} kpps: lost {lost}, {cpu_ns:.0f} ns CPU/packet")
     loss_free = max((s["kpps"] for s in steps if s["median_lost"] == 0), default=0)
     return {"loss_free_kpps": loss_free, "steps": steps}
@@ -217,7 +265,7 @@ def burst(tool_factory, paused):
                 tool.signal(signal.SIGCONT)
             time.sleep(1.0)
             received, dropped, _ = tool.stop()
-            lost.append(max(p - received, 0) + dropped)
+            lost.append(p if received is None else max(p - received, 0) + dropped)
         rows.append({"burst": p, "median_lost": statistics.median(lost)})
         if statistics.median(lost) == 0:
             best = p
@@ -226,54 +274,69 @@ def burst(tool_factory, paused):
     return {"largest_lossless_burst": best, "rows": rows}
 
 
-def inner(which, quota):
+def inner(which, quota, passes):
     t = tools()
     result = {"machine": machine(), "queues": 2, "runs_per_step": RUNS, "quota_pct": quota, "generator": {}, "ladder": {}, "ladder_quota": {}, "bursts": {}}
     for mix in MIXES:
         result["generator"][mix] = generator_ceiling(mix)
         log(f"generator ceiling {mix}: {result['generator'][mix] / 1e3:.0f} kpps")
     for key, pct in (("ladder", None), ("ladder_quota", quota)):
+        if key not in passes:
+            continue
         set_quota(pct)
         log(f"ladder{'' if pct is None else f' with capture limited to {pct}% of CPU 1'}:")
         for name in which:
             for mix in MIXES:
                 result[key].setdefault(name, {})[mix] = ladder(t[name], mix, result["generator"][mix])
+            write_result(passes_name(passes), result)
     set_quota(None)
     # Bursts: defaults, and tcpdump with its buffer raised to weir's 64 MiB per queue x 2 queues.
     configs = {n: t[n] for n in which}
-    if "tcpdump" in which:
-        configs["tcpdump -B 131072"] = lambda: t["tcpdump"](131072)
-    for name, factory in configs.items():
+    for name, factory in configs.items() if "bursts" in passes else ():
         for paused in (True, False):
             key = "paused" if paused else "running"
             result["bursts"].setdefault(name, {})[key] = burst(factory, paused)
             log(f"  burst {name:18} {key:8}: {result['bursts'][name][key]['largest_lossless_burst']}")
+            write_result(passes_name(passes), result)
     for key in ("ladder", "ladder_quota"):
         base = result[key].get("tcpdump", {})
         for name, mixes in result[key].items():
             for mix, r in mixes.items():
                 b = base.get(mix, {}).get("loss_free_kpps") or None
                 r["ratio_to_tcpdump"] = r["loss_free_kpps"] / b if b else None
-    write_result("live", result)
+    write_result(passes_name(passes), result)
 
 
-ALL = ["tcpdump", "netsniff-ng", "weir-afpacket", "weir-afxdp"]
+# "tcpdump -B 131072" is tcpdump given weir's default memory (64 MiB per queue, 2 queues).
+ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp"]
+PASSES = ["ladder", "ladder_quota", "bursts"]
+
+
+def passes_name(passes):
+    """The result file: live.json for a full run, live-<passes>.json for a partial one."""
+    return "live" if sorted(passes) == sorted(PASSES) else "live-" + "-".join(passes)
 
 
 def main():
     args = sys.argv[1:]
-    quota = 25
+    quota, passes = 3, PASSES
+    if args[:1] in (["-h"], ["--help"]):
+        sys.exit(f"usage: bench/live.py [--quota PCT] [--passes {','.join(PASSES)}] [TOOL...]\ntools: {' '.join(ALL)}")
     if args[:1] == ["--quota"]:
-        quota, args = int(args[1]), args[2:]
+        quota, args = float(args[1]), args[2:]
+    if args[:1] == ["--passes"]:
+        passes, args = args[1].split(","), args[2:]
+        if not set(passes) <= set(PASSES):
+            sys.exit(f"unknown pass(es) {sorted(set(passes) - set(PASSES))}: choose from {PASSES}")
     if args[:1] == ["--inner"]:
-        return inner(args[1:] or ALL, quota)
+        return inner(args[1:] or ALL, quota, passes)
     which = args or ALL
     unknown = [w for w in which if w not in ALL]
     if unknown:
         sys.exit(f"unknown tool(s) {unknown}: choose from {ALL}")
     if os.geteuid() != 0:
         sys.exit("bench/live.py needs root (it builds network namespaces)")
-    inner_argv = [sys.executable, __file__, "--quota", str(quota), "--inner", *which]
+    inner_argv = [sys.executable, __file__, "--quota", str(quota), "--passes", ",".join(passes), "--inner", *which]
     return subprocess.run([str(ROOT / "scripts" / "testbed"), "--queues", "2", "--", *inner_argv]).returncode
 
 

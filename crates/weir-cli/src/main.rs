@@ -9,6 +9,7 @@ mod exit;
 mod record;
 mod replay;
 mod run;
+mod sim;
 mod synth;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Build a large, realistic trace for benchmarks (built-in model, or flows taken from real traces).
     Synth(synth::SynthArgs),
+    /// Simulate a multi-queue NIC and its cores in virtual time: WireCAP's burst and imbalance experiments.
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Record(a) => record::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Sim(a) => sim::run(a),
     };
     exit::report(result)
 }

@@ -62,6 +62,14 @@ pub struct SourceArgs {
     #[arg(long, value_name = "auto|LIST")]
     pub cpus: Option<String>,
 
+    /// How queues share load. `basic`: each queue keeps its own pool. `offload:T`:
+    /// WireCAP's advanced mode, a queue more than T% full hands chunks to the
+    /// least-loaded queue (no copy; flows may then run on two workers). `rebalance`:
+    /// flow buckets move away from a lastingly overloaded queue, each flow whole and
+    /// in order (trace sources). `rebalance:T`: both, offloading as last resort.
+    #[arg(long, value_name = "MODE", default_value = "basic")]
+    pub balance: String,
+
     #[command(flatten)]
     pub live: LiveArgs,
 }
@@ -186,6 +194,7 @@ impl SourceArgs {
             .map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?
             .pool(self.pool_config()?)
             .pacing(self.pacing()?)
+            .balance(self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?)
             .live(self.live.options()?);
         if let Some(c) = &self.cpus {
             b = b.cpus(c.parse::<CpuPlan>().map_err(|e| bad_input(anyhow::anyhow!(e)))?);

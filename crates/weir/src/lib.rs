@@ -37,6 +37,7 @@
 //! and of the engine (system calls and kernel-shared rings), and [`privileges`].
 //! Every block carries a `// SAFETY:` comment.
 
+pub mod balance;
 pub mod engine;
 pub mod filter;
 pub mod packet;

@@ -36,6 +36,9 @@ pub struct QueueStats {
     pub delivered_bytes: u64,
     /// Recycles refused because the chunk was not held, not ours, or stale.
     pub bad_recycles: u64,
+    /// Captured packets handed to a buddy queue's worker (offloading); they are
+    /// still counted here, in the queue that received them, when delivered.
+    pub offloaded: u64,
 }
 
 impl QueueStats {
@@ -55,6 +58,7 @@ impl QueueStats {
         self.received_bytes += o.received_bytes;
         self.delivered_bytes += o.delivered_bytes;
         self.bad_recycles += o.bad_recycles;
+        self.offloaded += o.offloaded;
     }
 }
 
@@ -84,6 +88,7 @@ pub struct Tally {
     pub capture_drops: u64,
     pub delivery_drops: u64,
     pub captured: u64,
+    pub offloaded: u64,
 }
 
 /// The shared counters of one queue.
@@ -97,6 +102,7 @@ pub struct QueueCounters {
     capture_drops: AtomicU64,
     delivery_drops: AtomicU64,
     captured: AtomicU64,
+    offloaded: AtomicU64,
     delivered: AtomicU64,
     delivered_bytes: AtomicU64,
     bad_recycles: AtomicU64,
@@ -114,6 +120,7 @@ impl QueueCounters {
             capture_drops: z(),
             delivery_drops: z(),
             captured: z(),
+            offloaded: z(),
             delivered: z(),
             delivered_bytes: z(),
             bad_recycles: z(),
@@ -137,17 +144,18 @@ impl QueueCounters {
         self.capture_drops.store(t.capture_drops, Ordering::Relaxed);
         self.delivery_drops.store(t.delivery_drops, Ordering::Relaxed);
         self.captured.store(t.captured, Ordering::Relaxed);
+        self.offloaded.store(t.offloaded, Ordering::Relaxed);
         // Release: the counter stores are visible to a reader that sees the even number.
         self.seq.store(s + 2, Ordering::Release);
     }
 
-    /// Record packets released by the worker. Only the worker of this queue calls it.
+    /// Record packets released by a worker: this queue's own, or a buddy's that
+    /// took an offloaded chunk of this queue.
     pub fn add_delivered(&self, packets: u64, bytes: u64) {
-        // Single writer, so load+store is exact; Release orders it after the chunk's
-        // capture-side publication that we synchronized with through the ring.
-        let d = self.delivered.load(Ordering::Relaxed);
-        self.delivered_bytes.store(self.delivered_bytes.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
-        self.delivered.store(d + packets, Ordering::Release);
+        self.delivered_bytes.fetch_add(bytes, Ordering::Relaxed);
+        // Release orders it after the chunk's capture-side publication, which the
+        // worker synchronized with through the ring.
+        self.delivered.fetch_add(packets, Ordering::Release);
     }
 
     pub fn add_bad_recycle(&self) {
@@ -174,6 +182,7 @@ impl QueueCounters {
                 capture_drops: self.capture_drops.load(Ordering::Relaxed),
                 delivery_drops: self.delivery_drops.load(Ordering::Relaxed),
                 captured: self.captured.load(Ordering::Relaxed),
+                offloaded: self.offloaded.load(Ordering::Relaxed),
             };
             // Acquire fence: the counter loads complete before the re-check of seq.
             fence(Ordering::Acquire);
@@ -193,6 +202,7 @@ impl QueueCounters {
             received_bytes: t.received_bytes,
             delivered_bytes,
             bad_recycles: self.bad_recycles.load(Ordering::Relaxed),
+            offloaded: t.offloaded,
         }
     }
 }

@@ -24,6 +24,7 @@ pub use affinity::{CpuPlan, Placement};
 pub use control::{Control, StopHandle, StopReason};
 pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 
+use crate::balance;
 use crate::filter::{Filter, FilterError};
 use crate::pool::{self, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Pacing, SourceSpec, SpecError};
@@ -103,6 +104,7 @@ pub struct EngineBuilder {
     pacing: Pacing,
     open: source::OpenOptions,
     cpus: CpuPlan,
+    balance: balance::Mode,
 }
 
 impl EngineBuilder {
@@ -120,6 +122,13 @@ impl EngineBuilder {
     /// Pool shape per queue; default WireCAP-B-(256,128).
     pub fn pool(mut self, cfg: PoolConfig) -> Self {
         self.pool = cfg;
+        self
+    }
+
+    /// How queues share load: basic (own pools only), advanced (chunk offloading
+    /// within the group of all queues), or flow-consistent rebalancing.
+    pub fn balance(mut self, mode: balance::Mode) -> Self {
+        self.balance = mode;
         self
     }
 
@@ -192,6 +201,7 @@ impl EngineBuilder {
             packet_limit: self.packet_limit,
             time_limit: self.time_limit,
             pacing: self.pacing,
+            balance: self.balance,
         })
     }
 }
@@ -206,6 +216,7 @@ pub struct Engine {
     packet_limit: Option<u64>,
     time_limit: Option<Duration>,
     pacing: Pacing,
+    balance: balance::Mode,
 }
 
 impl Engine {
@@ -242,21 +253,27 @@ impl Engine {
         let progress = self.source.progress();
         let units = self
             .source
-            .into_units(source::CaptureOptions { filter: self.filter, pacing: self.pacing, pool: self.pool })
+            .into_units(source::CaptureOptions { filter: self.filter, pacing: self.pacing, pool: self.pool, balance: self.balance })
             .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
 
         let mut counters = Vec::new();
-        let mut capture_sides = Vec::new();
-        let mut worker_sides = Vec::new();
+        let mut caps = Vec::new();
+        let mut works = Vec::new();
         for &q in &self.info.queues {
             let c = Arc::new(QueueCounters::new(q));
             let (cap, work) = pool::work_queue_pair(q, &self.pool, Arc::clone(&c));
             ctl.register(cap.wake_handle());
             ctl.register(work.wake_handle());
             counters.push(c);
-            capture_sides.push(Some(cap));
-            worker_sides.push((q, work));
+            caps.push(cap);
+            works.push(work);
         }
+        // The buddy group is every queue of the engine: the queues one application reads.
+        if let Some(t) = self.balance.offload().filter(|_| caps.len() > 1) {
+            pool::link_buddies(&mut caps, &mut works, t);
+        }
+        let mut capture_sides: Vec<_> = caps.into_iter().map(Some).collect();
+        let worker_sides: Vec<_> = self.info.queues.iter().copied().zip(works).collect();
 
         let mut workers = Vec::new();
         let placement_of = |q: QueueId| self.placements.iter().find(|p| p.queue == q).cloned();

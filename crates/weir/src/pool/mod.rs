@@ -32,18 +32,21 @@
 #![allow(unsafe_code)]
 
 pub mod blocks;
+pub mod buddy;
 mod config;
 pub mod frames;
 pub(crate) mod sys;
 
 pub use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
+pub use buddy::{link_buddies, OffloadThreshold, WorkerLoad};
 pub use frames::FrameArena;
 pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
 
 use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
 use crate::stats::{QueueCounters, Tally};
 use crate::{Packet, QueueId};
-use std::cell::{RefCell, UnsafeCell};
+use buddy::{BuddyIn, Offload};
+use std::cell::{Cell as StdCell, RefCell, UnsafeCell};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -70,8 +73,17 @@ impl ChunkState {
     }
 }
 
+/// The state word: state in bits 0-7, the holding worker (its queue + 1, 0 for
+/// none) in bits 8-23, the generation in bits 24-55. The holder is part of the
+/// word so that a recycle by a worker that does not hold the chunk (possible in
+/// a buddy group, where several workers read one pool) fails the same
+/// compare-and-swap that moves the chunk.
+fn pack_held(state: ChunkState, gen: u32, holder: u16) -> u64 {
+    (u64::from(gen) << 24) | (u64::from(holder) << 8) | state as u64
+}
+
 fn pack(state: ChunkState, gen: u32) -> u64 {
-    (u64::from(gen) << 8) | state as u64
+    pack_held(state, gen, 0)
 }
 
 /// Names one hand-out of one chunk, for callers that cannot hold a borrow (FFI).
@@ -93,6 +105,8 @@ pub enum RecycleError {
     NotHeld(ChunkState),
     #[error("stale token: generation {token} but the chunk is at {current}")]
     Stale { token: u32, current: u32 },
+    #[error("chunk is held by another worker of the buddy group")]
+    OtherWorker,
 }
 
 /// One packet slot.
@@ -169,18 +183,26 @@ impl Pool {
     }
 
     fn state(&self, idx: u32) -> (ChunkState, u32) {
+        let (state, gen, _) = self.state_held(idx);
+        (state, gen)
+    }
+
+    /// State, generation and holder (0 when no worker holds the chunk).
+    fn state_held(&self, idx: u32) -> (ChunkState, u32, u16) {
         // Acquire: pairs with the Release transitions, for callers that then read cells.
         let w = self.states[idx as usize].load(Ordering::Acquire);
-        (ChunkState::from_bits(w), (w >> 8) as u32)
+        (ChunkState::from_bits(w), (w >> 24) as u32, (w >> 8) as u16)
     }
 
     /// Move `idx` from `from` to `to` within one generation (or to the next one when
     /// recycling). Returns the state actually found on failure.
     fn transition(&self, idx: u32, gen: u32, from: ChunkState, to: ChunkState, next_gen: u32) -> Result<(), u64> {
+        self.swap_word(idx, pack(from, gen), pack(to, next_gen))
+    }
+
+    fn swap_word(&self, idx: u32, from: u64, to: u64) -> Result<(), u64> {
         // AcqRel: acquire the previous owner's accesses, release ours to the next.
-        self.states[idx as usize]
-            .compare_exchange(pack(from, gen), pack(to, next_gen), Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| ())
+        self.states[idx as usize].compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).map(|_| ())
     }
 
     /// The packet in cell `i` of chunk `idx`.
@@ -220,9 +242,14 @@ pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCoun
     let (rec_tx, rec_rx) = ring::channel::<u32>(Capacity::at_least(r));
     // Chunk 0 on top: the stack pops from the end.
     let free = (0..r as u32).rev().collect();
+    let load = Arc::new(WorkerLoad::new(r));
     let capture = CaptureSide {
         pool: Arc::clone(&pool),
         counters: Arc::clone(&counters),
+        load: Arc::clone(&load),
+        offload: None,
+        published: 0,
+        served: 0,
         free,
         captured: cap_tx,
         recycled: rec_rx,
@@ -235,10 +262,11 @@ pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCoun
         tally: Tally::default(),
     };
     let worker = WorkerSide {
-        pool,
-        counters,
+        own: Link { pool, counters, recycle: RefCell::new(rec_tx), owner_bell: None },
         captured: RefCell::new(cap_rx),
-        recycle: RefCell::new(rec_tx),
+        load,
+        inbox: Vec::new(),
+        turn: StdCell::new(0),
     };
     (capture, worker)
 }
@@ -248,6 +276,13 @@ pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCoun
 pub struct CaptureSide {
     pool: Arc<Pool>,
     counters: Arc<QueueCounters>,
+    /// Chunks waiting for this queue's own worker.
+    load: Arc<WorkerLoad>,
+    /// Set when the queue is in a buddy group.
+    offload: Option<Offload>,
+    /// Packets published (to any worker) and packets of chunks taken back.
+    published: u64,
+    served: u64,
     /// Free chunk indices, most recently recycled on top.
     free: Vec<u32>,
     captured: Producer<u32>,
@@ -449,21 +484,21 @@ impl CaptureSide {
             return true;
         }
         self.flush();
-        if let Some(idx) = self.recycled.pop_wait(timeout) {
-            self.take_back(idx);
-        }
+        self.wait_recycled(timeout);
         self.has_cell()
     }
 
-    /// Sleep until the worker recycles a chunk, at most `timeout`, and take it back.
+    /// Sleep until a worker recycles a chunk, at most `timeout`, and take back
+    /// what came. True if anything came back.
     pub fn wait_recycled(&mut self, timeout: Duration) -> bool {
-        match self.recycled.pop_wait(timeout) {
-            Some(idx) => {
-                self.take_back(idx);
-                true
-            }
-            None => false,
+        let free = self.free.len();
+        self.reclaim();
+        if self.free.len() == free {
+            let offload = &self.offload;
+            self.recycled.wait_or(timeout, || offload.as_ref().is_some_and(Offload::any_returned));
+            self.reclaim();
         }
+        self.free.len() > free
     }
 
     /// A handle that wakes this side from [`wait_for_cell`](Self::wait_for_cell).
@@ -487,10 +522,73 @@ impl CaptureSide {
         while let Some(idx) = self.recycled.pop() {
             self.take_back(idx);
         }
+        let mut i = 0;
+        while let Some(idx) = self.offload.as_mut().and_then(|o| o.buddies.get_mut(i)).map(|b| b.back.pop()) {
+            match idx {
+                Some(idx) => self.take_back(idx),
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Packets in the attached chunk, not yet published.
+    pub fn attached_packets(&self) -> usize {
+        self.cur_count
+    }
+
+    /// Cells per chunk (M).
+    pub fn cells_per_chunk(&self) -> usize {
+        self.pool.cells_per_chunk
+    }
+
+    /// Packets in chunks published and not yet taken back: the backlog of this
+    /// queue's traffic, wherever it waits (its own worker or a buddy).
+    pub fn backlog_packets(&self) -> u64 {
+        self.published - self.served
+    }
+
+    /// Packets this queue dropped so far (capture and delivery drops).
+    pub fn dropped_packets(&self) -> u64 {
+        self.tally.capture_drops + self.tally.delivery_drops
+    }
+
+    /// Packets of chunks taken back so far: what the workers finished.
+    pub fn served_packets(&self) -> u64 {
+        self.served
+    }
+
+    /// Chunks waiting for this queue's own worker, from any capture side.
+    pub fn waiting_chunks(&self) -> usize {
+        self.load.waiting()
+    }
+
+    /// Publish the attached chunk and remember every chunk of this pool that a
+    /// worker has not finished: [`passed`](Self::passed) says when all of them
+    /// have been recycled, that is when every packet captured so far is done.
+    pub fn fence(&mut self) -> Fence {
+        if self.cur_count > 0 {
+            self.publish_current();
+        }
+        let chunks = (0..self.pool.chunks() as u32)
+            .filter_map(|idx| match self.pool.state(idx) {
+                (ChunkState::Captured | ChunkState::Delivering, gen) => Some((idx, gen)),
+                _ => None,
+            })
+            .collect();
+        Fence { pool: self.pool.uid, chunks }
+    }
+
+    /// True once every chunk `fence` recorded has been recycled since.
+    pub fn passed(&self, fence: &Fence) -> bool {
+        debug_assert_eq!(fence.pool, self.pool.uid, "fence of another pool");
+        // A recycle advances the generation, and only a recycle does.
+        fence.chunks.iter().all(|&(idx, gen)| self.pool.state(idx).1 != gen)
     }
 
     fn take_back(&mut self, idx: u32) {
         debug_assert_eq!(self.pool.state(idx).0, ChunkState::Free, "recycle queue carried a chunk that is not free");
+        // Relaxed: written before the chunk was published; the ring pop ordered it.
+        self.served += u64::from(self.pool.counts[idx as usize].load(Ordering::Relaxed));
         match self.pool.backing.get() {
             Some(Backing::Blocks(arena)) => {
                 let held = std::mem::take(&mut self.chunk_blocks[idx as usize]);
@@ -548,10 +646,28 @@ impl CaptureSide {
         let (_, gen) = self.pool.state(idx);
         let moved = self.pool.transition(idx, gen, ChunkState::Attached, ChunkState::Captured, gen);
         debug_assert!(moved.is_ok(), "attached chunk {idx} changed state under the capture thread");
+        self.published += self.cur_count as u64;
+        let buddy = self.offload.as_ref().and_then(|o| o.target(&self.load));
+        if buddy.is_some() {
+            self.tally.offloaded += self.cur_count as u64;
+        }
         // Counters first: the worker must never release packets a reader cannot see captured.
         self.counters.publish(&self.tally);
-        let pushed = self.captured.push(idx);
-        debug_assert!(pushed.is_ok(), "capture queue holds every chunk, so it cannot be full");
+        let pushed = match (buddy, self.offload.as_mut()) {
+            (Some(i), Some(o)) => {
+                let b = &mut o.buddies[i];
+                b.load.add();
+                let pushed = b.give.push(idx);
+                b.bell.ring();
+                pushed
+            }
+            _ => {
+                self.load.add();
+                self.captured.push(idx)
+            }
+        };
+        // Each ring to a worker has room for every chunk of this pool.
+        debug_assert!(pushed.is_ok(), "a capture or give queue holds every chunk, so it cannot be full");
         self.cur_count = 0;
         self.cur_used = 0;
         self.cur_bytes = 0;
@@ -574,61 +690,170 @@ pub enum Next<'w> {
     Closed,
 }
 
-/// The worker's handle on one queue: takes captured chunks, recycles them.
-/// `Send`, not `Sync`; chunks it hands out borrow it and recycle on drop.
-pub struct WorkerSide {
+/// A pool as a worker reaches it: its memory, counters, and the ring that
+/// recycles its chunks to its capture side.
+pub(crate) struct Link {
     pool: Arc<Pool>,
     counters: Arc<QueueCounters>,
-    captured: RefCell<Consumer<u32>>,
     recycle: RefCell<Producer<u32>>,
+    /// For a buddy's pool: wakes its capture side, which sleeps on its own
+    /// recycle queue, after a recycle onto this link.
+    owner_bell: Option<WakeHandle>,
+}
+
+impl Link {
+    fn hold(&self, idx: u32, me: u16) -> (u32, usize) {
+        let (state, gen) = self.pool.state(idx);
+        debug_assert_eq!(state, ChunkState::Captured);
+        let moved = self.pool.swap_word(idx, pack(ChunkState::Captured, gen), pack_held(ChunkState::Delivering, gen, me));
+        debug_assert!(moved.is_ok(), "captured chunk {idx} changed state on the capture queue");
+        // Relaxed: the Acquire pop and state load above ordered the capture side's store.
+        let count = self.pool.counts[idx as usize].load(Ordering::Relaxed) as usize;
+        debug_assert!(count > 0 && count <= self.pool.cells_per_chunk);
+        (gen, count)
+    }
+
+    fn check_held(&self, token: ChunkToken, me: u16) -> Result<usize, RecycleError> {
+        if token.index as usize >= self.pool.chunks() {
+            return Err(RecycleError::OutOfRange(token.index));
+        }
+        let (state, gen, holder) = self.pool.state_held(token.index);
+        if state != ChunkState::Delivering {
+            return Err(RecycleError::NotHeld(state));
+        }
+        if holder != me {
+            return Err(RecycleError::OtherWorker);
+        }
+        if gen != token.generation {
+            return Err(RecycleError::Stale { token: token.generation, current: gen });
+        }
+        Ok(self.pool.counts[token.index as usize].load(Ordering::Relaxed) as usize)
+    }
+
+    fn release(&self, idx: u32, gen: u32, count: usize, me: u16) {
+        // Relaxed: written before the chunk was published, which we acquired.
+        let bytes = self.pool.bytes[idx as usize].load(Ordering::Relaxed);
+        if self.pool.swap_word(idx, pack_held(ChunkState::Delivering, gen, me), pack(ChunkState::Free, gen.wrapping_add(1))).is_err() {
+            // Cannot happen through the borrow-checked API; refuse rather than corrupt.
+            self.counters.add_bad_recycle();
+            return;
+        }
+        self.counters.add_delivered(count as u64, bytes);
+        let pushed = self.recycle.borrow_mut().push(idx);
+        debug_assert!(pushed.is_ok(), "recycle queue holds every chunk, so it cannot be full");
+        if let Some(bell) = &self.owner_bell {
+            bell.ring();
+        }
+    }
+}
+
+/// What a [`CaptureSide::fence`] recorded: chunks and the generation each was at.
+#[derive(Clone, Debug)]
+pub struct Fence {
+    pool: u32,
+    chunks: Vec<(u32, u32)>,
+}
+
+impl Fence {
+    /// Chunks the fence waits for.
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+}
+
+/// The worker's handle on one queue: takes captured chunks (its own queue's, and
+/// in a buddy group those its buddies offload to it) and recycles each to the pool
+/// it came from. `Send`, not `Sync`; chunks it hands out borrow it and recycle on drop.
+pub struct WorkerSide {
+    own: Link,
+    captured: RefCell<Consumer<u32>>,
+    /// Chunks waiting for this worker, shared with every capture side feeding it.
+    load: Arc<WorkerLoad>,
+    /// Chunks offloaded by buddies, one link per buddy.
+    inbox: Vec<BuddyIn>,
+    /// Where the next look for a chunk starts (0 = own queue, i+1 = inbox i), so
+    /// that no source of chunks waits behind a busy other.
+    turn: StdCell<usize>,
 }
 
 impl WorkerSide {
     pub fn queue(&self) -> QueueId {
-        self.pool.queue
+        self.own.pool.queue
+    }
+
+    /// This worker's mark in the state words of the chunks it holds.
+    fn me(&self) -> u16 {
+        self.own.pool.queue.0.wrapping_add(1)
     }
 
     /// Take the next captured chunk, sleeping up to `timeout` for one.
     pub fn next(&self, timeout: Duration) -> Next<'_> {
-        let popped = self.captured.borrow_mut().pop_wait(timeout);
-        match popped {
-            Some(idx) => Next::Chunk(self.hold(idx)),
-            None => {
-                let rx = self.captured.borrow();
-                if rx.is_closed() && rx.is_empty() {
-                    Next::Closed
-                } else {
-                    Next::Idle
-                }
-            }
+        if let Some(c) = self.try_next() {
+            return Next::Chunk(c);
         }
+        {
+            let own = self.captured.borrow();
+            own.wait_or(timeout, || self.inbox.iter().any(|b| !b.take.borrow().is_empty()) || self.all_closed(&own));
+        }
+        match self.try_next() {
+            Some(c) => Next::Chunk(c),
+            None if self.all_closed(&self.captured.borrow()) => Next::Closed,
+            None => Next::Idle,
+        }
+    }
+
+    /// True when every capture side feeding this worker is gone and nothing waits.
+    fn all_closed(&self, own: &Consumer<u32>) -> bool {
+        own.is_closed()
+            && own.is_empty()
+            && self.inbox.iter().all(|b| {
+                let t = b.take.borrow();
+                t.is_closed() && t.is_empty()
+            })
     }
 
     /// Take the next captured chunk if one is waiting.
     pub fn try_next(&self) -> Option<HeldChunk<'_>> {
-        let popped = self.captured.borrow_mut().pop();
-        popped.map(|idx| self.hold(idx))
+        let (link, idx) = self.pop()?;
+        let me = self.me();
+        let (generation, count) = link.hold(idx, me);
+        Some(HeldChunk { link, me, index: idx, generation, count, released: false })
     }
 
-    /// Chunks waiting on the capture queue.
+    /// Pop a chunk index from the own queue or an inbox, taking turns.
+    fn pop(&self) -> Option<(&Link, u32)> {
+        let sources = 1 + self.inbox.len();
+        let start = self.turn.get();
+        for k in 0..sources {
+            let at = (start + k) % sources;
+            let popped = match at {
+                0 => self.captured.borrow_mut().pop().map(|i| (&self.own, i)),
+                _ => {
+                    let b = &self.inbox[at - 1];
+                    b.take.borrow_mut().pop().map(|i| (&b.link, i))
+                }
+            };
+            if let Some(found) = popped {
+                self.load.take();
+                self.turn.set((at + 1) % sources);
+                return Some(found);
+            }
+        }
+        None
+    }
+
+    /// Chunks waiting for this worker (own queue and offloaded).
     pub fn backlog(&self) -> usize {
-        self.captured.borrow().len()
+        self.captured.borrow().len() + self.inbox.iter().map(|b| b.take.borrow().len()).sum::<usize>()
     }
 
     /// A handle that wakes this worker from [`next`](Self::next).
     pub fn wake_handle(&self) -> WakeHandle {
         self.captured.borrow().wake_handle()
-    }
-
-    fn hold(&self, idx: u32) -> HeldChunk<'_> {
-        let (state, gen) = self.pool.state(idx);
-        debug_assert_eq!(state, ChunkState::Captured);
-        let moved = self.pool.transition(idx, gen, ChunkState::Captured, ChunkState::Delivering, gen);
-        debug_assert!(moved.is_ok(), "captured chunk {idx} changed state on the capture queue");
-        // Relaxed: the Acquire pop and state load above ordered the capture side's store.
-        let count = self.pool.counts[idx as usize].load(Ordering::Relaxed) as usize;
-        debug_assert!(count > 0 && count <= self.pool.cells_per_chunk);
-        HeldChunk { side: self, index: idx, generation: gen, count, released: false }
     }
 
     /// Take the next chunk as a bare token, for callers that cannot hold a borrow.
@@ -641,62 +866,45 @@ impl WorkerSide {
         })
     }
 
+    /// The link of the pool a token names: the own pool or a buddy's.
+    fn link_of(&self, token: ChunkToken) -> Result<&Link, RecycleError> {
+        if token.pool == self.own.pool.uid {
+            return Ok(&self.own);
+        }
+        self.inbox.iter().map(|b| &b.link).find(|l| l.pool.uid == token.pool).ok_or(RecycleError::Foreign)
+    }
+
     /// The packets of a chunk taken with [`take_raw`](Self::take_raw), if the token
     /// still names a chunk this worker holds.
     pub fn raw_chunk(&self, token: ChunkToken) -> Result<RawChunk<'_>, RecycleError> {
-        let count = self.check_held(token)?;
-        Ok(RawChunk { pool: &self.pool, index: token.index, count })
+        let link = self.link_of(token)?;
+        let count = link.check_held(token, self.me())?;
+        Ok(RawChunk { pool: &link.pool, index: token.index, count })
     }
 
     /// Give back a chunk by token. Refused (and counted) unless the token names a chunk
-    /// of this pool that is being delivered, at its current generation. `&mut self`
-    /// guarantees no packet of any chunk is borrowed meanwhile.
+    /// of a pool this worker reads that is being delivered, at its current generation.
+    /// `&mut self` guarantees no packet of any chunk is borrowed meanwhile.
     pub fn recycle_raw(&mut self, token: ChunkToken) -> Result<(), RecycleError> {
-        let count = match self.check_held(token) {
-            Ok(c) => c,
-            Err(e) => {
-                self.counters.add_bad_recycle();
-                return Err(e);
+        let me = self.me();
+        let checked = self.link_of(token).and_then(|l| l.check_held(token, me).map(|c| (l, c)));
+        match checked {
+            Ok((link, count)) => {
+                link.release(token.index, token.generation, count, me);
+                Ok(())
             }
-        };
-        self.release(token.index, token.generation, count);
-        Ok(())
-    }
-
-    fn check_held(&self, token: ChunkToken) -> Result<usize, RecycleError> {
-        if token.pool != self.pool.uid {
-            return Err(RecycleError::Foreign);
+            Err(e) => {
+                self.own.counters.add_bad_recycle();
+                Err(e)
+            }
         }
-        if token.index as usize >= self.pool.chunks() {
-            return Err(RecycleError::OutOfRange(token.index));
-        }
-        let (state, gen) = self.pool.state(token.index);
-        if state != ChunkState::Delivering {
-            return Err(RecycleError::NotHeld(state));
-        }
-        if gen != token.generation {
-            return Err(RecycleError::Stale { token: token.generation, current: gen });
-        }
-        Ok(self.pool.counts[token.index as usize].load(Ordering::Relaxed) as usize)
-    }
-
-    fn release(&self, idx: u32, gen: u32, count: usize) {
-        // Relaxed: written before the chunk was published, which we acquired.
-        let bytes = self.pool.bytes[idx as usize].load(Ordering::Relaxed);
-        if self.pool.transition(idx, gen, ChunkState::Delivering, ChunkState::Free, gen.wrapping_add(1)).is_err() {
-            // Cannot happen through the borrow-checked API; refuse rather than corrupt.
-            self.counters.add_bad_recycle();
-            return;
-        }
-        self.counters.add_delivered(count as u64, bytes);
-        let pushed = self.recycle.borrow_mut().push(idx);
-        debug_assert!(pushed.is_ok(), "recycle queue holds every chunk, so it cannot be full");
     }
 }
 
 /// A chunk the worker holds. Its packets borrow it; dropping it recycles it.
 pub struct HeldChunk<'w> {
-    side: &'w WorkerSide,
+    link: &'w Link,
+    me: u16,
     index: u32,
     generation: u32,
     count: usize,
@@ -712,25 +920,26 @@ impl<'w> HeldChunk<'w> {
         self.count == 0
     }
 
+    /// The queue that captured the chunk (a buddy's, if it was offloaded).
     pub fn queue(&self) -> QueueId {
-        self.side.pool.queue
+        self.link.pool.queue
     }
 
     /// Packet `i`, or `None` past the end.
     pub fn get(&self, i: usize) -> Option<Packet<'_>> {
         // SAFETY: we hold the chunk (Delivering) for as long as `self` lives, and the
         // returned packet borrows `self`; `i < count` is checked.
-        (i < self.count).then(|| unsafe { self.side.pool.packet(self.index, i) })
+        (i < self.count).then(|| unsafe { self.link.pool.packet(self.index, i) })
     }
 
     pub fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {
         // SAFETY: as in `get`, with i < count by construction.
-        (0..self.count).map(move |i| unsafe { self.side.pool.packet(self.index, i) })
+        (0..self.count).map(move |i| unsafe { self.link.pool.packet(self.index, i) })
     }
 
     /// The token of this hand-out.
     pub fn token(&self) -> ChunkToken {
-        ChunkToken { pool: self.side.pool.uid, index: self.index, generation: self.generation }
+        ChunkToken { pool: self.link.pool.uid, index: self.index, generation: self.generation }
     }
 }
 
@@ -738,7 +947,7 @@ impl Drop for HeldChunk<'_> {
     fn drop(&mut self) {
         if !self.released {
             self.released = true;
-            self.side.release(self.index, self.generation, self.count);
+            self.link.release(self.index, self.generation, self.count, self.me);
         }
     }
 }

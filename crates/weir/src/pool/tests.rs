@@ -379,3 +379,78 @@ fn a_shared_block_goes_back_only_when_unheld() {
     cap.reclaim();
     assert!(ring.is_unheld(2));
 }
+
+/// Two queues in a buddy group offloading above 50%.
+fn group(m: usize, r: usize) -> (Vec<CaptureSide>, Vec<WorkerSide>, Vec<Arc<QueueCounters>>) {
+    let cfg = PoolConfig::new(m, r).unwrap();
+    let counters: Vec<_> = (0..2).map(|q| Arc::new(QueueCounters::new(QueueId(q)))).collect();
+    let (mut caps, mut works): (Vec<_>, Vec<_>) = counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), &cfg, Arc::clone(c))).unzip();
+    link_buddies(&mut caps, &mut works, OffloadThreshold::new(50).unwrap());
+    (caps, works, counters)
+}
+
+#[test]
+fn offloaded_chunks_are_read_by_the_buddy_and_return_to_their_pool() {
+    let (mut caps, works, counters) = group(2, 4);
+    // Queue 0 publishes 4 chunks while nobody reads: above half full, the later ones go to worker 1.
+    for seq in 0..8 {
+        caps[0].push_copy(&packet(seq, 60), 60, u64::from(seq)).unwrap();
+        if caps[0].attached_packets() == 2 {
+            caps[0].flush();
+        }
+    }
+    let own = works[0].backlog();
+    let offloaded = works[1].backlog();
+    assert_eq!(own + offloaded, 4);
+    assert!(offloaded > 0, "nothing offloaded");
+    // Worker 1 reads queue 0's packets in place and recycles them to queue 0's pool.
+    let mut seen = Vec::new();
+    while let Some(c) = works[1].try_next() {
+        assert_eq!(c.queue(), QueueId(0), "the chunk keeps its origin");
+        seen.extend(c.packets().map(|p| seq_of(&p)));
+    }
+    while let Some(c) = works[0].try_next() {
+        seen.extend(c.packets().map(|p| seq_of(&p)));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..8).collect::<Vec<_>>());
+    assert_eq!(caps[0].free_chunks(), 4, "every chunk came back to queue 0's free list");
+    let s = counters[0].read();
+    assert_eq!((s.received, s.delivered, s.in_flight), (8, 8, 0));
+    assert_eq!(s.offloaded, offloaded as u64 * 2);
+    assert!(s.balanced());
+    assert_eq!(counters[1].read().delivered, 0, "deliveries count for the queue that captured");
+}
+
+#[test]
+fn offloaded_chunks_recycle_by_token_too() {
+    let (mut caps, mut works, _) = group(1, 3);
+    for seq in 1..=3 {
+        caps[0].push_copy(&packet(seq, 60), 60, 1).unwrap();
+        caps[0].flush();
+    }
+    let t = works[1].take_raw().expect("the third chunk (queue 0 two thirds full) was offloaded to worker 1");
+    assert_eq!(seq_of(&works[1].raw_chunk(t).unwrap().get(0).unwrap()), 3);
+    assert_eq!(works[0].recycle_raw(t), Err(RecycleError::OtherWorker), "worker 0 does not hold it");
+    assert!(works[0].raw_chunk(t).is_err());
+    works[1].recycle_raw(t).unwrap();
+    assert_eq!(works[1].recycle_raw(t), Err(RecycleError::NotHeld(ChunkState::Free)));
+}
+
+#[test]
+fn a_fence_passes_once_every_chunk_before_it_is_recycled() {
+    let (mut c, w, _) = pair(4, 8);
+    for seq in 0..6 {
+        c.push_copy(&packet(seq, 60), 60, 0).unwrap();
+    }
+    let fence = c.fence();
+    assert_eq!(fence.len(), 2, "a full chunk and the attached one, published by the fence");
+    c.push_copy(&packet(6, 60), 60, 0).unwrap();
+    assert!(!c.passed(&fence));
+    let first = w.try_next().unwrap();
+    drop(first);
+    assert!(!c.passed(&fence), "one fenced chunk is still waiting");
+    c.flush();
+    drop(w.try_next().unwrap());
+    assert!(c.passed(&fence), "both fenced chunks recycled; the later chunk does not matter");
+}

@@ -245,6 +245,19 @@ impl<T: Copy + Send> Consumer<T> {
     pub fn wake_handle(&self) -> WakeHandle {
         WakeHandle(Arc::clone(&self.shared.to_consumer))
     }
+
+    /// Sleep until this ring has an item or `also` says true, for at most
+    /// `timeout`. `also` watches other rings whose producers ring this one's bell
+    /// ([`WakeHandle::ring`]) after they push, and decides what closing means: a
+    /// worker fed by several rings sleeps on one of them.
+    pub fn wait_or(&self, timeout: Duration, mut also: impl FnMut() -> bool) -> bool {
+        let shared = &self.shared;
+        let head = self.head;
+        self.sleeper.wait_until(timeout, || {
+            // Acquire, as in `pop`.
+            shared.tail.load(Ordering::Acquire) != head || also()
+        })
+    }
 }
 
 #[cfg(test)]

@@ -108,4 +108,10 @@ impl WakeHandle {
     pub fn wake(&self) {
         self.0.unparker.unpark();
     }
+
+    /// Wake the side only if it sleeps: the cheap signal after a push into a ring
+    /// it watches with [`Consumer::wait_or`](super::Consumer::wait_or).
+    pub fn ring(&self) {
+        self.0.ring();
+    }
 }

@@ -170,13 +170,17 @@ impl Rss {
     /// The bucket of a frame: non-IP frames land in bucket 0.
     #[inline]
     pub fn bucket(&self, frame: &[u8]) -> usize {
+        self.flow_hash(frame).map_or(0, |h| self.table.bucket(h))
+    }
+
+    /// The symmetric hash of a frame's flow (both directions alike), or `None`
+    /// for a frame without one.
+    #[inline]
+    pub fn flow_hash(&self, frame: &[u8]) -> Option<u32> {
         if let Some(h) = self.fast_hash(frame) {
-            return self.table.bucket(h);
+            return Some(h);
         }
-        match FlowTuple::parse(self.link, frame) {
-            Some(t) => self.table.bucket(self.toeplitz.hash_tuple(&t)),
-            None => 0,
-        }
+        FlowTuple::parse(self.link, frame).map(|t| self.toeplitz.hash_tuple(&t))
     }
 
     /// The common case without building a tuple: untagged Ethernet, IPv4 without

@@ -13,6 +13,7 @@ pub mod afxdp;
 pub mod file;
 mod live;
 pub mod pacing;
+pub mod sim;
 mod spec;
 
 pub use live::{ifindex, rx_queues, AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, ZeroCopy};
@@ -32,6 +33,9 @@ pub struct CaptureOptions {
     pub pacing: Pacing,
     /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.
     pub pool: crate::pool::PoolConfig,
+    /// Offloading (done by the engine's pools) and rebalancing (done by sources
+    /// that steer packets themselves: trace files).
+    pub balance: crate::balance::Mode,
 }
 
 /// An opened source, before capture starts.

@@ -20,6 +20,7 @@
 use super::format::{Step, TraceHeader, Walker};
 use super::input::{Input, ReadConfig};
 use crate::engine::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
+use crate::balance::{Route, Steering};
 use crate::filter::Filter;
 use crate::pool::{BlockRef, CaptureSide, NoCell};
 use crate::rss::Rss;
@@ -28,10 +29,14 @@ use crate::source::{CaptureOptions, QueueRange, Source};
 use crate::QueueId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest a waiting reader goes without checking for a stop request.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
+/// The rebalancing controller's tick.
+const STEER_TICK: Duration = Duration::from_millis(10);
+/// Packets between looks at the clock for a controller tick.
+const TICK_CHECK_EVERY: u32 = 64;
 /// A paced wait longer than this publishes partly filled chunks first, so the
 /// worker is not left waiting for packets that already arrived.
 const FLUSH_BEFORE_WAIT: Duration = Duration::from_millis(1);
@@ -94,7 +99,19 @@ impl Source for TraceSource {
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
         let total = self.queues.total();
         let rss = (total > 1).then(|| Rss::new(self.info.link_type, total));
+        let steering = match (opts.balance.controller(), &rss) {
+            (Some(_), _) if self.queues.iter().count() != usize::from(total) => {
+                return Err(SourceError::Invalid(format!(
+                    "{}: rebalancing moves flows between every queue of the split, so it needs all of them opened (e.g. @0-{})",
+                    self.info.name,
+                    total - 1
+                )))
+            }
+            (Some(c), Some(rss)) => Some(Steering::new(rss.table().clone(), usize::from(total), c)),
+            _ => None,
+        };
         let unit = TraceUnit {
+            steering,
             input: self.input,
             walker: self.walker,
             queues: self.queues,
@@ -102,6 +119,7 @@ impl Source for TraceSource {
             filter: opts.filter,
             pacer: Pacer::new(opts.pacing),
             progress: self.progress,
+            next_tick: Instant::now() + STEER_TICK,
         };
         Ok(vec![Box::new(unit)])
     }
@@ -109,6 +127,8 @@ impl Source for TraceSource {
 
 /// The capture unit of a trace: reads it once and fills every opened queue.
 struct TraceUnit {
+    /// Rebalancing: the table through which packets reach queues, when on.
+    steering: Option<Steering>,
     input: Input,
     walker: Walker,
     queues: QueueRange,
@@ -116,6 +136,7 @@ struct TraceUnit {
     filter: Option<Filter>,
     pacer: Pacer,
     progress: Arc<Progress>,
+    next_tick: Instant,
 }
 
 /// What became of one packet.
@@ -139,8 +160,14 @@ impl CaptureUnit for TraceUnit {
         for (i, s) in sides.iter().enumerate() {
             slot[usize::from(s.queue().0)] = Some(i);
         }
+        if self.steering.is_some() {
+            // The steering addresses queues by number: every queue is here (checked when opened).
+            sides.sort_by_key(|s| s.queue().0);
+            slot = (0..sides.len()).map(Some).collect();
+        }
         self.input.start_read_ahead()?;
         let result = self.capture(&mut sides, &slot, ctl);
+        self.finish_moves(&mut sides, ctl);
         for s in &mut sides {
             s.flush();
         }
@@ -150,8 +177,41 @@ impl CaptureUnit for TraceUnit {
 }
 
 impl TraceUnit {
+    /// Let every bucket move in progress finish (its old queue's workers are
+    /// still running), or give them up if a stop was requested.
+    fn finish_moves(&mut self, sides: &mut [CaptureSide], ctl: &Control) {
+        let Some(st) = &mut self.steering else { return };
+        loop {
+            sides.iter_mut().for_each(CaptureSide::flush);
+            st.hand_over(sides);
+            if !st.busy() {
+                return;
+            }
+            if ctl.stop_requested() {
+                st.abandon(sides);
+                return;
+            }
+            if let Some(s) = sides.first_mut() {
+                s.wait_recycled(STEER_TICK);
+            }
+        }
+    }
+
+    /// A controller tick when one is due.
+    #[inline]
+    fn steer_tick(&mut self, sides: &mut [CaptureSide]) {
+        if let Some(st) = &mut self.steering {
+            let now = Instant::now();
+            if now >= self.next_tick {
+                self.next_tick = now + STEER_TICK;
+                st.tick(sides);
+            }
+        }
+    }
+
     fn capture(&mut self, sides: &mut [CaptureSide], slot: &[Option<usize>], ctl: &Control) -> Result<(), SourceError> {
         let paced = self.pacer.is_paced();
+        let mut since_tick = 0u32;
         loop {
             if ctl.stop_requested() {
                 return Ok(());
@@ -168,11 +228,12 @@ impl TraceUnit {
                     let data = &self.input.buffer()[range.clone()];
                     // Every packet of the trace advances the schedule, ours or not.
                     let due = self.pacer.due(rec.ts_ns, rec.wire_len);
-                    let queue = match &self.rss {
-                        Some(rss) => usize::from(rss.queue(data).0),
-                        None => usize::from(self.queues.first()),
+                    let (queue, bucket) = match (&self.rss, &self.steering) {
+                        (Some(rss), Some(_)) => (0, Some(rss.bucket(data))),
+                        (Some(rss), None) => (usize::from(rss.queue(data).0), None),
+                        _ => (usize::from(self.queues.first()), None),
                     };
-                    let Some(i) = slot[queue] else { continue };
+                    let Some(mut i) = slot[queue] else { continue };
                     if let Some(due) = due {
                         if pacing::until(due) > FLUSH_BEFORE_WAIT {
                             sides.iter_mut().for_each(CaptureSide::flush);
@@ -182,13 +243,30 @@ impl TraceUnit {
                         }
                     }
                     let pkt = Pkt { data, range, wire_len: rec.wire_len, ts_ns: rec.ts_ns, paced };
+                    if let (Some(st), Some(b)) = (&mut self.steering, bucket) {
+                        since_tick += 1;
+                        match st.route(b) {
+                            Route::Queue(q) => i = q,
+                            Route::Park => {
+                                if let Fate::Stop = park_one(st, b, sides, &pkt, self.filter.as_ref(), ctl) {
+                                    return Ok(());
+                                }
+                                continue;
+                            }
+                        }
+                    }
                     let block = if paced { None } else { self.input.block() };
                     if let Fate::Stop = capture_one(&mut sides[i], &pkt, block, self.filter.as_ref(), ctl) {
                         return Ok(());
                     }
+                    if since_tick >= TICK_CHECK_EVERY {
+                        since_tick = 0;
+                        self.steer_tick(sides);
+                    }
                 }
                 Step::Skip { consumed } | Step::Header { consumed } => self.input.advance(consumed),
                 Step::Need { need } => {
+                    self.steer_tick(sides);
                     for s in sides.iter_mut() {
                         s.publish_stats();
                     }
@@ -217,6 +295,24 @@ fn wait_or_stop(due: std::time::Instant, ctl: &Control) -> bool {
         }
         std::thread::sleep(WAIT_SLICE);
     }
+}
+
+/// Filter and take from the budget a packet of a moving bucket, then park it.
+fn park_one(st: &mut Steering, bucket: usize, sides: &mut [CaptureSide], p: &Pkt<'_>, filter: Option<&Filter>, ctl: &Control) -> Fate {
+    if let Some(f) = filter {
+        if !f.matches(p.data, p.wire_len) {
+            // Counted where the bucket is going; it reaches no queue either way.
+            let to = st.destination(bucket).unwrap_or(0);
+            sides[to].drop_filtered(p.wire_len);
+            return Fate::Done;
+        }
+    }
+    if !ctl.take_budget() {
+        ctl.request_stop(StopReason::PacketLimit);
+        return Fate::Stop;
+    }
+    st.park(bucket, p.data, p.wire_len, p.ts_ns, sides);
+    Fate::Done
 }
 
 /// One packet: its bytes, where they are in the input buffer, and whether it

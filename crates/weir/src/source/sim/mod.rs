@@ -1,0 +1,142 @@
+//! The `sim` source: a discrete-event, virtual-time model of a multi-queue NIC
+//! and of the cores that serve it, driving weir's own pool, offload and
+//! rebalance code through a clock the model owns.
+//!
+//! What is modelled:
+//!
+//! - **Arrivals** from a [`Workload`]: packets with arrival times in ns
+//!   (a burst at line rate, a skewed synthetic mix, or a trace at a rate or a
+//!   multiple of its recorded timing).
+//! - **RSS**: the symmetric Toeplitz hash and a 512-bucket indirection table
+//!   spread packets over `queues` queues, as a NIC does.
+//! - **Cores**: one worker per queue, each spending `cost_ns` per packet.
+//! - **Capture engines** ([`EngineKind`]): weir's pool (WireCAP-B basic mode,
+//!   WireCAP-A advanced mode with offloading, flow-consistent rebalancing, or
+//!   both), and for comparison the two engine types WireCAP measured against: a
+//!   ring-only engine whose capture buffer is the NIC's descriptor ring, and a
+//!   copy-into-buffer engine that copies each packet from the ring into a buffer
+//!   of fixed slots.
+//!
+//! For weir's engine the model owns no queueing logic of its own: arrivals are
+//! `push_copy`'d into real [`CaptureSide`](crate::pool::CaptureSide)s, workers
+//! take real chunks from real [`WorkerSide`](crate::pool::WorkerSide)s, chunks
+//! are offloaded by the pool's buddy links and buckets moved by the real
+//! [`Steering`](crate::balance::Steering). Only time is virtual: the capture
+//! thread is taken to be instantaneous (as WireCAP's, which only moves chunk
+//! descriptors), a partly filled chunk is published `flush_ns` after its first
+//! packet, and a worker takes a chunk as soon as it is free and one waits.
+//!
+//! Every run is a pure function of its configuration and workload: there is no
+//! wall clock, no thread and no randomness outside the workload's seed.
+//!
+//! The cells carry each packet's arrival index as its timestamp, so the order
+//! check ([`order`]) can tell, as each packet is processed, whether a later
+//! packet of its flow was processed first (a reorder event) and whether its flow
+//! changed worker. Flows are told apart by their canonical 5-tuple.
+
+mod model;
+mod order;
+mod peers;
+pub mod workload;
+
+use crate::pool::PoolConfig;
+
+pub use order::OrderStats;
+pub use workload::{Arrival, Workload};
+
+/// The capture engine being modelled.
+#[derive(Clone, Debug)]
+pub enum EngineKind {
+    /// The NIC's descriptor ring is the capture buffer (netmap/DNA type): a
+    /// packet is dropped when all `descriptors` hold packets the application has
+    /// not finished.
+    RingOnly { descriptors: usize },
+    /// Packets are copied from a ring of `descriptors` into a buffer of `slots`
+    /// (PF_RING type), `copy_ns` per packet on a core of its own. A full ring is
+    /// a capture drop, a full buffer a delivery drop.
+    CopyBuffer { descriptors: usize, slots: usize, copy_ns: u64 },
+    /// weir's pool, in a balancing mode.
+    Weir { pool: PoolConfig, mode: Mode },
+}
+
+pub use crate::balance::Mode;
+
+/// One simulation.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub queues: u16,
+    /// Processing time of one packet by a worker.
+    pub cost_ns: u64,
+    pub engine: EngineKind,
+    /// A partly filled chunk is published this long after its first packet.
+    pub flush_ns: u64,
+    /// The rebalancing controller's tick.
+    pub tick_ns: u64,
+}
+
+impl SimConfig {
+    pub fn new(queues: u16, cost_ns: u64, engine: EngineKind) -> Result<Self, String> {
+        if queues == 0 || queues > 64 {
+            return Err(format!("sim: {queues} queues: must be from 1 to 64"));
+        }
+        if cost_ns == 0 {
+            return Err("sim: the per-packet cost must be at least 1 ns".into());
+        }
+        match &engine {
+            EngineKind::RingOnly { descriptors } if *descriptors == 0 => return Err("sim: a ring needs at least one descriptor".into()),
+            EngineKind::CopyBuffer { descriptors, slots, copy_ns } if *descriptors == 0 || *slots == 0 || *copy_ns == 0 => {
+                return Err("sim: the copy-buffer engine needs descriptors, slots and a copy cost above 0".into())
+            }
+            _ => {}
+        }
+        Ok(SimConfig { queues, cost_ns, engine, flush_ns: 1_000_000, tick_ns: 10_000_000 })
+    }
+}
+
+/// What happened in one simulation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SimReport {
+    pub arrived: u64,
+    pub delivered: u64,
+    pub capture_drops: u64,
+    pub delivery_drops: u64,
+    /// Packets in chunks handed to a buddy (advanced mode).
+    pub offloaded: u64,
+    pub buckets_moved: u64,
+    /// Packets dropped by the steering (parking area full, no cell at hand-over).
+    pub steering_drops: u64,
+    pub order: OrderStats,
+    /// Packets each queue received from the NIC's RSS (after steering).
+    pub per_queue: Vec<u64>,
+    /// Packets each queue dropped (capture and delivery drops).
+    pub per_queue_drops: Vec<u64>,
+    /// Virtual time when the last packet was finished.
+    pub end_ns: u64,
+}
+
+impl SimReport {
+    pub fn drops(&self) -> u64 {
+        self.capture_drops + self.delivery_drops
+    }
+
+    /// Dropped packets over arrived packets.
+    pub fn drop_rate(&self) -> f64 {
+        if self.arrived == 0 {
+            0.0
+        } else {
+            self.drops() as f64 / self.arrived as f64
+        }
+    }
+}
+
+/// Run one simulation of `workload` to the end and until every packet is finished.
+pub fn run(cfg: &SimConfig, workload: &mut dyn Workload) -> SimReport {
+    match &cfg.engine {
+        EngineKind::RingOnly { descriptors } => peers::ring_only(cfg, *descriptors, workload),
+        EngineKind::CopyBuffer { descriptors, slots, copy_ns } => peers::copy_buffer(cfg, *descriptors, *slots, *copy_ns, workload),
+        EngineKind::Weir { pool, mode } => model::run(cfg, pool, *mode, workload),
+    }
+}
+
+#[cfg(test)]
+mod tests;
