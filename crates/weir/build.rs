@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Programs to build: source under `ebpf/`, object name in `OUT_DIR`.
-const PROGRAMS: &[(&str, &str)] = &[("weir_xdp.c", "weir_xdp.o")];
+const PROGRAMS: &[(&str, &str)] = &[("weir_xdp.c", "weir_xdp.o"), ("weir_fanout.c", "weir_fanout.o")];
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -45,7 +45,7 @@ fn compile(clang: &std::ffi::OsStr, src: &Path, obj: &Path, multiarch: &str) {
             src.display()
         ),
         Err(e) => panic!(
-            "cannot run clang ({e}): weir's XDP program ({}) is C built with clang. \
+            "cannot run clang ({e}): weir's eBPF programs (here {}) are C built with clang. \
              Install it with `apt-get install clang libbpf-dev`, or run scripts/setup",
             src.display()
         ),

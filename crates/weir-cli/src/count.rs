@@ -33,18 +33,23 @@ pub struct CountArgs {
     pub quiet: bool,
 }
 
-/// What one queue's worker saw.
+/// What one worker saw, by the queue that captured each packet (with
+/// offloading a worker also gets chunks of other queues).
 #[derive(Default)]
 struct Count {
-    packets: u64,
-    bytes: u64,
+    /// Packets and bytes, indexed by queue number.
+    by_queue: Vec<[u64; 2]>,
 }
 
 impl Handler for Count {
     #[inline]
     fn packet(&mut self, p: &Packet<'_>) {
-        self.packets += 1;
-        self.bytes += u64::from(p.wire_len());
+        let q = usize::from(p.queue().0);
+        if q >= self.by_queue.len() {
+            self.by_queue.resize(q + 1, [0, 0]);
+        }
+        self.by_queue[q][0] += 1;
+        self.by_queue[q][1] += u64::from(p.wire_len());
     }
 }
 
@@ -62,24 +67,28 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
     announce("count", &running);
     Monitor::new(&running, args.quiet || args.json).watch(&running, || {});
     let report = running.join();
-    // The workers' own counts must be what the engine says it delivered.
+    // The workers' own counts must be what the engine says each queue delivered.
     let stats = &report.stats;
-    for (q, (queue, count)) in stats.queues.iter().zip(&report.handlers) {
-        let clean = report.errors.is_empty();
-        if q.queue != *queue || !q.balanced() || (clean && q.in_flight != 0) || count.packets != q.delivered || count.bytes != q.delivered_bytes {
-            bail!("internal accounting error on queue {}: engine {q:?}, worker counted {} packets {} bytes", q.queue, count.packets, count.bytes);
+    let clean = report.errors.is_empty();
+    for q in &stats.queues {
+        let i = usize::from(q.queue.0);
+        let (packets, bytes) = report.handlers.iter().filter_map(|(_, c)| c.by_queue.get(i)).fold((0, 0), |(p, b), c| (p + c[0], b + c[1]));
+        if !q.balanced() || (clean && q.in_flight != 0) || packets != q.delivered || bytes != q.delivered_bytes {
+            bail!("internal accounting error on queue {}: engine {q:?}, workers counted {packets} packets {bytes} bytes", q.queue);
         }
     }
     let total = stats.total();
     if args.json {
-        print_json(&report, &info.name, info.link_type.to_string(), &total, &placements);
+        println!("{}", json_report(&report, &info.name, info.link_type.to_string(), &total, &placements));
     } else {
-        print_table(&report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
+        print_table("count", &report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
     }
     finish(&report)
 }
 
-fn finish<H>(report: &Report<H>) -> anyhow::Result<ExitCode> {
+/// The exit code of a finished run: its first error, as bad input (exit 2) when the
+/// trace was malformed. Shared by the commands that print `count`'s report.
+pub(crate) fn finish<H>(report: &Report<H>) -> anyhow::Result<ExitCode> {
     match report.error() {
         None => Ok(ExitCode::SUCCESS),
         Some(e) if report.failed_on_bad_input() => Err(bad_input(anyhow::anyhow!("{e}"))),
@@ -87,8 +96,9 @@ fn finish<H>(report: &Report<H>) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_table<H>(report: &Report<H>, title: &str, total: &QueueStats) {
-    println!("weir count: {title}");
+/// The per-queue table and the summary line; `cmd` names the command in the heading.
+pub(crate) fn print_table<H>(cmd: &str, report: &Report<H>, title: &str, total: &QueueStats) {
+    println!("weir {cmd}: {title}");
     println!(
         "{:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
         "queue", "received", "delivered", "filtered", "capture_drops", "delivery_drops", "in_flight", "bytes"
@@ -117,7 +127,8 @@ fn print_table<H>(report: &Report<H>, title: &str, total: &QueueStats) {
     );
 }
 
-fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStats, placements: &[String]) {
+/// The `--json` object; other commands add their own fields before printing it.
+pub(crate) fn json_report<H>(report: &Report<H>, name: &str, link: String, total: &QueueStats, placements: &[String]) -> serde_json::Value {
     let queues: Vec<_> = report
         .stats
         .queues
@@ -136,7 +147,7 @@ fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStat
         })
         .collect();
     let secs = report.elapsed.as_secs_f64();
-    let v = json!({
+    json!({
         "source": name,
         "link_type": link,
         "packets": total.delivered,
@@ -151,6 +162,5 @@ fn print_json<H>(report: &Report<H>, name: &str, link: String, total: &QueueStat
         "placement": placements,
         "error": report.error().map(|e| e.to_string()),
         "queues": queues,
-    });
-    println!("{v}");
+    })
 }

@@ -6,6 +6,8 @@
 
 mod count;
 mod exit;
+mod handle;
+mod queues;
 mod record;
 mod replay;
 mod run;
@@ -45,6 +47,10 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Simulate a multi-queue NIC and its cores in virtual time: WireCAP's burst and imbalance experiments.
     Sim(sim::SimArgs),
+    /// Run a libpcap filter N times on every packet, then discard it: a heavy application of known cost (WireCAP's pkt_handler).
+    Handle(handle::HandleArgs),
+    /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
+    Queues(queues::QueuesArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +61,8 @@ fn main() -> ExitCode {
         Command::Replay(a) => replay::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Handle(a) => handle::run(a),
+        Command::Queues(a) => queues::run(a),
     };
     exit::report(result)
 }

@@ -92,7 +92,9 @@ pub struct LiveArgs {
     pub netns: Option<std::path::PathBuf>,
 
     /// afpacket: how the queues' sockets share traffic: hash (the kernel's symmetric
-    /// flow hash: both directions of a flow on one queue), cpu, qm (by RX queue), lb.
+    /// flow hash: both directions of a flow on one queue), cpu, qm (by RX queue), lb,
+    /// or buckets (weir's eBPF fanout program: weir's own symmetric RSS hash into 512
+    /// buckets and a table of bucket -> queue; `ebpf` is an alias).
     #[arg(long, value_name = "MODE", default_value = "hash")]
     pub fanout: String,
 

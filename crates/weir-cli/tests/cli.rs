@@ -233,3 +233,25 @@ fn help_teaches() {
         assert!(s.contains("Examples") || s.contains("SOURCE"), "{cmd:?}: {s}");
     }
 }
+
+/// Every balance mode counts every packet once, by the queue that captured it,
+/// also when chunks are offloaded to the other queue's worker.
+#[test]
+fn count_under_every_balance_mode_delivers_every_packet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, _) = trace(dir.path(), "b.pcap", 20_000);
+    let src = format!("{}@0-1", t.display());
+    for mode in ["basic", "offload:10", "rebalance", "rebalance:50"] {
+        let out = run(&["count", "--json", "--pool", "8,4", "--balance", mode, &src]);
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["packets"], 20_000, "{mode}: {v}");
+        assert_eq!(v["received"], 20_000, "{mode}: {v}");
+    }
+    let out = run(&["count", "--balance", "offload:100", &src]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--balance"), "{}", text(&out.stderr));
+    let out = run(&["count", "--balance", "rebalance", &format!("{}@1", t.display())]);
+    assert_eq!(out.status.code(), Some(2), "rebalancing one queue of two: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("needs all of them opened (@0-1)"), "{}", text(&out.stderr));
+}

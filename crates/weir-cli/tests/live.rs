@@ -138,3 +138,25 @@ fn record_on_a_live_queue_writes_what_was_sent() {
     }
     assert_eq!(got, frames, "one queue: the same frames, in the order sent");
 }
+
+/// `--fanout buckets` steers with weir's own RSS buckets in the kernel, so a live
+/// capture splits traffic across queues exactly as weir splits the same trace file.
+#[test]
+fn bucket_fanout_splits_live_traffic_as_the_trace_source_splits_the_file() {
+    let Some(tb) = TestBed::new(2) else { return };
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (t, frames) = trace(dir.path(), &tb, 3000);
+    let file = Command::new(env!("CARGO_BIN_EXE_weir")).args(["count", "--json", &format!("{}@0-1", t.display())]).output().unwrap();
+    assert!(file.status.success(), "{}", text(&file.stderr));
+    let file: serde_json::Value = serde_json::from_slice(&file.stdout).unwrap();
+    let child = start(&tb, &["count", "--json", "--fanout", "buckets", &format!("afpacket:{}@0-1", tb.rx_if)]);
+    send(&tb, &t);
+    let live: serde_json::Value = serde_json::from_str(&stop(child)).unwrap();
+    let per_queue = |v: &serde_json::Value| v["queues"].as_array().unwrap().iter().map(|q| q["delivered"].as_u64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(live["received"], frames.len(), "{live}");
+    assert_eq!(per_queue(&live), per_queue(&file), "live {live}\nfile {file}");
+    assert!(per_queue(&live).iter().all(|&n| n > 0), "one queue got everything: {live}");
+}

@@ -2,6 +2,10 @@
 //! network namespaces joined by a multi-queue veth pair, frames written to a pcap
 //! here and sent with tcpreplay from the other namespace, captured by the engine.
 //!
+//! The `buckets` fanout tests also check where each packet went: the bucket weir's
+//! RSS gives the frame, looked up in the table the test reads and changes through
+//! a `BucketSteering`.
+//!
 //! Every frame carries a marker source MAC and its sequence number in the payload,
 //! so a handler can tell the test's packets from anything else and check each one
 //! byte for byte against what was sent. Tests need root (they say so and pass
@@ -19,7 +23,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use testbed::TestBed;
 use weir::engine::{BuildError, Running, StopReason};
 use weir::pool::PoolConfig;
+use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
+use weir::source::afpacket::{BucketSteering, SteerError, BUCKETS};
 use weir::source::{AfPacketOptions, Fanout, LiveOptions, Pacing};
 use weir::stats::QueueStats;
 use weir::{Engine, Handler, LinkType, Packet, QueueId};
@@ -73,9 +79,15 @@ fn seq_of(data: &[u8]) -> Option<u32> {
 
 /// `n` frames of `flows` flows of the test bed's /24, both directions interleaved at random.
 fn traffic(tb: &TestBed, n: u32, flows: usize, seed: u64, payload: usize) -> Vec<Sent> {
-    let net: Vec<u8> = tb.tx_ip.split('.').map(|p| p.parse().unwrap()).collect();
     let mut rng = Rng(seed);
-    let flows: Vec<Flow> = (0..flows)
+    let flows = random_flows(tb, flows, &mut rng);
+    frames_of(&flows, 0..n, &mut rng, payload)
+}
+
+/// `n` flows of the test bed's /24, TCP or UDP.
+fn random_flows(tb: &TestBed, n: usize, rng: &mut Rng) -> Vec<Flow> {
+    let net: Vec<u8> = tb.tx_ip.split('.').map(|p| p.parse().unwrap()).collect();
+    (0..n)
         .map(|_| {
             let r = rng.next();
             let host = |b: u64| [net[0], net[1], net[2], 10 + (b % 240) as u8];
@@ -87,21 +99,24 @@ fn traffic(tb: &TestBed, n: u32, flows: usize, seed: u64, payload: usize) -> Vec
                 udp: r >> 62 == 0,
             }
         })
-        .collect();
-    (0..n)
-        .map(|seq| {
-            let r = rng.next();
-            let flow = flows[(r >> 8) as usize % flows.len()];
-            let forward = (r >> 40) & 1 == 0;
-            let len = (r >> 20) as usize % payload.max(1);
-            let bytes = if forward {
-                frame(flow.client, flow.server, flow.cport, flow.sport, flow.udp, seq, len)
-            } else {
-                frame(flow.server, flow.client, flow.sport, flow.cport, flow.udp, seq, len)
-            };
-            Sent { bytes, flow, forward }
-        })
         .collect()
+}
+
+/// Frames with sequence numbers `seqs` of `flows`, both directions interleaved at random.
+fn frames_of(flows: &[Flow], seqs: std::ops::Range<u32>, rng: &mut Rng, payload: usize) -> Vec<Sent> {
+    seqs.map(|seq| {
+        let r = rng.next();
+        let flow = flows[(r >> 8) as usize % flows.len()];
+        let forward = (r >> 40) & 1 == 0;
+        let len = (r >> 20) as usize % payload.max(1);
+        let bytes = if forward {
+            frame(flow.client, flow.server, flow.cport, flow.sport, flow.udp, seq, len)
+        } else {
+            frame(flow.server, flow.client, flow.sport, flow.cport, flow.udp, seq, len)
+        };
+        Sent { bytes, flow, forward }
+    })
+    .collect()
 }
 
 fn write_pcap(dir: &Path, frames: &[&[u8]]) -> PathBuf {
@@ -537,4 +552,209 @@ fn without_cap_net_raw_the_error_names_it() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("refused: afpacket:lo: opening a packet socket: packet sockets need CAP_NET_RAW"), "{stdout}");
+}
+
+// Buckets fanout: weir's eBPF program steers each flow by its bucket in a table
+// the test reads and changes through a `BucketSteering`.
+
+/// `n` UDP flows of the test bed's /24.
+fn udp_flows(tb: &TestBed, n: usize, rng: &mut Rng) -> Vec<Flow> {
+    random_flows(tb, n, rng).into_iter().map(|f| Flow { udp: true, ..f }).collect()
+}
+
+/// Live options that capture in `ns` with buckets fanout on `steering`'s table.
+fn bucket_opts(ns: &str, steering: &BucketSteering) -> LiveOptions {
+    LiveOptions {
+        netns: Some(ns.into()),
+        afpacket: AfPacketOptions { fanout: steering.fanout(), ..AfPacketOptions::default() },
+        ..LiveOptions::default()
+    }
+}
+
+/// Wait (at most 20 s) until the queues have delivered `n` packets.
+fn wait_delivered<H: Handler>(running: &Running<H>, n: u64) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while running.stats().total().delivered < n && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Each packet on the queue the table gives its bucket (the bucket weir's RSS
+/// gives the frame), once; returns the packets per bucket.
+fn check_steered(at: &HashMap<u32, QueueId>, frames: &[Vec<u8>], queue_of: impl Fn(u32, usize) -> QueueId) -> Vec<u64> {
+    let rss = Rss::new(LinkType::ETHERNET, 1);
+    let mut per_bucket = vec![0u64; BUCKETS];
+    for (&seq, &queue) in at {
+        let b = rss.bucket(&frames[seq as usize]);
+        per_bucket[b] += 1;
+        assert_eq!(queue, queue_of(seq, b), "packet {seq} (bucket {b}) on the wrong queue");
+    }
+    per_bucket
+}
+
+#[test]
+fn bucket_fanout_steers_each_flow_by_its_bucket_and_counts_it() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let steering = BucketSteering::new().expect("loading weir's fanout program");
+    let mut rng = Rng(23);
+    let flows = udp_flows(&tb, 300, &mut rng);
+    let sent = frames_of(&flows, 0..4000, &mut rng, 300);
+    // One in five tagged: the kernel takes the tag out before the program runs,
+    // weir puts it back, and weir's RSS skips it; the bucket must not change.
+    let frames: Vec<Vec<u8>> =
+        sent.iter().enumerate().map(|(i, s)| if i % 5 == 0 { tagged(&s.bytes, (i % 4095) as u16 | 0x2000) } else { s.bytes.clone() }).collect();
+    let frames = Arc::new(frames);
+    let engine = Engine::builder()
+        .source(&format!("afpacket:{}@0-1", tb.rx_if))
+        .unwrap()
+        .live(bucket_opts(&tb.rx_ns, &steering))
+        .build()
+        .unwrap();
+    assert_eq!(steering.queues(), [QueueId(0), QueueId(1)], "opening binds the table to the capture");
+    let table = steering.table().unwrap();
+    assert!(table.iter().enumerate().all(|(b, q)| usize::from(q.0) == b % 2), "the table starts as bucket b → queue b mod 2");
+    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
+    let arrived = send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    assert_eq!(arrived, frames.len() as u64, "the veth pair lost packets: the test bed, not weir");
+    stop_after(&running, arrived);
+    let report = running.join();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    check_accounting(&report.stats.queues, &report.handlers);
+    assert_eq!(report.stats.total().delivery_drops, 0);
+    let at = queue_of_each(&report.handlers);
+    assert_eq!(at.len(), frames.len(), "packets lost");
+    let per_bucket = check_steered(&at, &frames, |_, b| table[b]);
+    let mut queue_of_flow: HashMap<Flow, QueueId> = HashMap::new();
+    let mut directions: HashMap<Flow, HashSet<bool>> = HashMap::new();
+    for (seq, queue) in &at {
+        let s = &sent[*seq as usize];
+        let q = *queue_of_flow.entry(s.flow).or_insert(*queue);
+        assert_eq!(q, *queue, "flow {:?} on queues {q} and {queue}", s.flow);
+        directions.entry(s.flow).or_default().insert(s.forward);
+    }
+    let both = directions.values().filter(|d| d.len() == 2).count();
+    assert!(both > 250, "only {both} flows went both ways: the test proves little");
+    for (queue, seen) in &report.handlers {
+        assert!(!seen.seqs.is_empty(), "queue {queue} got nothing of 300 flows");
+    }
+    let hits = steering.hits().unwrap();
+    assert_eq!(hits.iter().sum::<u64>(), frames.len() as u64, "the program counts every packet once");
+    assert_eq!(hits, per_bucket, "the program counts each packet in its bucket");
+    // The capture is over: the table is free again, and the handle says so.
+    assert!(steering.queues().is_empty());
+    assert!(matches!(steering.move_bucket(0, QueueId(1)), Err(SteerError::NoCapture)));
+}
+
+#[test]
+fn moved_buckets_go_to_their_new_queue_and_nothing_is_lost_or_doubled() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let steering = BucketSteering::new().expect("loading weir's fanout program");
+    let mut rng = Rng(29);
+    let flows = udp_flows(&tb, 200, &mut rng);
+    let mut sent = frames_of(&flows, 0..2000, &mut rng, 300);
+    sent.extend(frames_of(&flows, 2000..4000, &mut rng, 300));
+    let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
+    let (first, second) = frames.split_at(2000);
+    let source = format!("afpacket:{}@0-1", tb.rx_if);
+    let engine = Engine::builder().source(&source).unwrap().live(bucket_opts(&tb.rx_ns, &steering)).build().unwrap();
+    let e = build_error(&source, bucket_opts(&tb.rx_ns, &steering));
+    assert!(e.contains("already steers"), "a second capture took the table: {e}");
+    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
+
+    let arrived = send(&tb, dir.path(), &first.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    assert_eq!(arrived, first.len() as u64, "the veth pair lost packets: the test bed, not weir");
+    wait_delivered(&running, arrived);
+    let before = steering.table().unwrap();
+    let on_zero: Vec<usize> = (0..BUCKETS).filter(|&b| before[b] == QueueId(0)).collect();
+    assert_eq!(on_zero.len(), BUCKETS / 2);
+    for &b in &on_zero {
+        steering.move_bucket(b, QueueId(1)).unwrap();
+    }
+    assert!(steering.table().unwrap().iter().all(|&q| q == QueueId(1)), "every bucket on queue 1 now");
+    let e = steering.move_bucket(BUCKETS, QueueId(0)).unwrap_err().to_string();
+    assert!(e.contains("bucket 512 does not exist"), "{e}");
+    let e = steering.move_bucket(0, QueueId(2)).unwrap_err().to_string();
+    assert!(e.contains(&format!("queue 2 is not a queue of {source} (its queues: 0, 1)")), "{e}");
+    assert!(matches!(steering.queue_of(BUCKETS), Err(SteerError::NoSuchBucket { bucket: 512 })));
+
+    let arrived2 = send(&tb, dir.path(), &second.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    assert_eq!(arrived2, second.len() as u64, "the veth pair lost packets: the test bed, not weir");
+    stop_after(&running, arrived + arrived2);
+    let report = running.join();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    check_accounting(&report.stats.queues, &report.handlers);
+    let at = queue_of_each(&report.handlers);
+    assert_eq!(at.len(), frames.len(), "packets lost");
+    let first_batch = first.len() as u32;
+    let per_bucket = check_steered(&at, &frames, |seq, b| if seq < first_batch { before[b] } else { QueueId(1) });
+    let (_, zero) = &report.handlers[0];
+    assert!(!zero.seqs.is_empty(), "queue 0 had its share of the first batch");
+    assert!(zero.seqs.iter().all(|&s| s < first_batch), "queue 0 got packets after its buckets moved away");
+    let hits = steering.hits().unwrap();
+    assert_eq!(hits, per_bucket, "hits per bucket, both batches");
+    assert_eq!(hits.iter().sum::<u64>(), frames.len() as u64);
+}
+
+/// Outgoing packets reach the program with their Ethernet header in front
+/// (received ones start at the IP header): captured on the sending end, they are
+/// steered by the same buckets.
+#[test]
+fn outgoing_packets_are_steered_by_the_same_buckets() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let steering = BucketSteering::new().expect("loading weir's fanout program");
+    let sent = traffic(&tb, 2000, 200, 31, 300);
+    let frames: Vec<Vec<u8>> =
+        sent.iter().enumerate().map(|(i, s)| if i % 4 == 0 { tagged(&s.bytes, (i % 4095) as u16) } else { s.bytes.clone() }).collect();
+    let frames = Arc::new(frames);
+    let engine = Engine::builder()
+        .source(&format!("afpacket:{}@0-1", tb.tx_if))
+        .unwrap()
+        .live(bucket_opts(&tb.tx_ns, &steering))
+        .build()
+        .unwrap();
+    let table = steering.table().unwrap();
+    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
+    send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    stop_after(&running, frames.len() as u64);
+    let report = running.join();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    check_accounting(&report.stats.queues, &report.handlers);
+    let at = queue_of_each(&report.handlers);
+    assert_eq!(at.len(), frames.len(), "packets lost");
+    let per_bucket = check_steered(&at, &frames, |_, b| table[b]);
+    assert_eq!(steering.hits().unwrap(), per_bucket);
+}
+
+/// `--fanout buckets` without a handle: the capture makes its own table, which
+/// steers as a caller's does. And devices without Ethernet headers are refused.
+#[test]
+fn a_private_bucket_table_steers_too_and_non_ethernet_devices_are_refused() {
+    let Some(tb) = TestBed::new(2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sent = traffic(&tb, 2000, 150, 37, 300);
+    let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
+    let live = LiveOptions { afpacket: AfPacketOptions { fanout: "buckets".parse().unwrap(), ..AfPacketOptions::default() }, ..opts(&tb) };
+    let engine = Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live.clone()).build().unwrap();
+    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
+    let arrived = send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    stop_after(&running, arrived);
+    let report = running.join();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    check_accounting(&report.stats.queues, &report.handlers);
+    let at = queue_of_each(&report.handlers);
+    assert_eq!(at.len(), frames.len(), "packets lost");
+    check_steered(&at, &frames, |_, b| QueueId((b % 2) as u16));
+
+    let tun = tb.in_rx("ip").args(["tuntap", "add", "dev", "weirtun0", "mode", "tun"]).output().unwrap();
+    if !tun.status.success() {
+        println!("skipping the tun part: {}", String::from_utf8_lossy(&tun.stderr));
+        return;
+    }
+    let e = build_error("afpacket:weirtun0", live);
+    // Deleting the namespace would remove it too; this is sooner.
+    let _ = tb.in_rx("ip").args(["tuntap", "del", "dev", "weirtun0", "mode", "tun"]).status();
+    assert!(e.starts_with("[bad input]") && e.contains("buckets fanout parses Ethernet frames"), "{e}");
 }

@@ -66,6 +66,8 @@ pub enum BuildError {
     Filter(#[from] FilterError),
     #[error("--cpus: CPU {cpu} is not available to this process (allowed: {allowed:?})")]
     Cpu { cpu: usize, allowed: Vec<usize> },
+    #[error("rebalancing: {0}")]
+    Balance(String),
 }
 
 impl BuildError {
@@ -75,7 +77,7 @@ impl BuildError {
             BuildError::NoSource | BuildError::Spec(_) => true,
             BuildError::Source(e) => e.is_bad_input(),
             BuildError::Filter(e) => !matches!(e, FilterError::Library(_)),
-            BuildError::Cpu { .. } => true,
+            BuildError::Cpu { .. } | BuildError::Balance(_) => true,
         }
     }
 }
@@ -179,6 +181,22 @@ impl EngineBuilder {
     /// Open the source and compile the filter for its link type.
     pub fn build(self) -> Result<Engine, BuildError> {
         let spec = self.spec.ok_or(BuildError::NoSource)?;
+        if self.balance.controller().is_some() {
+            match &spec {
+                SourceSpec::File { queues, .. } if queues.len() != usize::from(queues.total()) => {
+                    return Err(BuildError::Balance(format!(
+                        "buckets move between every queue of the split, so it needs all of them opened (@0-{})",
+                        queues.total() - 1
+                    )))
+                }
+                SourceSpec::File { .. } => {}
+                SourceSpec::Live { .. } => {
+                    return Err(BuildError::Balance(
+                        "live sources do not move buckets under the controller yet; use --fanout buckets (afpacket) to steer by bucket, or --balance offload:T".into(),
+                    ))
+                }
+            }
+        }
         let allowed = sys::allowed_cpus();
         if let CpuPlan::List(list) = &self.cpus {
             if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {

@@ -20,7 +20,7 @@
 //! values truncate in the kernel), or `ret #snaplen` without one. Packets a
 //! filter rejects never reach user space, so live sources count no `filtered`.
 //!
-//! **Queues and fanout members.** In `hash`, `cpu` and `lb` modes the group is
+//! **Queues and fanout members.** In `hash`, `cpu`, `lb` and `buckets` modes the group is
 //! exactly the opened sockets, and a queue number is a label: `eth0@0-3` is four
 //! sockets sharing eth0's traffic, whatever queue a packet arrived on, and a
 //! partial range `eth0@2-3` is two sockets sharing all of it. In `qm` mode the
@@ -47,6 +47,18 @@
 //! no ports and may land elsewhere (PACKET_FANOUT_FLAG_DEFRAG would cure that by
 //! reassembling, which would change what is captured).
 //!
+//! **Buckets mode steers flows by a table.** The group's demux is weir's eBPF
+//! program (PACKET_FANOUT_EBPF, `ebpf/weir_fanout.c`): it puts each packet in one
+//! of 512 buckets by weir's own symmetric RSS hash (the bucket
+//! [`Rss::bucket`](crate::rss::Rss::bucket) gives the frame) and hands it to the
+//! member a table names for the bucket, initially bucket b → queue b mod n. The
+//! table lives in the kernel and changes while capturing: [`BucketSteering`]
+//! moves buckets and reads how many packets each one steered (see [`steer`]). The
+//! program is loaded when the source opens (so `-Z` may drop root afterwards) and
+//! becomes the group's demux right after the first socket founds the group, before
+//! any other joins. Ethernet and loopback devices only: the program parses
+//! Ethernet.
+//!
 //! **Counting.** A packet is received when it is pushed into a cell (see
 //! the `unit` module); packets the kernel could not put into a full ring are read from
 //! PACKET_STATISTICS (`tp_drops`) and counted as delivery drops of that queue.
@@ -60,8 +72,11 @@
 //! as libpcap does, the outgoing copy is dropped, here by a test in front of the
 //! filter so it never takes room in the ring.
 
+pub mod steer;
 mod sys;
 mod unit;
+
+pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};
 
 use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::BpfInsn;
@@ -178,6 +193,16 @@ struct AfPacketSource {
     /// qm mode: sockets of the device's other RX queues, so the group has a member
     /// for every queue (see the module doc).
     placeholders: Vec<(u16, PacketSocket)>,
+    /// buckets mode: the table (and the loaded program), bound to this capture.
+    steering: Option<steer::Binding>,
+}
+
+/// What the units of one capture keep alive until the last of them is gone.
+struct Shared {
+    /// qm mode: the group's placeholder members; the demux divides by the group's size.
+    _placeholders: Vec<PacketSocket>,
+    /// buckets mode: the program and its table, bound to this capture.
+    _steering: Option<steer::Binding>,
 }
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
@@ -202,6 +227,24 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
         let first = PacketSocket::new().map_err(|e| io_error(format!("{label}: opening a packet socket"), e))?;
         let hatype = first.hardware_type(iface).map_err(|e| io_error(format!("{label}: reading the hardware type"), e))?;
         let dev = device(iface, hatype)?;
+        let steering = match fanout {
+            Fanout::Buckets(id) => {
+                if dev.link_type != LinkType::ETHERNET {
+                    return Err(SourceError::Invalid(format!(
+                        "{label}: buckets fanout parses Ethernet frames, and {iface} is not an Ethernet device \
+                         (link type {}): use hash fanout",
+                        dev.link_type
+                    )));
+                }
+                let table = match id {
+                    Some(id) => BucketSteering::find(id)?,
+                    None => BucketSteering::new()?,
+                };
+                let members: Vec<QueueId> = queues.iter().copied().map(QueueId).collect();
+                Some(table.bind(&name, &members)?)
+            }
+            _ => None,
+        };
         let mut sockets = vec![first];
         for _ in 1..queues.len() {
             sockets.push(PacketSocket::new().map_err(|e| io_error(format!("{label}: opening a packet socket"), e))?);
@@ -236,6 +279,7 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
             loopback: dev.loopback,
             queues: opened,
             placeholders,
+            steering,
         };
         Ok(Box::new(source) as Box<dyn Source>)
     })
@@ -308,6 +352,7 @@ impl AfPacketSource {
             Fanout::Cpu => sys::PACKET_FANOUT_CPU,
             Fanout::QueueMapping => sys::PACKET_FANOUT_QM,
             Fanout::LoadBalance => sys::PACKET_FANOUT_LB,
+            Fanout::Buckets(_) => sys::PACKET_FANOUT_EBPF,
         };
         if self.rollover {
             mode | sys::PACKET_FANOUT_FLAG_ROLLOVER
@@ -352,6 +397,14 @@ impl Source for AfPacketSource {
         let joining = |q: u16| format!("{}: joining the fanout group", label(q));
         let (first_q, first) = order[0];
         let group = first.found_fanout(mode).map_err(|e| io_error(joining(first_q), e))?;
+        // The program steers from the group's first packet: until it is in place
+        // the kernel's demux sends everything to member 0.
+        if let Some(binding) = &self.steering {
+            binding.attach(first).map_err(|source| SourceError::Io {
+                what: format!("{}: making weir's fanout program the group's demux", label(first_q)),
+                source,
+            })?;
+        }
         for &(q, s) in &order[1..] {
             s.join_fanout(group, mode).map_err(|e| io_error(joining(q), e))?;
         }
@@ -361,15 +414,17 @@ impl Source for AfPacketSource {
                 io_error(format!("{}: the kernel refused the filter program ({} instructions)", label(s.queue), program.len()), e)
             })?;
         }
-        // Placeholders stay in the group while any queue captures: the demux divides by the group's size.
-        let placeholders: Arc<[PacketSocket]> = self.placeholders.into_iter().map(|(_, s)| s).collect();
+        let shared = Arc::new(Shared {
+            _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(),
+            _steering: self.steering,
+        });
         let iface = self.iface;
         Ok(self
             .queues
             .into_iter()
             .map(|s| {
                 let name = format!("afpacket:{iface}@{}", s.queue);
-                let unit = unit::QueueUnit::new(QueueId(s.queue), name, s.socket, s.ring, Arc::clone(&placeholders));
+                let unit = unit::QueueUnit::new(QueueId(s.queue), name, s.socket, s.ring, Arc::clone(&shared));
                 Box::new(unit) as Box<dyn CaptureUnit>
             })
             .collect())

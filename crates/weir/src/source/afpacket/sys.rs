@@ -28,7 +28,7 @@ use crate::pool::{BlockArena, BlockId, BlockRef};
 use std::io;
 use std::mem::{size_of, MaybeUninit};
 use std::ops::Range;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -41,12 +41,14 @@ const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
 const PACKET_RESERVE: libc::c_int = 12;
 const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_MR_PROMISC: u16 = 1;
 const TPACKET_V3: libc::c_int = 2;
 pub(super) const PACKET_FANOUT_HASH: u16 = 0;
 pub(super) const PACKET_FANOUT_LB: u16 = 1;
 pub(super) const PACKET_FANOUT_CPU: u16 = 2;
 pub(super) const PACKET_FANOUT_QM: u16 = 5;
+pub(super) const PACKET_FANOUT_EBPF: u16 = 7;
 pub(super) const PACKET_FANOUT_FLAG_ROLLOVER: u16 = 0x1000;
 const PACKET_FANOUT_FLAG_UNIQUEID: u16 = 0x2000;
 const TP_STATUS_KERNEL: u32 = 0;
@@ -160,6 +162,55 @@ pub(super) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+/// Run a loaded socket filter program once on `frame` (an Ethernet frame) as the
+/// kernel runs it on a received packet, and return what it returned
+/// (BPF_PROG_TEST_RUN: the kernel builds an skb with `eth_type_trans`, so the
+/// program sees the network header at offset 0 and `protocol` set, as in the
+/// fanout demux on receive). Tests use it to check the fanout program packet by
+/// packet without a network.
+#[cfg(test)]
+pub(super) fn test_run(program: BorrowedFd<'_>, frame: &[u8]) -> io::Result<u32> {
+    const BPF_PROG_TEST_RUN: libc::c_long = 10;
+    /// The `test` member of `union bpf_attr`, up to `batch_size`, padded to 8 bytes.
+    #[repr(C)]
+    #[derive(Default)]
+    struct TestRun {
+        prog_fd: u32,
+        retval: u32,
+        data_size_in: u32,
+        data_size_out: u32,
+        data_in: u64,
+        data_out: u64,
+        repeat: u32,
+        duration: u32,
+        ctx_size_in: u32,
+        ctx_size_out: u32,
+        ctx_in: u64,
+        ctx_out: u64,
+        flags: u32,
+        cpu: u32,
+        batch_size: u32,
+        pad: u32,
+    }
+    const _: () = assert!(size_of::<TestRun>() == 80);
+    let len = u32::try_from(frame.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
+    let mut attr = TestRun {
+        prog_fd: program.as_raw_fd() as u32,
+        data_size_in: len,
+        data_in: frame.as_ptr() as u64,
+        repeat: 1,
+        ..TestRun::default()
+    };
+    // SAFETY: `attr` is a valid, fully initialized (no implicit padding) prefix of
+    // `union bpf_attr` of the size passed; the kernel reads `frame` (live, of the
+    // length given) and writes only `retval`, `data_size_out` and `duration`.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestRun, size_of::<TestRun>()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(attr.retval)
 }
 
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
@@ -278,6 +329,14 @@ impl PacketSocket {
     pub(super) fn join_fanout(&self, id: u16, mode_flags: u16) -> io::Result<()> {
         let arg = u32::from(id) | (u32::from(mode_flags) << 16);
         self.set(libc::SOL_PACKET, PACKET_FANOUT, &arg)
+    }
+
+    /// Make `program`, a loaded BPF_PROG_TYPE_SOCKET_FILTER program, the demux of
+    /// the PACKET_FANOUT_EBPF group this socket is in. The group takes its own
+    /// reference to the program, held until the group is gone.
+    pub(super) fn set_fanout_program(&self, program: BorrowedFd<'_>) -> io::Result<()> {
+        let fd = program.as_raw_fd() as u32;
+        self.set(libc::SOL_PACKET, PACKET_FANOUT_DATA, &fd)
     }
 
     /// Packets the kernel dropped for this socket's full ring since the last call

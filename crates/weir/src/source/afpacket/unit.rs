@@ -27,6 +27,7 @@
 //! Every sleep is bounded by [`WAIT_SLICE`], so a stop request is seen within it.
 
 use super::sys::{BadFrame, PacketSocket, ReadyBlock, Ring, Walked};
+use super::Shared;
 use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
 use crate::pool::CaptureSide;
 use crate::QueueId;
@@ -50,8 +51,9 @@ pub(super) struct QueueUnit {
     label: String,
     socket: PacketSocket,
     ring: Ring,
-    /// qm mode: the group's placeholder members, kept in it while this unit runs.
-    _placeholders: Arc<[PacketSocket]>,
+    /// What the capture's units share (qm placeholders, the buckets program), kept
+    /// while this unit runs.
+    _shared: Arc<Shared>,
     /// The block being walked.
     walk: Option<Walk>,
     /// Blocks walked but not yet given back, oldest first.
@@ -81,8 +83,8 @@ enum Step {
 }
 
 impl QueueUnit {
-    pub(super) fn new(queue: QueueId, label: String, socket: PacketSocket, ring: Ring, placeholders: Arc<[PacketSocket]>) -> QueueUnit {
-        QueueUnit { queue, label, socket, ring, _placeholders: placeholders, walk: None, held: VecDeque::new(), next_stats: Instant::now() }
+    pub(super) fn new(queue: QueueId, label: String, socket: PacketSocket, ring: Ring, shared: Arc<Shared>) -> QueueUnit {
+        QueueUnit { queue, label, socket, ring, _shared: shared, walk: None, held: VecDeque::new(), next_stats: Instant::now() }
     }
 
     fn capture(&mut self, side: &mut CaptureSide, ctl: &Control) -> Result<(), SourceError> {

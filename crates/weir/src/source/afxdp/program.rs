@@ -18,6 +18,8 @@
 
 use super::sys::{self, XdpMode};
 use crate::engine::SourceError;
+pub use crate::source::live::bpf::denied;
+use crate::source::live::bpf::{bpf_error, chain, os_error};
 use aya::maps::{MapData, XskMap};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{loaded_programs, ProgramFd, Xdp, XdpFlags};
@@ -156,36 +158,4 @@ fn attach_error(iface: &str, e: &(dyn Error + 'static)) -> SourceError {
         return SourceError::Invalid(format!("{iface}: another XDP program was attached while weir was attaching its own: {}", chain(e)));
     }
     bpf_error(&format!("{iface}: attaching weir's XDP program"), e, "CAP_NET_ADMIN")
-}
-
-/// The first OS error code in `e`'s chain of causes.
-fn os_error(e: &(dyn Error + 'static)) -> Option<i32> {
-    std::iter::successors(Some(e), |e| (*e).source()).find_map(|e| e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error))
-}
-
-/// `e` and its causes, as one line; a cause whose text its parent already
-/// includes is left out.
-fn chain(e: &(dyn Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for text in std::iter::successors(Some(e), |e| (*e).source()).map(ToString::to_string) {
-        if !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-    }
-    parts.join(": ")
-}
-
-/// An error from the BPF loader, with the capability it needs when it was refused.
-fn bpf_error(what: &str, e: &(dyn Error + 'static), needs: &str) -> SourceError {
-    let kind = os_error(e).map_or(io::ErrorKind::Other, |c| io::Error::from_raw_os_error(c).kind());
-    denied(what.to_string(), io::Error::new(kind, chain(e)), needs)
-}
-
-/// An OS error; when it is a refusal (EPERM, EACCES), say which capability is missing.
-pub fn denied(what: String, e: io::Error, needs: &str) -> SourceError {
-    if e.kind() == io::ErrorKind::PermissionDenied {
-        SourceError::Io { what: format!("{what}: needs {needs} (run as root, or grant it with setcap)"), source: e }
-    } else {
-        SourceError::Io { what, source: e }
-    }
 }

@@ -1,9 +1,11 @@
 //! What live capture shares across backends: options, network namespaces, and
 //! facts about devices.
 
+pub(crate) mod bpf;
 pub(crate) mod sys;
 
 use crate::engine::SourceError;
+use crate::source::afpacket::SteeringId;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +47,16 @@ pub enum Fanout {
     QueueMapping,
     /// Round robin.
     LoadBalance,
+    /// By flow bucket, in the kernel: weir's eBPF fanout program puts each packet
+    /// in one of 512 buckets by weir's own symmetric RSS hash (so both directions
+    /// of a flow share a bucket, and a bucket holds the same flows as in a trace
+    /// split by [`crate::rss`]) and hands it to the queue a table gives that
+    /// bucket. The table can be changed while capturing, which is how buckets
+    /// move between queues (see [`BucketSteering`](crate::source::afpacket::BucketSteering)).
+    /// `None` (what `"buckets"` parses to): the capture makes a table of its own,
+    /// which nobody else can reach. `Some(id)`: the table of a `BucketSteering`
+    /// the caller holds ([`BucketSteering::fanout`](crate::source::afpacket::BucketSteering::fanout)).
+    Buckets(Option<SteeringId>),
 }
 
 impl std::str::FromStr for Fanout {
@@ -56,8 +68,22 @@ impl std::str::FromStr for Fanout {
             "cpu" => Ok(Fanout::Cpu),
             "qm" => Ok(Fanout::QueueMapping),
             "lb" => Ok(Fanout::LoadBalance),
-            _ => Err(format!("fanout mode {s:?}: expected hash, cpu, qm or lb")),
+            "buckets" | "ebpf" => Ok(Fanout::Buckets(None)),
+            _ => Err(format!("fanout mode {s:?}: expected hash, cpu, qm, lb or buckets")),
         }
+    }
+}
+
+/// The name [`FromStr`](std::str::FromStr) takes; a caller's table is not shown.
+impl std::fmt::Display for Fanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fanout::Hash => "hash",
+            Fanout::Cpu => "cpu",
+            Fanout::QueueMapping => "qm",
+            Fanout::LoadBalance => "lb",
+            Fanout::Buckets(_) => "buckets",
+        })
     }
 }
 
@@ -137,4 +163,20 @@ pub fn rx_queues(iface: &str) -> Result<u16, SourceError> {
 /// The index of `iface` in the calling thread's namespace.
 pub fn ifindex(iface: &str) -> Result<u32, SourceError> {
     sys::ifindex(iface).map_err(|e| SourceError::Invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fanout_modes_parse_and_print_by_name() {
+        for name in ["hash", "cpu", "qm", "lb", "buckets"] {
+            let mode: Fanout = name.parse().unwrap();
+            assert_eq!(mode.to_string(), name);
+        }
+        assert_eq!("ebpf".parse::<Fanout>(), Ok(Fanout::Buckets(None)), "ebpf names the same mode");
+        let err = "rr".parse::<Fanout>().unwrap_err();
+        assert!(err.contains("expected hash, cpu, qm, lb or buckets"), "{err}");
+    }
 }
