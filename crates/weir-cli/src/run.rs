@@ -111,7 +111,9 @@ pub struct LiveArgs {
     pub blocks: usize,
 
     /// afpacket: the kernel hands a block over when full or this many milliseconds old.
-    #[arg(long, value_name = "MS", default_value_t = 10)]
+    /// Longer lets a stalled reader's ring fill by size (more burst absorbed); shorter
+    /// shows a quiet queue's packets sooner.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
     pub block_timeout: u64,
 
     /// afxdp: UMEM frame size, 2048 or 4096.

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 /// Longest the unit sleeps without looking at a stop request.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// Sleep on the recycle queue while a walked block is outstanding: short against
-/// the block timeout (10 ms by default), so a block the kernel hands over meanwhile
+/// the block timeout (100 ms by default), so a block the kernel hands over meanwhile
 /// is seen nearly as soon as poll would have seen it.
 const HELD_WAIT: Duration = Duration::from_millis(1);
 /// How often the kernel's drop counter is read.

@@ -104,11 +104,18 @@ pub struct AfPacketOptions {
 impl Default for AfPacketOptions {
     fn default() -> Self {
         // 64 MiB per queue: 32 times libpcap's default 2 MiB, so bursts of tens of
-        // thousands of full-size packets fit before the kernel drops.
+        // thousands of full-size packets fit before the kernel drops. The block
+        // timeout decides how much of that a stalled application can use: the
+        // kernel retires a block when it is full *or* this old, so with 64 blocks
+        // the ring holds at most 64 timeouts of traffic. At 10 ms a paused reader
+        // lost bursts of 200,000 small packets that tcpdump (1 s timeout) kept in
+        // the same memory (bench/live.py); 100 ms lets blocks fill by size above
+        // about 70,000 small packets/s per queue, at the price of up to 100 ms
+        // before a quiet queue's packets are seen.
         AfPacketOptions {
             block_bytes: 1 << 20,
             block_count: 64,
-            block_timeout: Duration::from_millis(10),
+            block_timeout: Duration::from_millis(100),
             fanout: Fanout::Hash,
             rollover: false,
         }
