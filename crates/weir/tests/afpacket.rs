@@ -221,6 +221,22 @@ fn check_accounting(stats: &[QueueStats], handlers: &[(QueueId, Seen)]) {
 }
 
 /// Every sequence number once across all queues; returns the queue of each.
+/// Every flow on one queue, and enough flows seen in both directions
+/// (more than `min_both`) for that to mean something. Returns each flow's queue.
+fn flows_stay_together(at: &HashMap<u32, QueueId>, sent: &[Sent], min_both: usize) -> HashMap<Flow, QueueId> {
+    let mut queue_of_flow: HashMap<Flow, QueueId> = HashMap::new();
+    let mut directions: HashMap<Flow, HashSet<bool>> = HashMap::new();
+    for (seq, queue) in at {
+        let s = &sent[*seq as usize];
+        let q = *queue_of_flow.entry(s.flow).or_insert(*queue);
+        assert_eq!(q, *queue, "flow {:?} on queues {q} and {queue}", s.flow);
+        directions.entry(s.flow).or_default().insert(s.forward);
+    }
+    let both = directions.values().filter(|d| d.len() == 2).count();
+    assert!(both > min_both, "only {both} flows went both ways: the test proves little");
+    queue_of_flow
+}
+
 fn queue_of_each(handlers: &[(QueueId, Seen)]) -> HashMap<u32, QueueId> {
     let mut at = HashMap::new();
     for (queue, seen) in handlers {
@@ -280,16 +296,7 @@ fn both_directions_of_every_flow_share_a_queue() {
     check_accounting(&report.stats.queues, &report.handlers);
     let at = queue_of_each(&report.handlers);
     assert_eq!(at.len(), frames.len(), "packets lost");
-    let mut queue_of_flow: HashMap<Flow, QueueId> = HashMap::new();
-    let mut directions: HashMap<Flow, HashSet<bool>> = HashMap::new();
-    for (seq, queue) in &at {
-        let s = &sent[*seq as usize];
-        let q = *queue_of_flow.entry(s.flow).or_insert(*queue);
-        assert_eq!(q, *queue, "flow {:?} on queues {q} and {queue}", s.flow);
-        directions.entry(s.flow).or_default().insert(s.forward);
-    }
-    let both = directions.values().filter(|d| d.len() == 2).count();
-    assert!(both > 300, "only {both} flows went both ways: the test proves little");
+    let queue_of_flow = flows_stay_together(&at, &sent, 300);
     let used: HashSet<_> = queue_of_flow.values().collect();
     assert_eq!(used.len(), 4, "400 flows left a queue empty");
 }
@@ -625,16 +632,7 @@ fn bucket_fanout_steers_each_flow_by_its_bucket_and_counts_it() {
     let at = queue_of_each(&report.handlers);
     assert_eq!(at.len(), frames.len(), "packets lost");
     let per_bucket = check_steered(&at, &frames, |_, b| table[b]);
-    let mut queue_of_flow: HashMap<Flow, QueueId> = HashMap::new();
-    let mut directions: HashMap<Flow, HashSet<bool>> = HashMap::new();
-    for (seq, queue) in &at {
-        let s = &sent[*seq as usize];
-        let q = *queue_of_flow.entry(s.flow).or_insert(*queue);
-        assert_eq!(q, *queue, "flow {:?} on queues {q} and {queue}", s.flow);
-        directions.entry(s.flow).or_default().insert(s.forward);
-    }
-    let both = directions.values().filter(|d| d.len() == 2).count();
-    assert!(both > 250, "only {both} flows went both ways: the test proves little");
+    flows_stay_together(&at, &sent, 250);
     for (queue, seen) in &report.handlers {
         assert!(!seen.seqs.is_empty(), "queue {queue} got nothing of 300 flows");
     }
