@@ -1,8 +1,11 @@
 //! Imbalance with real threads: a trace whose flows put most of the load on one
 //! of two queues, replayed at its recorded timing, with a worker that spends a
-//! fixed time on every packet. The worker sleeps that time rather than spinning:
-//! on a 2-core machine two spinning workers and the capture threads would
-//! compete for the cores, and the test would measure the scheduler. Basic mode must drop on the hot queue; offloading
+//! fixed time on every packet. The worker sleeps rather than spinning (on a
+//! 2-core machine two spinning workers and the capture threads would compete
+//! for the cores, and the test would measure the scheduler), and it sleeps to a
+//! schedule: packet n of a backlog is done COST after packet n-1 was due, so a
+//! sleep that overshoots is made up and a worker finishes exactly 1/COST
+//! packets per second while it has work. Basic mode must drop on the hot queue; offloading
 //! and rebalancing must drop less; rebalancing must never run a flow on two
 //! workers at once or out of order, which a shared per-flow record checks packet
 //! by packet.
@@ -20,8 +23,9 @@ use weir::source::Pacing;
 use weir::wire::FlowTuple;
 use weir::{Engine, LinkType, Packet, QueueId};
 
-/// Time each worker spends on a packet, at least (a sleep overshoots a little).
+/// Time each worker spends on a packet: a capacity of 10,000 packets/s.
 const COST: Duration = Duration::from_micros(100);
+const CAPACITY_PPS: f64 = 10_000.0;
 /// Offered load: 90% of both workers together.
 const LOAD: f64 = 0.9;
 const SECONDS: f64 = 4.0;
@@ -47,8 +51,8 @@ fn skewed_mix(packets: u64, pps: f64) -> Skewed {
 }
 
 /// Write the skewed trace; return the share of packets RSS gives the busier queue.
-fn write_trace(path: &Path, capacity_pps: f64) -> f64 {
-    let pps = LOAD * 2.0 * capacity_pps;
+fn write_trace(path: &Path) -> f64 {
+    let pps = LOAD * 2.0 * CAPACITY_PPS;
     let packets = (pps * SECONDS) as u64;
     let mut w = skewed_mix(packets, pps);
     let rss = Rss::new(LinkType::ETHERNET, 2);
@@ -95,6 +99,7 @@ fn run(path: &Path, mode: Mode) -> Outcome {
     let report = engine
         .run(|worker| {
             let flows = Arc::clone(&flows);
+            let mut done_at: Option<Instant> = None;
             move |p: &Packet<'_>| {
                 let key = FlowTuple::parse(LinkType::ETHERNET, p.data()).map(|t| t.canonical());
                 if let Some(k) = key {
@@ -114,7 +119,16 @@ fn run(path: &Path, mode: Mode) -> Outcome {
                     let latest = prev.map_or(p.ts_ns(), |(l, _, _)| l.max(p.ts_ns()));
                     f.state.insert(k, (latest, worker, true));
                 }
-                std::thread::sleep(COST);
+                // Behind by less than a millisecond: the overshoot of the last
+                // sleep, made up now. More: the worker was idle, start afresh.
+                let now = Instant::now();
+                let start = match done_at {
+                    Some(d) if now.saturating_duration_since(d) < Duration::from_millis(1) => d,
+                    _ => now,
+                };
+                let done = start + COST;
+                std::thread::sleep(done.saturating_duration_since(now));
+                done_at = Some(done);
                 if let Some(k) = key {
                     if let Some(s) = flows.lock().unwrap().state.get_mut(&k) {
                         s.2 = false;
@@ -140,13 +154,7 @@ fn run(path: &Path, mode: Mode) -> Outcome {
 fn modes_under_lasting_imbalance_with_real_threads() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("skewed.pcap");
-    // What one worker really does per second: COST plus the sleep's overshoot here.
-    let t = Instant::now();
-    for _ in 0..200 {
-        std::thread::sleep(COST);
-    }
-    let capacity_pps = 200.0 / t.elapsed().as_secs_f64();
-    let hot = write_trace(&path, capacity_pps);
+    let hot = write_trace(&path);
     // The busier queue's load must exceed one worker while the total fits two.
     assert!(hot * LOAD * 2.0 > 1.1, "trace not skewed enough: busier queue has {hot:.2} of the packets");
 
