@@ -288,7 +288,7 @@ def inner(which, quota, passes):
         for name in which:
             for mix in MIXES:
                 result[key].setdefault(name, {})[mix] = ladder(t[name], mix, result["generator"][mix])
-            write_result(passes_name(passes), result)
+            write_result(passes_name(passes, which), result)
     set_quota(None)
     # Bursts: defaults, and tcpdump with its buffer raised to weir's 64 MiB per queue x 2 queues.
     configs = {n: t[n] for n in which}
@@ -297,14 +297,14 @@ def inner(which, quota, passes):
             key = "paused" if paused else "running"
             result["bursts"].setdefault(name, {})[key] = burst(factory, paused)
             log(f"  burst {name:18} {key:8}: {result['bursts'][name][key]['largest_lossless_burst']}")
-            write_result(passes_name(passes), result)
+            write_result(passes_name(passes, which), result)
     for key in ("ladder", "ladder_quota"):
         base = result[key].get("tcpdump", {})
         for name, mixes in result[key].items():
             for mix, r in mixes.items():
                 b = base.get(mix, {}).get("loss_free_kpps") or None
                 r["ratio_to_tcpdump"] = r["loss_free_kpps"] / b if b else None
-    write_result(passes_name(passes), result)
+    write_result(passes_name(passes, which), result)
 
 
 # "tcpdump -B 131072" is tcpdump given weir's default memory (64 MiB per queue, 2 queues).
@@ -312,9 +312,14 @@ ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afx
 PASSES = ["ladder", "ladder_quota", "bursts"]
 
 
-def passes_name(passes):
-    """The result file: live.json for a full run, live-<passes>.json for a partial one."""
-    return "live" if sorted(passes) == sorted(PASSES) else "live-" + "-".join(passes)
+def passes_name(passes, which=None):
+    """The result file: live.json for a full run of every tool, live-<passes>.json
+    for some passes, live-<tools>.json for some tools (a partial run never
+    overwrites the full one)."""
+    name = "live" if sorted(passes) == sorted(PASSES) else "live-" + "-".join(passes)
+    if which and sorted(which) != sorted(ALL):
+        name += "-" + "-".join(w.split()[0] for w in which)
+    return name
 
 
 def main():
