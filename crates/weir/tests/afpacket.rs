@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use testbed::TestBed;
-use weir::engine::{BuildError, Running, StopReason};
+use weir::engine::{BuildError, Report, Running, StopReason};
 use weir::pool::PoolConfig;
 use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
@@ -208,6 +208,19 @@ fn stop_after<H: Handler>(running: &Running<H>, n: u64) {
 }
 
 /// The identity, nothing in flight, and the workers' counts equal the stats.
+/// Capture with `engine` while `frames` are sent, stop once every packet that
+/// arrived is delivered, and check that the run ended cleanly with its books
+/// balanced. Returns the packets that arrived and the report.
+fn capture_sent(tb: &TestBed, dir: &Path, engine: Engine, frames: &Arc<Vec<Vec<u8>>>, snaplen: usize) -> (u64, Report<Seen>) {
+    let running = engine.start(|_| Seen::new(frames, snaplen)).unwrap();
+    let arrived = send(tb, dir, &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    stop_after(&running, arrived);
+    let report = running.join();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    check_accounting(&report.stats.queues, &report.handlers);
+    (arrived, report)
+}
+
 fn check_accounting(stats: &[QueueStats], handlers: &[(QueueId, Seen)]) {
     for (q, (queue, seen)) in stats.iter().zip(handlers) {
         assert_eq!(q.queue, *queue);
@@ -288,12 +301,7 @@ fn both_directions_of_every_flow_share_a_queue() {
     let sent = traffic(&tb, 6000, 400, 11, 200);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
     let engine = Engine::builder().source(&format!("afpacket:{}@0-3", tb.rx_if)).unwrap().live(opts(&tb)).build().unwrap();
-    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
-    let arrived = send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
-    stop_after(&running, arrived);
-    let report = running.join();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    check_accounting(&report.stats.queues, &report.handlers);
+    let (_, report) = capture_sent(&tb, dir.path(), engine, &frames, usize::MAX);
     let at = queue_of_each(&report.handlers);
     assert_eq!(at.len(), frames.len(), "packets lost");
     let queue_of_flow = flows_stay_together(&at, &sent, 300);
@@ -341,12 +349,7 @@ fn vlan_tags_the_kernel_took_out_are_put_back() {
     let snaplen = 128;
     let live = LiveOptions { snaplen: snaplen as u32, ..opts(&tb) };
     let engine = Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live).build().unwrap();
-    let running = engine.start(|_| Seen::new(&frames, snaplen)).unwrap();
-    let arrived = send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
-    stop_after(&running, arrived);
-    let report = running.join();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    check_accounting(&report.stats.queues, &report.handlers);
+    let (_, report) = capture_sent(&tb, dir.path(), engine, &frames, snaplen);
     assert_eq!(queue_of_each(&report.handlers).len(), frames.len(), "packets lost");
 }
 
@@ -621,13 +624,8 @@ fn bucket_fanout_steers_each_flow_by_its_bucket_and_counts_it() {
     assert_eq!(steering.queues(), [QueueId(0), QueueId(1)], "opening binds the table to the capture");
     let table = steering.table().unwrap();
     assert!(table.iter().enumerate().all(|(b, q)| usize::from(q.0) == b % 2), "the table starts as bucket b → queue b mod 2");
-    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
-    let arrived = send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    let (arrived, report) = capture_sent(&tb, dir.path(), engine, &frames, usize::MAX);
     assert_eq!(arrived, frames.len() as u64, "the veth pair lost packets: the test bed, not weir");
-    stop_after(&running, arrived);
-    let report = running.join();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    check_accounting(&report.stats.queues, &report.handlers);
     assert_eq!(report.stats.total().delivery_drops, 0);
     let at = queue_of_each(&report.handlers);
     assert_eq!(at.len(), frames.len(), "packets lost");
@@ -736,12 +734,7 @@ fn a_private_bucket_table_steers_too_and_non_ethernet_devices_are_refused() {
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
     let live = LiveOptions { afpacket: AfPacketOptions { fanout: "buckets".parse().unwrap(), ..AfPacketOptions::default() }, ..opts(&tb) };
     let engine = Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live.clone()).build().unwrap();
-    let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
-    let arrived = send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
-    stop_after(&running, arrived);
-    let report = running.join();
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    check_accounting(&report.stats.queues, &report.handlers);
+    let (_, report) = capture_sent(&tb, dir.path(), engine, &frames, usize::MAX);
     let at = queue_of_each(&report.handlers);
     assert_eq!(at.len(), frames.len(), "packets lost");
     check_steered(&at, &frames, |_, b| QueueId((b % 2) as u16));
