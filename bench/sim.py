@@ -34,10 +34,22 @@ def pyplot():
     return plt
 
 
+def experiment(name):
+    """Run `weir sim NAME` into bench/results/sim-NAME.csv; return its prefix and rows."""
+    prefix = RESULTS / f"sim-{name}"
+    subprocess.run([str(WEIR), "sim", name, "-o", str(prefix)], check=True)
+    with open(prefix.with_suffix(".csv")) as f:
+        return prefix, list(csv.DictReader(f))
+
+
+def save(fig, prefix):
+    fig.tight_layout()
+    fig.savefig(prefix.with_suffix(".png"), dpi=110)
+    log(f"wrote {prefix.with_suffix('.png')}")
+
+
 def burst():
-    prefix = RESULTS / "sim-burst"
-    subprocess.run([str(WEIR), "sim", "burst", "-o", str(prefix)], check=True)
-    rows = list(csv.DictReader(open(prefix.with_suffix(".csv"))))
+    prefix, rows = experiment("burst")
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     for ax, app in zip(axes, ("light", "heavy")):
@@ -52,16 +64,12 @@ def burst():
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("drop rate (%)")
-    fig.tight_layout()
-    fig.savefig(prefix.with_suffix(".png"), dpi=110)
-    log(f"wrote {prefix.with_suffix('.png')}")
+    save(fig, prefix)
     return rows
 
 
 def imbalance():
-    prefix = RESULTS / "sim-imbalance"
-    subprocess.run([str(WEIR), "sim", "imbalance", "-o", str(prefix)], check=True)
-    rows = list(csv.DictReader(open(prefix.with_suffix(".csv"))))
+    prefix, rows = experiment("imbalance")
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     names = [r["engine"] for r in rows]
@@ -77,9 +85,7 @@ def imbalance():
         ax.set_title(title)
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle("6 queues, 6 heavy workers, skewed flows at 85% of total capacity")
-    fig.tight_layout()
-    fig.savefig(prefix.with_suffix(".png"), dpi=110)
-    log(f"wrote {prefix.with_suffix('.png')}")
+    save(fig, prefix)
     return rows
 
 

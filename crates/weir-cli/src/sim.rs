@@ -220,8 +220,7 @@ fn workload(burst: Option<u64>, skewed: Option<(u64, u32, f64)>, trace: Option<&
             return Err(bad_input(anyhow::anyhow!("{}: no packets", path.display())));
         }
         let recorded = t.recorded_pps();
-        let timing = if recorded > 0.0 { Timing::Speed(pps / recorded) } else { Timing::Pps(pps) };
-        t = Trace::load(path, timing).map_err(bad_input)?;
+        t.set_timing(if recorded > 0.0 { Timing::Speed(pps / recorded) } else { Timing::Pps(pps) });
         return Ok(Box::new(t));
     }
     let (packets, flows, zipf) = skewed.unwrap_or((1_000_000, 20_000, 1.0));

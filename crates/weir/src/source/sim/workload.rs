@@ -221,6 +221,12 @@ impl Trace {
         }
     }
 
+    /// Time the packets from now on by `timing` (e.g. scaled once the recorded
+    /// rate is known, without reading the file again).
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.timing = timing;
+    }
+
     /// Start again from the first packet.
     pub fn rewind(&mut self) {
         self.at = 0;
