@@ -66,7 +66,8 @@ pub struct SourceArgs {
     /// WireCAP's advanced mode, a queue more than T% full hands chunks to the
     /// least-loaded queue (no copy; flows may then run on two workers). `rebalance`:
     /// flow buckets move away from a lastingly overloaded queue, each flow whole and
-    /// in order (trace sources). `rebalance:T`: both, offloading as last resort.
+    /// in order (trace sources, and afpacket, where it implies --fanout buckets).
+    /// `rebalance:T`: both, offloading as last resort.
     #[arg(long, value_name = "MODE", default_value = "basic")]
     pub balance: String,
 
@@ -193,12 +194,23 @@ impl SourceArgs {
 
     /// Build the engine: parse the source, open it, compile the filter.
     pub fn engine(&self) -> anyhow::Result<Engine> {
+        let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
+        let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?;
+        let live = matches!(spec, weir::source::SourceSpec::Live { .. });
+        if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), live) {
+            // Moving a bucket is a bpf(2) call on every controller tick, which Debian's
+            // default kernel.unprivileged_bpf_disabled refuses to anyone but root.
+            return Err(bad_input(anyhow::anyhow!(
+                "-Z {user} with --balance {}: a live capture that rebalances keeps changing the kernel's bucket table, \
+                 which needs root (CAP_BPF) for the whole run; leave out -Z, or use --balance offload:T",
+                self.balance
+            )));
+        }
         let mut b = Engine::builder()
-            .source(&self.source)
-            .map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?
+            .source_spec(spec)
             .pool(self.pool_config()?)
             .pacing(self.pacing()?)
-            .balance(self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?)
+            .balance(balance)
             .live(self.live.options()?);
         if let Some(c) = &self.cpus {
             b = b.cpus(c.parse::<CpuPlan>().map_err(|e| bad_input(anyhow::anyhow!(e)))?);

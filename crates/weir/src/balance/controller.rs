@@ -2,23 +2,28 @@
 //! moves. Pure and clocked by its caller, so the live engine and the simulator
 //! run the same decisions, and a test can drive it tick by tick.
 //!
-//! A queue is *overloaded* in a tick when it received more than its worker
-//! finished and its backlog grew or it dropped packets (a full pool stops
-//! growing: it drops). Only after [`ControllerConfig::persist_ticks`]
-//! overloaded ticks in a row does the controller act: it moves the queue's
-//! busiest buckets, largest first (fewest buckets, so fewest flows, for the
-//! load), each to the queue with the most spare capacity that can take it whole,
-//! until the queue's expected arrivals fit under [`ControllerConfig::headroom`]
-//! of its capacity. A bucket too large for any spare capacity stays. After
+//! A queue is *overloaded* in a tick when packets wait for its worker (at least
+//! [`ControllerConfig::busy_backlog`]) or it dropped some, and it received more
+//! than its worker finishes. What a worker finishes is an average over ticks
+//! (exponentially decayed, about the last twenty): workers give back whole
+//! chunks, so at a few thousand packets per second a tick sees one chunk or
+//! none, and the raw count would break every streak. A tick's arrivals are
+//! taken as they are, so a burst stops counting the tick it ends. Only after
+//! [`ControllerConfig::persist_ticks`] overloaded ticks in a row does the
+//! controller act: it moves the queue's busiest buckets (by their average
+//! rate), largest first (fewest buckets, so fewest flows, for the load), each
+//! to the queue with the most spare capacity that can take it whole, until the
+//! queue's load (the sum of its buckets' rates) fits under
+//! [`ControllerConfig::headroom`] of its capacity. A bucket too large for any spare capacity stays. After
 //! acting on a queue the controller leaves it alone for
 //! [`ControllerConfig::cooldown_ticks`], so the next decision sees the effect of
 //! this one.
 //!
 //! Capacity is learned, not configured: in a tick where a queue's backlog was
 //! at least [`ControllerConfig::busy_backlog`] at both ends, its worker was busy
-//! throughout, and what it finished is its capacity for that tick. (A backlog of
-//! a few packets at both ends says nothing: a worker at 80% load has one most of
-//! the time.) Workers are assumed alike (one core each), so
+//! throughout, and what it finished (averaged the same way) is its capacity.
+//! (A backlog of a few packets at both ends says nothing: a worker at 80% load
+//! has one most of the time.) Workers are assumed alike (one core each), so
 //! a queue never seen saturated is credited with the mean of those that were.
 
 use crate::rss::IndirectionTable;
@@ -86,8 +91,40 @@ pub struct Controller {
     overloaded_for: Vec<u32>,
     cooldown: Vec<u32>,
     prev_backlog: Vec<u64>,
-    /// Packets per tick each worker finishes when busy throughout, smoothed.
-    capacity: Vec<Option<f64>>,
+    /// Packets per tick each worker finished.
+    served: Vec<Average>,
+    /// Packets per tick each worker finishes when busy throughout.
+    capacity: Vec<Average>,
+    /// Packets per tick each bucket received; a queue's load is the sum over
+    /// the buckets the table gives it, so a move shifts load at once.
+    bucket_rate: Vec<f64>,
+    /// The weight `bucket_rate`'s sums carry (all buckets share it).
+    bucket_weight: f64,
+}
+
+/// Weight of the newest tick in every average: the last twenty or so ticks
+/// count. Workers give back whole chunks, so a tick sees a chunk's worth of
+/// finished packets or none, and only an average over many chunks says what a
+/// worker does.
+const DECAY: f64 = 0.05;
+
+/// An exponentially decayed average that is unbiased from its first sample
+/// (the sum and its weight decay together).
+#[derive(Copy, Clone, Debug, Default)]
+struct Average {
+    sum: f64,
+    weight: f64,
+}
+
+impl Average {
+    fn add(&mut self, x: f64) {
+        self.sum = self.sum * (1.0 - DECAY) + x;
+        self.weight = self.weight * (1.0 - DECAY) + 1.0;
+    }
+
+    fn get(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| self.sum / self.weight)
+    }
 }
 
 impl Controller {
@@ -97,13 +134,16 @@ impl Controller {
             overloaded_for: vec![0; queues],
             cooldown: vec![0; queues],
             prev_backlog: vec![0; queues],
-            capacity: vec![None; queues],
+            served: vec![Average::default(); queues],
+            capacity: vec![Average::default(); queues],
+            bucket_rate: Vec::new(),
+            bucket_weight: 0.0,
         }
     }
 
     /// The learned capacity of each queue, in packets per tick.
-    pub fn capacity(&self) -> &[Option<f64>] {
-        &self.capacity
+    pub fn capacity(&self) -> Vec<Option<f64>> {
+        self.capacity.iter().map(Average::get).collect()
     }
 
     /// Take one tick's samples (one per queue) and the packets each bucket
@@ -113,48 +153,59 @@ impl Controller {
         let n = self.capacity.len();
         debug_assert_eq!(samples.len(), n);
         debug_assert_eq!(bucket_arrivals.len(), table.len());
+        self.bucket_rate.resize(table.len(), 0.0);
+        for (r, &a) in self.bucket_rate.iter_mut().zip(bucket_arrivals) {
+            *r = *r * (1.0 - DECAY) + f64::from(a);
+        }
+        self.bucket_weight = self.bucket_weight * (1.0 - DECAY) + 1.0;
         for (q, s) in samples.iter().enumerate() {
-            if self.prev_backlog[q] >= self.cfg.busy_backlog && s.backlog >= self.cfg.busy_backlog && s.served > 0 {
-                let seen = s.served as f64;
-                self.capacity[q] = Some(self.capacity[q].map_or(seen, |c| 0.75 * c + 0.25 * seen));
+            self.served[q].add(s.served as f64);
+            let busy = s.backlog >= self.cfg.busy_backlog;
+            if busy && self.prev_backlog[q] >= self.cfg.busy_backlog {
+                self.capacity[q].add(s.served as f64);
             }
-            let overloaded = s.arrivals > s.served && (s.backlog > self.prev_backlog[q] || s.dropped > 0);
+            let served = self.served[q].get().unwrap_or(0.0);
+            let overloaded = (busy || s.dropped > 0) && s.arrivals as f64 > served;
             self.overloaded_for[q] = if overloaded { self.overloaded_for[q] + 1 } else { 0 };
             self.prev_backlog[q] = s.backlog;
         }
-        let known: Vec<f64> = self.capacity.iter().flatten().copied().collect();
+        let known: Vec<f64> = self.capacity.iter().filter_map(Average::get).collect();
         let mut moves = Vec::new();
         if known.is_empty() {
             self.cool_down();
             return moves;
         }
         let mean = known.iter().sum::<f64>() / known.len() as f64;
-        let cap = |q: usize| self.capacity[q].unwrap_or(mean) * self.cfg.headroom;
+        let cap = |q: usize| self.capacity[q].get().unwrap_or(mean) * self.cfg.headroom;
+        let rate = |b: usize| self.bucket_rate[b] / self.bucket_weight;
+        let mut load = vec![0.0; n];
+        for b in 0..table.len() {
+            load[usize::from(table.queue_of_bucket(b))] += rate(b);
+        }
         // Spare capacity of every queue that is not itself overloaded.
-        let mut spare: Vec<f64> = (0..n)
-            .map(|q| if self.overloaded_for[q] == 0 { cap(q) - samples[q].arrivals as f64 } else { f64::NEG_INFINITY })
-            .collect();
-        for (hot, sample) in samples.iter().enumerate() {
+        let mut spare: Vec<f64> =
+            (0..n).map(|q| if self.overloaded_for[q] == 0 { cap(q) - load[q] } else { f64::NEG_INFINITY }).collect();
+        for (hot, &hot_load) in load.iter().enumerate() {
             if self.overloaded_for[hot] < self.cfg.persist_ticks || self.cooldown[hot] > 0 {
                 continue;
             }
-            let mut need = sample.arrivals as f64 - cap(hot);
-            let mut buckets: Vec<(u32, usize)> = (0..table.len())
-                .filter(|&b| usize::from(table.queue_of_bucket(b)) == hot && bucket_arrivals[b] > 0 && movable(b))
-                .map(|b| (bucket_arrivals[b], b))
+            let mut need = hot_load - cap(hot);
+            let mut buckets: Vec<(f64, usize)> = (0..table.len())
+                .filter(|&b| usize::from(table.queue_of_bucket(b)) == hot && rate(b) > 0.0 && movable(b))
+                .map(|b| (rate(b), b))
                 .collect();
             // Largest first; ties by bucket number, for determinism.
-            buckets.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            for (rate, bucket) in buckets {
+            buckets.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            for (r, bucket) in buckets {
                 if need <= 0.0 {
                     break;
                 }
                 let Some(to) = (0..n).filter(|&x| x != hot).max_by(|&a, &b| spare[a].total_cmp(&spare[b]).then(b.cmp(&a))) else { break };
-                if f64::from(rate) > spare[to] {
+                if r > spare[to] {
                     continue;
                 }
-                spare[to] -= f64::from(rate);
-                need -= f64::from(rate);
+                spare[to] -= r;
+                need -= r;
                 moves.push(Move { bucket, from: hot as u16, to: to as u16 });
             }
             if moves.iter().any(|m| usize::from(m.from) == hot) {

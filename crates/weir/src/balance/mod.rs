@@ -7,10 +7,13 @@
 //! finished and how much waits, and moves buckets away from a queue only when it
 //! has been overloaded for several ticks in a row: a short burst, which the pool
 //! absorbs, never moves anything. [`Steering`] carries a move out in the capture
-//! path (trace and simulated sources; afxdp's capture threads): packets of a
+//! path of trace and simulated sources, where one thread fills every queue: packets of a
 //! moving bucket are parked until every chunk the old queue had published is
 //! recycled, then handed to the new queue ahead of anything newer. From then on
 //! the bucket is the new queue's, and the old worker has nothing of it left.
+//! AF_PACKET captures keep the table in the kernel and run the same controller
+//! and the same fence, split across their capture threads
+//! (`source::afpacket`'s `rebalance` module).
 //!
 //! Chunk offloading (`pool::buddy`) is the other answer to imbalance, WireCAP's;
 //! it reacts at once but splits flows across workers. The two combine: the
@@ -18,12 +21,15 @@
 //! threshold.
 
 mod controller;
+mod park;
 mod steer;
 
 pub use controller::{Controller, ControllerConfig, Move, QueueSample};
+pub use park::{Parked, ParkingLot, PARK_LIMIT};
 pub use steer::{Route, Steering, SteeringStats};
 
 use crate::pool::OffloadThreshold;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How an engine meets imbalance between its queues.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
@@ -70,6 +76,52 @@ impl Mode {
         match *self {
             Mode::Rebalance { controller, .. } => Some(controller),
             _ => None,
+        }
+    }
+}
+
+/// What rebalancing did, shared between the threads that steer and whoever
+/// reports it while the capture runs. Each field is a count on its own, read
+/// and written Relaxed: no other memory is published through them.
+#[derive(Debug, Default)]
+pub struct BalanceCounters {
+    moves_started: AtomicU64,
+    buckets_moved: AtomicU64,
+    parked: AtomicU64,
+    park_drops: AtomicU64,
+    handover_drops: AtomicU64,
+    parked_bytes_peak: AtomicU64,
+}
+
+impl BalanceCounters {
+    /// Replace the counts with a single steerer's own running totals.
+    pub fn publish(&self, s: &SteeringStats) {
+        self.moves_started.store(s.moves_started, Ordering::Relaxed);
+        self.buckets_moved.store(s.buckets_moved, Ordering::Relaxed);
+        self.parked.store(s.parked, Ordering::Relaxed);
+        self.park_drops.store(s.park_drops, Ordering::Relaxed);
+        self.handover_drops.store(s.handover_drops, Ordering::Relaxed);
+        self.parked_bytes_peak.store(s.parked_bytes_peak as u64, Ordering::Relaxed);
+    }
+
+    /// Add one steerer's share, where several threads steer together.
+    pub fn add(&self, s: &SteeringStats) {
+        self.moves_started.fetch_add(s.moves_started, Ordering::Relaxed);
+        self.buckets_moved.fetch_add(s.buckets_moved, Ordering::Relaxed);
+        self.parked.fetch_add(s.parked, Ordering::Relaxed);
+        self.park_drops.fetch_add(s.park_drops, Ordering::Relaxed);
+        self.handover_drops.fetch_add(s.handover_drops, Ordering::Relaxed);
+        self.parked_bytes_peak.fetch_max(s.parked_bytes_peak as u64, Ordering::Relaxed);
+    }
+
+    pub fn read(&self) -> SteeringStats {
+        SteeringStats {
+            moves_started: self.moves_started.load(Ordering::Relaxed),
+            buckets_moved: self.buckets_moved.load(Ordering::Relaxed),
+            parked: self.parked.load(Ordering::Relaxed),
+            park_drops: self.park_drops.load(Ordering::Relaxed),
+            handover_drops: self.handover_drops.load(Ordering::Relaxed),
+            parked_bytes_peak: self.parked_bytes_peak.load(Ordering::Relaxed) as usize,
         }
     }
 }

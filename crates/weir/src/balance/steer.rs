@@ -15,20 +15,19 @@
 //!
 //! So b's packets are finished by q before q' sees any of them, and q' sees them
 //! in arrival order: no flow of b is processed by two workers at once or
-//! reordered. Parking copies, which costs only packets of moving buckets, for
-//! about one backlog's drain time. A parking area full beyond [`PARK_LIMIT`]
-//! bytes drops the packet as a capture drop of q', the queue it was going to.
+//! reordered. Parking copies (into a [`ParkingLot`]), which costs only packets
+//! of moving buckets, for about one backlog's drain time. A parking lot full
+//! beyond [`PARK_LIMIT`](super::PARK_LIMIT) bytes drops the packet as a capture
+//! drop of q', the queue it was going to.
 //!
 //! The steering owns the table of a group of queues `0..n` and their capture
 //! sides are passed to it by index; callers map their own queue numbers.
 
 use super::controller::{Controller, ControllerConfig, Move, QueueSample};
+use super::park::{Parked, ParkingLot};
 use crate::pool::{CaptureSide, Fence, NoCell};
 use crate::rss::IndirectionTable;
 use std::collections::VecDeque;
-
-/// Most bytes parked at once, over all moves.
-pub const PARK_LIMIT: usize = 64 << 20;
 
 /// Where a packet of a bucket goes now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -56,13 +55,6 @@ pub struct SteeringStats {
     pub parked_bytes_peak: usize,
 }
 
-struct Parked {
-    at: usize,
-    len: usize,
-    wire_len: u32,
-    ts_ns: u64,
-}
-
 struct Transit {
     mv: Move,
     fence: Fence,
@@ -75,8 +67,8 @@ pub struct Steering {
     /// Index into `moving` for each bucket in transit.
     in_transit: Vec<Option<usize>>,
     moving: Vec<Transit>,
-    /// Bytes of parked packets, appended in arrival order; emptied when no move parks.
-    park_bytes: Vec<u8>,
+    /// Parked packets' bytes; emptied when no move parks.
+    lot: ParkingLot,
     controller: Controller,
     /// Per bucket and per queue since the last tick.
     bucket_arrivals: Vec<u32>,
@@ -93,7 +85,7 @@ impl Steering {
             table,
             in_transit: vec![None; buckets],
             moving: Vec::new(),
-            park_bytes: Vec::new(),
+            lot: ParkingLot::default(),
             controller: Controller::new(queues, cfg),
             bucket_arrivals: vec![0; buckets],
             queue_arrivals: vec![0; queues],
@@ -108,7 +100,7 @@ impl Steering {
     }
 
     pub fn stats(&self) -> SteeringStats {
-        self.stats
+        SteeringStats { parked_bytes_peak: self.lot.peak(), ..self.stats }
     }
 
     /// The queue a moving bucket is going to.
@@ -145,16 +137,16 @@ impl Steering {
         };
         let to = usize::from(self.moving[i].mv.to);
         self.queue_arrivals[to] += 1;
-        if self.park_bytes.len() + data.len() > PARK_LIMIT {
-            sides[to].drop_capture(wire_len);
-            self.stats.park_drops += 1;
-            return;
+        match self.lot.park(data, wire_len, ts_ns) {
+            Some(p) => {
+                self.moving[i].parked.push_back(p);
+                self.stats.parked += 1;
+            }
+            None => {
+                sides[to].drop_capture(wire_len);
+                self.stats.park_drops += 1;
+            }
         }
-        let at = self.park_bytes.len();
-        self.park_bytes.extend_from_slice(data);
-        self.moving[i].parked.push_back(Parked { at, len: data.len(), wire_len, ts_ns });
-        self.stats.parked += 1;
-        self.stats.parked_bytes_peak = self.stats.parked_bytes_peak.max(self.park_bytes.len());
     }
 
     /// Once per tick: hand over the moves whose fence is passed, then let the
@@ -205,7 +197,7 @@ impl Steering {
             }
             self.in_transit[t.mv.bucket] = None;
         }
-        self.park_bytes.clear();
+        self.lot.clear();
     }
 
     /// Hand over every move whose fence is passed, in the order they started.
@@ -220,8 +212,7 @@ impl Steering {
             let t = self.moving.remove(k);
             let to = &mut sides[usize::from(t.mv.to)];
             for p in &t.parked {
-                let data = &self.park_bytes[p.at..p.at + p.len];
-                if let Err(NoCell) = to.push_copy(data, p.wire_len, p.ts_ns) {
+                if let Err(NoCell) = to.push_copy(self.lot.bytes(p), p.wire_len, p.ts_ns) {
                     to.drop_capture(p.wire_len);
                     self.stats.handover_drops += 1;
                 }
@@ -235,7 +226,7 @@ impl Steering {
             self.in_transit[t.mv.bucket] = Some(i);
         }
         if self.moving.iter().all(|t| t.parked.is_empty()) {
-            self.park_bytes.clear();
+            self.lot.clear();
         }
     }
 }

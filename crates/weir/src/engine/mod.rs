@@ -27,7 +27,7 @@ pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::balance;
 use crate::filter::{Filter, FilterError};
 use crate::pool::{self, Next, PoolConfig, WorkerSide};
-use crate::source::{self, Pacing, SourceSpec, SpecError};
+use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
 use crate::{Packet, QueueId};
 use std::sync::Arc;
@@ -179,8 +179,8 @@ impl EngineBuilder {
     }
 
     /// Open the source and compile the filter for its link type.
-    pub fn build(self) -> Result<Engine, BuildError> {
-        let spec = self.spec.ok_or(BuildError::NoSource)?;
+    pub fn build(mut self) -> Result<Engine, BuildError> {
+        let spec = self.spec.take().ok_or(BuildError::NoSource)?;
         if self.balance.controller().is_some() {
             match &spec {
                 SourceSpec::File { queues, .. } if queues.len() != usize::from(queues.total()) => {
@@ -190,9 +190,23 @@ impl EngineBuilder {
                     )))
                 }
                 SourceSpec::File { .. } => {}
-                SourceSpec::Live { .. } => {
+                SourceSpec::Live { kind: LiveKind::AfPacket, .. } => {
+                    // The kernel's bucket table is what moves; hash, the default, is what
+                    // buckets replaces (both are symmetric flow hashes).
+                    let fanout = &mut self.open.live.afpacket.fanout;
+                    match *fanout {
+                        Fanout::Buckets(_) => {}
+                        Fanout::Hash => *fanout = Fanout::Buckets(None),
+                        other => {
+                            return Err(BuildError::Balance(format!(
+                                "afpacket moves buckets through weir's bucket table (--fanout buckets), and {other} fanout has none"
+                            )))
+                        }
+                    }
+                }
+                SourceSpec::Live { kind: LiveKind::AfXdp, .. } => {
                     return Err(BuildError::Balance(
-                        "live sources do not move buckets under the controller yet; use --fanout buckets (afpacket) to steer by bucket, or --balance offload:T".into(),
+                        "afxdp does not move buckets yet: use afpacket (whose kernel bucket table rebalancing steers), or --balance offload:T".into(),
                     ))
                 }
             }
@@ -269,9 +283,17 @@ impl Engine {
     pub fn start<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
         let ctl = Arc::new(Control::new(self.packet_limit));
         let progress = self.source.progress();
+        let balance = Arc::new(balance::BalanceCounters::default());
+        let rebalancing = self.balance.controller().is_some();
         let units = self
             .source
-            .into_units(source::CaptureOptions { filter: self.filter, pacing: self.pacing, pool: self.pool, balance: self.balance })
+            .into_units(source::CaptureOptions {
+                filter: self.filter,
+                pacing: self.pacing,
+                pool: self.pool,
+                balance: self.balance,
+                balance_counters: Arc::clone(&balance),
+            })
             .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
 
         let mut counters = Vec::new();
@@ -352,6 +374,7 @@ impl Engine {
             started: Instant::now(),
             time_limit: self.time_limit,
             progress,
+            balance: rebalancing.then_some(balance),
             info: self.info,
         })
     }
@@ -434,6 +457,8 @@ pub struct Running<H> {
     started: Instant,
     time_limit: Option<Duration>,
     progress: Option<Arc<Progress>>,
+    /// What rebalancing moved, when the mode moves buckets.
+    balance: Option<Arc<balance::BalanceCounters>>,
     info: SourceInfo,
 }
 
@@ -463,6 +488,11 @@ impl<H: Handler> Running<H> {
 
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// What rebalancing has moved so far, when the mode moves buckets.
+    pub fn balance(&self) -> Option<balance::SteeringStats> {
+        self.balance.as_ref().map(|b| b.read())
     }
 
     pub fn is_finished(&self) -> bool {
@@ -510,7 +540,8 @@ impl<H: Handler> Running<H> {
         }
         let stats = Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() };
         let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
-        Report { stats, handlers, elapsed, stop, errors }
+        let balance = self.balance.as_ref().map(|b| b.read());
+        Report { stats, handlers, elapsed, stop, errors, balance }
     }
 }
 
@@ -525,6 +556,8 @@ pub struct Report<H> {
     /// Everything that went wrong; a malformed trace shows up here, after the
     /// packets before the damage were delivered.
     pub errors: Vec<RunError>,
+    /// What rebalancing moved, when the mode moves buckets.
+    pub balance: Option<balance::SteeringStats>,
 }
 
 impl<H> Report<H> {

@@ -34,8 +34,10 @@ pub struct CaptureOptions {
     /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.
     pub pool: crate::pool::PoolConfig,
     /// Offloading (done by the engine's pools) and rebalancing (done by sources
-    /// that steer packets themselves: trace files).
+    /// that steer packets: trace files, and afpacket through its bucket table).
     pub balance: crate::balance::Mode,
+    /// Where a rebalancing source reports what it moved.
+    pub balance_counters: Arc<crate::balance::BalanceCounters>,
 }
 
 /// An opened source, before capture starts.

@@ -72,6 +72,7 @@
 //! as libpcap does, the outgoing copy is dropped, here by a test in front of the
 //! filter so it never takes room in the ring.
 
+mod rebalance;
 pub mod steer;
 mod sys;
 mod unit;
@@ -414,20 +415,39 @@ impl Source for AfPacketSource {
                 io_error(format!("{}: the kernel refused the filter program ({} instructions)", label(s.queue), program.len()), e)
             })?;
         }
+        let rebalance = match (opts.balance.controller(), &self.steering) {
+            (None, _) => None,
+            (Some(cfg), Some(binding)) => {
+                let queues = self.info.queues.clone();
+                Some(rebalance::Rebalance::new(binding.steering().clone(), queues, cfg, opts.balance_counters))
+            }
+            (Some(_), None) => {
+                return Err(SourceError::Invalid(format!(
+                    "{}: rebalancing moves buckets through weir's bucket table, so it needs --fanout buckets (this capture uses {} fanout)",
+                    self.info.name, self.fanout
+                )))
+            }
+        };
         let shared = Arc::new(Shared {
             _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(),
             _steering: self.steering,
         });
         let iface = self.iface;
-        Ok(self
+        let mut units: Vec<Box<dyn CaptureUnit>> = self
             .queues
             .into_iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(member, s)| {
                 let name = format!("afpacket:{iface}@{}", s.queue);
-                let unit = unit::QueueUnit::new(QueueId(s.queue), name, s.socket, s.ring, Arc::clone(&shared));
+                let role = rebalance.as_ref().map(|r| rebalance::QueueRole::new(Arc::clone(r), member as u16));
+                let unit = unit::QueueUnit::new(QueueId(s.queue), name, s.socket, s.ring, Arc::clone(&shared), role);
                 Box::new(unit) as Box<dyn CaptureUnit>
             })
-            .collect())
+            .collect();
+        if let Some(r) = rebalance {
+            units.push(Box::new(rebalance::ControllerUnit::new(r, &iface)));
+        }
+        Ok(units)
     }
 }
 

@@ -269,6 +269,11 @@ pub(super) struct Binding {
 }
 
 impl Binding {
+    /// The table this binding holds.
+    pub(super) fn steering(&self) -> &BucketSteering {
+        &self.steering
+    }
+
     /// Make weir's program the demux of the fanout group `socket` just founded
     /// (PACKET_FANOUT_EBPF); the group holds the program from then on.
     pub(super) fn attach(&self, socket: &PacketSocket) -> io::Result<()> {

@@ -137,6 +137,7 @@ const _: () = {
     assert!(size_of::<TpacketReq3>() == 28);
     assert!(size_of::<BlockDesc>() == 48);
     assert!(std::mem::offset_of!(BlockDesc, block_status) == 8);
+    assert!(std::mem::offset_of!(BlockDesc, num_pkts) == 12);
     assert!(size_of::<Tpacket3Hdr>() == 48);
     assert!(size_of::<TpacketStatsV3>() == 12);
     assert!(size_of::<PacketMreq>() == 16);
@@ -407,7 +408,28 @@ impl PacketSocket {
         // writes a block only while it is TP_STATUS_KERNEL, and `Ring::give_back`
         // stores that only for a block `is_unheld` reports free (see the module doc).
         let arena = unsafe { BlockArena::over_mapping(region, block_bytes as usize, block_count as usize) };
-        Ok(Ring { walked: vec![false; arena.count()].into(), arena, next: 0, snaplen, vlan })
+        Ok(Ring { walked: vec![false; arena.count()].into(), arena, next: 0, adopted: 0, snaplen, vlan })
+    }
+}
+
+/// `membarrier(2)` command that waits for an RCU grace period on every CPU.
+const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+/// How long to wait where the kernel refuses MEMBARRIER_CMD_GLOBAL (nohz_full
+/// kernels): far longer than the softirq that steers and writes one packet runs.
+const GRACE_FALLBACK: Duration = Duration::from_millis(50);
+
+/// Return once every packet the kernel steered before the call is written into
+/// its socket's ring. A fanout demux reads the bucket table and the chosen
+/// socket's `tpacket_rcv` writes the packet within one RCU read-side section
+/// (the receive softirq, or `dev_queue_xmit_nit` for outgoing packets), and
+/// MEMBARRIER_CMD_GLOBAL waits for every such section in progress to end
+/// (`synchronize_rcu`). So after a table change and this call, no packet steered
+/// by the old entry is still on its way.
+pub(super) fn wait_for_steered_packets() {
+    // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long, 0 as libc::c_long) };
+    if rc != 0 {
+        std::thread::sleep(GRACE_FALLBACK);
     }
 }
 
@@ -416,6 +438,8 @@ pub(super) struct Ring {
     arena: Arc<BlockArena>,
     /// The block the kernel fills after the last one adopted.
     next: BlockId,
+    /// Blocks adopted since the ring was mapped: the sequence number of the next one.
+    adopted: u64,
     /// Blocks adopted and not yet given back: the kernel still shows them as
     /// TP_STATUS_USER, but their packets were taken.
     walked: Box<[bool]>,
@@ -480,6 +504,63 @@ impl Ring {
         unsafe { AtomicU32::from_ptr(at.cast_mut().cast()) }
     }
 
+    /// The `num_pkts` word of a block's descriptor.
+    fn packets_in(&self, id: BlockId) -> &AtomicU32 {
+        let at = self.arena.block_ptr(id).wrapping_add(std::mem::offset_of!(BlockDesc, num_pkts));
+        // SAFETY: as for `status`: the 4-byte aligned `num_pkts` word of a block of
+        // the mapping. The kernel writes it while it fills the block, so it is only
+        // ever read here as one atomic 32-bit word.
+        unsafe { AtomicU32::from_ptr(at.cast_mut().cast()) }
+    }
+
+    /// Where the kernel's filling stands, as a block sequence number: every
+    /// packet already in the ring is in a block numbered below it. That is every
+    /// block handed over and not adopted yet, plus the block the kernel is filling
+    /// if it holds a packet. An empty block being filled is not counted: the kernel
+    /// never retires an empty block, and whatever lands in it arrives after this
+    /// call.
+    pub(super) fn fill_point(&self) -> u64 {
+        let (ready, _) = self.scan_ahead();
+        let filling = self.next as usize + ready;
+        let open = filling < self.next as usize + self.arena.count() && {
+            let id = (filling % self.arena.count()) as BlockId;
+            // Relaxed: a hint about a block still the kernel's; the caller ordered this
+            // call after the packets it cares about were written (see `rebalance`).
+            !self.walked[id as usize] && self.packets_in(id).load(Ordering::Relaxed) > 0
+        };
+        self.adopted + ready as u64 + u64::from(open)
+    }
+
+    /// Packets in the ring not adopted yet: in blocks handed over, and in the
+    /// block the kernel is filling (a hint, read while the kernel writes it).
+    pub(super) fn waiting_packets(&self) -> u64 {
+        let (ready, packets) = self.scan_ahead();
+        if ready == self.arena.count() {
+            return packets;
+        }
+        let id = ((self.next as usize + ready) % self.arena.count()) as BlockId;
+        // Relaxed: a count for the controller, not a claim on the block's contents.
+        let filling = if self.walked[id as usize] { 0 } else { self.packets_in(id).load(Ordering::Relaxed) };
+        packets + u64::from(filling)
+    }
+
+    /// Blocks handed over and not adopted, counted from the next one in ring
+    /// order, and the packets in them.
+    fn scan_ahead(&self) -> (usize, u64) {
+        let n = self.arena.count();
+        let (mut ready, mut packets) = (0, 0u64);
+        while ready < n {
+            let id = ((self.next as usize + ready) % n) as BlockId;
+            // Acquire: as in `next_block`, so the descriptor read below is the kernel's final one.
+            if self.walked[id as usize] || self.status(id).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                break;
+            }
+            packets += u64::from(self.packets_in(id).load(Ordering::Relaxed));
+            ready += 1;
+        }
+        (ready, packets)
+    }
+
     /// Adopt the next block in ring order if the kernel has handed it over.
     pub(super) fn next_block(&mut self) -> Result<Option<ReadyBlock>, BadFrame> {
         let id = self.next;
@@ -492,6 +573,7 @@ impl Ring {
         let block = self.arena.adopt(id).ok_or_else(|| BadFrame(format!("block {id} handed over while still held")))?;
         self.walked[id as usize] = true;
         self.next = (id + 1) % self.arena.count() as BlockId;
+        self.adopted += 1;
         // SAFETY: the block is ours (TP_STATUS_USER, adopted), lies in the mapping,
         // and starts with a block descriptor; read by value, unaligned-safe.
         let desc = unsafe { std::ptr::read_unaligned(self.arena.block_ptr(id).cast::<BlockDesc>()) };
@@ -559,6 +641,20 @@ impl Ring {
             ts_ns: u64::from(h.tp_sec) * 1_000_000_000 + u64::from(h.tp_nsec),
             next,
         })
+    }
+
+    /// The captured bytes of a packet of `ready` that [`frame`](Self::frame)
+    /// returned, to read (hash, copy aside) while the block is held.
+    pub(super) fn packet_bytes<'a>(&'a self, ready: &'a ReadyBlock, f: &Frame) -> &'a [u8] {
+        assert!(Arc::ptr_eq(ready.block.arena(), &self.arena), "a block of another ring");
+        assert!(f.data.start <= f.data.end && f.data.end <= self.arena.block_bytes(), "a frame outside its block");
+        let at = self.arena.block_ptr(ready.block.id()).wrapping_add(f.data.start);
+        // SAFETY: the range lies in a block we adopted (checked above), which the
+        // kernel does not write until `give_back`, which needs `&mut self` and so
+        // waits for this borrow to end. `frame` already wrote this packet's VLAN tag
+        // back and cleared the flag, so it never writes these bytes again, and other
+        // calls of `frame` write only in the areas of other packets.
+        unsafe { std::slice::from_raw_parts(at, f.data.len()) }
     }
 
     /// Every packet of `block` was taken: stop holding it for reading.

@@ -25,7 +25,12 @@
 //! process's CPU time, the capture thread spinning for half a core.) And poll
 //! cannot see what does end the wait, a recycled chunk letting a block go back.
 //! Every sleep is bounded by [`WAIT_SLICE`], so a stop request is seen within it.
+//!
+//! Under rebalancing the unit also does its queue's part of bucket moves (see
+//! the `rebalance` module): it parks packets of buckets moving in, fences its
+//! pool for buckets moving out, and sleeps at most one controller tick.
 
+use super::rebalance::{QueueRole, TICK};
 use super::sys::{BadFrame, PacketSocket, ReadyBlock, Ring, Walked};
 use super::Shared;
 use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
@@ -58,6 +63,10 @@ pub(super) struct QueueUnit {
     walk: Option<Walk>,
     /// Blocks walked but not yet given back, oldest first.
     held: VecDeque<Walked>,
+    /// Blocks walked to the end since the start.
+    walked: u64,
+    /// This queue's part in rebalancing, when the capture rebalances.
+    balance: Option<QueueRole>,
     next_stats: Instant,
 }
 
@@ -83,8 +92,43 @@ enum Step {
 }
 
 impl QueueUnit {
-    pub(super) fn new(queue: QueueId, label: String, socket: PacketSocket, ring: Ring, shared: Arc<Shared>) -> QueueUnit {
-        QueueUnit { queue, label, socket, ring, _shared: shared, walk: None, held: VecDeque::new(), next_stats: Instant::now() }
+    pub(super) fn new(
+        queue: QueueId,
+        label: String,
+        socket: PacketSocket,
+        ring: Ring,
+        shared: Arc<Shared>,
+        balance: Option<QueueRole>,
+    ) -> QueueUnit {
+        QueueUnit {
+            queue,
+            label,
+            socket,
+            ring,
+            _shared: shared,
+            walk: None,
+            held: VecDeque::new(),
+            walked: 0,
+            balance,
+            next_stats: Instant::now(),
+        }
+    }
+
+    /// Longest sleep: a stop request is seen within it, and under rebalancing a move too.
+    fn slice(&self) -> Duration {
+        if self.balance.is_some() {
+            TICK
+        } else {
+            WAIT_SLICE
+        }
+    }
+
+    /// Rebalancing's look at this queue, when on.
+    fn sync(&mut self, side: &mut CaptureSide) {
+        if let Some(b) = &mut self.balance {
+            let unwalked = self.walk.as_ref().map_or(0, |w| u64::from(w.left));
+            b.sync(&self.ring, self.walked, unwalked, side);
+        }
     }
 
     fn capture(&mut self, side: &mut CaptureSide, ctl: &Control) -> Result<(), SourceError> {
@@ -93,15 +137,17 @@ impl QueueUnit {
                 return Ok(());
             }
             if let Some(w) = &mut self.walk {
-                match walk(&self.ring, w, side, ctl).map_err(bad_ring)? {
+                match walk(&self.ring, w, side, ctl, self.balance.as_mut()).map_err(bad_ring)? {
                     Step::Done => {
                         if let Some(w) = self.walk.take() {
                             self.held.push_back(self.ring.done(w.block));
+                            self.walked += 1;
                         }
                     }
                     Step::NoCell => {
-                        side.wait_for_cell(WAIT_SLICE);
+                        side.wait_for_cell(self.slice());
                         self.give_back();
+                        self.sync(side);
                         self.stats_if_due(side)?;
                         continue;
                     }
@@ -118,14 +164,18 @@ impl QueueUnit {
             if let Some(block) = self.ring.next_block().map_err(bad_ring)? {
                 let (left, at) = (block.packets(), block.first());
                 self.walk = Some(Walk { block, left, at, budgeted: false });
+                // After adopting and before walking: a bucket moving here is parked
+                // from its first packet on (see the `rebalance` module).
+                self.sync(side);
                 continue;
             }
             side.flush();
             side.reclaim();
             self.give_back();
+            self.sync(side);
             if self.held.is_empty() {
                 let until_stats = self.next_stats.saturating_duration_since(Instant::now());
-                self.socket.wait_readable(WAIT_SLICE.min(until_stats)).map_err(socket_error)?;
+                self.socket.wait_readable(self.slice().min(until_stats)).map_err(socket_error)?;
             } else {
                 side.wait_recycled(HELD_WAIT);
             }
@@ -173,9 +223,10 @@ fn bad_ring(e: BadFrame) -> SourceError {
     SourceError::Io { what: "the kernel's ring is inconsistent".into(), source: io::Error::new(io::ErrorKind::InvalidData, e.0) }
 }
 
-/// Push the rest of the block's packets, until a cell is missing or the limit is hit.
+/// Push the rest of the block's packets, until a cell is missing or the limit is
+/// hit; packets of a bucket moving to this queue are parked instead.
 #[inline]
-fn walk(ring: &Ring, w: &mut Walk, side: &mut CaptureSide, ctl: &Control) -> Result<Step, BadFrame> {
+fn walk(ring: &Ring, w: &mut Walk, side: &mut CaptureSide, ctl: &Control, mut balance: Option<&mut QueueRole>) -> Result<Step, BadFrame> {
     while w.left > 0 {
         let f = ring.frame(&w.block, w.at)?;
         if !w.budgeted {
@@ -184,7 +235,11 @@ fn walk(ring: &Ring, w: &mut Walk, side: &mut CaptureSide, ctl: &Control) -> Res
             }
             w.budgeted = true;
         }
-        if side.push_ref(w.block.block(), f.data, f.wire_len, f.ts_ns).is_err() {
+        let parked = match balance.as_deref_mut() {
+            Some(b) if b.parks() => b.park(ring, &w.block, &f, side),
+            _ => false,
+        };
+        if !parked && side.push_ref(w.block.block(), f.data, f.wire_len, f.ts_ns).is_err() {
             return Ok(Step::NoCell);
         }
         w.budgeted = false;
@@ -212,8 +267,11 @@ impl CaptureUnit for QueueUnit {
             return Err(SourceError::Invalid(format!("{}: given {n} queues, serves one", self.label)));
         };
         let result = self.capture(&mut side, ctl);
-        // However the run ended: the kernel's last drops, then the attached chunk.
+        // However the run ended: the kernel's last drops, moves, then the attached chunk.
         let drops = self.count_kernel_drops(&mut side);
+        if let Some(b) = &mut self.balance {
+            b.end(&self.ring, self.walked, &mut side);
+        }
         side.flush();
         result.and(drops)
     }

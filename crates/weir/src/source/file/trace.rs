@@ -112,6 +112,7 @@ impl Source for TraceSource {
         };
         let unit = TraceUnit {
             steering,
+            balance: opts.balance_counters,
             input: self.input,
             walker: self.walker,
             queues: self.queues,
@@ -129,6 +130,8 @@ impl Source for TraceSource {
 struct TraceUnit {
     /// Rebalancing: the table through which packets reach queues, when on.
     steering: Option<Steering>,
+    /// Where the steering's counts are published, each tick and at the end.
+    balance: Arc<crate::balance::BalanceCounters>,
     input: Input,
     walker: Walker,
     queues: QueueRange,
@@ -185,16 +188,17 @@ impl TraceUnit {
             sides.iter_mut().for_each(CaptureSide::flush);
             st.hand_over(sides);
             if !st.busy() {
-                return;
+                break;
             }
             if ctl.stop_requested() {
                 st.abandon(sides);
-                return;
+                break;
             }
             if let Some(s) = sides.first_mut() {
                 s.wait_recycled(STEER_TICK);
             }
         }
+        self.balance.publish(&st.stats());
     }
 
     /// A controller tick when one is due.
@@ -205,6 +209,7 @@ impl TraceUnit {
             if now >= self.next_tick {
                 self.next_tick = now + STEER_TICK;
                 st.tick(sides);
+                self.balance.publish(&st.stats());
             }
         }
     }
