@@ -234,6 +234,22 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
     finish(&report)
 }
 
+/// What `weir handle -x TIMES` (the default work) costs per packet on this
+/// machine, in worker CPU ns: the same engine and workers, one queue, over the
+/// trace at `path`. `weir sim --cost-from-handle` calibrates its model with it.
+pub fn measure_cost(path: &std::path::Path, times: u32) -> anyhow::Result<f64> {
+    let spec = weir::source::SourceSpec::File { path: Some(path.to_path_buf()), queues: weir::source::QueueRange::single() };
+    let engine = weir::Engine::builder().source_spec(spec).build()?;
+    let info = engine.info().clone();
+    let filter = Filter::compile(DEFAULT_FILTER, info.link_type, info.snaplen)?;
+    let report = engine.run(|_q| Work::new(filter.clone(), times))?;
+    if let Some(e) = report.error() {
+        bail!("timing weir handle -x {times} on {}: {e}", path.display());
+    }
+    ns_per_packet(report.handlers.iter().filter_map(|(_, w)| w.measured()))
+        .ok_or_else(|| anyhow::anyhow!("timing weir handle -x {times}: no packets handled, or the thread CPU clock is unavailable"))
+}
+
 fn worker_json(q: QueueId, w: &Work) -> serde_json::Value {
     let m = w.measured();
     json!({

@@ -29,6 +29,7 @@ use weir::balance::ControllerConfig;
 use weir::pool::{OffloadThreshold, PoolConfig};
 use weir::rss::Rss;
 use weir::source::sim::workload::{Burst, Skewed, Timing, Trace, LINE_RATE_64B_10G};
+use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::sim::{self, EngineKind, Mode, SimConfig, SimReport, Workload};
 
 /// WireCAP's heavy application: about 38,800 packets/s per core.
@@ -119,6 +120,10 @@ struct RunArgs {
     /// Processing time per packet per core, in ns (25773 = WireCAP's heavy application).
     #[arg(long, value_name = "NS", default_value_t = HEAVY_NS)]
     cost_ns: u64,
+    /// Instead of --cost-ns: time `weir handle -x N` on this machine, over packets
+    /// of the workload, and use what one packet costs a worker.
+    #[arg(long, value_name = "N", conflicts_with = "cost_ns")]
+    cost_from_handle: Option<u32>,
     /// Workload: a burst of P 64-byte packets at 14.88 Mpps.
     #[arg(long, value_name = "P", conflicts_with_all = ["trace", "skewed"])]
     burst: Option<u64>,
@@ -171,6 +176,10 @@ struct ImbalanceArgs {
     /// Per-packet cost of the (heavy) workers, ns.
     #[arg(long, default_value_t = HEAVY_NS)]
     cost_ns: u64,
+    /// Instead of --cost-ns: time `weir handle -x N` on this machine, over packets
+    /// of the workload, and use what one packet costs a worker.
+    #[arg(long, value_name = "N", conflicts_with = "cost_ns")]
+    cost_from_handle: Option<u32>,
     /// Packets of the skewed mix.
     #[arg(long, default_value_t = 2_000_000)]
     packets: u64,
@@ -225,6 +234,36 @@ fn workload(burst: Option<u64>, skewed: Option<(u64, u32, f64)>, trace: Option<&
     }
     let (packets, flows, zipf) = skewed.unwrap_or((1_000_000, 20_000, 1.0));
     Ok(Box::new(Skewed::new(packets, flows, zipf, pps, seed).map_err(|e| bad_input(anyhow::anyhow!(e)))?))
+}
+
+/// Packets of the workload a calibration times: enough for a stable figure
+/// (thousands of chunks), few enough to take about a second at WireCAP's heavy cost.
+const CALIBRATION_PACKETS: usize = 40_000;
+
+/// The per-packet cost of `weir handle -x times` here, measured over the first
+/// packets of `w` written to a temporary trace; said on stderr.
+fn calibrate(times: u32, w: &mut dyn Workload) -> anyhow::Result<u64> {
+    let file = tempfile::Builder::new().prefix("weir-calibration").suffix(".pcap").tempfile().context("creating the calibration trace")?;
+    let mut out = TraceWriter::new(std::io::BufWriter::new(file.as_file()), FileFormat::Pcap, w.link_type(), 65535, TsPrecision::Nano)
+        .context("writing the calibration trace")?;
+    let mut n = 0;
+    while let Some(a) = w.next().filter(|_| n < CALIBRATION_PACKETS) {
+        out.write_packet(a.t_ns, a.data, a.wire_len).context("writing the calibration trace")?;
+        n += 1;
+    }
+    out.finish().context("writing the calibration trace")?;
+    let ns = crate::handle::measure_cost(file.path(), times)?;
+    let cost = (ns.round() as u64).max(1);
+    eprintln!("weir sim: weir handle -x {times} costs {ns:.1} ns of worker CPU per packet here ({n} packets of the workload); using --cost-ns {cost}");
+    Ok(cost)
+}
+
+/// `--cost-ns`, or the calibrated cost when `--cost-from-handle` is given.
+fn cost(cost_ns: u64, from_handle: Option<u32>, sample: impl FnOnce() -> anyhow::Result<Box<dyn Workload>>) -> anyhow::Result<u64> {
+    match from_handle {
+        None => Ok(cost_ns),
+        Some(times) => calibrate(times, sample()?.as_mut()),
+    }
 }
 
 fn config(queues: u16, cost_ns: u64, engine: &EngineSpec) -> anyhow::Result<SimConfig> {
@@ -300,10 +339,12 @@ impl Row {
     }
 }
 
-fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
+fn run_one(mut a: RunArgs) -> anyhow::Result<ExitCode> {
     check_load(a.load)?;
+    let skewed = a.skewed.map(|p| (p, 20_000, 1.0));
+    a.cost_ns = cost(a.cost_ns, a.cost_from_handle, || workload(a.burst, skewed, a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed))?;
     let cfg = config(a.queues, a.cost_ns, &a.engine)?;
-    let mut w = workload(a.burst, a.skewed.map(|p| (p, 20_000, 1.0)), a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed)?;
+    let mut w = workload(a.burst, skewed, a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed)?;
     let r = sim::run(&cfg, w.as_mut());
     let row = Row::new(&a.engine.name, &r);
     if a.json {
@@ -388,8 +429,10 @@ fn burst(a: BurstArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn imbalance(a: ImbalanceArgs) -> anyhow::Result<ExitCode> {
+fn imbalance(mut a: ImbalanceArgs) -> anyhow::Result<ExitCode> {
     check_load(a.load)?;
+    let mix = Some((a.packets, a.flows, a.zipf));
+    a.cost_ns = cost(a.cost_ns, a.cost_from_handle, || workload(None, mix, a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed))?;
     let pool = &a.pool;
     let t50 = format!("A-{pool},50");
     let t80 = format!("A-{pool},80");

@@ -72,3 +72,26 @@ fn bad_input_exits_2_with_a_reason() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// The cost `--cost-from-handle N` measured, from what it says on stderr.
+fn calibrated(out: &Output) -> u64 {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let at = err.find("using --cost-ns ").unwrap_or_else(|| panic!("no calibration reported: {err}"));
+    err[at + 16..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_cost_can_be_calibrated_by_timing_weir_handle_here() {
+    let run = |x: &str| sim(&["run", "--engine", "B-256,100", "--burst", "100000", "--cost-from-handle", x, "--json"]);
+    let (light, heavy) = (run("0"), run("1000"));
+    let (light_ns, heavy_ns) = (calibrated(&light), calibrated(&heavy));
+    // A thousand runs of the default filter take far more than weir's delivery alone.
+    assert!(heavy_ns > light_ns + 1000 && heavy_ns > 3000, "-x 0: {light_ns} ns, -x 1000: {heavy_ns} ns");
+    // And the model uses it: a light application keeps up with the burst, a heavy one cannot.
+    let drops = |o: &Output| serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["capture_drops"].as_u64().unwrap();
+    assert_eq!(drops(&light), 0, "-x 0 at {light_ns} ns per packet");
+    assert!(drops(&heavy) > 50_000, "-x 1000 at {heavy_ns} ns per packet");
+    let both = sim(&["run", "--engine", "B-256,100", "--burst", "10", "--cost-ns", "5", "--cost-from-handle", "3"]);
+    assert_eq!(both.status.code(), Some(2), "--cost-ns and --cost-from-handle together are refused");
+}
