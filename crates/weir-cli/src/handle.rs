@@ -18,9 +18,17 @@
 //!
 //! The workers' own counts are checked against the engine's: together they must
 //! have seen exactly the packets and bytes the engine says it delivered.
+//!
+//! `--wait-us U` adds a wait per packet, slept to a schedule (packet n of a
+//! backlog is done U after packet n-1), as an application blocked on I/O per
+//! packet: it makes workers slow without taking the cores, so imbalance can be
+//! studied with real threads on a machine with few cores. `--flow-order` checks,
+//! packet by packet across workers, that flows are processed whole and in order
+//! (see [`crate::flow_order`]) and reports it.
 
 use crate::count::{finish, json_report, print_table};
 use crate::exit::bad_input;
+use crate::flow_order::FlowOrder;
 use crate::run::{announce, drop_privileges, human_rate, stop_on_signal, Monitor, SourceArgs};
 use anyhow::bail;
 use clap::Args;
@@ -28,6 +36,8 @@ use nix::time::{clock_gettime, ClockId};
 use serde_json::json;
 use std::hint::black_box;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use weir::filter::{Filter, FilterError};
 use weir::{Handler, Packet, QueueId};
 
@@ -61,6 +71,17 @@ pub struct HandleArgs {
     /// How many times each worker runs the filter on every packet before discarding it (0: not at all).
     #[arg(short = 'x', long = "times", value_name = "N", default_value_t = 1)]
     pub times: u32,
+
+    /// After the filter runs, wait this many microseconds per packet, to a schedule:
+    /// an application blocked on I/O, slow without taking a core.
+    #[arg(long, value_name = "U")]
+    pub wait_us: Option<u64>,
+
+    /// Check across workers that every flow is processed by one worker at a time
+    /// and in order, and report flows that changed worker, reorder events and
+    /// overlaps (a shared lock per packet: a checker, not for timing).
+    #[arg(long)]
+    pub flow_order: bool,
 
     /// Print one JSON object at the end instead of the table (no status lines).
     #[arg(long)]
@@ -102,11 +123,42 @@ struct Work {
     /// Thread CPU time at the first packet, and (CPU time, packets) at the latest sample.
     cpu_start: Option<u64>,
     cpu_last: Option<(u64, u64)>,
+    /// `--wait-us`, and when the last packet's wait ended.
+    wait: Option<Duration>,
+    waited_until: Option<Instant>,
+    /// `--flow-order`: the shared record, and this worker's queue.
+    order: Option<(Arc<FlowOrder>, QueueId)>,
 }
 
 impl Work {
     fn new(filter: Filter, times: u32) -> Work {
-        Work { filter, times, packets: 0, bytes: 0, matched: 0, inconsistent: 0, verdicts: 0, cpu_start: None, cpu_last: None }
+        Work {
+            filter,
+            times,
+            packets: 0,
+            bytes: 0,
+            matched: 0,
+            inconsistent: 0,
+            verdicts: 0,
+            cpu_start: None,
+            cpu_last: None,
+            wait: None,
+            waited_until: None,
+            order: None,
+        }
+    }
+
+    /// Sleep until `wait` after the previous packet's end, or after now if the
+    /// worker was idle meanwhile (behind by more than a millisecond).
+    fn wait(&mut self, wait: Duration) {
+        let now = Instant::now();
+        let start = match self.waited_until {
+            Some(d) if now.saturating_duration_since(d) < Duration::from_millis(1) => d,
+            _ => now,
+        };
+        let until = start + wait;
+        std::thread::sleep(until.saturating_duration_since(now));
+        self.waited_until = Some(until);
     }
 
     /// CPU time and packets of the measured span, if there was one.
@@ -131,6 +183,7 @@ impl Handler for Work {
         if self.packets == 0 {
             self.cpu_start = thread_cpu_ns();
         }
+        let flow = self.order.as_ref().and_then(|(o, q)| o.begin(*q, p));
         let mut accepted = 0u32;
         for _ in 0..self.times {
             // black_box on the inputs makes every run opaque to the optimizer: it cannot
@@ -139,6 +192,12 @@ impl Handler for Work {
             let verdict = black_box(self.filter.run(black_box(p.data()), black_box(p.wire_len())));
             self.verdicts = self.verdicts.wrapping_add(u64::from(verdict));
             accepted += u32::from(verdict != 0);
+        }
+        if let Some(w) = self.wait {
+            self.wait(w);
+        }
+        if let (Some((o, _)), Some(k)) = (&self.order, flow) {
+            o.end(k);
         }
         self.matched += u64::from(accepted != 0);
         self.inconsistent += u64::from(accepted != 0 && accepted != self.times);
@@ -172,7 +231,9 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
         eprintln!("weir handle: placement {}", placements.join("; "));
     }
     let times = args.times;
-    let running = engine.start(|_q| Work::new(filter.clone(), times))?;
+    let wait = args.wait_us.map(Duration::from_micros);
+    let order = args.flow_order.then(|| Arc::new(FlowOrder::new(info.link_type)));
+    let running = engine.start(|q| Work { wait, order: order.as_ref().map(|o| (Arc::clone(o), q)), ..Work::new(filter.clone(), times) })?;
     drop_privileges(&args.src.live)?;
     stop_on_signal(running.stop_handle())?;
     announce("handle", &running);
@@ -214,10 +275,19 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
         v["matched"] = json!(if times > 0 { Some(matched) } else { None });
         v["ns_per_packet"] = json!(cost);
         v["workers"] = json!(report.handlers.iter().map(|(q, w)| worker_json(*q, w)).collect::<Vec<_>>());
+        v["flow_order"] = json!(order.as_ref().map(|o| o.counts()));
         println!("{v}");
     } else {
         print_table("handle", &report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
         print_work(&report.handlers, &expr, &filter, times);
+        if let Some(o) = &order {
+            let c = o.counts();
+            println!(
+                "flow order: {} flows, {} changed worker ({} packets on another worker than their flow's previous one), \
+                 {} reorder events, {} packets begun while their flow was on another worker",
+                c.flows, c.flows_changed_worker, c.worker_changes, c.reorder_events, c.concurrent
+            );
+        }
         match cost {
             Some(ns) => println!(
                 "handler: {ns:.1} ns/packet of worker CPU (one worker keeps up with {}pps), {}pps delivered; \

@@ -6,6 +6,7 @@
 
 mod count;
 mod exit;
+mod flow_order;
 mod handle;
 mod queues;
 mod record;

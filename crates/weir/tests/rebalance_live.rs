@@ -3,7 +3,7 @@
 //!
 //! The test bed sends UDP flows at a steady rate, three quarters of the packets
 //! in flows whose buckets start on queue 0. Each worker spends a fixed time per
-//! packet (sleeping to a schedule, as in `balance.rs`), so queue 0 gets more than
+//! packet (sleeping to a schedule, as `weir handle --wait-us` does), so queue 0 gets more than
 //! its worker can do while both workers together keep up. The controller must
 //! see the lasting overload and move buckets from queue 0 to queue 1; every
 //! packet must still be delivered exactly once, and every flow processed by one

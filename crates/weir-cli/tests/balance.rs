@@ -1,0 +1,110 @@
+//! Imbalance with real threads and `weir handle` as the application: a trace
+//! whose flows put most of the load on one of two queues, replayed at its
+//! recorded timing, `weir handle --wait-us 100` on both workers (a worker
+//! finishes exactly 10,000 packets/s while busy, sleeping rather than spinning:
+//! two spinning workers and the capture thread on a 2-core machine would measure
+//! the scheduler), and `--flow-order` checking every flow packet by packet.
+//!
+//! Basic mode must drop on the hot queue; offloading and rebalancing must drop
+//! less; rebalancing must move flows without ever running one on two workers at
+//! once or out of order.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use weir::rss::Rss;
+use weir::sink::{FileFormat, TraceWriter, TsPrecision};
+use weir::source::sim::workload::{Skewed, Workload};
+use weir::LinkType;
+
+/// Worker capacity with `--wait-us 100`.
+const CAPACITY_PPS: f64 = 10_000.0;
+/// Offered load: 90% of both workers together.
+const LOAD: f64 = 0.9;
+const SECONDS: f64 = 4.0;
+
+/// The least-skewed Zipf mix of 100 flows (exponent from 1.0 up) that gives the
+/// busier queue 68% to 80% of the packets: more than one worker can do at this
+/// load, while the largest flow alone fits in one.
+fn skewed_mix(packets: u64, pps: f64) -> Skewed {
+    let rss = Rss::new(LinkType::ETHERNET, 2);
+    for step in 0..40 {
+        let exponent = 1.0 + 0.05 * f64::from(step);
+        let mut w = Skewed::new(packets, 100, exponent, pps, 1).unwrap();
+        let mut per_queue = [0u64; 2];
+        while let Some(a) = w.next() {
+            per_queue[usize::from(rss.queue(a.data).0)] += 1;
+        }
+        let share = *per_queue.iter().max().unwrap() as f64 / packets as f64;
+        if (0.68..0.80).contains(&share) {
+            return Skewed::new(packets, 100, exponent, pps, 1).unwrap();
+        }
+    }
+    panic!("no Zipf exponent from 1.0 to 3.0 gives the skew this test needs");
+}
+
+/// Write the skewed trace; return the share of packets RSS gives the busier queue.
+fn write_trace(path: &Path) -> f64 {
+    let pps = LOAD * 2.0 * CAPACITY_PPS;
+    let packets = (pps * SECONDS) as u64;
+    let mut w = skewed_mix(packets, pps);
+    let rss = Rss::new(LinkType::ETHERNET, 2);
+    let mut per_queue = [0u64; 2];
+    let file = std::fs::File::create(path).unwrap();
+    let mut out = TraceWriter::new(std::io::BufWriter::new(file), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
+    while let Some(a) = w.next() {
+        per_queue[usize::from(rss.queue(a.data).0)] += 1;
+        out.write_packet(1_700_000_000_000_000_000 + a.t_ns, a.data, a.wire_len).unwrap();
+    }
+    out.finish().unwrap();
+    *per_queue.iter().max().unwrap() as f64 / packets as f64
+}
+
+#[derive(Debug)]
+struct Outcome {
+    drops: u64,
+    offloaded: u64,
+    buckets_moved: u64,
+    flows_changed_worker: u64,
+    reorders: u64,
+    concurrent: u64,
+}
+
+fn handle(trace: &Path, balance: &str) -> Outcome {
+    let src = format!("{}@0-1", trace.display());
+    let args = ["handle", "-x", "1", "--wait-us", "100", "--flow-order", "--speed", "1", "--pool", "64,32", "--balance", balance, "--json", &src];
+    let out = Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs");
+    assert!(out.status.success(), "weir {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    let order = &v["flow_order"];
+    Outcome {
+        drops: n(&v["capture_drops"]) + n(&v["delivery_drops"]),
+        offloaded: n(&v["offloaded"]),
+        buckets_moved: v["rebalance"]["buckets_moved"].as_u64().unwrap_or(0),
+        flows_changed_worker: n(&order["flows_changed_worker"]),
+        reorders: n(&order["reorder_events"]),
+        concurrent: n(&order["concurrent"]),
+    }
+}
+
+#[test]
+fn modes_under_lasting_imbalance_with_weir_handle_on_real_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("skewed.pcap");
+    let hot = write_trace(&path);
+    // The busier queue's load must exceed one worker while the total fits two.
+    assert!(hot * LOAD * 2.0 > 1.1, "trace not skewed enough: busier queue has {hot:.2} of the packets");
+
+    let basic = handle(&path, "basic");
+    let offload = handle(&path, "offload:50");
+    let rebalance = handle(&path, "rebalance");
+    eprintln!("basic {basic:?}\noffload {offload:?}\nrebalance {rebalance:?}");
+
+    assert!(basic.drops > 0, "basic mode must drop on the hot queue: {basic:?}");
+    assert_eq!(basic.reorders + basic.concurrent + basic.flows_changed_worker, 0, "{basic:?}");
+    assert!(offload.offloaded > 0 && offload.drops < basic.drops, "offloading: {offload:?} against basic {basic:?}");
+    assert!(rebalance.drops < basic.drops, "rebalancing: {rebalance:?} against basic {basic:?}");
+    assert!(rebalance.buckets_moved > 0 && rebalance.flows_changed_worker > 0, "rebalancing moved no flow: {rebalance:?}");
+    assert_eq!(rebalance.reorders, 0, "rebalancing reordered a flow: {rebalance:?}");
+    assert_eq!(rebalance.concurrent, 0, "rebalancing ran a flow on two workers at once: {rebalance:?}");
+}
