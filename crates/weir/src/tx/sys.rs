@@ -283,11 +283,9 @@ impl RingMap {
 
     fn status_word(&self, i: usize) -> &AtomicU32 {
         assert!(i < self.geometry.frames, "frame {i} out of a ring of {}", self.geometry.frames);
-        // SAFETY: frame i lies inside the mapping (checked above, and frames never
-        // straddle blocks); its first 4 bytes are tp_status, 4-aligned because the
-        // mapping is page-aligned and frame offsets are multiples of 16. The
-        // kernel writes this word only with single aligned 32-bit stores, so
-        // viewing it as an AtomicU32 for the lifetime of `&self` is sound.
+        // SAFETY: frame i is in the mapping (checked above; frames never straddle blocks)
+        // and starts with tp_status, 4-aligned (page-aligned mapping, 16-byte frame
+        // offsets), which the kernel writes only as one aligned 32-bit store.
         unsafe { &*self.base.as_ptr().add(self.geometry.offset(i)).cast::<AtomicU32>() }
     }
 

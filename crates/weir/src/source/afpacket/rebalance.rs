@@ -305,9 +305,11 @@ impl QueueRole {
 
     /// Publish this queue's figures and advance its moves. Call after adopting a
     /// block and before walking it, and whenever the capture thread is between
-    /// blocks. `walked` is the number of blocks walked to the end; `unwalked` the
-    /// packets of the current block not pushed yet.
-    pub(super) fn sync(&mut self, ring: &Ring, walked: u64, unwalked: u64, side: &mut CaptureSide) {
+    /// blocks. `walking` is the packets of the adopted block not pushed yet, if a
+    /// block is being walked: every block adopted before it was walked to the end.
+    pub(super) fn sync(&mut self, ring: &Ring, walking: Option<u32>, side: &mut CaptureSide) {
+        let walked = ring.adopted() - u64::from(walking.is_some());
+        let unwalked = u64::from(walking.unwrap_or(0));
         let p = &self.shared.published[usize::from(self.me)];
         p.served.store(side.served_packets(), Ordering::Relaxed);
         p.dropped.store(side.dropped_packets(), Ordering::Relaxed);
@@ -382,10 +384,10 @@ impl QueueRole {
 
     /// The capture is ending: finish what can finish, and count what was parked
     /// for moves that cannot as capture drops of this queue.
-    pub(super) fn end(&mut self, ring: &Ring, walked: u64, side: &mut CaptureSide) {
+    pub(super) fn end(&mut self, ring: &Ring, walking: Option<u32>, side: &mut CaptureSide) {
         side.flush();
         side.reclaim();
-        self.sync(ring, walked, 0, side);
+        self.sync(ring, walking, side);
         for inc in self.incoming.drain(..) {
             for p in &inc.parked {
                 side.drop_capture(p.wire_len);

@@ -521,27 +521,28 @@ impl Ring {
     /// call.
     pub(super) fn fill_point(&self) -> u64 {
         let (ready, _) = self.scan_ahead();
-        let filling = self.next as usize + ready;
-        let open = filling < self.next as usize + self.arena.count() && {
-            let id = (filling % self.arena.count()) as BlockId;
-            // Relaxed: a hint about a block still the kernel's; the caller ordered this
-            // call after the packets it cares about were written (see `rebalance`).
-            !self.walked[id as usize] && self.packets_in(id).load(Ordering::Relaxed) > 0
-        };
-        self.adopted + ready as u64 + u64::from(open)
+        self.adopted + ready as u64 + u64::from(self.filling(ready) > 0)
     }
 
     /// Packets in the ring not adopted yet: in blocks handed over, and in the
     /// block the kernel is filling (a hint, read while the kernel writes it).
     pub(super) fn waiting_packets(&self) -> u64 {
         let (ready, packets) = self.scan_ahead();
-        if ready == self.arena.count() {
-            return packets;
+        packets + u64::from(self.filling(ready))
+    }
+
+    /// Packets in the block the kernel is filling, `ready` blocks after the next
+    /// one to adopt; 0 when every block is handed over or the kernel is stopped
+    /// at a block we still hold.
+    fn filling(&self, ready: usize) -> u32 {
+        let n = self.arena.count();
+        let id = ((self.next as usize + ready) % n) as BlockId;
+        if ready == n || self.walked[id as usize] {
+            return 0;
         }
-        let id = ((self.next as usize + ready) % self.arena.count()) as BlockId;
-        // Relaxed: a count for the controller, not a claim on the block's contents.
-        let filling = if self.walked[id as usize] { 0 } else { self.packets_in(id).load(Ordering::Relaxed) };
-        packets + u64::from(filling)
+        // Relaxed: a hint about a block still the kernel's. Callers that need every
+        // packet counted ordered this read after those packets were written (see `rebalance`).
+        self.packets_in(id).load(Ordering::Relaxed)
     }
 
     /// Blocks handed over and not adopted, counted from the next one in ring
@@ -559,6 +560,11 @@ impl Ring {
             ready += 1;
         }
         (ready, packets)
+    }
+
+    /// Blocks adopted since the ring was mapped.
+    pub(super) fn adopted(&self) -> u64 {
+        self.adopted
     }
 
     /// Adopt the next block in ring order if the kernel has handed it over.
@@ -618,11 +624,9 @@ impl Ring {
             if mac < TPACKET3_HDRLEN + tag_len {
                 return Err(bad("no room in front of the packet for its VLAN tag".into()));
             }
-            // SAFETY: every byte written lies in [base+mac-4, base+mac+12) and the
-            // header [base, base+48): inside this packet's area (checked above) and
-            // past the `sockaddr_ll` (mac - 4 >= TPACKET3_HDRLEN). Cells only point
-            // into the areas of packets before this one, and nothing holds a
-            // reference into this one, so nobody reads these bytes meanwhile.
+            // SAFETY: the bytes written, [base+mac-4, base+mac+12) and the header at base,
+            // are in this packet's area (checked above), past its sockaddr_ll; no cell or
+            // reference points into this packet yet, so nobody reads them meanwhile.
             unsafe {
                 std::ptr::copy(base.add(mac), base.add(mac - tag_len), MAC_ADDRS);
                 std::ptr::copy_nonoverlapping(tag.as_flattened().as_ptr(), base.add(mac - tag_len + MAC_ADDRS), tag_len);
@@ -649,11 +653,9 @@ impl Ring {
         assert!(Arc::ptr_eq(ready.block.arena(), &self.arena), "a block of another ring");
         assert!(f.data.start <= f.data.end && f.data.end <= self.arena.block_bytes(), "a frame outside its block");
         let at = self.arena.block_ptr(ready.block.id()).wrapping_add(f.data.start);
-        // SAFETY: the range lies in a block we adopted (checked above), which the
-        // kernel does not write until `give_back`, which needs `&mut self` and so
-        // waits for this borrow to end. `frame` already wrote this packet's VLAN tag
-        // back and cleared the flag, so it never writes these bytes again, and other
-        // calls of `frame` write only in the areas of other packets.
+        // SAFETY: the range is in an adopted block (checked above); the kernel writes it
+        // only after `give_back` (which needs `&mut self`), and `frame` rewrites a packet's
+        // bytes once, before returning it, so nothing writes them while this borrow lives.
         unsafe { std::slice::from_raw_parts(at, f.data.len()) }
     }
 

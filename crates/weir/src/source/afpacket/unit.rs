@@ -63,8 +63,6 @@ pub(super) struct QueueUnit {
     walk: Option<Walk>,
     /// Blocks walked but not yet given back, oldest first.
     held: VecDeque<Walked>,
-    /// Blocks walked to the end since the start.
-    walked: u64,
     /// This queue's part in rebalancing, when the capture rebalances.
     balance: Option<QueueRole>,
     next_stats: Instant,
@@ -108,7 +106,6 @@ impl QueueUnit {
             _shared: shared,
             walk: None,
             held: VecDeque::new(),
-            walked: 0,
             balance,
             next_stats: Instant::now(),
         }
@@ -126,8 +123,7 @@ impl QueueUnit {
     /// Rebalancing's look at this queue, when on.
     fn sync(&mut self, side: &mut CaptureSide) {
         if let Some(b) = &mut self.balance {
-            let unwalked = self.walk.as_ref().map_or(0, |w| u64::from(w.left));
-            b.sync(&self.ring, self.walked, unwalked, side);
+            b.sync(&self.ring, self.walk.as_ref().map(|w| w.left), side);
         }
     }
 
@@ -141,7 +137,6 @@ impl QueueUnit {
                     Step::Done => {
                         if let Some(w) = self.walk.take() {
                             self.held.push_back(self.ring.done(w.block));
-                            self.walked += 1;
                         }
                     }
                     Step::NoCell => {
@@ -270,7 +265,7 @@ impl CaptureUnit for QueueUnit {
         // However the run ended: the kernel's last drops, moves, then the attached chunk.
         let drops = self.count_kernel_drops(&mut side);
         if let Some(b) = &mut self.balance {
-            b.end(&self.ring, self.walked, &mut side);
+            b.end(&self.ring, self.walk.as_ref().map(|w| w.left), &mut side);
         }
         side.flush();
         result.and(drops)
