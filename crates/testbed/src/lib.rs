@@ -82,8 +82,22 @@ impl TestBed {
         run(&["netns", "add", &self.tx_ns])?;
         run(&["netns", "add", &self.rx_ns])?;
         run(&[
-            "link", "add", &self.tx_if, "numrxqueues", &q, "numtxqueues", &q, "type", "veth", "peer", "name", &self.rx_if,
-            "numrxqueues", &q, "numtxqueues", &q,
+            "link",
+            "add",
+            &self.tx_if,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.rx_if,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
         ])?;
         run(&["link", "set", &self.tx_if, "netns", &self.tx_ns])?;
         run(&["link", "set", &self.rx_if, "netns", &self.rx_ns])?;
@@ -112,6 +126,22 @@ impl TestBed {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, cmd]);
         c
+    }
+
+    /// Make the sending end transmit every packet on its TX queue 0 (XPS: every
+    /// CPU maps to queue 0), so the capturing end receives them all on RX queue
+    /// 0 (with an XDP program there, veth keeps the queue number).
+    pub fn all_on_queue_zero(&self) -> Result<(), String> {
+        let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").map_err(|e| format!("reading the CPUs: {e}"))?;
+        let last: u32 = possible.trim().rsplit(['-', ',']).next().and_then(|c| c.parse().ok()).ok_or("no CPU list")?;
+        let mask = (0..=last).fold(0u128, |m, c| m | 1 << c);
+        let dir = format!("/sys/class/net/{}/queues", self.tx_if);
+        let others: String = (1..self.queues).map(|q| format!(" && echo 0 > {dir}/tx-{q}/xps_cpus")).collect();
+        let script = format!("echo {mask:x} > {dir}/tx-0/xps_cpus{others}");
+        match self.in_tx("sh").args(["-c", &script]).status() {
+            Ok(st) if st.success() => Ok(()),
+            other => Err(format!("setting XPS ({script}): {other:?}")),
+        }
     }
 
     /// A device counter of the capturing end, e.g. "rx_packets" (from `ip -s -j`).

@@ -9,9 +9,9 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir::engine::CpuPlan;
 use weir::engine::{Running, StopHandle};
 use weir::pool::PoolConfig;
-use weir::engine::CpuPlan;
 use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, ZeroCopy};
 use weir::stats::{QueueStats, Snapshot};
 use weir::{Engine, Handler};
@@ -66,7 +66,7 @@ pub struct SourceArgs {
     /// WireCAP's advanced mode, a queue more than T% full hands chunks to the
     /// least-loaded queue (no copy; flows may then run on two workers). `rebalance`:
     /// flow buckets move away from a lastingly overloaded queue, each flow whole and
-    /// in order (trace sources, and afpacket, where it implies --fanout buckets).
+    /// in order (every source; on afpacket it implies --fanout buckets).
     /// `rebalance:T`: both, offloading as last resort.
     #[arg(long, value_name = "MODE", default_value = "basic")]
     pub balance: String,
@@ -184,7 +184,9 @@ impl SourceArgs {
     }
 
     pub fn pool_config(&self) -> anyhow::Result<PoolConfig> {
-        let Some(s) = &self.pool else { return Ok(PoolConfig::default()) };
+        let Some(s) = &self.pool else {
+            return Ok(PoolConfig::default());
+        };
         let (m, r) = s
             .split_once(',')
             .and_then(|(m, r)| Some((m.trim().parse().ok()?, r.trim().parse().ok()?)))
@@ -195,14 +197,16 @@ impl SourceArgs {
     /// Build the engine: parse the source, open it, compile the filter.
     pub fn engine(&self) -> anyhow::Result<Engine> {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
-        let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?;
-        let live = matches!(spec, weir::source::SourceSpec::Live { .. });
-        if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), live) {
+        let spec: weir::source::SourceSpec =
+            self.source.parse().map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?;
+        let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
+        if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), kernel_table) {
             // Moving a bucket is a bpf(2) call on every controller tick, which Debian's
             // default kernel.unprivileged_bpf_disabled refuses to anyone but root.
+            // (afxdp steers buckets in its own threads and needs nothing after the start.)
             return Err(bad_input(anyhow::anyhow!(
-                "-Z {user} with --balance {}: a live capture that rebalances keeps changing the kernel's bucket table, \
-                 which needs root (CAP_BPF) for the whole run; leave out -Z, or use --balance offload:T",
+                "-Z {user} with --balance {}: an afpacket capture that rebalances keeps changing the kernel's bucket table, \
+                 which needs root (CAP_BPF) for the whole run; leave out -Z, use afxdp, or use --balance offload:T",
                 self.balance
             )));
         }
@@ -334,13 +338,7 @@ fn rate(n: f64) -> String {
 fn queue_status(name: &str, a: &QueueStats, b: &QueueStats, dt: f64) -> String {
     let pps = (b.delivered - a.delivered) as f64 / dt;
     let bps = (b.delivered_bytes - a.delivered_bytes) as f64 * 8.0 / dt;
-    format!(
-        "{name}: {}pps {}bit/s drops {}+{}",
-        rate(pps),
-        rate(bps),
-        b.capture_drops,
-        b.delivery_drops
-    )
+    format!("{name}: {}pps {}bit/s drops {}+{}", rate(pps), rate(bps), b.capture_drops, b.delivery_drops)
 }
 
 fn status_line(elapsed: Duration, a: &Snapshot, b: &Snapshot, dt: f64) -> String {

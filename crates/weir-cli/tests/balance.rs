@@ -8,9 +8,16 @@
 //! Basic mode must drop on the hot queue; offloading and rebalancing must drop
 //! less; rebalancing must move flows without ever running one on two workers at
 //! once or out of order.
+//!
+//! The same holds live, on an AF_XDP capture of the veth test bed where the
+//! sender's XPS puts every packet on one RX queue (root and tcpreplay; skipped
+//! with a note otherwise).
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use testbed::TestBed;
 use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::sim::workload::{Skewed, Workload};
@@ -71,10 +78,15 @@ struct Outcome {
 
 fn handle(trace: &Path, balance: &str) -> Outcome {
     let src = format!("{}@0-1", trace.display());
-    let args = ["handle", "-x", "1", "--wait-us", "100", "--flow-order", "--speed", "1", "--pool", "64,32", "--balance", balance, "--json", &src];
+    let args =
+        ["handle", "-x", "1", "--wait-us", "100", "--flow-order", "--speed", "1", "--pool", "64,32", "--balance", balance, "--json", &src];
     let out = Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs");
     assert!(out.status.success(), "weir {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    outcome(&out.stdout)
+}
+
+fn outcome(stdout: &[u8]) -> Outcome {
+    let v: serde_json::Value = serde_json::from_slice(stdout).expect("one JSON object");
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
     let order = &v["flow_order"];
     Outcome {
@@ -107,4 +119,74 @@ fn modes_under_lasting_imbalance_with_weir_handle_on_real_threads() {
     assert!(rebalance.buckets_moved > 0 && rebalance.flows_changed_worker > 0, "rebalancing moved no flow: {rebalance:?}");
     assert_eq!(rebalance.reorders, 0, "rebalancing reordered a flow: {rebalance:?}");
     assert_eq!(rebalance.concurrent, 0, "rebalancing ran a flow on two workers at once: {rebalance:?}");
+}
+
+/// Live: all of the test bed's traffic arrives on RX queue 0 of a 2-queue
+/// AF_XDP capture, at 8,000 packets/s, where each worker finishes 5,000/s
+/// (`--wait-us 200`): queue 0 gets 160% of its worker, both together 80%.
+const LIVE_PPS: u32 = 8_000;
+const LIVE_PACKETS: u64 = 40_000;
+
+/// Start `weir handle` on the capturing end and wait until it listens.
+fn start_live(tb: &TestBed, balance: &str, seconds: u32) -> Child {
+    let src = format!("afxdp:{}@0-1", tb.rx_if);
+    let d = seconds.to_string();
+    let args =
+        ["handle", "-x", "1", "--wait-us", "200", "--flow-order", "--pool", "32,256", "--balance", balance, "-d", &d, "--json", &src];
+    let mut child =
+        tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("weir starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains("listening on") => break,
+            Some(Ok(_)) => {}
+            _ => panic!("weir {args:?} never started listening"),
+        }
+        assert!(Instant::now() < deadline, "weir took too long to start");
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    child
+}
+
+#[test]
+fn modes_under_lasting_imbalance_on_a_live_afxdp_capture() {
+    let Some(tb) = TestBed::new(2) else { return };
+    if Command::new("tcpreplay").arg("--version").output().is_err() {
+        println!("skipping: tcpreplay is not installed (scripts/setup installs it)");
+        return;
+    }
+    tb.all_on_queue_zero().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows.pcap");
+    let mut w = Skewed::new(LIVE_PACKETS, 300, 1.0, f64::from(LIVE_PPS), 7).unwrap();
+    let file = std::fs::File::create(&path).unwrap();
+    let mut out = TraceWriter::new(std::io::BufWriter::new(file), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
+    while let Some(a) = w.next() {
+        out.write_packet(1_700_000_000_000_000_000 + a.t_ns, a.data, a.wire_len).unwrap();
+    }
+    out.finish().unwrap();
+    // Sending takes 5 s; the rest is for the backlog to drain.
+    let seconds = (LIVE_PACKETS / u64::from(LIVE_PPS)) as u32 + 5;
+    let run = |balance: &str| {
+        let child = start_live(&tb, balance, seconds);
+        let sent = tb.in_tx("tcpreplay").args(["-q", "-i", &tb.tx_if, "--pps", &LIVE_PPS.to_string()]).arg(&path).output().unwrap();
+        assert!(sent.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&sent.stderr));
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "weir handle --balance {balance}: {}", String::from_utf8_lossy(&out.stdout));
+        outcome(&out.stdout)
+    };
+    let basic = run("basic");
+    let offload = run("offload:50");
+    let rebalance = run("rebalance");
+    eprintln!("live afxdp:\nbasic {basic:?}\noffload {offload:?}\nrebalance {rebalance:?}");
+
+    assert!(basic.drops > 0, "basic mode must drop on the hot queue: {basic:?}");
+    assert_eq!(basic.reorders + basic.concurrent + basic.flows_changed_worker, 0, "{basic:?}");
+    assert!(offload.offloaded > 0 && offload.drops < basic.drops, "offloading: {offload:?} against basic {basic:?}");
+    assert!(offload.reorders > 0, "offloading splits flows, so it reorders some: {offload:?}");
+    assert_eq!(rebalance.drops, 0, "rebalancing: {rebalance:?}");
+    assert!(rebalance.buckets_moved > 0 && rebalance.flows_changed_worker > 0, "rebalancing moved no flow: {rebalance:?}");
+    assert!(rebalance.flows_changed_worker < offload.flows_changed_worker, "rebalance {rebalance:?} against offload {offload:?}");
+    assert_eq!((rebalance.reorders, rebalance.concurrent), (0, 0), "rebalancing split or reordered a flow: {rebalance:?}");
 }

@@ -1,8 +1,11 @@
-//! Rebalancing on a live capture: AF_PACKET with weir's eBPF fanout, the
-//! controller moving buckets in the kernel's table while traffic flows.
+//! Rebalancing on a live capture, the controller moving buckets while traffic
+//! flows: on AF_PACKET in the kernel's table (weir's eBPF fanout), on AF_XDP in
+//! the capture threads' tables (over one shared UMEM).
 //!
-//! The test bed sends UDP flows at a steady rate, three quarters of the packets
-//! in flows whose buckets start on queue 0. Each worker spends a fixed time per
+//! The test bed sends UDP flows at a steady rate. On AF_PACKET three quarters of
+//! the packets are in flows whose buckets start on queue 0; on AF_XDP the
+//! sender's XPS puts every packet on TX queue 0, so they all arrive on RX queue
+//! 0, whose thread starts with every bucket it receives. Each worker spends a fixed time per
 //! packet (sleeping to a schedule, as `weir handle --wait-us` does), so queue 0 gets more than
 //! its worker can do while both workers together keep up. The controller must
 //! see the lasting overload and move buckets from queue 0 to queue 1; every
@@ -25,7 +28,7 @@ use weir::pool::PoolConfig;
 use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::afpacket::BucketSteering;
-use weir::source::{AfPacketOptions, LiveOptions};
+use weir::source::{AfPacketOptions, Fanout, LiveOptions};
 use weir::{Engine, LinkType, Packet, QueueId};
 
 const MARK: [u8; 6] = [0x02, b'w', b'e', b'i', b'r', 0x02];
@@ -105,8 +108,23 @@ struct Flows {
     per_worker: HashMap<QueueId, u64>,
 }
 
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Backend {
+    AfPacket,
+    AfXdp,
+}
+
 #[test]
-fn the_controller_moves_buckets_of_a_live_capture_keeping_every_flow_whole() {
+fn the_controller_moves_buckets_of_a_live_afpacket_capture_keeping_every_flow_whole() {
+    rebalance_live(Backend::AfPacket);
+}
+
+#[test]
+fn the_capture_threads_move_buckets_of_a_live_afxdp_capture_keeping_every_flow_whole() {
+    rebalance_live(Backend::AfXdp);
+}
+
+fn rebalance_live(backend: Backend) {
     let Some(tb) = TestBed::new(2) else { return };
     if Command::new("tcpreplay").arg("--version").output().is_err() {
         eprintln!("skipped: tcpreplay is not installed");
@@ -120,14 +138,23 @@ fn the_controller_moves_buckets_of_a_live_capture_keeping_every_flow_whole() {
     let flows = Arc::new(Mutex::new(Flows::default()));
 
     // The test's own table, so it can read where buckets ended up.
-    let steering = BucketSteering::new().expect("loading weir's fanout program");
+    let steering = (backend == Backend::AfPacket).then(|| BucketSteering::new().expect("loading weir's fanout program"));
     let live = LiveOptions {
         netns: Some(tb.rx_ns.clone().into()),
-        afpacket: AfPacketOptions { fanout: steering.fanout(), ..AfPacketOptions::default() },
+        afpacket: AfPacketOptions { fanout: steering.as_ref().map_or(Fanout::Hash, BucketSteering::fanout), ..AfPacketOptions::default() },
         ..LiveOptions::default()
     };
+    // Queue 1's share before anything moves.
+    let initial_share = match backend {
+        Backend::AfPacket => 1.0 - HOT_SHARE,
+        Backend::AfXdp => {
+            tb.all_on_queue_zero().unwrap();
+            0.0
+        }
+    };
+    let kind = if backend == Backend::AfPacket { "afpacket" } else { "afxdp" };
     let engine = Engine::builder()
-        .source(&format!("afpacket:{}@0-1", tb.rx_if))
+        .source(&format!("{kind}:{}@0-1", tb.rx_if))
         .unwrap()
         .live(live)
         // Small chunks: at 5,000 packets/s a worker gives back a 256-cell chunk every
@@ -176,12 +203,8 @@ fn the_controller_moves_buckets_of_a_live_capture_keeping_every_flow_whole() {
         .unwrap();
 
     let before = tb.rx_link_packets();
-    let out = tb
-        .in_tx("tcpreplay")
-        .args(["-q", &format!("--pps={RATE_PPS}"), "-i", &tb.tx_if])
-        .arg(&pcap)
-        .output()
-        .expect("running tcpreplay");
+    let out =
+        tb.in_tx("tcpreplay").args(["-q", &format!("--pps={RATE_PPS}"), "-i", &tb.tx_if]).arg(&pcap).output().expect("running tcpreplay");
     assert!(out.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&out.stderr));
     let arrived = tb.rx_link_packets() - before;
     assert_eq!(arrived, u64::from(PACKETS), "the veth pair lost packets: the test bed, not weir");
@@ -198,7 +221,7 @@ fn the_controller_moves_buckets_of_a_live_capture_keeping_every_flow_whole() {
     let b = report.balance.expect("a rebalancing run reports what it moved");
     let total = report.stats.total();
     eprintln!(
-        "rebalance live: {b:?}; per worker {:?}; worker changes {}, reorders {}, concurrent {}; {total:?}",
+        "rebalance live ({kind}): {b:?}; per worker {:?}; worker changes {}, reorders {}, concurrent {}; {total:?}",
         f.per_worker, f.worker_changes, f.reorders, f.concurrent
     );
     for q in &report.stats.queues {
@@ -207,14 +230,19 @@ fn the_controller_moves_buckets_of_a_live_capture_keeping_every_flow_whole() {
     assert_eq!(total.capture_drops + total.delivery_drops, 0, "packets lost: {total:?}");
     assert_eq!((f.seen.len(), f.doubles), (PACKETS as usize, 0), "every packet exactly once");
     assert_eq!(total.delivered, u64::from(PACKETS), "the engine's count and the workers' agree");
-    assert!(b.buckets_moved > 0, "queue 0 at {:.0}% of its worker and nothing moved", 100.0 * HOT_SHARE * f64::from(RATE_PPS) / f64::from(CAPACITY_PPS));
+    let hot = if backend == Backend::AfPacket { HOT_SHARE } else { 1.0 };
+    assert!(
+        b.buckets_moved > 0,
+        "queue 0 at {:.0}% of its worker and nothing moved",
+        100.0 * hot * f64::from(RATE_PPS) / f64::from(CAPACITY_PPS)
+    );
     assert_eq!(b.park_drops + b.handover_drops, 0, "{b:?}");
     assert!(f.worker_changes > 0, "buckets moved but no flow changed worker");
     assert_eq!(f.reorders, 0, "a flow was reordered");
     assert_eq!(f.concurrent, 0, "a flow ran on two workers at once");
-    // Every move went from the hot queue to the idle one, in the kernel's table too.
-    let table = steering.queues();
-    assert!(table.is_empty(), "the capture is over, so the table is free again");
+    if let Some(steering) = steering {
+        assert!(steering.queues().is_empty(), "the capture is over, so the kernel's table is free again");
+    }
     let on_one = f.per_worker.get(&QueueId(1)).copied().unwrap_or(0) as f64 / f64::from(PACKETS);
-    assert!(on_one > 1.0 - HOT_SHARE + 0.02, "queue 1 took {on_one:.3} of the packets: no more than its initial share");
+    assert!(on_one > initial_share + 0.02, "queue 1 took {on_one:.3} of the packets: no more than its initial share");
 }

@@ -11,9 +11,10 @@
 //! moving bucket are parked until every chunk the old queue had published is
 //! recycled, then handed to the new queue ahead of anything newer. From then on
 //! the bucket is the new queue's, and the old worker has nothing of it left.
-//! AF_PACKET captures keep the table in the kernel and run the same controller
-//! and the same fence, split across their capture threads
-//! (`source::afpacket`'s `rebalance` module).
+//! Live captures, with a capture thread per queue, run the same controller and
+//! the same fence split across those threads ([`threaded`]): AF_PACKET keeps
+//! the table in the kernel (`source::afpacket`'s `rebalance` module), AF_XDP in
+//! the capture threads (`source::afxdp`'s).
 //!
 //! Chunk offloading (`pool::buddy`) is the other answer to imbalance, WireCAP's;
 //! it reacts at once but splits flows across workers. The two combine: the
@@ -23,6 +24,7 @@
 mod controller;
 mod park;
 mod steer;
+pub(crate) mod threaded;
 
 pub use controller::{Controller, ControllerConfig, Move, QueueSample};
 pub use park::{Parked, ParkingLot, PARK_LIMIT};
@@ -48,9 +50,8 @@ impl std::str::FromStr for Mode {
 
     /// `basic`, `offload:T`, `rebalance` or `rebalance:T` (T in percent).
     fn from_str(s: &str) -> Result<Self, String> {
-        let threshold = |t: &str| {
-            t.parse::<u8>().map_err(|_| format!("balance mode {s:?}: {t:?} is not a percentage")).and_then(OffloadThreshold::new)
-        };
+        let threshold =
+            |t: &str| t.parse::<u8>().map_err(|_| format!("balance mode {s:?}: {t:?} is not a percentage")).and_then(OffloadThreshold::new);
         match s.split_once(':') {
             None if s == "basic" => Ok(Mode::Basic),
             None if s == "rebalance" => Ok(Mode::Rebalance { controller: ControllerConfig::default(), offload: None }),

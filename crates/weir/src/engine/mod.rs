@@ -204,11 +204,8 @@ impl EngineBuilder {
                         }
                     }
                 }
-                SourceSpec::Live { kind: LiveKind::AfXdp, .. } => {
-                    return Err(BuildError::Balance(
-                        "afxdp does not move buckets yet: use afpacket (whose kernel bucket table rebalancing steers), or --balance offload:T".into(),
-                    ))
-                }
+                // The capture threads steer buckets themselves.
+                SourceSpec::Live { kind: LiveKind::AfXdp, .. } => {}
             }
         }
         let allowed = sys::allowed_cpus();
@@ -404,11 +401,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-fn capture_loop(
-    unit: Box<dyn CaptureUnit>,
-    sides: Vec<pool::CaptureSide>,
-    ctl: &Control,
-) -> Result<(), RunError> {
+fn capture_loop(unit: Box<dyn CaptureUnit>, sides: Vec<pool::CaptureSide>, ctl: &Control) -> Result<(), RunError> {
     let name = unit.name();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unit.run(sides, ctl)));
     match result {

@@ -207,6 +207,21 @@ impl<T: Copy + Send> Consumer<T> {
         Some(item)
     }
 
+    /// A copy of the oldest item, left in the ring.
+    #[inline]
+    pub fn peek(&mut self) -> Option<T> {
+        if self.head == self.cached_tail {
+            // Acquire, as in `pop`.
+            self.cached_tail = self.shared.tail.load(Ordering::Acquire);
+            if self.head == self.cached_tail {
+                return None;
+            }
+        }
+        let slot = &self.shared.slots[self.head & self.shared.mask];
+        // SAFETY: as in `pop`; reading a `Copy` item leaves the slot as it was.
+        Some(unsafe { (*slot.get()).assume_init_read() })
+    }
+
     /// Items waiting, as of now.
     pub fn len(&self) -> usize {
         // Acquire pairs with the producer's Release store of tail.
@@ -313,7 +328,11 @@ mod tests {
                         let r = p.push(x);
                         if model.len() < bound { prop_assert!(r.is_ok()); model.push_back(x); } else { prop_assert_eq!(r, Err(x)); }
                     }
-                    None => prop_assert_eq!(c.pop(), model.pop_front()),
+                    None => {
+                        // A peek shows what the next pop takes, and takes nothing.
+                        prop_assert_eq!(c.peek(), model.front().copied());
+                        prop_assert_eq!(c.pop(), model.pop_front());
+                    }
                 }
                 prop_assert_eq!(c.len(), model.len());
             }

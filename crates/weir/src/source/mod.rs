@@ -33,8 +33,9 @@ pub struct CaptureOptions {
     pub pacing: Pacing,
     /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.
     pub pool: crate::pool::PoolConfig,
-    /// Offloading (done by the engine's pools) and rebalancing (done by sources
-    /// that steer packets: trace files, and afpacket through its bucket table).
+    /// Offloading (done by the engine's pools) and rebalancing (done by the
+    /// sources: trace files in their thread, afpacket through its kernel bucket
+    /// table, afxdp in its capture threads).
     pub balance: crate::balance::Mode,
     /// Where a rebalancing source reports what it moved.
     pub balance_counters: Arc<crate::balance::BalanceCounters>,

@@ -121,10 +121,7 @@ impl RingShape {
         }
         let n = o.block_count;
         if n < 2 || u32::try_from(n).is_err() || b.checked_mul(n).is_none() {
-            return bad(format!(
-                "{n} ring blocks: need at least 2 (the kernel fills one while weir reads another), at most {}",
-                u32::MAX
-            ));
+            return bad(format!("{n} ring blocks: need at least 2 (the kernel fills one while weir reads another), at most {}", u32::MAX));
         }
         let ms = o.block_timeout.as_millis();
         if ms == 0 || ms > u128::from(u32::MAX) {
@@ -252,8 +249,7 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
         }
         let mut opened = Vec::with_capacity(queues.len());
         for (&q, socket) in queues.iter().zip(sockets) {
-            let ring =
-                set_up(&socket, shape, opts, ifindex, dev.vlan).map_err(|(step, e)| io_error(format!("{label}@{q}: {step}"), e))?;
+            let ring = set_up(&socket, shape, opts, ifindex, dev.vlan).map_err(|(step, e)| io_error(format!("{label}@{q}: {step}"), e))?;
             opened.push(QueueSocket { queue: q, socket, ring });
         }
         let mut placeholders = Vec::new();
@@ -419,7 +415,8 @@ impl Source for AfPacketSource {
             (None, _) => None,
             (Some(cfg), Some(binding)) => {
                 let queues = self.info.queues.clone();
-                Some(rebalance::Rebalance::new(binding.steering().clone(), queues, cfg, opts.balance_counters))
+                let table = rebalance::KernelTable { steering: binding.steering().clone(), queues };
+                Some(crate::balance::threaded::Rebalance::new(table, self.info.queues.len(), cfg, opts.balance_counters))
             }
             (Some(_), None) => {
                 return Err(SourceError::Invalid(format!(
@@ -428,10 +425,7 @@ impl Source for AfPacketSource {
                 )))
             }
         };
-        let shared = Arc::new(Shared {
-            _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(),
-            _steering: self.steering,
-        });
+        let shared = Arc::new(Shared { _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(), _steering: self.steering });
         let iface = self.iface;
         let mut units: Vec<Box<dyn CaptureUnit>> = self
             .queues
@@ -445,7 +439,7 @@ impl Source for AfPacketSource {
             })
             .collect();
         if let Some(r) = rebalance {
-            units.push(Box::new(rebalance::ControllerUnit::new(r, &iface)));
+            units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afpacket:{iface} rebalancer"))));
         }
         Ok(units)
     }

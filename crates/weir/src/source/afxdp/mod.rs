@@ -24,10 +24,14 @@
 //! - Detach is the kernel's: the program hangs on a bpf_link whose only
 //!   descriptor weir holds, so it leaves the interface when the last unit (or
 //!   the unopened source) is dropped, when weir exits, and when it is killed.
+//! - Under rebalancing (`--balance rebalance`) the capture threads steer
+//!   buckets between queues over one UMEM shared by every socket (see
+//!   [`rebalance`]); each queue's share is still R×M frames.
 //! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
 //!   the kernel's headroom.
 
 mod program;
+mod rebalance;
 mod ring;
 mod sys;
 mod unit;
@@ -40,7 +44,7 @@ use program::{denied, XdpProgram};
 use std::sync::Arc;
 use sys::{XdpMode, XskFd};
 use unit::{Attachment, XskUnit};
-use xsk::{BindTo, Xsk, XDP_PACKET_HEADROOM};
+use xsk::{BindTo, UmemOf, Xsk, XDP_PACKET_HEADROOM};
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
 pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: String) -> Result<Box<dyn Source>, SourceError> {
@@ -150,16 +154,42 @@ impl Source for AfXdpSource {
         }
         let AfXdpSource { info, iface, ifindex, sockets, mut program, promiscuous, opts: xdp } = *self;
         let native = program.mode() == XdpMode::Drv;
-        let mut xsks = Vec::with_capacity(sockets.len());
-        for (queue, fd) in sockets {
-            let xsk = Xsk::bind(fd, &BindTo { iface: &iface, ifindex, queue, frames, native }, &xdp)?;
+        let n = sockets.len();
+        let rebalance = match opts.balance.controller() {
+            Some(_) if n > rebalance::MAX_QUEUES => {
+                return Err(SourceError::Invalid(format!(
+                    "rebalancing moves buckets between at most {} queues, not {n}",
+                    rebalance::MAX_QUEUES
+                )))
+            }
+            Some(cfg) => Some(rebalance::Shared::new(rebalance::ThreadTables::new(n), n, cfg, Arc::clone(&opts.balance_counters))),
+            None => None,
+        };
+        // Rebalancing hands frames between queues, so their sockets share one UMEM.
+        let group = rebalance.as_ref().map(|_| crate::pool::FrameArena::new(frames * n, xdp.frame_size));
+        let mut xsks: Vec<Xsk> = Vec::with_capacity(n);
+        for (home, (queue, fd)) in sockets.into_iter().enumerate() {
+            let umem_of = match &group {
+                None => UmemOf::Own,
+                Some(arena) => UmemOf::Group { arena: Arc::clone(arena), home, first: xsks.first().map(Xsk::socket) },
+            };
+            let xsk = Xsk::bind(fd, &BindTo { iface: &iface, ifindex, queue, frames, native }, &xdp, umem_of)?;
             program.register(queue.0, xsk.socket())?;
             xsks.push(xsk);
         }
         let attachment = Arc::new(Attachment::new(program, promiscuous));
-        Ok(xsks
-            .into_iter()
-            .map(|xsk| Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.clone(), info.snaplen)) as Box<dyn CaptureUnit>)
-            .collect())
+        let mut links = rebalance.as_ref().map(|_| rebalance::links(n, frames, frames).into_iter());
+        let mut units: Vec<Box<dyn CaptureUnit>> = Vec::with_capacity(n + 1);
+        for (me, xsk) in xsks.into_iter().enumerate() {
+            let role = match (&rebalance, links.as_mut().and_then(Iterator::next)) {
+                (Some(r), Some(l)) => Some(rebalance::QueueRole::new(Arc::clone(r), me, l, frames, xdp.frame_size)),
+                _ => None,
+            };
+            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.clone(), info.snaplen, role)));
+        }
+        if let Some(r) = rebalance {
+            units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afxdp:{iface} rebalancer"))));
+        }
+        Ok(units)
     }
 }

@@ -228,10 +228,25 @@ impl XskFd {
     }
 
     pub fn bind(&self, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
-        let addr = SockaddrXdp { family: libc::AF_XDP as u16, flags, ifindex, queue_id: queue, shared_umem_fd: 0 };
+        self.bind_to(&SockaddrXdp { family: libc::AF_XDP as u16, flags, ifindex, queue_id: queue, shared_umem_fd: 0 })
+    }
+
+    /// Bind to a queue with the UMEM `umem_owner` registered (XDP_SHARED_UMEM):
+    /// this socket must have its own fill and completion rings sized already.
+    pub fn bind_shared(&self, ifindex: u32, queue: u32, umem_owner: BorrowedFd<'_>) -> io::Result<()> {
+        self.bind_to(&SockaddrXdp {
+            family: libc::AF_XDP as u16,
+            flags: libc::XDP_SHARED_UMEM,
+            ifindex,
+            queue_id: queue,
+            shared_umem_fd: umem_owner.as_raw_fd() as u32,
+        })
+    }
+
+    fn bind_to(&self, addr: &SockaddrXdp) -> io::Result<()> {
         // SAFETY: `addr` is a `sockaddr_xdp` of the size passed, read by the kernel only.
         let rc =
-            unsafe { libc::bind(self.0.as_raw_fd(), (&addr as *const SockaddrXdp).cast(), size_of::<SockaddrXdp>() as libc::socklen_t) };
+            unsafe { libc::bind(self.0.as_raw_fd(), (addr as *const SockaddrXdp).cast(), size_of::<SockaddrXdp>() as libc::socklen_t) };
         if rc == 0 {
             Ok(())
         } else {

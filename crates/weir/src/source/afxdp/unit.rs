@@ -15,11 +15,18 @@
 //! Timestamps: AF_XDP gives none, so each batch is stamped with CLOCK_REALTIME
 //! when it is taken off the ring; packets of one batch share it.
 //!
+//! Under rebalancing the unit also steers each packet by its bucket (see the
+//! `rebalance` module): into its own pool, to another queue's, or parked. Between
+//! batches it does its queue's part of bucket moves and takes in what other
+//! queues handed it, and it sleeps at most [`BALANCE_WAIT`], since packets
+//! handed to it do not wake its socket.
+//!
 //! Kernel drops come from XDP_STATISTICS, which is cumulative, so the unit
 //! accounts the differences since its last read, at least every
 //! [`STATS_INTERVAL`] and once more before it returns.
 
 use super::program::XdpProgram;
+use super::rebalance::{QueueRole, Received};
 use super::sys::{Promiscuous, XdpStatistics};
 use super::xsk::Xsk;
 use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
@@ -44,6 +51,9 @@ const CELL_WAIT: Duration = Duration::from_millis(50);
 /// queue). The RX ring holds far more than this much traffic at any rate a
 /// queue sustains.
 const GATHER: Duration = Duration::from_micros(100);
+/// Longest sleep under rebalancing, where packets handed by other queues wait
+/// for this unit without waking it.
+const BALANCE_WAIT: Duration = Duration::from_millis(2);
 /// Kernel counters are read at least this often while packets flow.
 const STATS_INTERVAL: Duration = Duration::from_millis(10);
 
@@ -71,13 +81,40 @@ pub struct XskUnit {
     filter: Option<Filter>,
     snaplen: usize,
     drops: KernelDrops,
+    balance: Option<QueueRole>,
 }
 
 impl XskUnit {
-    pub fn new(xsk: Xsk, attachment: Arc<Attachment>, filter: Option<Filter>, snaplen: u32) -> XskUnit {
+    pub fn new(xsk: Xsk, attachment: Arc<Attachment>, filter: Option<Filter>, snaplen: u32, balance: Option<QueueRole>) -> XskUnit {
         let zero_copy = xsk.is_zero_copy();
         let umem = Arc::clone(xsk.umem());
-        XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy) }
+        XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy), balance }
+    }
+
+    /// Take back the frames of recycled chunks and top the fill ring up.
+    #[inline]
+    fn refill(&mut self, side: &mut CaptureSide) {
+        match &mut self.balance {
+            Some(b) => b.refill(&mut self.xsk, side),
+            None => self.xsk.refill(side),
+        }
+    }
+
+    /// Rebalancing's part between batches, when on.
+    #[inline]
+    fn sync(&mut self, side: &mut CaptureSide) {
+        if let Some(b) = &mut self.balance {
+            b.sync(&mut self.xsk, &self.umem, side);
+        }
+    }
+
+    /// The longest sleep: `wait`, or less under rebalancing.
+    fn at_most(&self, wait: Duration) -> Duration {
+        if self.balance.is_some() {
+            wait.min(BALANCE_WAIT)
+        } else {
+            wait
+        }
     }
 }
 
@@ -108,6 +145,9 @@ impl CaptureUnit for XskUnit {
         let result = self.capture(&mut side, ctl);
         // Drops the kernel counted up to now belong to this run, even after a failure.
         let last = self.xsk.statistics().map(|now| self.drops.account(now, &mut side));
+        if let Some(b) = &mut self.balance {
+            b.end(&mut self.xsk, &self.umem, &mut side);
+        }
         side.flush();
         result.and(last)
     }
@@ -122,7 +162,8 @@ impl XskUnit {
             if ctl.stop_requested() {
                 return Ok(());
             }
-            self.xsk.refill(side);
+            self.sync(side);
+            self.refill(side);
             let n = self.xsk.peek(BATCH);
             if n == 0 {
                 // A partly filled chunk waits up to PUBLISH_DELAY for more packets
@@ -130,7 +171,7 @@ impl XskUnit {
                 // instead of taking a packet or two each (every cell of a
                 // published chunk is spent until it is recycled).
                 let left = unpublished_since.map_or(Duration::ZERO, |t| PUBLISH_DELAY.saturating_sub(t.elapsed()));
-                if !left.is_zero() && self.xsk.wait(left)? {
+                if !left.is_zero() && self.xsk.wait(self.at_most(left))? {
                     continue;
                 }
                 side.flush();
@@ -139,8 +180,8 @@ impl XskUnit {
                 stats_at = Instant::now();
                 // What the worker recycled meanwhile goes on the fill ring before we
                 // sleep, or the kernel might have nowhere to put packets.
-                self.xsk.refill(side);
-                self.xsk.wait(IDLE_WAIT)?;
+                self.refill(side);
+                self.xsk.wait(self.at_most(IDLE_WAIT))?;
                 continue;
             }
             unpublished_since.get_or_insert_with(Instant::now);
@@ -149,7 +190,7 @@ impl XskUnit {
                 Batch::Done => {}
                 Batch::NoCell => {
                     // Waiting publishes the partly filled chunk.
-                    side.wait_for_cell(CELL_WAIT);
+                    side.wait_for_cell(self.at_most(CELL_WAIT));
                     unpublished_since = None;
                 }
                 Batch::Limit => return Ok(()),
@@ -179,13 +220,27 @@ impl XskUnit {
                     continue;
                 }
             }
+            let place = self.balance.as_ref().map(|b| b.place(data));
             if !ctl.take_budget() {
                 ctl.request_stop(StopReason::PacketLimit);
                 outcome = Batch::Limit;
                 break;
             }
+            if let (Some(b), Some(p)) = (&mut self.balance, place) {
+                if !b.is_here(p) {
+                    let r = Received { addr: desc.addr, len: caplen as u32, wire_len: desc.len, ts_ns };
+                    b.send(p, r, &mut self.xsk, side);
+                    done += 1;
+                    continue;
+                }
+            }
             match side.push_frame(&self.umem, desc.addr, caplen, desc.len, ts_ns) {
-                Ok(()) => done += 1,
+                Ok(()) => {
+                    if let (Some(b), Some(p)) = (&mut self.balance, place) {
+                        b.took_cell(p);
+                    }
+                    done += 1;
+                }
                 Err(NoCell) => {
                     outcome = Batch::NoCell;
                     break;

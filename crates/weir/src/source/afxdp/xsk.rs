@@ -56,6 +56,18 @@ pub struct Xsk {
     zero_copy: bool,
 }
 
+/// Whose UMEM a socket uses.
+pub enum UmemOf<'a> {
+    /// Its own, of [`BindTo::frames`] frames.
+    Own,
+    /// A group's, one arena for every socket of the capture, so a frame one
+    /// queue received can be held by another queue's pool. Each socket's own
+    /// frames (its fill ring's) are share number `home`, of [`BindTo::frames`]
+    /// frames. The first socket registers the arena (`first` is `None`); the
+    /// others bind to it with XDP_SHARED_UMEM and a fill ring of their own.
+    Group { arena: Arc<FrameArena>, home: usize, first: Option<BorrowedFd<'a>> },
+}
+
 /// What a bind needs to know besides the socket.
 pub struct BindTo<'a> {
     pub iface: &'a str,
@@ -67,13 +79,18 @@ pub struct BindTo<'a> {
 }
 
 impl Xsk {
-    /// Register a UMEM of `to.frames` frames on `fd`, size and map its rings, put
-    /// free frames on the fill ring, and bind it to the queue.
-    pub fn bind(fd: XskFd, to: &BindTo<'_>, opts: &AfXdpOptions) -> Result<Xsk, SourceError> {
+    /// Register a UMEM of `to.frames` frames on `fd` (or join a group's), size
+    /// and map its rings, put its free frames on the fill ring, and bind it to the queue.
+    pub fn bind(fd: XskFd, to: &BindTo<'_>, opts: &AfXdpOptions, umem_of: UmemOf<'_>) -> Result<Xsk, SourceError> {
         let (iface, q) = (to.iface, to.queue.0);
         let at = |what: &str| format!("{iface} queue {q}: {what}");
-        let umem = FrameArena::new(to.frames, opts.frame_size);
-        fd.register_umem(&umem).map_err(|e| umem_error(at("registering the UMEM"), e, umem.len()))?;
+        let (umem, first_frame, share) = match umem_of {
+            UmemOf::Own => (FrameArena::new(to.frames, opts.frame_size), 0, None),
+            UmemOf::Group { arena, home, first } => (arena, (home * to.frames) as u64, first),
+        };
+        if share.is_none() {
+            fd.register_umem(&umem).map_err(|e| umem_error(at("registering the UMEM"), e, umem.len()))?;
+        }
         let ring_size = opts.ring_size;
         let fill_size = ring_size.saturating_mul(FILL_PER_RX).max(ring_size);
         fd.set_ring_size(RingKind::Fill, fill_size).map_err(|e| io(at("sizing the fill ring"), e))?;
@@ -89,7 +106,7 @@ impl Xsk {
 
         let frame_size = umem.frame_size() as u64;
         // Frame 0 last, so it is the first on the fill ring.
-        let free = (0..to.frames as u64).rev().map(|i| i * frame_size).collect::<Vec<_>>();
+        let free = (first_frame..first_frame + to.frames as u64).rev().map(|i| i * frame_size).collect::<Vec<_>>();
         let mut xsk = Xsk {
             queue: to.queue,
             rx,
@@ -112,7 +129,12 @@ impl Xsk {
             // Neither flag: the kernel tries zero-copy and falls back to copy mode.
             (ZeroCopy::Auto, true) => 0,
         };
-        xsk.fd.bind(to.ifindex, u32::from(q), mode | wakeup).map_err(|e| bind_error(iface, q, opts.zero_copy, e))?;
+        let bound = match share {
+            // A socket joining a UMEM takes the mode of the socket that registered it.
+            Some(first) => xsk.fd.bind_shared(to.ifindex, u32::from(q), first),
+            None => xsk.fd.bind(to.ifindex, u32::from(q), mode | wakeup),
+        };
+        bound.map_err(|e| bind_error(iface, q, opts.zero_copy, e))?;
         xsk.zero_copy = xsk.fd.is_zero_copy().map_err(|e| io(at("asking for the socket's mode"), e))?;
         // The statistics weir accounts from must be readable before capture starts.
         xsk.fd.statistics().map_err(|e| io(at("reading AF_XDP statistics"), e))?;
@@ -164,6 +186,19 @@ impl Xsk {
     #[inline]
     pub fn refill(&mut self, side: &mut CaptureSide) {
         side.take_frames(&mut self.free);
+        self.top_up();
+    }
+
+    /// Make `frames` free (emptying it) and top the fill ring up, for a unit
+    /// that sorts the frames coming back itself (a group's UMEM).
+    #[inline]
+    pub fn refill_with(&mut self, frames: &mut Vec<u64>) {
+        self.free.append(frames);
+        self.top_up();
+    }
+
+    #[inline]
+    fn top_up(&mut self) {
         if self.fill.produce(&mut self.free, self.frame_mask) > 0 && self.need_wakeup && self.fill.needs_wakeup() {
             self.fd.wake_rx();
         }
