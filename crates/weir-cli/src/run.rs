@@ -71,6 +71,23 @@ pub struct SourceArgs {
     #[arg(long, value_name = "MODE", default_value = "basic")]
     pub balance: String,
 
+    /// Locality buffering: each worker gathers at least B packets (whole chunks)
+    /// and delivers them sorted by the smaller of their two ports, so the
+    /// application handles one service at a time and its caches stay warm.
+    /// Packets of one flow keep their order; timestamps are untouched, so they
+    /// are no longer monotonic across flows. Off by default (strict order).
+    #[arg(long, value_name = "B")]
+    pub locality: Option<u32>,
+
+    /// With --locality: longest a packet waits for its batch to fill.
+    #[arg(long, value_name = "MS", default_value_t = 50, requires = "locality")]
+    pub locality_timeout_ms: u64,
+
+    /// With --locality: gather the next batch while one is delivered (the
+    /// double-buffered variant).
+    #[arg(long, requires = "locality")]
+    pub locality_double: bool,
+
     #[command(flatten)]
     pub live: LiveArgs,
 }
@@ -194,6 +211,13 @@ impl SourceArgs {
         PoolConfig::new(m, r).map_err(|e| bad_input(anyhow::anyhow!("--pool {s}: {e}")))
     }
 
+    fn locality_config(&self) -> anyhow::Result<Option<weir::locality::LocalityConfig>> {
+        let Some(b) = self.locality else { return Ok(None) };
+        let batch = weir::locality::BatchSize::new(b).map_err(|e| bad_input(anyhow::anyhow!("--locality: {e}")))?;
+        let timeout = Duration::from_millis(self.locality_timeout_ms);
+        Ok(Some(weir::locality::LocalityConfig { batch, timeout, double_buffer: self.locality_double }))
+    }
+
     /// Build the engine: parse the source, open it, compile the filter.
     pub fn engine(&self) -> anyhow::Result<Engine> {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
@@ -215,6 +239,7 @@ impl SourceArgs {
             .pool(self.pool_config()?)
             .pacing(self.pacing()?)
             .balance(balance)
+            .locality(self.locality_config()?)
             .live(self.live.options()?);
         if let Some(c) = &self.cpus {
             b = b.cpus(c.parse::<CpuPlan>().map_err(|e| bad_input(anyhow::anyhow!(e)))?);

@@ -13,6 +13,7 @@
 //! - [`pool`]: the R chunks of M cells of one queue, and their state machine.
 //! - [`ring`]: the lock-free single-producer single-consumer queues between stages.
 //! - [`engine`]: capture threads, workers, stats and the clean stop.
+//! - [`locality`]: the worker-side stage that delivers each batch sorted by port.
 //! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
 //! - [`wire`]: zero-copy views over packet headers.
 //! - [`sink`]: pcap and pcapng writers.
@@ -40,6 +41,7 @@
 pub mod balance;
 pub mod engine;
 pub mod filter;
+pub mod locality;
 pub mod packet;
 pub mod pool;
 pub mod privileges;

@@ -29,7 +29,8 @@ use crate::filter::{Filter, FilterError};
 use crate::pool::{self, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
-use crate::{Packet, QueueId};
+use crate::locality::LocalityConfig;
+use crate::{LinkType, Packet, QueueId};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,6 +69,8 @@ pub enum BuildError {
     Cpu { cpu: usize, allowed: Vec<usize> },
     #[error("rebalancing: {0}")]
     Balance(String),
+    #[error("locality buffering: {0}")]
+    Locality(String),
 }
 
 impl BuildError {
@@ -77,7 +80,7 @@ impl BuildError {
             BuildError::NoSource | BuildError::Spec(_) => true,
             BuildError::Source(e) => e.is_bad_input(),
             BuildError::Filter(e) => !matches!(e, FilterError::Library(_)),
-            BuildError::Cpu { .. } | BuildError::Balance(_) => true,
+            BuildError::Cpu { .. } | BuildError::Balance(_) | BuildError::Locality(_) => true,
         }
     }
 }
@@ -107,6 +110,7 @@ pub struct EngineBuilder {
     open: source::OpenOptions,
     cpus: CpuPlan,
     balance: balance::Mode,
+    locality: Option<LocalityConfig>,
 }
 
 impl EngineBuilder {
@@ -131,6 +135,13 @@ impl EngineBuilder {
     /// within the group of all queues), or flow-consistent rebalancing.
     pub fn balance(mut self, mode: balance::Mode) -> Self {
         self.balance = mode;
+        self
+    }
+
+    /// Deliver each worker's packets in batches sorted by port (see
+    /// [`locality`](crate::locality)); off (`None`) by default, for strict order.
+    pub fn locality(mut self, cfg: Option<LocalityConfig>) -> Self {
+        self.locality = cfg;
         self
     }
 
@@ -181,6 +192,20 @@ impl EngineBuilder {
     /// Open the source and compile the filter for its link type.
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
+        if let Some(l) = &self.locality {
+            // A batch holds its chunks until delivered: the capture side must keep at
+            // least one chunk to fill meanwhile, or capture and worker wait on each other
+            // until the timeout every batch.
+            let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
+            if l.batch.get() > (r - 1) * m {
+                return Err(BuildError::Locality(format!(
+                    "a batch of {} packets needs more than the pool's {r} chunks of {m} cells less one; \
+                     raise R (--pool {m},{}) or lower the batch",
+                    l.batch.get(),
+                    l.batch.get().div_ceil(m) + 1
+                )));
+            }
+        }
         if self.balance.controller().is_some() {
             match &spec {
                 SourceSpec::File { queues, .. } if queues.len() != usize::from(queues.total()) => {
@@ -231,6 +256,7 @@ impl EngineBuilder {
             time_limit: self.time_limit,
             pacing: self.pacing,
             balance: self.balance,
+            locality: self.locality,
         })
     }
 }
@@ -246,6 +272,7 @@ pub struct Engine {
     time_limit: Option<Duration>,
     pacing: Pacing,
     balance: balance::Mode,
+    locality: Option<LocalityConfig>,
 }
 
 impl Engine {
@@ -314,6 +341,7 @@ impl Engine {
 
         let mut workers = Vec::new();
         let placement_of = |q: QueueId| self.placements.iter().find(|p| p.queue == q).cloned();
+        let locality = self.locality.map(|cfg| (cfg, self.info.link_type));
         for (q, side) in worker_sides {
             let handler = make(q);
             let cpu = placement_of(q).and_then(|p| p.worker_cpu);
@@ -324,7 +352,7 @@ impl Engine {
                 .spawn(move || {
                     let _end = ThreadEnd(&thread_ctl);
                     pin(cpu);
-                    worker_loop(side, handler, &thread_ctl)
+                    worker_loop(side, handler, &thread_ctl, locality)
                 })
                 .map_err(|e| {
                     ctl.thread_ended();
@@ -417,18 +445,21 @@ fn capture_loop(unit: Box<dyn CaptureUnit>, sides: Vec<pool::CaptureSide>, ctl: 
     }
 }
 
-fn worker_loop<H: Handler>(side: WorkerSide, mut handler: H, ctl: &Control) -> Result<H, RunError> {
+fn worker_loop<H: Handler>(side: WorkerSide, mut handler: H, ctl: &Control, locality: Option<(LocalityConfig, LinkType)>) -> Result<H, RunError> {
     let queue = side.queue();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
-        match side.next(WORKER_IDLE) {
-            Next::Chunk(chunk) => {
-                for p in chunk.packets() {
-                    handler.packet(&p);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &locality {
+        Some((cfg, link)) => crate::locality::run(&side, &mut handler, cfg, *link, WORKER_IDLE),
+        None => loop {
+            match side.next(WORKER_IDLE) {
+                Next::Chunk(chunk) => {
+                    for p in chunk.packets() {
+                        handler.packet(&p);
+                    }
                 }
+                Next::Idle => {}
+                Next::Closed => break,
             }
-            Next::Idle => {}
-            Next::Closed => break,
-        }
+        },
     }));
     match result {
         Ok(()) => Ok(handler),

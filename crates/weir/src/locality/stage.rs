@@ -1,0 +1,110 @@
+//! The locality stage on a worker thread: gather a batch of held chunks, index
+//! it, deliver it sorted, recycle its chunks (see the module above for the
+//! contract).
+//!
+//! With `double_buffer`, the worker looks at its capture queue every
+//! [`POLL_EVERY`] packets while it delivers a batch, and indexes what came into
+//! the next batch: chunks then leave the capture queue (and their cells start
+//! their way back) while the application runs, instead of after it.
+
+use super::{sort_key, LocalityConfig, PortIndex};
+use crate::engine::Handler;
+use crate::pool::{HeldChunk, Next, WorkerSide};
+use crate::LinkType;
+use std::time::{Duration, Instant};
+
+/// Packets delivered between two looks at the capture queue when double-buffered.
+const POLL_EVERY: u32 = 256;
+
+/// One batch: the chunks it holds and the index of their packets.
+struct Batch<'w> {
+    held: Vec<HeldChunk<'w>>,
+    /// (chunk in `held`, cell in that chunk).
+    index: PortIndex<(u32, u32)>,
+    /// When its first chunk came.
+    since: Option<Instant>,
+}
+
+impl<'w> Batch<'w> {
+    fn new() -> Self {
+        Batch { held: Vec::new(), index: PortIndex::new(), since: None }
+    }
+
+    fn add(&mut self, chunk: HeldChunk<'w>, link: LinkType) {
+        let slot = self.held.len() as u32;
+        for (cell, p) in chunk.packets().enumerate() {
+            self.index.push(sort_key(link, p.data()), (slot, cell as u32));
+        }
+        self.since.get_or_insert_with(Instant::now);
+        self.held.push(chunk);
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Deliver in key order, then recycle every chunk. `between` runs every
+    /// [`POLL_EVERY`] packets.
+    fn deliver(&mut self, handler: &mut impl Handler, mut between: impl FnMut()) {
+        let held = &self.held;
+        let mut n = 0u32;
+        self.index.drain(|(slot, cell)| {
+            if let Some(p) = held.get(slot as usize).and_then(|c| c.get(cell as usize)) {
+                handler.packet(&p);
+            }
+            n += 1;
+            if n % POLL_EVERY == 0 {
+                between();
+            }
+        });
+        // Dropping a held chunk recycles it: only now is every packet of it delivered.
+        self.held.clear();
+        self.since = None;
+    }
+}
+
+/// Run the stage until the capture queue (and every buddy's) is closed and drained.
+pub fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityConfig, link: LinkType, idle: Duration) {
+    let batch = cfg.batch.get();
+    let mut cur = Batch::new();
+    let mut next = Batch::new();
+    loop {
+        let closed = gather(side, &mut cur, cfg, link, idle);
+        if cfg.double_buffer {
+            cur.deliver(handler, || {
+                while next.len() < batch {
+                    match side.try_next() {
+                        Some(c) => next.add(c, link),
+                        None => break,
+                    }
+                }
+            });
+        } else {
+            cur.deliver(handler, || {});
+        }
+        if closed && next.len() == 0 {
+            return;
+        }
+        std::mem::swap(&mut cur, &mut next);
+    }
+}
+
+/// Add chunks to `b` until it holds a batch, its oldest packet has waited the
+/// timeout, or the capture is over (true then).
+fn gather<'w>(side: &'w WorkerSide, b: &mut Batch<'w>, cfg: &LocalityConfig, link: LinkType, idle: Duration) -> bool {
+    while b.len() < cfg.batch.get() {
+        let wait = match b.since {
+            None => idle,
+            Some(t) => match cfg.timeout.checked_sub(t.elapsed()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return false,
+            },
+        };
+        match side.next(wait) {
+            Next::Chunk(c) => b.add(c, link),
+            Next::Idle => {}
+            Next::Closed => return true,
+        }
+    }
+    false
+}
