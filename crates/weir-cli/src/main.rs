@@ -8,6 +8,7 @@ mod count;
 mod exit;
 mod flow_order;
 mod handle;
+mod inspect;
 mod queues;
 mod record;
 mod replay;
@@ -50,6 +51,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run a libpcap filter N times on every packet, then discard it: a heavy application of known cost (WireCAP's pkt_handler).
     Handle(handle::HandleArgs),
+    /// Match signatures per service port and keep per-flow counters: an IDS workload whose caches locality buffering helps.
+    Inspect(inspect::InspectArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
     Queues(queues::QueuesArgs),
 }
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Synth(a) => synth::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Handle(a) => handle::run(a),
+        Command::Inspect(a) => inspect::run(a),
         Command::Queues(a) => queues::run(a),
     };
     exit::report(result)
