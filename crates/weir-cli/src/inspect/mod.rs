@@ -43,7 +43,8 @@ use weir::{Handler, LinkType, Packet};
 A rule applies to TCP and UDP packets whose service port, the smaller of the two ports, is in its list \
 (`any`: every packet with a payload); its content is searched anywhere in the payload, exactly. Rules \
 with the same ports text share one Aho-Corasick automaton. Without --rules the built-in set is used: \
-4,000 strings in 50 port groups, generated deterministically (print it with --print-rules).\n\n\
+4,080 strings in 50 port groups by default, generated deterministically (print it with --print-rules; \
+scale it with --group-rules).\n\n\
 Example, the same work with and without locality buffering:\n  \
 weir synth -o /tmp/t.pcap -n 2000000 -c 100000\n  weir inspect /tmp/t.pcap -o /tmp/off.jsonl\n  \
 weir inspect /tmp/t.pcap --locality 8000 -o /tmp/on.jsonl   # same bytes, fewer cache misses"
@@ -52,6 +53,12 @@ pub struct InspectArgs {
     /// Rule file (see below); the built-in set when not given.
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
+
+    /// Strings in each port group of the built-in set (twice as many in its `any`
+    /// group): the size of the automata, and so of the application's working set.
+    #[arg(long, value_name = "N", default_value_t = rules::PER_GROUP as u32, conflicts_with = "rules",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub group_rules: u32,
 
     /// Print the built-in rule set and exit.
     #[arg(long)]
@@ -137,6 +144,11 @@ impl Matcher {
             })
             .collect();
         Ok(Matcher { groups, by_port, lists, any })
+    }
+
+    /// Heap bytes of the automata.
+    fn memory(&self) -> usize {
+        self.groups.iter().map(|g| g.automaton.memory_usage()).sum()
     }
 
     /// Call `alert` once per rule whose content is in `payload`.
@@ -250,7 +262,7 @@ fn flow_text(t: &FlowTuple) -> String {
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if args.print_rules {
-        print!("{}", rules::builtin());
+        print!("{}", rules::builtin(args.group_rules as usize));
         return Ok(ExitCode::SUCCESS);
     }
     let matcher = match args.work {
@@ -258,10 +270,14 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         Work::Rules => {
             let (text, origin) = match &args.rules {
                 Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
-                None => (rules::builtin(), "the built-in rule set".to_string()),
+                None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
             };
             let rules = rules::parse(&text, &origin).map_err(crate::exit::bad_input)?;
-            Some(Arc::new(Matcher::new(&rules)?))
+            let m = Matcher::new(&rules)?;
+            if !args.quiet {
+                eprintln!("weir inspect: {} rules in {} port groups, automata {:.1} MiB", rules.len(), m.groups.len(), m.memory() as f64 / (1 << 20) as f64);
+            }
+            Some(Arc::new(m))
         }
     };
     let mut out: Box<dyn Write> = match args.output.as_str() {

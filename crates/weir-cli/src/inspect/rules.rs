@@ -20,9 +20,9 @@
 //! Rules with the same `ports` text form one *port group*, matched by one
 //! Aho-Corasick automaton.
 //!
-//! The built-in set ([`builtin`]) is generated deterministically: 48 port groups
-//! of well-known services with 80 strings each and an `any` group of 160, 4,000
-//! strings in all. Each group starts with strings real traffic of its service
+//! The built-in set ([`builtin`]) is generated deterministically: 49 port groups
+//! of well-known services with 80 strings each and an `any` group of 160, 4,080
+//! strings in all (`--group-rules N` scales the groups). Each group starts with strings real traffic of its service
 //! carries (request lines, headers, protocol banners), so some fire; the rest are
 //! pseudo-random tokens of 6 to 24 bytes, as most signatures of a real set
 //! never match a given network.
@@ -202,10 +202,13 @@ const MORE_PORTS: &[&str] = &[
     "8443",
 ];
 
-/// The built-in rule set as a rule file (see the module doc).
-pub fn builtin() -> String {
-    const PER_GROUP: usize = 80;
-    const ANY: usize = 160;
+/// Strings per port group of the built-in set by default.
+pub const PER_GROUP: usize = 80;
+
+/// The built-in rule set as a rule file (see the module doc), with `per_group`
+/// strings in each port group and twice that in the `any` group.
+pub fn builtin(per_group: usize) -> String {
+    let any = 2 * per_group;
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -255,12 +258,12 @@ pub fn builtin() -> String {
         }
     };
     for (ports, real) in SERVICES {
-        group(&mut out, ports, real, PER_GROUP, &mut seen);
+        group(&mut out, ports, real, per_group, &mut seen);
     }
     for ports in MORE_PORTS {
-        group(&mut out, ports, &[], PER_GROUP, &mut seen);
+        group(&mut out, ports, &[], per_group, &mut seen);
     }
-    group(&mut out, "any", &[], ANY, &mut seen);
+    group(&mut out, "any", &[], any, &mut seen);
     out
 }
 
@@ -294,11 +297,12 @@ mod tests {
 
     #[test]
     fn the_builtin_set_has_thousands_of_strings_in_dozens_of_groups() {
-        let rules = parse(&builtin(), "builtin").unwrap();
+        let rules = parse(&builtin(PER_GROUP), "builtin").unwrap();
         let groups: HashSet<&str> = rules.iter().map(|r| r.ports_text.as_str()).collect();
         assert_eq!(rules.len(), (SERVICES.len() + MORE_PORTS.len()) * 80 + 160);
         assert!(rules.len() >= 4000 && groups.len() >= 48, "{} rules in {} groups", rules.len(), groups.len());
-        assert_eq!(builtin(), builtin(), "deterministic");
+        assert_eq!(builtin(PER_GROUP), builtin(PER_GROUP), "deterministic");
+        assert_eq!(parse(&builtin(500), "builtin").unwrap().len(), (SERVICES.len() + MORE_PORTS.len()) * 500 + 1000);
         assert!(rules.iter().any(|r| r.content == b"GET /"));
     }
 }
