@@ -1,0 +1,284 @@
+"""Locality buffering on a cache-hungry workload (`weir inspect`), after
+Papadogiannakis et al.'s Table 1 and Figures 3 and 4.
+
+Input: `weir synth` trace of 2,000,000 packets with 100,000 concurrent flows
+(bench/work/locality-2m.pcap), and the same trace fully sorted by
+min(src port, dst port), stably, packets without ports last (what one locality
+batch of the whole trace would deliver).
+
+1. The sorted trace: `weir inspect` on the original and on the sorted trace,
+   buffer off. Packets/s (median of 5, weir's own timing of the capture, which
+   leaves out building the automata), and from cachegrind instructions, L1 data
+   misses and last-level misses per packet.
+2. The buffer-size sweep: B = 100 ... 32k on the original trace, the same
+   metrics (median of 3 for speed), plus the double-buffered variant at 8k.
+3. Overhead: `weir count` on the original trace with and without the buffer
+   (median of 5 wall times; cachegrind instructions per packet).
+
+Cachegrind runs ~50 times slower than the machine, so it measures the first
+SUB packets of the trace (and of its sorted version, sorted alone) rather than
+all 2 million. Its instruction count is the one callgrind reports (both count
+executed instructions); its last level is this machine's 32 MiB L3.
+
+The workload's size is set with `weir inspect --group-rules N` (strings per
+port group, 50 groups): it is run at 1,000 (51,000 strings, about the size of
+the open ET rule set) and 5,000 (255,000 strings). Writes
+bench/results/locality.json, locality.csv and locality.png.
+"""
+import csv
+import json
+import os
+import re
+import statistics
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import RESULTS, WEIR, WORK, log, sh, timed, warm  # noqa: E402
+
+# LOCALITY_QUICK=1: a small trace and one run per point, to check the script.
+QUICK = os.environ.get("LOCALITY_QUICK") == "1"
+PACKETS = 20_000 if QUICK else 2_000_000
+FLOWS = 2_000 if QUICK else 100_000
+SUB = 2_000 if QUICK else 20_000
+SWEEP = [100, 1000] if QUICK else [100, 500, 1000, 2000, 4000, 8000, 16000, 32000]
+GROUP_RULES = [1000, 5000]
+SWEEP_RULES = 5000
+RUNS_SORTED = 1 if QUICK else 5
+RUNS_SWEEP = 1 if QUICK else 3
+STEM = "locality-quick" if QUICK else "locality-2m"
+
+
+def pool_for(b):
+    return f"256,{max(128, b // 256 + 2)}"
+
+
+def key(frame):
+    """min(sport, dport) of an Ethernet IPv4/IPv6 TCP/UDP frame; None otherwise."""
+    if len(frame) < 14:
+        return None
+    et = struct.unpack_from("!H", frame, 12)[0]
+    off = 14
+    if et == 0x8100 and len(frame) >= 18:
+        et = struct.unpack_from("!H", frame, 16)[0]
+        off = 18
+    if et == 0x0800 and len(frame) >= off + 20:
+        ihl = (frame[off] & 0x0F) * 4
+        proto = frame[off + 9]
+        frag = struct.unpack_from("!H", frame, off + 6)[0] & 0x1FFF
+        if frag:
+            return None
+        l4 = off + ihl
+    elif et == 0x86DD and len(frame) >= off + 40:
+        proto = frame[off + 6]
+        l4 = off + 40
+    else:
+        return None
+    if proto not in (6, 17) or len(frame) < l4 + 4:
+        return None
+    s, d = struct.unpack_from("!HH", frame, l4)
+    return min(s, d)
+
+
+def read_pcap(path, limit=None):
+    with open(path, "rb") as f:
+        header = f.read(24)
+        endian = "<" if header[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        records = []
+        while limit is None or len(records) < limit:
+            h = f.read(16)
+            if len(h) < 16:
+                break
+            incl = struct.unpack(endian + "IIII", h)[2]
+            records.append((h, f.read(incl)))
+    return header, records
+
+
+def write_pcap(path, header, records):
+    with open(path, "wb") as f:
+        f.write(header)
+        for h, data in records:
+            f.write(h)
+            f.write(data)
+
+
+def sort_records(records):
+    return sorted(records, key=lambda r: (1, 0) if (k := key(r[1])) is None else (0, k))
+
+
+def inputs():
+    WORK.mkdir(parents=True, exist_ok=True)
+    trace = WORK / f"{STEM}.pcap"
+    if not trace.exists():
+        log(f"synthesizing {trace}")
+        sh([str(WEIR), "synth", "-o", str(trace), "-n", str(PACKETS), "-c", str(FLOWS)])
+    files = {"original": trace}
+    for name, limit in (("sorted", None), ("sub", SUB), ("sub-sorted", SUB)):
+        path = WORK / f"{STEM}-{name}.pcap"
+        files[name] = path
+        if path.exists():
+            continue
+        log(f"writing {path}")
+        header, records = read_pcap(trace, limit)
+        write_pcap(path, header, sort_records(records) if "sorted" in name else records)
+    return files
+
+
+def inspect_secs(trace, extra):
+    p = sh([str(WEIR), "inspect", "-q", str(trace), "-o", "/dev/null", *extra])
+    m = re.search(r"(\d+) packets in ([0-9.]+) s", p.stderr)
+    return int(m.group(1)), float(m.group(2))
+
+
+def pps(trace, extra, runs):
+    warm(trace)
+    rates = []
+    for _ in range(runs):
+        n, secs = inspect_secs(trace, extra)
+        rates.append(n / secs)
+    return statistics.median(rates), rates
+
+
+def cachegrind_raw(cmd):
+    p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null", *cmd],
+                       text=True, capture_output=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"cachegrind {cmd}: {p.stderr[-2000:]}")
+
+    def count(label):
+        m = re.search(label + r":\s+([0-9,]+)", p.stderr)
+        return int(m.group(1).replace(",", ""))
+    return {"instr": count(r"I\s+refs"), "l1d": count(r"D1\s+misses"), "ll": count(r"LL misses")}
+
+
+def cachegrind(cmd, packets, setup):
+    """Per packet: the run's counts less those of the same command on a trace
+    with no packets (start-up, building the automata, writing the output)."""
+    run = cachegrind_raw(cmd)
+    return {k: (run[k] - setup[k]) / packets for k in run}
+
+
+def inspect_cmd(trace, extra):
+    # A timeout the run never reaches: under cachegrind the capture thread is slow,
+    # and batches must fill as they would at full speed.
+    locality = ["--locality-timeout-ms", "100000000"] if "--locality" in extra else []
+    return [str(WEIR), "inspect", "-q", str(trace), "-o", "/dev/null", *extra, *locality]
+
+
+def count_cmd(trace, extra):
+    locality = ["--locality-timeout-ms", "100000000"] if "--locality" in extra else []
+    return [str(WEIR), "count", "-q", str(trace), *extra, *locality]
+
+
+def sweep_extra(b):
+    if b is None:
+        return []
+    if b == "8000-double":
+        return ["--locality", "8000", "--locality-double", "--pool", pool_for(8000)]
+    return ["--locality", str(b), "--pool", pool_for(b)]
+
+
+def main():
+    from concurrent.futures import ThreadPoolExecutor
+    files = inputs()
+    empty = WORK / "locality-empty.pcap"
+    header, _ = read_pcap(files["original"], 0)
+    write_pcap(empty, header, [])
+    out = {"packets": PACKETS, "flows": FLOWS, "cachegrind_packets": SUB, "sorted": {}, "sweep": [], "count": {}}
+    # Speed first, one run at a time: nothing else may run on the two cores.
+    for g in GROUP_RULES:
+        rules = ["--group-rules", str(g)]
+        out["sorted"][g] = {}
+        for name in ("original", "sorted"):
+            med, runs = pps(files[name], rules, RUNS_SORTED)
+            out["sorted"][g][name] = {"pps": med, "runs": runs}
+            log(f"B1 group-rules {g} {name}: {med:.0f} packets/s {runs}")
+    rules = ["--group-rules", str(SWEEP_RULES)]
+    for b in [None, *SWEEP, "8000-double"]:
+        med, runs = pps(files["original"], rules + sweep_extra(b), RUNS_SWEEP)
+        out["sweep"].append({"batch": b or 0, "pps": med, "runs": runs})
+        log(f"B2 B={b}: {med:.0f} packets/s {runs}")
+    counts = (("off", []), ("8000", ["--locality", "8000"]), ("32000", ["--locality", "32000", "--pool", pool_for(32000)]))
+    for name, extra in counts:
+        warm(files["original"])
+        walls = [timed(count_cmd(files["original"], extra))[0] for _ in range(RUNS_SORTED)]
+        out["count"][name] = {"wall": statistics.median(walls), "runs": walls}
+        log(f"B3 count {name}: {walls}")
+    # Then cachegrind, two at a time: its counts do not depend on what else runs.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        setups = {g: pool.submit(cachegrind_raw, inspect_cmd(empty, ["--group-rules", str(g)])) for g in GROUP_RULES}
+        count_setup = pool.submit(cachegrind_raw, count_cmd(empty, []))
+        setups = {g: f.result() for g, f in setups.items()}
+        count_setup = count_setup.result()
+        jobs = []
+        for g in GROUP_RULES:
+            for name, sub in (("original", "sub"), ("sorted", "sub-sorted")):
+                cmd = inspect_cmd(files[sub], ["--group-rules", str(g)])
+                jobs.append((out["sorted"][g][name], pool.submit(cachegrind, cmd, SUB, setups[g])))
+        for row in out["sweep"]:
+            cmd = inspect_cmd(files["sub"], rules + sweep_extra(row["batch"] or None))
+            jobs.append((row, pool.submit(cachegrind, cmd, SUB, setups[SWEEP_RULES])))
+        for name, extra in counts:
+            jobs.append((out["count"][name], pool.submit(cachegrind, count_cmd(files["sub"], extra), SUB, count_setup)))
+        for row, f in jobs:
+            row.update(f.result())
+            log(f"cachegrind: {row}")
+    if QUICK:
+        summary(out)
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "locality.json").write_text(json.dumps(out, indent=1))
+    with open(RESULTS / "locality.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["batch", "pps", "instr_per_packet", "l1d_misses_per_packet", "ll_misses_per_packet"])
+        for r in out["sweep"]:
+            w.writerow([r["batch"], round(r["pps"]), round(r["instr"]), round(r["l1d"], 2), round(r["ll"], 3)])
+    plot(out)
+    summary(out)
+
+
+def plot(out):
+    try:
+        import matplotlib
+    except ImportError:
+        log("installing matplotlib for the plot")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "matplotlib"], check=True)
+        import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in out["sweep"] if isinstance(r["batch"], int) and r["batch"] > 0]
+    off = out["sweep"][0]
+    xs = [r["batch"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, field, label in zip(axes, ("pps", "l1d", "ll"), ("packets/s", "L1d misses / packet", "LL misses / packet")):
+        ax.plot(xs, [r[field] for r in rows], "o-", label="locality buffer")
+        ax.axhline(off[field], color="gray", ls="--", label="buffer off")
+        ax.set_xscale("log")
+        ax.set_xlabel("batch size B (packets)")
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle(f"weir inspect, {SWEEP_RULES * 50:,} strings in 50 port groups, 2M packets, 100k concurrent flows")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "locality.png", dpi=110)
+    log(f"wrote {RESULTS / 'locality.png'}")
+
+
+def summary(out):
+    for g, row in out["sorted"].items():
+        o, s = row["original"], row["sorted"]
+        print(f"group-rules {g}: sorted/original speed {s['pps'] / o['pps']:.3f}; instr {o['instr']:.0f} -> {s['instr']:.0f}; "
+              f"L1d {o['l1d']:.1f} -> {s['l1d']:.1f}; LL {o['ll']:.2f} -> {s['ll']:.2f} per packet")
+    off = out["sweep"][0]
+    for r in out["sweep"][1:]:
+        print(f"B={r['batch']}: speed x{r['pps'] / off['pps']:.3f}, L1d {r['l1d']:.1f} (off {off['l1d']:.1f}), LL {r['ll']:.2f} (off {off['ll']:.2f})")
+    c = out["count"]
+    for name in ("8000", "32000"):
+        print(f"count overhead at B={name}: wall {100 * (c[name]['wall'] / c['off']['wall'] - 1):+.1f}%, "
+              f"instructions {100 * (c[name]['instr'] / c['off']['instr'] - 1):+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
