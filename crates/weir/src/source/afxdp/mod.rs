@@ -24,9 +24,10 @@
 //! - Detach is the kernel's: the program hangs on a bpf_link whose only
 //!   descriptor weir holds, so it leaves the interface when the last unit (or
 //!   the unopened source) is dropped, when weir exits, and when it is killed.
-//! - Under rebalancing (`--balance rebalance`) the capture threads steer
-//!   buckets between queues over one UMEM shared by every socket (see
-//!   [`rebalance`]); each queue's share is still R×M frames.
+//! - Under offloading or rebalancing the sockets share one UMEM, each queue's
+//!   share of it R×M frames and its fill ring fed only from its share.
+//!   Rebalancing's capture threads steer buckets between queues over it (see
+//!   [`rebalance`]).
 //! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
 //!   the kernel's headroom.
 
@@ -165,8 +166,11 @@ impl Source for AfXdpSource {
             Some(cfg) => Some(rebalance::Shared::new(rebalance::ThreadTables::new(n), n, cfg, Arc::clone(&opts.balance_counters))),
             None => None,
         };
-        // Rebalancing hands frames between queues, so their sockets share one UMEM.
-        let group = rebalance.as_ref().map(|_| crate::pool::FrameArena::new(frames * n, xdp.frame_size));
+        // A buddy group's sockets share one UMEM (WireCAP's advanced mode on one
+        // memory): rebalancing hands frames between queues; offloading hands chunks
+        // whose frames then go back to the queue that received them.
+        let grouped = n > 1 && (rebalance.is_some() || opts.balance.offload().is_some());
+        let group = grouped.then(|| crate::pool::FrameArena::new(frames * n, xdp.frame_size));
         let mut xsks: Vec<Xsk> = Vec::with_capacity(n);
         for (home, (queue, fd)) in sockets.into_iter().enumerate() {
             let umem_of = match &group {

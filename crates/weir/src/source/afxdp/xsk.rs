@@ -38,6 +38,9 @@ pub const XDP_PACKET_HEADROOM: usize = 256;
 /// it should: the pool had no free frame left to give.
 const FILL_PER_RX: u32 = 2;
 
+/// How long a bind keeps retrying a queue the kernel still releases (see `bind`).
+const BUSY_RETRY: Duration = Duration::from_secs(1);
+
 /// Entries of the unused completion ring: the smallest the kernel accepts.
 const COMPLETION_RING_ENTRIES: u32 = 1;
 
@@ -129,10 +132,22 @@ impl Xsk {
             // Neither flag: the kernel tries zero-copy and falls back to copy mode.
             (ZeroCopy::Auto, true) => 0,
         };
-        let bound = match share {
-            // A socket joining a UMEM takes the mode of the socket that registered it.
-            Some(first) => xsk.fd.bind_shared(to.ifindex, u32::from(q), first),
-            None => xsk.fd.bind(to.ifindex, u32::from(q), mode | wakeup),
+        // The kernel frees a closed socket's hold on its queue from a work queue, a
+        // little after close(2): a capture started right after another one ended
+        // finds the queue busy for a moment, so EBUSY is retried for a while.
+        let busy_until = std::time::Instant::now() + BUSY_RETRY;
+        let bound = loop {
+            let r = match share {
+                // A socket joining a UMEM takes the mode of the socket that registered it.
+                Some(first) => xsk.fd.bind_shared(to.ifindex, u32::from(q), first),
+                None => xsk.fd.bind(to.ifindex, u32::from(q), mode | wakeup),
+            };
+            match r {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < busy_until => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                r => break r,
+            }
         };
         bound.map_err(|e| bind_error(iface, q, opts.zero_copy, e))?;
         xsk.zero_copy = xsk.fd.is_zero_copy().map_err(|e| io(at("asking for the socket's mode"), e))?;
