@@ -67,13 +67,7 @@ fn write_trace(path: &Path) -> (Vec<usize>, Vec<u64>) {
 type PerWorker = HashMap<QueueId, Vec<(u32, Option<u16>, u64)>>;
 type Seen = Arc<Mutex<PerWorker>>;
 
-fn run(
-    path: &Path,
-    queues: &str,
-    balance: Mode,
-    locality: Option<LocalityConfig>,
-    pool: PoolConfig,
-) -> PerWorker {
+fn run(path: &Path, queues: &str, balance: Mode, locality: Option<LocalityConfig>, pool: PoolConfig) -> PerWorker {
     let seen: Seen = Arc::default();
     let engine = Engine::builder()
         .source(&format!("{}{queues}", path.display()))
@@ -180,4 +174,45 @@ fn a_batch_the_pool_cannot_hold_is_refused() {
         .expect("refused");
     assert!(e.is_bad_input(), "{e}");
     assert!(e.to_string().contains("raise R"), "{e}");
+}
+
+/// A batch larger than the trace reader's blocks (64 × 256 KiB) with a timeout
+/// that never comes: the reader stalls for the blocks the batch holds, and the
+/// stage must deliver what it has once chunks stop coming, not wait forever.
+#[test]
+fn a_batch_that_holds_the_sources_memory_is_delivered_when_the_source_stalls() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.pcap");
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
+    let f = Frame {
+        dst_mac: [2, 0, 0, 0, 0, 1],
+        src_mac: [2, 0, 0, 0, 0, 2],
+        src: [198, 18, 0, 1],
+        dst: [198, 19, 0, 1],
+        sport: 4000,
+        dport: 80,
+        udp: true,
+    };
+    let packets = 30_000u32;
+    for seq in 0..packets {
+        let frame = f.build(&[], seq, 1000);
+        w.write_packet(u64::from(seq), &frame, frame.len() as u32).unwrap();
+    }
+    w.finish().unwrap();
+    let cfg = LocalityConfig { batch: BatchSize::new(packets).unwrap(), timeout: Duration::from_secs(3600), double_buffer: false };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let engine = Engine::builder()
+            .source(path.to_str().unwrap())
+            .unwrap()
+            .pool(PoolConfig::new(256, 128).unwrap())
+            .locality(Some(cfg))
+            .build()
+            .unwrap();
+        let report = engine.run(|_| |_: &Packet<'_>| {}).unwrap();
+        let _ = tx.send(report.stats.total().delivered);
+    });
+    let delivered = rx.recv_timeout(Duration::from_secs(60)).expect("the capture never ended: the batch waited for memory it held");
+    assert_eq!(delivered, u64::from(packets));
 }

@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 /// Packets delivered between two looks at the capture queue when double-buffered.
 const POLL_EVERY: u32 = 256;
 
+/// A batch is delivered early when no chunk has come for this long. The batch's
+/// chunks hold what the source captured into (a trace reader's blocks, an
+/// AF_PACKET ring's blocks), so a source can stall for want of them while the
+/// batch waits for more: without this, a long timeout would be a hang. At any
+/// rate worth sorting, chunks come far more often.
+const QUIET: Duration = Duration::from_millis(10);
+
 /// One batch: the chunks it holds and the index of their packets.
 struct Batch<'w> {
     held: Vec<HeldChunk<'w>>,
@@ -96,12 +103,14 @@ fn gather<'w>(side: &'w WorkerSide, b: &mut Batch<'w>, cfg: &LocalityConfig, lin
         let wait = match b.since {
             None => idle,
             Some(t) => match cfg.timeout.checked_sub(t.elapsed()) {
-                Some(left) if !left.is_zero() => left,
+                Some(left) if !left.is_zero() => left.min(QUIET),
                 _ => return false,
             },
         };
         match side.next(wait) {
             Next::Chunk(c) => b.add(c, link),
+            // Quiet for QUIET (or the timeout came) with packets held: deliver them.
+            Next::Idle if b.since.is_some() => return false,
             Next::Idle => {}
             Next::Closed => return true,
         }
