@@ -5,7 +5,7 @@
 //! per-queue `delivered` counter so a miscount in either is caught.
 
 use crate::exit::bad_input;
-use crate::run::{announce, drop_privileges, human_rate, stop_on_signal, Monitor, SourceArgs};
+use crate::run::{human_rate, run_to_end, SourceArgs};
 use anyhow::bail;
 use clap::Args;
 use serde_json::json;
@@ -61,12 +61,7 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
     if !placements.is_empty() && !args.json {
         eprintln!("weir count: placement {}", placements.join("; "));
     }
-    let running = engine.start(|_q| Count::default())?;
-    drop_privileges(&args.src.live)?;
-    stop_on_signal(running.stop_handle())?;
-    announce("count", &running);
-    Monitor::new(&running, args.quiet || args.json).watch(&running, || {});
-    let report = running.join();
+    let report = run_to_end(engine, "count", &args.src.live, args.quiet || args.json, |_q| Count::default())?;
     // The workers' own counts must be what the engine says each queue delivered.
     // A worker that panicked returned no counts; its error is reported below instead.
     let stats = &report.stats;

@@ -29,7 +29,7 @@
 use crate::count::{finish, json_report, print_table};
 use crate::exit::bad_input;
 use crate::flow_order::FlowOrder;
-use crate::run::{announce, drop_privileges, human_rate, stop_on_signal, Monitor, SourceArgs};
+use crate::run::{human_rate, run_to_end, SourceArgs};
 use anyhow::bail;
 use clap::Args;
 use nix::time::{clock_gettime, ClockId};
@@ -233,12 +233,11 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
     let times = args.times;
     let wait = args.wait_us.map(Duration::from_micros);
     let order = args.flow_order.then(|| Arc::new(FlowOrder::new(info.link_type)));
-    let running = engine.start(|q| Work { wait, order: order.as_ref().map(|o| (Arc::clone(o), q)), ..Work::new(filter.clone(), times) })?;
-    drop_privileges(&args.src.live)?;
-    stop_on_signal(running.stop_handle())?;
-    announce("handle", &running);
-    Monitor::new(&running, args.quiet || args.json).watch(&running, || {});
-    let report = running.join();
+    let report = run_to_end(engine, "handle", &args.src.live, args.quiet || args.json, |q| Work {
+        wait,
+        order: order.as_ref().map(|o| (Arc::clone(o), q)),
+        ..Work::new(filter.clone(), times)
+    })?;
 
     let stats = &report.stats;
     let total = stats.total();

@@ -32,7 +32,7 @@
 
 use crate::count::{finish, print_table};
 use crate::exit::bad_input;
-use crate::run::{announce, drop_privileges, stop_on_signal, Monitor, SourceArgs};
+use crate::run::{run_to_end, SourceArgs};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use std::collections::BTreeMap;
@@ -288,12 +288,7 @@ pub fn run(args: QueuesArgs) -> anyhow::Result<ExitCode> {
     let csv_file = File::create(&csv_path).with_context(|| format!("cannot create {}", csv_path.display()))?;
     let bin_ns = args.bin_ms * 1_000_000;
     let origin = Arc::new(AtomicU64::new(trace_origin(&args.src.source).unwrap_or(NO_ORIGIN)));
-    let running = engine.start(|q| Profile::new(q, Arc::clone(&origin), bin_ns))?;
-    drop_privileges(&args.src.live)?;
-    stop_on_signal(running.stop_handle())?;
-    announce("queues", &running);
-    Monitor::new(&running, args.quiet).watch(&running, || {});
-    let report = running.join();
+    let report = run_to_end(engine, "queues", &args.src.live, args.quiet, |q| Profile::new(q, Arc::clone(&origin), bin_ns))?;
 
     // Merge the workers' bins per arrival queue; every queue of the source gets a column.
     let mut merged: BTreeMap<QueueId, QueueBins> = info.queues.iter().map(|&q| (q, QueueBins::new(q))).collect();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir::engine::CpuPlan;
-use weir::engine::{Running, StopHandle};
+use weir::engine::{Report, Running, StopHandle};
 use weir::pool::PoolConfig;
 use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, ZeroCopy};
 use weir::stats::{QueueStats, Snapshot};
@@ -262,6 +262,24 @@ impl SourceArgs {
         }
         Ok(engine)
     }
+}
+
+/// Run the engine to its end as every capturing command does: one handler per
+/// queue from `make`, root dropped (`-Z`) once the sockets are open, Ctrl-C
+/// stopping it, "listening on" for live sources, status lines unless `quiet`.
+pub fn run_to_end<H: Handler>(
+    engine: Engine,
+    cmd: &str,
+    live: &LiveArgs,
+    quiet: bool,
+    make: impl FnMut(weir::QueueId) -> H,
+) -> anyhow::Result<Report<H>> {
+    let running = engine.start(make)?;
+    drop_privileges(live)?;
+    stop_on_signal(running.stop_handle())?;
+    announce(cmd, &running);
+    Monitor::new(&running, quiet).watch(&running, || {});
+    Ok(running.join())
 }
 
 /// Say that a live capture is listening, as tcpdump does, once its sockets are open.

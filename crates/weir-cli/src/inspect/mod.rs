@@ -20,7 +20,7 @@
 mod rules;
 
 use crate::count::finish;
-use crate::run::{announce, drop_privileges, human_rate, stop_on_signal, Monitor, SourceArgs};
+use crate::run::{human_rate, run_to_end, SourceArgs};
 use aho_corasick::{AhoCorasick, MatchKind};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -275,7 +275,12 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             let rules = rules::parse(&text, &origin).map_err(crate::exit::bad_input)?;
             let m = Matcher::new(&rules)?;
             if !args.quiet {
-                eprintln!("weir inspect: {} rules in {} port groups, automata {:.1} MiB", rules.len(), m.groups.len(), m.memory() as f64 / (1 << 20) as f64);
+                eprintln!(
+                    "weir inspect: {} rules in {} port groups, automata {:.1} MiB",
+                    rules.len(),
+                    m.groups.len(),
+                    m.memory() as f64 / (1 << 20) as f64
+                );
             }
             Some(Arc::new(m))
         }
@@ -287,7 +292,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let engine = args.src.engine()?;
     let link = engine.info().link_type;
     let started = Instant::now();
-    let running = engine.start(|_| Inspector {
+    let report = run_to_end(engine, "inspect", &args.src.live, args.quiet, |_| Inspector {
         matcher: matcher.clone(),
         link,
         flows: HashMap::new(),
@@ -295,11 +300,6 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         other: 0,
         seen: Vec::new(),
     })?;
-    drop_privileges(&args.src.live)?;
-    stop_on_signal(running.stop_handle())?;
-    announce("inspect", &running);
-    Monitor::new(&running, args.quiet).watch(&running, || {});
-    let report = running.join();
     let secs = started.elapsed().as_secs_f64();
     let mut flows: HashMap<FlowTuple, FlowCounters> = HashMap::new();
     let mut alerts = Vec::new();

@@ -188,18 +188,7 @@ impl<T: Copy + Send> Consumer<T> {
     /// Take the oldest item, if any.
     #[inline]
     pub fn pop(&mut self) -> Option<T> {
-        if self.head == self.cached_tail {
-            // Acquire: the producer's slot writes happen before we read the slots.
-            self.cached_tail = self.shared.tail.load(Ordering::Acquire);
-            if self.head == self.cached_tail {
-                return None;
-            }
-        }
-        let slot = &self.shared.slots[self.head & self.shared.mask];
-        // SAFETY: head < tail, so the producer wrote this slot and published it with
-        // the Release store we synchronized with; it will not write it again until
-        // we publish a head past it.
-        let item = unsafe { (*slot.get()).assume_init_read() };
+        let item = self.peek()?;
         self.head = self.head.wrapping_add(1);
         // Release: our read of the slot happens before the producer reuses it.
         self.shared.head.store(self.head, Ordering::Release);
@@ -211,14 +200,16 @@ impl<T: Copy + Send> Consumer<T> {
     #[inline]
     pub fn peek(&mut self) -> Option<T> {
         if self.head == self.cached_tail {
-            // Acquire, as in `pop`.
+            // Acquire: the producer's slot writes happen before we read the slots.
             self.cached_tail = self.shared.tail.load(Ordering::Acquire);
             if self.head == self.cached_tail {
                 return None;
             }
         }
         let slot = &self.shared.slots[self.head & self.shared.mask];
-        // SAFETY: as in `pop`; reading a `Copy` item leaves the slot as it was.
+        // SAFETY: head < tail, so the producer wrote this slot and published it with
+        // the Release store we synchronized with; it will not write it again until
+        // we publish a head past it (`pop`). Reading a `Copy` item leaves it in place.
         Some(unsafe { (*slot.get()).assume_init_read() })
     }
 

@@ -209,7 +209,9 @@ pub struct QueueRole {
     frame_size: usize,
     /// Bytes of one queue's share of the UMEM: a frame's home is its address over this.
     share_bytes: u64,
+    /// Scratch lists, kept so the capture loop does not allocate.
     frames_back: Vec<u64>,
+    ready: Vec<usize>,
     lost_seen: u64,
     stopped: bool,
     unpublished: SteeringStats,
@@ -238,6 +240,7 @@ impl QueueRole {
             frame_size,
             share_bytes: (frames * frame_size) as u64,
             frames_back: Vec::new(),
+            ready: Vec::with_capacity(n),
             lost_seen: 0,
             stopped: false,
             unpublished: SteeringStats::default(),
@@ -326,20 +329,14 @@ impl QueueRole {
         }
     }
 
-    /// Sort the frames of recycled chunks (ours stay, others go home), take in
+    /// Send the frames of recycled chunks home (ours to our free list), take in
     /// ours that others gave back, and top the fill ring up.
     pub fn refill(&mut self, xsk: &mut Xsk, side: &mut CaptureSide) {
         let mut back = std::mem::take(&mut self.frames_back);
         side.take_frames(&mut back);
-        let me = self.me;
-        let share = self.share_bytes;
-        back.retain(|&addr| {
-            let home = (addr / share) as usize;
-            match self.links.frames_to.get_mut(home).and_then(Option::as_mut) {
-                Some(ring) if home != me => ring.push(addr).is_err(),
-                _ => true,
-            }
-        });
+        for addr in back.drain(..) {
+            self.give_frame(addr, xsk);
+        }
         for ring in self.links.frames_from.iter_mut().flatten() {
             while let Some(addr) = ring.pop() {
                 back.push(addr);
@@ -353,13 +350,16 @@ impl QueueRole {
     /// what the other queues handed it. Call between batches.
     pub fn sync(&mut self, xsk: &mut Xsk, umem: &Arc<FrameArena>, side: &mut CaptureSide) {
         // How much each ring holds, before looking at the moves (see the module doc).
-        let ready: Vec<usize> = self.links.from.iter().map(|r| r.as_ref().map_or(0, Consumer::len)).collect();
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(self.links.from.iter().map(|r| r.as_ref().map_or(0, Consumer::len)));
         if self.shared.any_moves() {
             self.see_moves();
         }
         self.fence_outgoing(side);
         self.hand_over(umem, side);
         self.take_in(&ready, xsk, umem, side);
+        self.ready = ready;
         let lost = self.shared.table().lost[self.me].load(Ordering::Relaxed);
         if lost > self.lost_seen {
             side.add_capture_drops(lost - self.lost_seen);
