@@ -88,10 +88,19 @@ fn the_cost_can_be_calibrated_by_timing_weir_handle_here() {
     let (light_ns, heavy_ns) = (calibrated(&light), calibrated(&heavy));
     // A thousand runs of the default filter take far more than weir's delivery alone.
     assert!(heavy_ns > light_ns + 1000 && heavy_ns > 3000, "-x 0: {light_ns} ns, -x 1000: {heavy_ns} ns");
-    // And the model uses it: a light application keeps up with the burst, a heavy one cannot.
+    // And the model uses it: each run drops exactly what the same model drops
+    // at that cost given by hand. Whether -x 0 keeps up depends on how fast
+    // this build and machine are (a debug build under load measures 140-180
+    // ns, past the ~90 ns this burst allows), so that is not asserted; a
+    // thousand filter runs cannot keep up anywhere.
     let drops = |o: &Output| serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["capture_drops"].as_u64().unwrap();
-    assert_eq!(drops(&light), 0, "-x 0 at {light_ns} ns per packet");
+    for (out, ns) in [(&light, light_ns), (&heavy, heavy_ns)] {
+        let by_hand = sim(&["run", "--engine", "B-256,100", "--burst", "100000", "--cost-ns", &ns.to_string(), "--json"]);
+        assert!(by_hand.status.success(), "{}", String::from_utf8_lossy(&by_hand.stderr));
+        assert_eq!(drops(out), drops(&by_hand), "--cost-from-handle measured {ns} ns; --cost-ns {ns} must model the same run");
+    }
     assert!(drops(&heavy) > 50_000, "-x 1000 at {heavy_ns} ns per packet");
+    assert!(drops(&light) < drops(&heavy), "-x 0 at {light_ns} ns drops less than -x 1000 at {heavy_ns} ns");
     let both = sim(&["run", "--engine", "B-256,100", "--burst", "10", "--cost-ns", "5", "--cost-from-handle", "3"]);
     assert_eq!(both.status.code(), Some(2), "--cost-ns and --cost-from-handle together are refused");
 }
