@@ -325,7 +325,7 @@ impl Engine {
         let mut works = Vec::new();
         for &q in &self.info.queues {
             let c = Arc::new(QueueCounters::new(q));
-            let (cap, work) = pool::work_queue_pair(q, &self.pool, Arc::clone(&c));
+            let (cap, work) = pool::work_queue_pair(q, &self.pool, Arc::clone(&c), self.locality.map(|_| self.info.link_type));
             ctl.register(cap.wake_handle());
             ctl.register(work.wake_handle());
             counters.push(c);

@@ -7,7 +7,7 @@
 //! the next batch: chunks then leave the capture queue (and their cells start
 //! their way back) while the application runs, instead of after it.
 
-use super::{sort_key, LocalityConfig, PortIndex};
+use super::{LocalityConfig, PortIndex};
 use crate::engine::Handler;
 use crate::pool::{HeldChunk, Next, WorkerSide};
 use crate::LinkType;
@@ -39,9 +39,9 @@ impl<'w> Batch<'w> {
 
     fn add(&mut self, chunk: HeldChunk<'w>, link: LinkType) {
         let slot = self.held.len() as u32;
-        for (cell, p) in chunk.packets().enumerate() {
-            self.index.push(sort_key(link, p.data()), (slot, cell as u32));
-        }
+        let index = &mut self.index;
+        index.reserve(chunk.len());
+        chunk.for_each_sort_key(link, |cell, key| index.push(key, (slot, cell)));
         self.since.get_or_insert_with(Instant::now);
         self.held.push(chunk);
     }

@@ -79,3 +79,38 @@ fn the_key_is_the_smaller_port_of_tcp_and_udp_only() {
     assert_eq!(sort_key(LinkType::ETHERNET, &frame(132, 1000, 2000)), None, "SCTP goes on the keyless list");
     assert_eq!(sort_key(LinkType::ETHERNET, &frame(ip_proto::TCP, 1, 2)[..30]), None, "a cut header has no key");
 }
+
+proptest! {
+    /// The in-place path gives the flow tuple's answer on every frame it takes:
+    /// random bytes behind an untagged IPv4 Ethernet header, with the version,
+    /// header length, fragment field, protocol and length drawn to hit each edge.
+    #[test]
+    fn the_in_place_key_agrees_with_the_flow_tuple(
+        ver_ihl in prop_oneof![Just(0x45u8), Just(0x46), Just(0x4f), Just(0x44), Just(0x65), any::<u8>()],
+        frag in prop_oneof![Just(0u16), Just(0x4000), Just(0x2000), Just(1), any::<u16>()],
+        proto in prop_oneof![Just(ip_proto::TCP), Just(ip_proto::UDP), Just(132u8), any::<u8>()],
+        body in proptest::collection::vec(any::<u8>(), 0..80),
+        cut in 0usize..100,
+    ) {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f.extend_from_slice(&body);
+        if f.len() > 14 { f[14] = ver_ihl; }
+        if f.len() > 21 { f[20..22].copy_from_slice(&frag.to_be_bytes()); }
+        if f.len() > 23 { f[23] = proto; }
+        f.truncate(f.len().min(14 + cut));
+        prop_assert!(untagged_ipv4_key(LinkType::ETHERNET, &f).is_some());
+        prop_assert_eq!(sort_key(LinkType::ETHERNET, &f), general_key(LinkType::ETHERNET, &f));
+    }
+
+    /// Every other frame falls through to the flow tuple.
+    #[test]
+    fn other_frames_take_the_general_path(ether in any::<u16>(), body in proptest::collection::vec(any::<u8>(), 0..80)) {
+        prop_assume!(ether != 0x0800);
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&ether.to_be_bytes());
+        f.extend_from_slice(&body);
+        prop_assert!(untagged_ipv4_key(LinkType::ETHERNET, &f).is_none());
+        prop_assert!(untagged_ipv4_key(LinkType::RAW, &f).is_none());
+    }
+}

@@ -39,12 +39,12 @@ pub(crate) mod sys;
 
 pub use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
 pub use buddy::{link_buddies, OffloadThreshold, WorkerLoad};
-pub use frames::FrameArena;
 pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
+pub use frames::FrameArena;
 
 use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
 use crate::stats::{QueueCounters, Tally};
-use crate::{Packet, QueueId};
+use crate::{LinkType, Packet, QueueId};
 use buddy::{BuddyIn, Offload};
 use std::cell::{Cell as StdCell, RefCell, UnsafeCell};
 use std::ops::Range;
@@ -109,17 +109,22 @@ pub enum RecycleError {
     OtherWorker,
 }
 
-/// One packet slot.
+/// One packet slot; 32-byte aligned so no cell straddles two cache lines.
 #[derive(Copy, Clone)]
-#[repr(C)]
+#[repr(C, align(32))]
 struct Cell {
     data: *const u8,
     caplen: u32,
     wire_len: u32,
     ts_ns: u64,
+    /// The locality key ([`key_code`]) when the pool computes keys. In the cell,
+    /// so the locality stage's in-order pass over the keys brings the cells into
+    /// the worker's cache for its out-of-order pass; it fills what would be
+    /// padding of a 32-byte cell anyway (two cells per cache line).
+    key: u32,
 }
 
-const EMPTY_CELL: Cell = Cell { data: std::ptr::null(), caplen: 0, wire_len: 0, ts_ns: 0 };
+const EMPTY_CELL: Cell = Cell { data: std::ptr::null(), caplen: 0, wire_len: 0, ts_ns: 0, key: KEYLESS };
 
 /// Pool identities, so a token from one engine's pool is never taken for another's.
 static NEXT_POOL_UID: AtomicU32 = AtomicU32::new(1);
@@ -135,6 +140,8 @@ struct Pool {
     counts: Box<[AtomicU32]>,
     bytes: Box<[AtomicU64]>,
     cells: Box<[UnsafeCell<Cell>]>,
+    /// The link type locality keys are computed for, when they are.
+    key_link: Option<LinkType>,
     arena: sys::Region,
     /// The blocks or frames cells point into, kept alive as long as the pool.
     backing: OnceLock<Backing>,
@@ -158,7 +165,7 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
-    fn new(queue: QueueId, cfg: &PoolConfig) -> Pool {
+    fn new(queue: QueueId, cfg: &PoolConfig, key_link: Option<LinkType>) -> Pool {
         let r = cfg.chunks().get();
         let m = cfg.cells().get();
         let chunk_bytes = cfg.chunk_bytes().get();
@@ -173,6 +180,7 @@ impl Pool {
             counts: (0..r).map(|_| AtomicU32::new(0)).collect(),
             bytes: (0..r).map(|_| AtomicU64::new(0)).collect(),
             cells: (0..r * m).map(|_| UnsafeCell::new(EMPTY_CELL)).collect(),
+            key_link,
             arena,
             backing: OnceLock::new(),
         }
@@ -224,6 +232,47 @@ impl Pool {
     }
 }
 
+/// Cells a locality key trails its packet by on the capture thread: a push
+/// asks for the packet's headers ([`prefetch_headers`]) and computes the key of
+/// the packet this many cells before, whose headers have come meanwhile. The
+/// capture thread has just read a pcap record or a ring slot's header, but
+/// the packet's own headers are usually on the next cache line, and waiting
+/// for it cost the capture thread as much again as the rest of its push.
+const KEY_LAG: usize = 8;
+
+/// Start fetching the first cache lines of a packet: its link, network and
+/// transport headers for the locality key.
+#[inline]
+fn prefetch_headers(cell: &Cell) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let at = cell.data as *const i8;
+        // SAFETY: a prefetch is a hint that never faults, whatever the address;
+        // `wrapping_add` computes the address of a packet's byte 63 (its second
+        // cache line at most) without claiming it is in bounds.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(at);
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(63));
+        }
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = cell;
+}
+
+/// A locality key as stored: the port, or [`KEYLESS`].
+const KEYLESS: u32 = 1 << 16;
+
+#[inline]
+fn key_code(key: Option<u16>) -> u32 {
+    key.map_or(KEYLESS, u32::from)
+}
+
+#[inline]
+fn key_of_code(code: u32) -> Option<u16> {
+    u16::try_from(code).ok()
+}
+
 /// Chunks published before the worker is woken (see `Producer::set_wake_batch`).
 const WAKE_BATCH: usize = 4;
 
@@ -232,8 +281,18 @@ const WAKE_BATCH: usize = 4;
 pub struct NoCell;
 
 /// Create the pool of `queue` and its work-queue pair.
-pub fn work_queue_pair(queue: QueueId, cfg: &PoolConfig, counters: Arc<QueueCounters>) -> (CaptureSide, WorkerSide) {
-    let pool = Arc::new(Pool::new(queue, cfg));
+///
+/// With `sort_keys`, the capture side computes each packet's locality key as it
+/// fills the cell, while the packet's first bytes are still in its cache: read
+/// later by the worker, they are a cache miss per packet, which cost the
+/// locality stage more than the rest of its work (see [`crate::locality`]).
+pub fn work_queue_pair(
+    queue: QueueId,
+    cfg: &PoolConfig,
+    counters: Arc<QueueCounters>,
+    sort_keys: Option<LinkType>,
+) -> (CaptureSide, WorkerSide) {
+    let pool = Arc::new(Pool::new(queue, cfg, sort_keys));
     let r = pool.chunks();
     let (mut cap_tx, cap_rx) = ring::channel::<u32>(Capacity::at_least(r));
     // One wake-up per few chunks: a fast capture thread does not pay a system call
@@ -348,7 +407,7 @@ impl CaptureSide {
         };
         // Keep the next packet 8-byte aligned.
         self.cur_used += (len + 7) & !7;
-        self.fill_cell(idx, Cell { data: dst, caplen: len as u32, wire_len, ts_ns });
+        self.fill_cell(idx, Cell { data: dst, caplen: len as u32, wire_len, ts_ns, key: KEYLESS });
         Ok(())
     }
 
@@ -381,7 +440,7 @@ impl CaptureSide {
         }
         // The pointer is inside the block (checked above), which the chunk now holds.
         let data = backing.ptr(id, range.start);
-        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns });
+        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns, key: KEYLESS });
         Ok(())
     }
 
@@ -399,7 +458,7 @@ impl CaptureSide {
             Some(idx) if self.cur_count < self.pool.cells_per_chunk => idx,
             _ => self.next_chunk()?,
         };
-        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns });
+        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns, key: KEYLESS });
         Ok(())
     }
 
@@ -417,6 +476,12 @@ impl CaptureSide {
         let slot = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
         // SAFETY: the chunk is Attached to us, so this cell is ours to write.
         unsafe { *slot = cell };
+        if let Some(link) = self.pool.key_link {
+            prefetch_headers(&cell);
+            if let Some(lagging) = self.cur_count.checked_sub(KEY_LAG) {
+                self.set_keys(idx, lagging..lagging + 1, link);
+            }
+        }
         self.cur_count += 1;
         self.cur_bytes += u64::from(cell.wire_len);
         self.tally.received += 1;
@@ -613,7 +678,6 @@ impl CaptureSide {
         self.free.push(idx);
     }
 
-
     #[cold]
     fn next_chunk(&mut self) -> Result<u32, NoCell> {
         if let Some(idx) = self.cur {
@@ -637,9 +701,30 @@ impl CaptureSide {
         Ok(idx)
     }
 
+    /// Compute the locality keys of `cells` of the attached chunk `idx`.
+    #[inline]
+    fn set_keys(&mut self, idx: u32, cells: Range<usize>, link: LinkType) {
+        debug_assert!(cells.end <= self.cur_count + 1 && cells.end <= self.pool.cells_per_chunk);
+        let base = idx as usize * self.pool.cells_per_chunk;
+        for c in &self.pool.cells[base + cells.start..base + cells.end] {
+            // SAFETY: the chunk is Attached to us, so its cells are ours to read and
+            // write; the cell's bytes are `caplen` bytes the chunk holds (its arena
+            // region, a block or a frame it holds), written before the push and not
+            // again while the chunk is attached or delivered.
+            unsafe {
+                let cell = &mut *c.get();
+                let frame = std::slice::from_raw_parts(cell.data, cell.caplen as usize);
+                cell.key = key_code(crate::locality::sort_key(link, frame));
+            }
+        }
+    }
+
     fn publish_current(&mut self) {
         let Some(idx) = self.cur.take() else { return };
         debug_assert!(self.cur_count > 0);
+        if let Some(link) = self.pool.key_link {
+            self.set_keys(idx, self.cur_count.saturating_sub(KEY_LAG)..self.cur_count, link);
+        }
         // Relaxed: the Release state transition and ring push below publish these.
         self.pool.counts[idx as usize].store(self.cur_count as u32, Ordering::Relaxed);
         self.pool.bytes[idx as usize].store(self.cur_bytes, Ordering::Relaxed);
@@ -935,6 +1020,29 @@ impl<'w> HeldChunk<'w> {
     pub fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {
         // SAFETY: as in `get`, with i < count by construction.
         (0..self.count).map(move |i| unsafe { self.link.pool.packet(self.index, i) })
+    }
+
+    /// Call `f` with each packet's cell number and locality key
+    /// ([`crate::locality::sort_key`]) on `link`, in cell order. The capture
+    /// thread computed the keys when the pool was made with `sort_keys`; else
+    /// they are computed here.
+    #[inline]
+    pub fn for_each_sort_key(&self, link: LinkType, mut f: impl FnMut(u32, Option<u16>)) {
+        let pool = &self.link.pool;
+        debug_assert!(pool.key_link.is_none_or(|l| l == link), "keys were computed for another link type");
+        let base = self.index as usize * pool.cells_per_chunk;
+        if pool.key_link.is_some() {
+            for (i, c) in pool.cells[base..base + self.count].iter().enumerate() {
+                // SAFETY: we hold the chunk (Delivering): its cells were written before
+                // it was published and are not written again until it is recycled,
+                // which needs `self`.
+                f(i as u32, key_of_code(unsafe { (*c.get()).key }));
+            }
+        } else {
+            for (i, p) in self.packets().enumerate() {
+                f(i as u32, crate::locality::sort_key(link, p.data()));
+            }
+        }
     }
 
     /// The token of this hand-out.

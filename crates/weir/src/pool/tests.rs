@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 fn pair(m: usize, r: usize) -> (CaptureSide, WorkerSide, Arc<QueueCounters>) {
     let counters = Arc::new(QueueCounters::new(QueueId(3)));
     let cfg = PoolConfig::new(m, r).unwrap();
-    let (c, w) = work_queue_pair(QueueId(3), &cfg, Arc::clone(&counters));
+    let (c, w) = work_queue_pair(QueueId(3), &cfg, Arc::clone(&counters), None);
     (c, w, counters)
 }
 
@@ -384,7 +384,8 @@ fn a_shared_block_goes_back_only_when_unheld() {
 fn group(m: usize, r: usize) -> (Vec<CaptureSide>, Vec<WorkerSide>, Vec<Arc<QueueCounters>>) {
     let cfg = PoolConfig::new(m, r).unwrap();
     let counters: Vec<_> = (0..2).map(|q| Arc::new(QueueCounters::new(QueueId(q)))).collect();
-    let (mut caps, mut works): (Vec<_>, Vec<_>) = counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), &cfg, Arc::clone(c))).unzip();
+    let (mut caps, mut works): (Vec<_>, Vec<_>) =
+        counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), &cfg, Arc::clone(c), None)).unzip();
     link_buddies(&mut caps, &mut works, OffloadThreshold::new(50).unwrap());
     (caps, works, counters)
 }
@@ -453,4 +454,50 @@ fn a_fence_passes_once_every_chunk_before_it_is_recycled() {
     c.flush();
     drop(w.try_next().unwrap());
     assert!(c.passed(&fence), "both fenced chunks recycled; the later chunk does not matter");
+}
+
+proptest! {
+    /// Keys computed on the capture side (trailing their packets by KEY_LAG, the
+    /// last ones when the chunk is published) are the keys of the packets, for
+    /// chunks published full or by a flush.
+    #[test]
+    fn capture_side_keys_are_the_packets_keys(
+        m in 1usize..40,
+        frames in proptest::collection::vec((any::<u16>(), any::<u16>(), prop_oneof![Just(6u8), Just(17), Just(1)], 0usize..60), 1..100),
+        flush_every in 1usize..50,
+    ) {
+        let counters = Arc::new(QueueCounters::new(QueueId(0)));
+        // Every chunk is taken and recycled as soon as it is published: two are enough.
+        let cfg = PoolConfig::new(m, 2).unwrap();
+        let (mut cap, work) = work_queue_pair(QueueId(0), &cfg, counters, Some(LinkType::ETHERNET));
+        let mut want = Vec::new();
+        let mut got = Vec::new();
+        let take = |work: &WorkerSide, got: &mut Vec<Option<u16>>| {
+            while let Some(c) = work.try_next() {
+                let mut keys = Vec::new();
+                c.for_each_sort_key(LinkType::ETHERNET, |i, k| keys.push((i, k)));
+                prop_assert_eq!(keys.iter().map(|&(i, _)| i as usize).collect::<Vec<_>>(), (0..c.len()).collect::<Vec<_>>());
+                got.extend(keys.into_iter().map(|(_, k)| k));
+            }
+            Ok(())
+        };
+        for (n, &(sport, dport, proto, cut)) in frames.iter().enumerate() {
+            let mut f = vec![0u8; 14 + 20 + 8];
+            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            f[14] = 0x45;
+            f[23] = proto;
+            f[34..36].copy_from_slice(&sport.to_be_bytes());
+            f[36..38].copy_from_slice(&dport.to_be_bytes());
+            f.truncate(f.len() - cut.min(f.len()));
+            want.push(crate::locality::sort_key(LinkType::ETHERNET, &f));
+            cap.push_copy(&f, f.len() as u32, n as u64).unwrap();
+            if n % flush_every == flush_every - 1 {
+                cap.flush();
+            }
+            take(&work, &mut got)?;
+        }
+        cap.flush();
+        take(&work, &mut got)?;
+        prop_assert_eq!(got, want);
+    }
 }

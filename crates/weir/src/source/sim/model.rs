@@ -65,7 +65,7 @@ pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Wo
     let n = usize::from(cfg.queues);
     let counters: Vec<Arc<QueueCounters>> = (0..n).map(|q| Arc::new(QueueCounters::new(QueueId(q as u16)))).collect();
     let (mut caps, mut works): (Vec<CaptureSide>, Vec<WorkerSide>) =
-        counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), pool, Arc::clone(c))).unzip();
+        counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), pool, Arc::clone(c), None)).unzip();
     let rss = Rss::new(w.link_type(), cfg.queues);
     if let Some(t) = mode.offload().filter(|_| n > 1) {
         link_buddies(&mut caps, &mut works, t);
