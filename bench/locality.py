@@ -13,12 +13,18 @@ batch of the whole trace would deliver).
 2. The buffer-size sweep: B = 100 ... 32k on the original trace, the same
    metrics (median of 3 for speed), plus the double-buffered variant at 8k.
 3. Overhead: `weir count` on the original trace with and without the buffer
-   (median of 5 wall times; cachegrind instructions per packet).
+   (median of 15 runs taken in turn, wall time and CPU time of all threads;
+   cachegrind instructions per packet).
 
-Cachegrind runs ~50 times slower than the machine, so it measures the first
-SUB packets of the trace (and of its sorted version, sorted alone) rather than
-all 2 million. Its instruction count is the one callgrind reports (both count
-executed instructions); its last level is this machine's 32 MiB L3.
+Cachegrind runs ~50 times slower than the machine, so it measures prefixes of
+the trace rather than all 2 million packets, and reports the steady state:
+per packet, (run on the first CG_LONG packets - run on the first CG_SHORT) /
+(CG_LONG - CG_SHORT). The difference cancels start-up (building the automata,
+writing the output) and the compulsory misses of the first touch of every
+automaton, which in a short prefix are most of the misses and are the same in
+any order. The sorted trace's prefixes are each sorted alone. Its instruction
+count is the one callgrind reports (both count executed instructions); its
+last level is this machine's 32 MiB L3.
 
 The workload's size is set with `weir inspect --group-rules N` (strings per
 port group, 50 groups): it is run at 1,000 (51,000 strings, about the size of
@@ -43,7 +49,10 @@ from common import RESULTS, WEIR, WORK, log, sh, timed, warm  # noqa: E402
 QUICK = os.environ.get("LOCALITY_QUICK") == "1"
 PACKETS = 20_000 if QUICK else 2_000_000
 FLOWS = 2_000 if QUICK else 100_000
-SUB = 2_000 if QUICK else 20_000
+CG_SHORT = 2_000 if QUICK else 50_000
+CG_LONG = 6_000 if QUICK else 150_000
+CG_SWEEP = [1000] if QUICK else [1000, 4000, 8000, 16000, 32000]
+RUNS_COUNT = 3 if QUICK else 15
 SWEEP = [100, 1000] if QUICK else [100, 500, 1000, 2000, 4000, 8000, 16000, 32000]
 GROUP_RULES = [1000, 5000]
 SWEEP_RULES = 5000
@@ -116,14 +125,15 @@ def inputs():
         log(f"synthesizing {trace}")
         sh([str(WEIR), "synth", "-o", str(trace), "-n", str(PACKETS), "-c", str(FLOWS)])
     files = {"original": trace}
-    for name, limit in (("sorted", None), ("sub", SUB), ("sub-sorted", SUB)):
+    prefixes = [("sorted", None)] + [(f"{n}{s}", n) for n in (CG_SHORT, CG_LONG) for s in ("", "-sorted")]
+    for name, limit in prefixes:
         path = WORK / f"{STEM}-{name}.pcap"
         files[name] = path
         if path.exists():
             continue
         log(f"writing {path}")
         header, records = read_pcap(trace, limit)
-        write_pcap(path, header, sort_records(records) if "sorted" in name else records)
+        write_pcap(path, header, sort_records(records) if name.endswith("sorted") else records)
     return files
 
 
@@ -154,11 +164,13 @@ def cachegrind_raw(cmd):
     return {"instr": count(r"I\s+refs"), "l1d": count(r"D1\s+misses"), "ll": count(r"LL misses")}
 
 
-def cachegrind(cmd, packets, setup):
-    """Per packet: the run's counts less those of the same command on a trace
-    with no packets (start-up, building the automata, writing the output)."""
-    run = cachegrind_raw(cmd)
-    return {k: (run[k] - setup[k]) / packets for k in run}
+def cachegrind(cmd_for, files, sorted_=False):
+    """Steady-state counts per packet: the run on CG_LONG packets less the run
+    on CG_SHORT, over the packets between. `cmd_for(trace)` builds the command."""
+    suffix = "-sorted" if sorted_ else ""
+    short = cachegrind_raw(cmd_for(files[f"{CG_SHORT}{suffix}"]))
+    long_ = cachegrind_raw(cmd_for(files[f"{CG_LONG}{suffix}"]))
+    return {k: (long_[k] - short[k]) / (CG_LONG - CG_SHORT) for k in long_}
 
 
 def inspect_cmd(trace, extra):
@@ -184,10 +196,7 @@ def sweep_extra(b):
 def main():
     from concurrent.futures import ThreadPoolExecutor
     files = inputs()
-    empty = WORK / "locality-empty.pcap"
-    header, _ = read_pcap(files["original"], 0)
-    write_pcap(empty, header, [])
-    out = {"packets": PACKETS, "flows": FLOWS, "cachegrind_packets": SUB, "sorted": {}, "sweep": [], "count": {}}
+    out = {"packets": PACKETS, "flows": FLOWS, "cachegrind_packets": [CG_SHORT, CG_LONG], "sorted": {}, "sweep": [], "count": {}}
     # Speed first, one run at a time: nothing else may run on the two cores.
     for g in GROUP_RULES:
         rules = ["--group-rules", str(g)]
@@ -202,27 +211,35 @@ def main():
         out["sweep"].append({"batch": b or 0, "pps": med, "runs": runs})
         log(f"B2 B={b}: {med:.0f} packets/s {runs}")
     counts = (("off", []), ("8000", ["--locality", "8000"]), ("32000", ["--locality", "32000", "--pool", pool_for(32000)]))
-    for name, extra in counts:
-        warm(files["original"])
-        walls = [timed(count_cmd(files["original"], extra))[0] for _ in range(RUNS_SORTED)]
-        out["count"][name] = {"wall": statistics.median(walls), "runs": walls}
-        log(f"B3 count {name}: {walls}")
+    warm(files["original"])
+    for name, _ in counts:
+        out["count"][name] = {"walls": [], "cpus": []}
+    # In turn, so drift of the machine's speed falls on every configuration alike.
+    for _ in range(RUNS_COUNT):
+        for name, extra in counts:
+            wall, cpu, _ = timed(count_cmd(files["original"], extra))
+            out["count"][name]["walls"].append(wall)
+            out["count"][name]["cpus"].append(cpu)
+    for name, _ in counts:
+        c = out["count"][name]
+        c["wall"], c["cpu"] = statistics.median(c["walls"]), statistics.median(c["cpus"])
+        log(f"B3 count {name}: wall {c['wall']:.4f} s, cpu {c['cpu']:.4f} s")
     # Then cachegrind, two at a time: its counts do not depend on what else runs.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        setups = {g: pool.submit(cachegrind_raw, inspect_cmd(empty, ["--group-rules", str(g)])) for g in GROUP_RULES}
-        count_setup = pool.submit(cachegrind_raw, count_cmd(empty, []))
-        setups = {g: f.result() for g, f in setups.items()}
-        count_setup = count_setup.result()
         jobs = []
         for g in GROUP_RULES:
-            for name, sub in (("original", "sub"), ("sorted", "sub-sorted")):
-                cmd = inspect_cmd(files[sub], ["--group-rules", str(g)])
-                jobs.append((out["sorted"][g][name], pool.submit(cachegrind, cmd, SUB, setups[g])))
+            for name in ("original", "sorted"):
+                cmd_for = lambda t, g=g: inspect_cmd(t, ["--group-rules", str(g)])  # noqa: E731
+                jobs.append((out["sorted"][g][name], pool.submit(cachegrind, cmd_for, files, name == "sorted")))
         for row in out["sweep"]:
-            cmd = inspect_cmd(files["sub"], rules + sweep_extra(row["batch"] or None))
-            jobs.append((row, pool.submit(cachegrind, cmd, SUB, setups[SWEEP_RULES])))
+            b = row["batch"] or None
+            if b is not None and b not in CG_SWEEP and b != "8000-double":
+                continue
+            cmd_for = lambda t, b=b: inspect_cmd(t, rules + sweep_extra(b))  # noqa: E731
+            jobs.append((row, pool.submit(cachegrind, cmd_for, files)))
         for name, extra in counts:
-            jobs.append((out["count"][name], pool.submit(cachegrind, count_cmd(files["sub"], extra), SUB, count_setup)))
+            cmd_for = lambda t, extra=extra: count_cmd(t, extra)  # noqa: E731
+            jobs.append((out["count"][name], pool.submit(cachegrind, cmd_for, files)))
         for row, f in jobs:
             row.update(f.result())
             log(f"cachegrind: {row}")
@@ -235,7 +252,8 @@ def main():
         w = csv.writer(f)
         w.writerow(["batch", "pps", "instr_per_packet", "l1d_misses_per_packet", "ll_misses_per_packet"])
         for r in out["sweep"]:
-            w.writerow([r["batch"], round(r["pps"]), round(r["instr"]), round(r["l1d"], 2), round(r["ll"], 3)])
+            cg = [round(r["instr"]), round(r["l1d"], 2), round(r["ll"], 3)] if "instr" in r else ["", "", ""]
+            w.writerow([r["batch"], round(r["pps"]), *cg])
     plot(out)
     summary(out)
 
@@ -249,12 +267,11 @@ def plot(out):
         import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [r for r in out["sweep"] if isinstance(r["batch"], int) and r["batch"] > 0]
     off = out["sweep"][0]
-    xs = [r["batch"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for ax, field, label in zip(axes, ("pps", "l1d", "ll"), ("packets/s", "L1d misses / packet", "LL misses / packet")):
-        ax.plot(xs, [r[field] for r in rows], "o-", label="locality buffer")
+        rows = [r for r in out["sweep"] if isinstance(r["batch"], int) and r["batch"] > 0 and field in r]
+        ax.plot([r["batch"] for r in rows], [r[field] for r in rows], "o-", label="locality buffer")
         ax.axhline(off[field], color="gray", ls="--", label="buffer off")
         ax.set_xscale("log")
         ax.set_xlabel("batch size B (packets)")
@@ -273,10 +290,12 @@ def summary(out):
               f"L1d {o['l1d']:.1f} -> {s['l1d']:.1f}; LL {o['ll']:.2f} -> {s['ll']:.2f} per packet")
     off = out["sweep"][0]
     for r in out["sweep"][1:]:
-        print(f"B={r['batch']}: speed x{r['pps'] / off['pps']:.3f}, L1d {r['l1d']:.1f} (off {off['l1d']:.1f}), LL {r['ll']:.2f} (off {off['ll']:.2f})")
+        cg = f", L1d {r['l1d']:.1f} (off {off['l1d']:.1f}), LL {r['ll']:.2f} (off {off['ll']:.2f})" if "ll" in r else ""
+        print(f"B={r['batch']}: speed x{r['pps'] / off['pps']:.3f}{cg}")
     c = out["count"]
     for name in ("8000", "32000"):
         print(f"count overhead at B={name}: wall {100 * (c[name]['wall'] / c['off']['wall'] - 1):+.1f}%, "
+              f"cpu {100 * (c[name]['cpu'] / c['off']['cpu'] - 1):+.1f}%, "
               f"instructions {100 * (c[name]['instr'] / c['off']['instr'] - 1):+.1f}%")
 
 
