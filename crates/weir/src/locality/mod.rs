@@ -6,8 +6,9 @@
 //! The contract:
 //! - A batch is gathered until it holds at least [`BatchSize`] packets (whole
 //!   chunks, so up to M−1 more), its oldest packet has waited
-//!   [`LocalityConfig::timeout`], no chunk has come for 10 ms (the source may be
-//!   waiting for memory the batch holds), or the capture ends.
+//!   [`LocalityConfig::timeout`], the source says it waits for memory the
+//!   batch holds, no chunk has come for 10 ms (the backstop for a source that
+//!   cannot say so), or the capture ends.
 //! - Packets are never copied: the batch holds its chunks, and the index points
 //!   at their cells. Chunks are recycled only after every packet of the batch
 //!   has been delivered.

@@ -19,8 +19,9 @@ const POLL_EVERY: u32 = 256;
 /// A batch is delivered early when no chunk has come for this long. The batch's
 /// chunks hold what the source captured into (a trace reader's blocks, an
 /// AF_PACKET ring's blocks), so a source can stall for want of them while the
-/// batch waits for more: without this, a long timeout would be a hang. At any
-/// rate worth sorting, chunks come far more often.
+/// batch waits for more. Sources say so ([`crate::pool::CaptureSide::mark_starved`])
+/// and the batch goes at once; this is the backstop for a source that cannot
+/// tell. At any rate worth sorting, chunks come far more often.
 const QUIET: Duration = Duration::from_millis(10);
 
 /// One batch: the chunks it holds and the index of their packets.
@@ -107,10 +108,22 @@ fn gather<'w>(side: &'w WorkerSide, b: &mut Batch<'w>, cfg: &LocalityConfig, lin
                 _ => return false,
             },
         };
-        match side.next(wait) {
-            Next::Chunk(c) => b.add(c, link),
-            // Quiet for QUIET (or the timeout came) with packets held: deliver them.
-            Next::Idle if b.since.is_some() => return false,
+        let next = if b.since.is_some() { side.next_unless_starved(wait) } else { side.next(wait) };
+        match next {
+            Next::Chunk(c) => {
+                if b.since.is_none() {
+                    // A mark from before this batch is about memory since recycled;
+                    // a source still starved marks again as it waits.
+                    side.take_starved();
+                }
+                b.add(c, link);
+            }
+            // Quiet for QUIET, the timeout came, or the source waits for memory
+            // the batch holds: deliver what is held.
+            Next::Idle if b.since.is_some() => {
+                side.take_starved();
+                return false;
+            }
             Next::Idle => {}
             Next::Closed => return true,
         }

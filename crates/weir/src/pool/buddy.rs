@@ -20,7 +20,7 @@ use super::{Link, Pool, WorkerSide};
 use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
 use crate::stats::QueueCounters;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// T: how full (in percent) a queue's capture queue must be before its capture
@@ -48,12 +48,15 @@ impl OffloadThreshold {
 pub struct WorkerLoad {
     waiting: AtomicUsize,
     capacity: usize,
+    /// Set by a capture side that waits for memory this worker holds; see
+    /// [`super::WorkerSide::take_starved`].
+    starved: AtomicBool,
 }
 
 impl WorkerLoad {
     pub(super) fn new(capacity: usize) -> Self {
         debug_assert!(capacity > 0);
-        WorkerLoad { waiting: AtomicUsize::new(0), capacity }
+        WorkerLoad { waiting: AtomicUsize::new(0), capacity, starved: AtomicBool::new(false) }
     }
 
     /// A chunk was published to this worker.
@@ -73,6 +76,24 @@ impl WorkerLoad {
     /// Chunks waiting, as of now.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// A capture side feeding this worker waits for memory.
+    pub(super) fn mark_starved(&self) {
+        // Release: pairs with the Acquire in `take_starved`, which the worker runs
+        // after the bell rung next wakes it, so the wake cannot miss the mark.
+        self.starved.store(true, Ordering::Release);
+    }
+
+    pub(super) fn is_starved(&self) -> bool {
+        // Acquire: pairs with `mark_starved`.
+        self.starved.load(Ordering::Acquire)
+    }
+
+    pub(super) fn take_starved(&self) -> bool {
+        // AcqRel: reads the mark (as `is_starved`) and clears it in one step, so
+        // a mark made between a load and a store is not lost.
+        self.starved.swap(false, Ordering::AcqRel)
     }
 
     /// Fill level in per-mille of the worker's own capture queue (can pass 1000
@@ -151,7 +172,12 @@ pub fn link_buddies(captures: &mut [super::CaptureSide], workers: &mut [WorkerSi
             let (back_tx, back) = ring::channel::<u32>(Capacity::at_least(r));
             outs.push(BuddyOut { give, back, load: Arc::clone(&worker.load), bell: worker.wake_handle() });
             worker.inbox.push(BuddyIn {
-                link: Link { pool: Arc::clone(&pool), counters: Arc::clone(&counters), recycle: RefCell::new(back_tx), owner_bell: Some(owner_bell.clone()) },
+                link: Link {
+                    pool: Arc::clone(&pool),
+                    counters: Arc::clone(&counters),
+                    recycle: RefCell::new(back_tx),
+                    owner_bell: Some(owner_bell.clone()),
+                },
                 take: RefCell::new(take),
             });
         }

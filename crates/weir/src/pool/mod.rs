@@ -555,15 +555,33 @@ impl CaptureSide {
 
     /// Sleep until a worker recycles a chunk, at most `timeout`, and take back
     /// what came. True if anything came back.
+    /// Waiting marks the side starved (see [`mark_starved`](Self::mark_starved)).
     pub fn wait_recycled(&mut self, timeout: Duration) -> bool {
         let free = self.free.len();
         self.reclaim();
         if self.free.len() == free {
+            self.mark_starved();
             let offload = &self.offload;
             self.recycled.wait_or(timeout, || offload.as_ref().is_some_and(Offload::any_returned));
             self.reclaim();
         }
         self.free.len() > free
+    }
+
+    /// Tell the workers this side feeds that it waits for memory they hold, and
+    /// wake them. A stage that holds chunks on purpose (the locality buffer)
+    /// delivers what it holds at once instead of waiting for more that cannot
+    /// come. Sources call it whenever they wait for memory: a mark that a
+    /// worker clears as it starts a batch is made again on the next wait.
+    pub fn mark_starved(&mut self) {
+        self.load.mark_starved();
+        self.captured.notify();
+        if let Some(o) = &self.offload {
+            for b in &o.buddies {
+                b.load.mark_starved();
+                b.bell.ring();
+            }
+        }
     }
 
     /// A handle that wakes this side from [`wait_for_cell`](Self::wait_for_cell).
@@ -877,12 +895,24 @@ impl WorkerSide {
 
     /// Take the next captured chunk, sleeping up to `timeout` for one.
     pub fn next(&self, timeout: Duration) -> Next<'_> {
+        self.wait_next(timeout, false)
+    }
+
+    /// As [`next`](Self::next), but returns `Idle` at once when a capture side
+    /// feeding this worker is starved ([`CaptureSide::mark_starved`]).
+    pub fn next_unless_starved(&self, timeout: Duration) -> Next<'_> {
+        self.wait_next(timeout, true)
+    }
+
+    fn wait_next(&self, timeout: Duration, watch_starved: bool) -> Next<'_> {
         if let Some(c) = self.try_next() {
             return Next::Chunk(c);
         }
         {
             let own = self.captured.borrow();
-            own.wait_or(timeout, || self.inbox.iter().any(|b| !b.take.borrow().is_empty()) || self.all_closed(&own));
+            own.wait_or(timeout, || {
+                (watch_starved && self.load.is_starved()) || self.inbox.iter().any(|b| !b.take.borrow().is_empty()) || self.all_closed(&own)
+            });
         }
         match self.try_next() {
             Some(c) => Next::Chunk(c),
@@ -899,6 +929,12 @@ impl WorkerSide {
                 let t = b.take.borrow();
                 t.is_closed() && t.is_empty()
             })
+    }
+
+    /// Whether a capture side feeding this worker waited for memory since the
+    /// last call; clears the mark.
+    pub fn take_starved(&self) -> bool {
+        self.load.take_starved()
     }
 
     /// Take the next captured chunk if one is waiting.

@@ -501,3 +501,33 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// A stage that holds chunks on purpose must learn at once that its source
+/// waits for them: `next_unless_starved` wakes on the mark, `next` does not
+/// care, and the mark is consumed once.
+#[test]
+fn a_starved_capture_side_wakes_a_worker_watching_for_it() {
+    let (mut cap, w, _) = pair(4, 2);
+    for seq in 0..8 {
+        cap.push_copy(&packet(seq, 64), 64, 0).unwrap();
+    }
+    cap.flush();
+    let a = w.try_next().unwrap();
+    let b = w.try_next().unwrap();
+    assert!(!cap.has_cell(), "both chunks are held");
+    assert!(!w.take_starved());
+    let waiter = std::thread::spawn(move || {
+        // Nothing recycles, so this waits its whole timeout having marked the side.
+        cap.wait_recycled(Duration::from_millis(200));
+        cap
+    });
+    let t = std::time::Instant::now();
+    assert!(matches!(w.next_unless_starved(Duration::from_secs(60)), Next::Idle));
+    assert!(t.elapsed() < Duration::from_secs(30), "woke only at its timeout: the mark did not ring");
+    assert!(w.take_starved());
+    assert!(!w.take_starved(), "the mark is consumed once");
+    let cap = waiter.join().unwrap();
+    drop((a, b));
+    drop(cap);
+    assert!(matches!(w.next(Duration::from_secs(1)), Next::Closed));
+}

@@ -179,7 +179,8 @@ impl Input {
         }
         let (tx, rx) = sync_channel(AHEAD);
         let stop = Arc::new(AtomicBool::new(false));
-        let ahead = ReadAhead { file, arena: Arc::clone(&self.arena), cfg: self.cfg, tx, stop: Arc::clone(&stop), offset: self.read_offset };
+        let ahead =
+            ReadAhead { file, arena: Arc::clone(&self.arena), cfg: self.cfg, tx, stop: Arc::clone(&stop), offset: self.read_offset };
         std::thread::Builder::new()
             .name("weir-readahead".into())
             .spawn(move || ahead.run())
@@ -245,6 +246,11 @@ impl Input {
                                 flushed = true;
                             }
                             sides.iter_mut().for_each(CaptureSide::reclaim);
+                            // No free block: the read-ahead thread waits for what the
+                            // workers hold, not for the disk.
+                            if self.arena.free_blocks() == 0 {
+                                sides.iter_mut().for_each(CaptureSide::mark_starved);
+                            }
                         }
                     }
                 }
