@@ -3,14 +3,17 @@
 //! Every packet a queue receives ends in exactly one category:
 //!
 //! ```text
-//! received = delivered + filtered + capture_drops + delivery_drops + in_flight
+//! received = delivered + filtered + capture_drops + delivery_drops + unread + in_flight
 //! ```
 //!
 //! The capture thread owns `received`, `filtered`, `capture_drops`,
 //! `delivery_drops` and `captured` (packets placed in cells); it publishes them
 //! together under a sequence lock, always before the chunk that holds the
-//! captured packets is handed to the worker. The worker owns `delivered`, which
-//! it raises when it releases a chunk. A reader takes `delivered` first and the
+//! captured packets is handed to the worker. The worker owns `delivered` and
+//! `unread`, which it raises when it releases a chunk: `unread` counts packets
+//! captured for an application that stopped reading before it took them (a
+//! pulling reader closed mid-chunk, as `pcap_close` does); a worker that runs
+//! to the end delivers everything. A reader takes `delivered` first and the
 //! capture-side group second, so it never sees more delivered than captured, and
 //! `in_flight = captured - delivered` is never negative. The identity therefore
 //! holds at every read, not just at the end; what the stages count separately
@@ -29,6 +32,8 @@ pub struct QueueStats {
     pub filtered: u64,
     pub capture_drops: u64,
     pub delivery_drops: u64,
+    /// Captured, then released unread because the application stopped reading.
+    pub unread: u64,
     pub in_flight: u64,
     /// Wire bytes of received packets.
     pub received_bytes: u64,
@@ -44,8 +49,7 @@ pub struct QueueStats {
 impl QueueStats {
     /// True when the accounting identity holds.
     pub fn balanced(&self) -> bool {
-        self.received
-            == self.delivered + self.filtered + self.capture_drops + self.delivery_drops + self.in_flight
+        self.received == self.delivered + self.filtered + self.capture_drops + self.delivery_drops + self.unread + self.in_flight
     }
 
     fn add(&mut self, o: &QueueStats) {
@@ -54,6 +58,7 @@ impl QueueStats {
         self.filtered += o.filtered;
         self.capture_drops += o.capture_drops;
         self.delivery_drops += o.delivery_drops;
+        self.unread += o.unread;
         self.in_flight += o.in_flight;
         self.received_bytes += o.received_bytes;
         self.delivered_bytes += o.delivered_bytes;
@@ -105,6 +110,7 @@ pub struct QueueCounters {
     offloaded: AtomicU64,
     delivered: AtomicU64,
     delivered_bytes: AtomicU64,
+    unread: AtomicU64,
     bad_recycles: AtomicU64,
 }
 
@@ -123,6 +129,7 @@ impl QueueCounters {
             offloaded: z(),
             delivered: z(),
             delivered_bytes: z(),
+            unread: z(),
             bad_recycles: z(),
         }
     }
@@ -158,6 +165,12 @@ impl QueueCounters {
         self.delivered.fetch_add(packets, Ordering::Release);
     }
 
+    /// Record packets a worker released without handing them to the application.
+    pub fn add_unread(&self, packets: u64) {
+        // Release, as in `add_delivered`.
+        self.unread.fetch_add(packets, Ordering::Release);
+    }
+
     pub fn add_bad_recycle(&self) {
         self.bad_recycles.fetch_add(1, Ordering::Relaxed);
     }
@@ -168,6 +181,9 @@ impl QueueCounters {
         // delivery we see is visible to the seqlock read below.
         let delivered = self.delivered.load(Ordering::Acquire);
         let delivered_bytes = self.delivered_bytes.load(Ordering::Relaxed);
+        // Acquire, as for `delivered`: both are released packets, read before the
+        // capture side's group.
+        let unread = self.unread.load(Ordering::Acquire);
         let t = loop {
             // Acquire pairs with the final Release store in `publish`.
             let s1 = self.seq.load(Ordering::Acquire);
@@ -190,7 +206,7 @@ impl QueueCounters {
                 break t;
             }
         };
-        debug_assert!(delivered <= t.captured, "worker delivered more than was captured");
+        debug_assert!(delivered + unread <= t.captured, "worker released more than was captured");
         QueueStats {
             queue: self.queue,
             received: t.received,
@@ -198,7 +214,8 @@ impl QueueCounters {
             filtered: t.filtered,
             capture_drops: t.capture_drops,
             delivery_drops: t.delivery_drops,
-            in_flight: t.captured.saturating_sub(delivered),
+            unread,
+            in_flight: t.captured.saturating_sub(delivered + unread),
             received_bytes: t.received_bytes,
             delivered_bytes,
             bad_recycles: self.bad_recycles.load(Ordering::Relaxed),

@@ -17,19 +17,21 @@
 
 pub mod affinity;
 mod control;
+mod reader;
 pub(crate) mod sys;
 mod unit;
 
 pub use affinity::{CpuPlan, Placement};
 pub use control::{Control, StopHandle, StopReason};
+pub use reader::{Read, Reader, ReaderReport};
 pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 
 use crate::balance;
 use crate::filter::{Filter, FilterError};
+use crate::locality::LocalityConfig;
 use crate::pool::{self, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
-use crate::locality::LocalityConfig;
 use crate::{LinkType, Packet, QueueId};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -305,6 +307,54 @@ impl Engine {
 
     /// Start the threads and return at once.
     pub fn start<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
+        let mut l = self.launch(false)?;
+        let mut workers = Vec::new();
+        let locality = l.locality.map(|cfg| (cfg, l.info.link_type));
+        for (q, side) in std::mem::take(&mut l.worker_sides) {
+            let handler = make(q);
+            let cpu = l.placements.iter().find(|p| p.queue == q).and_then(|p| p.worker_cpu);
+            let thread_ctl = Arc::clone(&l.ctl);
+            l.ctl.thread_started();
+            let h = std::thread::Builder::new()
+                .name(format!("weir-worker-{q}"))
+                .spawn(move || {
+                    let _end = ThreadEnd(&thread_ctl);
+                    pin(cpu);
+                    worker_loop(side, handler, &thread_ctl, locality)
+                })
+                .map_err(|e| {
+                    l.ctl.thread_ended();
+                    // The capture threads run already: without workers they would wait forever.
+                    l.ctl.request_stop(StopReason::Failed);
+                    RunError::Spawn(e)
+                })?;
+            workers.push((q, h));
+        }
+        Ok(Running {
+            ctl: l.ctl,
+            placements: l.placements,
+            counters: l.counters,
+            captures: l.captures,
+            workers,
+            started: l.started,
+            time_limit: l.time_limit,
+            progress: l.progress,
+            balance: l.balance,
+            info: l.info,
+        })
+    }
+
+    /// Start the capture threads and hand every queue's packets to the caller's
+    /// thread, which pulls them one at a time (see [`Reader`]).
+    pub fn start_reader(self) -> Result<Reader, RunError> {
+        Ok(Reader::new(self.launch(true)?))
+    }
+
+    /// What both ways of running share: the pools and work-queue pairs, and the
+    /// capture threads, started. The worker sides are left to the caller; for
+    /// one thread reading them all (`pull`), every capture side also rings the
+    /// first worker side's bell.
+    fn launch(self, pull: bool) -> Result<Launched, RunError> {
         let ctl = Arc::new(Control::new(self.packet_limit));
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
@@ -336,31 +386,13 @@ impl Engine {
         if let Some(t) = self.balance.offload().filter(|_| caps.len() > 1) {
             pool::link_buddies(&mut caps, &mut works, t);
         }
+        if let Some(first) = works.first().filter(|_| pull) {
+            pool::share_bell(&mut caps, &first.wake_handle());
+        }
         let mut capture_sides: Vec<_> = caps.into_iter().map(Some).collect();
         let worker_sides: Vec<_> = self.info.queues.iter().copied().zip(works).collect();
 
-        let mut workers = Vec::new();
         let placement_of = |q: QueueId| self.placements.iter().find(|p| p.queue == q).cloned();
-        let locality = self.locality.map(|cfg| (cfg, self.info.link_type));
-        for (q, side) in worker_sides {
-            let handler = make(q);
-            let cpu = placement_of(q).and_then(|p| p.worker_cpu);
-            let thread_ctl = Arc::clone(&ctl);
-            ctl.thread_started();
-            let h = std::thread::Builder::new()
-                .name(format!("weir-worker-{q}"))
-                .spawn(move || {
-                    let _end = ThreadEnd(&thread_ctl);
-                    pin(cpu);
-                    worker_loop(side, handler, &thread_ctl, locality)
-                })
-                .map_err(|e| {
-                    ctl.thread_ended();
-                    RunError::Spawn(e)
-                })?;
-            workers.push((q, h));
-        }
-
         let mut captures = Vec::new();
         for unit in units {
             let name = unit.name();
@@ -383,6 +415,7 @@ impl Engine {
                 })
                 .map_err(|e| {
                     ctl.thread_ended();
+                    ctl.request_stop(StopReason::Failed);
                     RunError::Spawn(e)
                 })?;
             captures.push((name, h));
@@ -390,19 +423,35 @@ impl Engine {
         // Queues no unit serves: closing their capture queues lets their workers end.
         drop(capture_sides);
 
-        Ok(Running {
+        Ok(Launched {
             ctl,
             placements: self.placements,
             counters,
             captures,
-            workers,
+            worker_sides,
             started: Instant::now(),
             time_limit: self.time_limit,
             progress,
             balance: rebalancing.then_some(balance),
             info: self.info,
+            locality: self.locality,
         })
     }
+}
+
+/// An engine whose capture threads run, before its worker sides have a home.
+pub(crate) struct Launched {
+    pub(crate) ctl: Arc<Control>,
+    pub(crate) placements: Vec<Placement>,
+    pub(crate) counters: Vec<Arc<QueueCounters>>,
+    pub(crate) captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
+    pub(crate) worker_sides: Vec<(QueueId, WorkerSide)>,
+    pub(crate) started: Instant,
+    pub(crate) time_limit: Option<Duration>,
+    pub(crate) progress: Option<Arc<Progress>>,
+    pub(crate) balance: Option<Arc<balance::BalanceCounters>>,
+    pub(crate) info: SourceInfo,
+    pub(crate) locality: Option<LocalityConfig>,
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since
@@ -445,7 +494,12 @@ fn capture_loop(unit: Box<dyn CaptureUnit>, sides: Vec<pool::CaptureSide>, ctl: 
     }
 }
 
-fn worker_loop<H: Handler>(side: WorkerSide, mut handler: H, ctl: &Control, locality: Option<(LocalityConfig, LinkType)>) -> Result<H, RunError> {
+fn worker_loop<H: Handler>(
+    side: WorkerSide,
+    mut handler: H,
+    ctl: &Control,
+    locality: Option<(LocalityConfig, LinkType)>,
+) -> Result<H, RunError> {
     let queue = side.queue();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &locality {
         Some((cfg, link)) => crate::locality::run(&side, &mut handler, cfg, *link, WORKER_IDLE),
@@ -486,7 +540,7 @@ pub struct Running<H> {
     info: SourceInfo,
 }
 
-impl<H: Handler> Running<H> {
+impl<H> Running<H> {
     pub fn info(&self) -> &SourceInfo {
         &self.info
     }

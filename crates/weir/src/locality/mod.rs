@@ -31,6 +31,7 @@
 mod stage;
 
 pub use stage::run;
+pub(crate) use stage::QUIET;
 
 use crate::wire::{ip_proto, FlowTuple};
 use crate::LinkType;
@@ -212,7 +213,18 @@ impl<T: Copy> PortIndex<T> {
     /// Call `f` on every entry in delivery order (ascending key, arrival order
     /// within a key, then the entries without a key) and empty the index.
     pub fn drain(&mut self, mut f: impl FnMut(T)) {
-        let Some(&first) = self.entries.first() else { return };
+        for &e in self.sort() {
+            f(e);
+        }
+    }
+
+    /// Empty the index into its entries in delivery order (as [`drain`](Self::drain)
+    /// visits them), which stay readable until the next push.
+    pub fn sort(&mut self) -> &[T] {
+        let Some(&first) = self.entries.first() else {
+            self.placed.clear();
+            return &self.placed;
+        };
         // Where each list in use starts, in delivery order.
         let mut at = 0u32;
         self.for_each_list_in_use(|count, list| {
@@ -233,9 +245,12 @@ impl<T: Copy> PortIndex<T> {
         self.other_used = false;
         self.lists.clear();
         self.entries.clear();
-        for &e in &self.placed {
-            f(e);
-        }
+        &self.placed
+    }
+
+    /// What the last [`sort`](Self::sort) returned.
+    pub fn sorted(&self) -> &[T] {
+        &self.placed
     }
 
     /// Call `f` on the lists in use, in delivery order.

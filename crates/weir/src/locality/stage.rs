@@ -22,7 +22,7 @@ const POLL_EVERY: u32 = 256;
 /// batch waits for more. Sources say so ([`crate::pool::CaptureSide::mark_starved`])
 /// and the batch goes at once; this is the backstop for a source that cannot
 /// tell. At any rate worth sorting, chunks come far more often.
-const QUIET: Duration = Duration::from_millis(10);
+pub(crate) const QUIET: Duration = Duration::from_millis(10);
 
 /// One batch: the chunks it holds and the index of their packets.
 struct Batch<'w> {

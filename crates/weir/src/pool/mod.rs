@@ -230,6 +230,31 @@ impl Pool {
         let data = unsafe { std::slice::from_raw_parts(c.data, c.caplen as usize) };
         Packet::new(data, c.wire_len, c.ts_ns, self.queue)
     }
+
+    /// Call `f` with the cell number and locality key of each of the first
+    /// `count` packets of chunk `idx`, read from the cells when the capture
+    /// side computed them (`sort_keys`), computed here otherwise.
+    ///
+    /// # Safety
+    /// As [`packet`](Self::packet), for every cell below `count`.
+    unsafe fn for_each_sort_key(&self, idx: u32, count: usize, link: LinkType, mut f: impl FnMut(u32, Option<u16>)) {
+        debug_assert!(self.key_link.is_none_or(|l| l == link), "keys were computed for another link type");
+        let base = idx as usize * self.cells_per_chunk;
+        if self.key_link.is_some() {
+            for (i, c) in self.cells[base..base + count].iter().enumerate() {
+                // SAFETY: the caller holds the chunk (Delivering): its cells were
+                // written before it was published and are not written again until
+                // it is recycled.
+                f(i as u32, key_of_code(unsafe { (*c.get()).key }));
+            }
+        } else {
+            for i in 0..count {
+                // SAFETY: as the caller promises, i < count.
+                let p = unsafe { self.packet(idx, i) };
+                f(i as u32, crate::locality::sort_key(link, p.data()));
+            }
+        }
+    }
 }
 
 /// Cells a locality key trails its packet by on the capture thread: a push
@@ -319,6 +344,7 @@ pub fn work_queue_pair(
         chunk_blocks: vec![ChunkBlocks::default(); r],
         returned_frames: Vec::new(),
         tally: Tally::default(),
+        also_ring: None,
     };
     let worker = WorkerSide {
         own: Link { pool, counters, recycle: RefCell::new(rec_tx), owner_bell: None },
@@ -356,6 +382,10 @@ pub struct CaptureSide {
     /// Frames of chunks taken back, not yet handed to the unit.
     returned_frames: Vec<u64>,
     tally: Tally,
+    /// Rung after every publish, starved mark and close, besides the own
+    /// worker's bell: a reader that sleeps on one queue for several
+    /// ([`wait_any`]).
+    also_ring: Option<WakeHandle>,
 }
 
 /// Most blocks one chunk may hold: a chunk of a rare queue would otherwise pin a
@@ -576,6 +606,9 @@ impl CaptureSide {
     pub fn mark_starved(&mut self) {
         self.load.mark_starved();
         self.captured.notify();
+        if let Some(b) = &self.also_ring {
+            b.ring();
+        }
         if let Some(o) = &self.offload {
             for b in &o.buddies {
                 b.load.mark_starved();
@@ -771,6 +804,9 @@ impl CaptureSide {
         };
         // Each ring to a worker has room for every chunk of this pool.
         debug_assert!(pushed.is_ok(), "a capture or give queue holds every chunk, so it cannot be full");
+        if let Some(b) = &self.also_ring {
+            b.ring();
+        }
         self.cur_count = 0;
         self.cur_used = 0;
         self.cur_bytes = 0;
@@ -780,8 +816,35 @@ impl CaptureSide {
 impl Drop for CaptureSide {
     fn drop(&mut self) {
         self.flush();
-        // Dropping `captured` closes the capture queue: the worker drains and stops.
+        // Closing the capture queue lets the worker drain it and stop.
+        self.captured.close();
+        if let Some(b) = &self.also_ring {
+            b.ring();
+        }
     }
+}
+
+/// Make every capture side in `captures` also ring `bell` (after each publish,
+/// starved mark and its close), so that one thread reading every queue can
+/// sleep on that bell alone ([`wait_any`]).
+pub fn share_bell(captures: &mut [CaptureSide], bell: &WakeHandle) {
+    for c in captures {
+        c.also_ring = Some(bell.clone());
+    }
+}
+
+/// Sleep until a chunk waits on any of `workers`, every one is closed, or
+/// `timeout` passes; with `watch_starved`, also until a capture side feeding
+/// one is starved. The capture sides must ring the first worker's bell
+/// ([`share_bell`] with its [`WorkerSide::wake_handle`]) when there are several.
+pub fn wait_any(workers: &[WorkerSide], timeout: Duration, watch_starved: bool) {
+    let Some(first) = workers.first() else { return };
+    let ready =
+        || workers.iter().any(|w| w.backlog() > 0 || (watch_starved && w.load.is_starved())) || workers.iter().all(WorkerSide::is_closed);
+    if ready() {
+        return;
+    }
+    first.captured.borrow().wait_or(timeout, ready);
 }
 
 /// What [`WorkerSide::next`] found.
@@ -833,7 +896,11 @@ impl Link {
         Ok(self.pool.counts[token.index as usize].load(Ordering::Relaxed) as usize)
     }
 
-    fn release(&self, idx: u32, gen: u32, count: usize, me: u16) {
+    /// Free a held chunk; `unread` of its `count` packets (of `unread_bytes`
+    /// wire bytes) were never handed to the application.
+    fn release(&self, idx: u32, gen: u32, count: usize, me: u16, unread: (usize, u64)) {
+        debug_assert!(unread.0 <= count);
+        let unread = (unread.0.min(count), unread.1);
         // Relaxed: written before the chunk was published, which we acquired.
         let bytes = self.pool.bytes[idx as usize].load(Ordering::Relaxed);
         if self.pool.swap_word(idx, pack_held(ChunkState::Delivering, gen, me), pack(ChunkState::Free, gen.wrapping_add(1))).is_err() {
@@ -841,7 +908,10 @@ impl Link {
             self.counters.add_bad_recycle();
             return;
         }
-        self.counters.add_delivered(count as u64, bytes);
+        self.counters.add_delivered((count - unread.0) as u64, bytes.saturating_sub(unread.1));
+        if unread.0 > 0 {
+            self.counters.add_unread(unread.0 as u64);
+        }
         let pushed = self.recycle.borrow_mut().push(idx);
         debug_assert!(pushed.is_ok(), "recycle queue holds every chunk, so it cannot be full");
         if let Some(bell) = &self.owner_bell {
@@ -921,6 +991,12 @@ impl WorkerSide {
         }
     }
 
+    /// True when every capture side feeding this worker is gone and every chunk
+    /// it published was taken.
+    pub fn is_closed(&self) -> bool {
+        self.all_closed(&self.captured.borrow())
+    }
+
     /// True when every capture side feeding this worker is gone and nothing waits.
     fn all_closed(&self, own: &Consumer<u32>) -> bool {
         own.is_closed()
@@ -980,11 +1056,7 @@ impl WorkerSide {
     /// Take the next chunk as a bare token, for callers that cannot hold a borrow.
     /// It must come back through [`recycle_raw`](Self::recycle_raw).
     pub fn take_raw(&self) -> Option<ChunkToken> {
-        self.try_next().map(|c| {
-            let t = c.token();
-            std::mem::forget(c);
-            t
-        })
+        self.try_next().map(HeldChunk::into_token)
     }
 
     /// The link of the pool a token names: the own pool or a buddy's.
@@ -1007,11 +1079,19 @@ impl WorkerSide {
     /// of a pool this worker reads that is being delivered, at its current generation.
     /// `&mut self` guarantees no packet of any chunk is borrowed meanwhile.
     pub fn recycle_raw(&mut self, token: ChunkToken) -> Result<(), RecycleError> {
+        self.recycle_raw_unread(token, 0, 0)
+    }
+
+    /// As [`recycle_raw`](Self::recycle_raw), when `unread` of the chunk's packets
+    /// (`unread_bytes` wire bytes) were never handed to the application: they are
+    /// counted as unread, not delivered.
+    pub fn recycle_raw_unread(&mut self, token: ChunkToken, unread: usize, unread_bytes: u64) -> Result<(), RecycleError> {
+        let unread = (unread, unread_bytes);
         let me = self.me();
         let checked = self.link_of(token).and_then(|l| l.check_held(token, me).map(|c| (l, c)));
         match checked {
             Ok((link, count)) => {
-                link.release(token.index, token.generation, count, me);
+                link.release(token.index, token.generation, count, me, unread);
                 Ok(())
             }
             Err(e) => {
@@ -1063,27 +1143,22 @@ impl<'w> HeldChunk<'w> {
     /// thread computed the keys when the pool was made with `sort_keys`; else
     /// they are computed here.
     #[inline]
-    pub fn for_each_sort_key(&self, link: LinkType, mut f: impl FnMut(u32, Option<u16>)) {
-        let pool = &self.link.pool;
-        debug_assert!(pool.key_link.is_none_or(|l| l == link), "keys were computed for another link type");
-        let base = self.index as usize * pool.cells_per_chunk;
-        if pool.key_link.is_some() {
-            for (i, c) in pool.cells[base..base + self.count].iter().enumerate() {
-                // SAFETY: we hold the chunk (Delivering): its cells were written before
-                // it was published and are not written again until it is recycled,
-                // which needs `self`.
-                f(i as u32, key_of_code(unsafe { (*c.get()).key }));
-            }
-        } else {
-            for (i, p) in self.packets().enumerate() {
-                f(i as u32, crate::locality::sort_key(link, p.data()));
-            }
-        }
+    pub fn for_each_sort_key(&self, link: LinkType, f: impl FnMut(u32, Option<u16>)) {
+        // SAFETY: we hold the chunk (Delivering) for as long as `self` lives.
+        unsafe { self.link.pool.for_each_sort_key(self.index, self.count, link, f) }
     }
 
     /// The token of this hand-out.
     pub fn token(&self) -> ChunkToken {
         ChunkToken { pool: self.link.pool.uid, index: self.index, generation: self.generation }
+    }
+
+    /// Keep the chunk held past this value: it must come back through
+    /// [`WorkerSide::recycle_raw`].
+    pub fn into_token(self) -> ChunkToken {
+        let t = self.token();
+        std::mem::forget(self);
+        t
     }
 }
 
@@ -1091,7 +1166,7 @@ impl Drop for HeldChunk<'_> {
     fn drop(&mut self) {
         if !self.released {
             self.released = true;
-            self.link.release(self.index, self.generation, self.count, self.me);
+            self.link.release(self.index, self.generation, self.count, self.me, (0, 0));
         }
     }
 }
@@ -1103,7 +1178,7 @@ pub struct RawChunk<'w> {
     count: usize,
 }
 
-impl RawChunk<'_> {
+impl<'w> RawChunk<'w> {
     pub fn len(&self) -> usize {
         self.count
     }
@@ -1112,9 +1187,17 @@ impl RawChunk<'_> {
         self.count == 0
     }
 
-    pub fn get(&self, i: usize) -> Option<Packet<'_>> {
+    /// Packet `i`, borrowing the worker side rather than this view: it stays
+    /// valid until the chunk is recycled, which needs the side mutably.
+    /// As [`HeldChunk::for_each_sort_key`].
+    pub fn for_each_sort_key(&self, link: LinkType, f: impl FnMut(u32, Option<u16>)) {
+        // SAFETY: the token was checked to name a chunk held by the side this borrows.
+        unsafe { self.pool.for_each_sort_key(self.index, self.count, link, f) }
+    }
+
+    pub fn get(&self, i: usize) -> Option<Packet<'w>> {
         // SAFETY: the token was checked to name a Delivering chunk of this pool, and
-        // `recycle_raw` needs `&mut WorkerSide`, which cannot coexist with this borrow.
+        // `recycle_raw` needs `&mut WorkerSide`, which cannot coexist with the 'w borrow.
         (i < self.count).then(|| unsafe { self.pool.packet(self.index, i) })
     }
 }

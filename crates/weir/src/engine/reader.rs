@@ -1,0 +1,356 @@
+//! Pull delivery: the application's own thread takes packets one at a time
+//! from every queue, instead of one worker thread per queue calling a
+//! [`Handler`](super::Handler). This is what libpcap's `pcap_next_ex`,
+//! `pcap_dispatch` and `pcap_loop` promise their callers.
+//!
+//! The contract:
+//! - The capture threads run as in [`Engine::start`](super::Engine::start);
+//!   the reader holds every queue's worker side.
+//! - A packet returned by [`Reader::next`] borrows the reader: it stays valid
+//!   until the next call, and the chunk that holds it is recycled only once
+//!   every packet of it has been handed out.
+//! - Queues are read in turn, a chunk at a time, so a busy queue cannot starve
+//!   the others. Within a queue, capture order is kept.
+//! - With locality buffering, batches are gathered across all queues and
+//!   handed out in port order as the worker-side stage does
+//!   ([`crate::locality`]); a batch still gathering when the caller's timeout
+//!   passes stays held, and `next` returns [`Read::Idle`].
+//! - Closing ([`Reader::finish`], or dropping the reader) stops capture.
+//!   Every packet captured and not handed out is counted `unread`, so the
+//!   stats identity holds with nothing in flight.
+
+use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
+use crate::locality::{LocalityConfig, PortIndex, QUIET};
+use crate::pool::{self, ChunkToken, WorkerSide};
+use crate::stats::{QueueCounters, Snapshot};
+use crate::{LinkType, Packet};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long closing waits for the capture threads to end before leaving them.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// What [`Reader::next`] found.
+pub enum Read<'r> {
+    Packet(Packet<'r>),
+    /// Nothing to hand out within the timeout.
+    Idle,
+    /// Capture is over and every packet was handed out; see [`Reader::finish`]
+    /// for why it ended.
+    End,
+}
+
+/// The outcome of a pulled run.
+#[derive(Debug)]
+pub struct ReaderReport {
+    /// Final counters: nothing in flight.
+    pub stats: Snapshot,
+    pub stop: StopReason,
+    pub elapsed: Duration,
+    /// Everything that went wrong; a malformed trace shows up here, after the
+    /// packets before the damage were handed out.
+    pub errors: Vec<RunError>,
+}
+
+/// A chunk being handed out in capture order.
+struct Held {
+    side: usize,
+    token: ChunkToken,
+    next: usize,
+    len: usize,
+}
+
+/// A locality batch being gathered or handed out.
+struct Batch {
+    cfg: LocalityConfig,
+    link: LinkType,
+    /// (worker side, chunk) of every chunk the batch holds.
+    held: Vec<(usize, ChunkToken)>,
+    /// (chunk in `held`, cell in that chunk).
+    index: PortIndex<(u32, u32)>,
+    /// When its first chunk came; `None` while handing out.
+    since: Option<Instant>,
+    /// Next entry of `index.sorted()` to hand out, while handing out.
+    pos: Option<usize>,
+}
+
+/// Every queue's packets, pulled on the caller's thread. `Send`, not `Sync`.
+pub struct Reader {
+    ctl: Arc<Control>,
+    counters: Vec<Arc<QueueCounters>>,
+    captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
+    sides: Vec<WorkerSide>,
+    info: SourceInfo,
+    started: Instant,
+    held: Option<Held>,
+    batch: Option<Batch>,
+    /// The side the next look for a chunk starts at.
+    turn: usize,
+    errors: Vec<RunError>,
+    closed: bool,
+}
+
+impl Reader {
+    pub(super) fn new(mut l: Launched) -> Reader {
+        let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
+        let batch =
+            l.locality.map(|cfg| Batch { cfg, link: l.info.link_type, held: Vec::new(), index: PortIndex::new(), since: None, pos: None });
+        Reader {
+            ctl: l.ctl,
+            counters: l.counters,
+            captures: l.captures,
+            sides,
+            info: l.info,
+            started: l.started,
+            held: None,
+            batch,
+            turn: 0,
+            errors: Vec::new(),
+            closed: false,
+        }
+    }
+
+    pub fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    /// A consistent snapshot of every queue's counters.
+    pub fn stats(&self) -> Snapshot {
+        Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() }
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.ctl))
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The next packet, waiting up to `timeout` for one.
+    pub fn next(&mut self, timeout: Duration) -> Read<'_> {
+        let deadline = Instant::now() + timeout;
+        let found = if self.batch.is_some() { self.next_sorted(deadline) } else { self.next_in_order(deadline) };
+        match found {
+            Ok((side, token, cell)) => match self.sides[side].raw_chunk(token).ok().and_then(|c| c.get(cell)) {
+                Some(p) => Read::Packet(p),
+                // The reader holds the chunk by this token; nothing else recycles it.
+                None => unreachable!("a held chunk lost its packet {cell}"),
+            },
+            Err(r) => r,
+        }
+    }
+
+    /// Where the next packet in capture order is, or what to say instead.
+    fn next_in_order(&mut self, deadline: Instant) -> Result<(usize, ChunkToken, usize), Read<'static>> {
+        loop {
+            if let Some(h) = &mut self.held {
+                if h.next < h.len {
+                    h.next += 1;
+                    return Ok((h.side, h.token, h.next - 1));
+                }
+                let done = h.token;
+                let side = h.side;
+                self.held = None;
+                let _ = self.sides[side].recycle_raw(done);
+            }
+            if let Some((side, token, len)) = self.take_any() {
+                self.held = Some(Held { side, token, next: 0, len });
+                continue;
+            }
+            self.wait_or_end(deadline, false)?;
+        }
+    }
+
+    /// Where the next packet of the locality batch is, gathering a batch first
+    /// when none is being handed out.
+    fn next_sorted(&mut self, deadline: Instant) -> Result<(usize, ChunkToken, usize), Read<'static>> {
+        loop {
+            let b = self.batch.as_mut().expect("next_sorted runs with a batch");
+            if let Some(pos) = b.pos {
+                if let Some(&(slot, cell)) = b.index.sorted().get(pos) {
+                    b.pos = Some(pos + 1);
+                    let (side, token) = b.held[slot as usize];
+                    return Ok((side, token, cell as usize));
+                }
+                // Every packet of the batch is out: only now may its chunks go back.
+                b.pos = None;
+                for (side, token) in b.held.drain(..) {
+                    let _ = self.sides[side].recycle_raw(token);
+                }
+                continue;
+            }
+            let full = b.index.len() >= b.cfg.batch.get();
+            let aged = b.since.is_some_and(|t| t.elapsed() >= b.cfg.timeout);
+            if full || aged {
+                self.hand_out_batch();
+                continue;
+            }
+            if let Some((side, token, _)) = self.take_any() {
+                self.add_to_batch(side, token);
+                continue;
+            }
+            let b = self.batch.as_ref().expect("batch");
+            let Some(since) = b.since else {
+                // Nothing held: wait for a first chunk as in capture order.
+                self.wait_or_end(deadline, false)?;
+                continue;
+            };
+            if self.sides.iter().all(WorkerSide::is_closed) {
+                self.hand_out_batch();
+                continue;
+            }
+            // Held packets wait for more at most until the batch times out, QUIET
+            // passes without a chunk, or a source says it waits for their memory.
+            let batch_left = b.cfg.timeout.saturating_sub(since.elapsed()).min(QUIET);
+            let caller_left = deadline.saturating_duration_since(Instant::now());
+            pool::wait_any(&self.sides, batch_left.min(caller_left), true);
+            if self.sides.iter().any(|s| s.backlog() > 0) {
+                continue;
+            }
+            if self.sides.iter().any(WorkerSide::take_starved) || batch_left <= caller_left {
+                self.hand_out_batch();
+                continue;
+            }
+            return Err(Read::Idle);
+        }
+    }
+
+    fn add_to_batch(&mut self, side: usize, token: ChunkToken) {
+        let b = self.batch.as_mut().expect("batch");
+        let Ok(chunk) = self.sides[side].raw_chunk(token) else { return };
+        if b.since.is_none() {
+            // A mark from before this batch is about memory since recycled.
+            self.sides.iter().for_each(|s| {
+                s.take_starved();
+            });
+            b.since = Some(Instant::now());
+        }
+        let slot = b.held.len() as u32;
+        let index = &mut b.index;
+        index.reserve(chunk.len());
+        chunk.for_each_sort_key(b.link, |cell, key| index.push(key, (slot, cell)));
+        b.held.push((side, token));
+    }
+
+    fn hand_out_batch(&mut self) {
+        let b = self.batch.as_mut().expect("batch");
+        b.index.sort();
+        b.pos = Some(0);
+        b.since = None;
+    }
+
+    /// Take a chunk from the next queue that has one: (side, token, packets).
+    fn take_any(&mut self) -> Option<(usize, ChunkToken, usize)> {
+        let n = self.sides.len();
+        for k in 0..n {
+            let i = (self.turn + k) % n;
+            if let Some(c) = self.sides[i].try_next() {
+                let len = c.len();
+                self.turn = (i + 1) % n;
+                return Some((i, c.into_token(), len));
+            }
+        }
+        None
+    }
+
+    /// Sleep until a chunk may be waiting, or say why not to: `End` when every
+    /// queue is closed and drained, `Idle` when the deadline has passed.
+    fn wait_or_end(&mut self, deadline: Instant, watch_starved: bool) -> Result<(), Read<'static>> {
+        if self.sides.iter().all(WorkerSide::is_closed) {
+            self.end_of_capture();
+            return Err(Read::End);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Read::Idle);
+        }
+        pool::wait_any(&self.sides, left, watch_starved);
+        Ok(())
+    }
+
+    /// Every capture thread has ended: collect their errors.
+    fn end_of_capture(&mut self) {
+        for (unit, h) in self.captures.drain(..) {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.errors.push(e),
+                Err(p) => self.errors.push(RunError::CapturePanicked { unit, message: super::panic_message(p) }),
+            }
+        }
+    }
+
+    /// The first error of the capture threads, once [`Read::End`] was returned.
+    pub fn error(&self) -> Option<&RunError> {
+        self.errors.first()
+    }
+
+    /// Stop capture, count what was not handed out as unread, and report.
+    pub fn finish(mut self) -> ReaderReport {
+        self.close();
+        let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
+        ReaderReport { stats: self.stats(), stop, elapsed: self.started.elapsed(), errors: std::mem::take(&mut self.errors) }
+    }
+
+    fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        if !self.sides.iter().all(WorkerSide::is_closed) {
+            self.ctl.request_stop(StopReason::Requested);
+        }
+        if let Some(h) = self.held.take() {
+            self.release_unread(h.side, h.token, h.next..h.len);
+        }
+        if let Some(mut b) = self.batch.take() {
+            let out = b.pos.unwrap_or(0);
+            let mut handed = vec![Vec::new(); b.held.len()];
+            if b.pos.is_some() {
+                for &(slot, cell) in &b.index.sorted()[..out] {
+                    handed[slot as usize].push(cell as usize);
+                }
+            }
+            for (i, (side, token)) in b.held.drain(..).enumerate() {
+                let len = self.sides[side].raw_chunk(token).map_or(0, |c| c.len());
+                let given = &handed[i];
+                let unread = (0..len).filter(|c| !given.contains(c)).collect::<Vec<_>>();
+                self.release_cells_unread(side, token, &unread);
+            }
+        }
+        // Drain what the capture threads still publish as they stop.
+        let until = Instant::now() + CLOSE_WAIT;
+        while !self.sides.iter().all(WorkerSide::is_closed) && Instant::now() < until {
+            match self.take_any() {
+                Some((side, token, len)) => self.release_unread(side, token, 0..len),
+                None => pool::wait_any(&self.sides, Duration::from_millis(10), false),
+            }
+        }
+        while let Some((side, token, len)) = self.take_any() {
+            self.release_unread(side, token, 0..len);
+        }
+        if self.captures.iter().all(|(_, h)| h.is_finished()) {
+            self.end_of_capture();
+        }
+    }
+
+    fn release_unread(&mut self, side: usize, token: ChunkToken, cells: std::ops::Range<usize>) {
+        let cells: Vec<usize> = cells.collect();
+        self.release_cells_unread(side, token, &cells);
+    }
+
+    fn release_cells_unread(&mut self, side: usize, token: ChunkToken, cells: &[usize]) {
+        let bytes = match self.sides[side].raw_chunk(token) {
+            Ok(c) => cells.iter().filter_map(|&i| c.get(i)).map(|p| u64::from(p.wire_len())).sum(),
+            Err(_) => 0,
+        };
+        let _ = self.sides[side].recycle_raw_unread(token, cells.len(), bytes);
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
