@@ -9,7 +9,7 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test setup setup-nightly build unit miri fuzz-smoke clippy bench clean
+.PHONY: demo test setup setup-nightly build unit miri fuzz-smoke clippy bench clean pcap-lib pcap-suite
 
 setup:
 	@scripts/setup
@@ -38,7 +38,22 @@ miri: setup-nightly
 fuzz-smoke: setup-nightly
 	scripts/fuzz-smoke 30
 
-test: unit miri fuzz-smoke
+# weir's libpcap: a directory holding libpcap.so.0.8, to put first on LD_LIBRARY_PATH.
+PCAP_DIR := target/weir-pcap
+pcap-lib: setup
+	$(CARGO) build --release -p weir-pcap
+	@mkdir -p $(PCAP_DIR)
+	cp "$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/libpcap.so" $(PCAP_DIR)/libpcap.so.0.8
+
+# tcpdump 4.99.3's own test suite, on the system libpcap and then on weir's:
+# every test stock libpcap passes must pass on weir.
+pcap-suite: pcap-lib
+	@mkdir -p target/pcap-suite
+	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --json target/pcap-suite/stock.json
+	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --strict-stderr --libdir $(PCAP_DIR) \
+		--baseline target/pcap-suite/stock.json --json target/pcap-suite/weir.json --list-failures
+
+test: unit miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"
 
 bench: build

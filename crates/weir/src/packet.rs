@@ -78,12 +78,29 @@ pub struct Packet<'a> {
     wire_len: u32,
     ts_ns: u64,
     queue: QueueId,
+    ts_carry: u32,
 }
 
 impl<'a> Packet<'a> {
     /// A packet view; `wire_len` is the length on the wire, which may exceed `data.len()`.
     pub fn new(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId) -> Self {
-        Packet { data, wire_len, ts_ns, queue }
+        Packet { data, wire_len, ts_ns, queue, ts_carry: 0 }
+    }
+
+    /// As [`new`](Self::new), for a pcap record whose fraction field was out of
+    /// range and carried `ts_carry` seconds into `ts_ns`.
+    pub fn with_carry(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId, ts_carry: u32) -> Self {
+        Packet { data, wire_len, ts_ns, queue, ts_carry }
+    }
+
+    /// Seconds an out-of-range fraction of the record's pcap timestamp carried
+    /// into [`ts_ns`](Self::ts_ns), as the bits of an i32 (0 for any valid
+    /// record). With `ts_ns` read as the i64 it wraps to (libpcap's signed
+    /// fields), the seconds field as written is `ts_ns.div_euclid(10⁹) -
+    /// ts_carry`, and the fraction the rest: what libpcap hands over,
+    /// uncarried, for such a record.
+    pub fn ts_carry(&self) -> u32 {
+        self.ts_carry
     }
 
     /// The captured bytes (`caplen` of them).

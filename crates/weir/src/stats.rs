@@ -223,3 +223,13 @@ impl QueueCounters {
         }
     }
 }
+
+/// Every queue's counters of one engine, to read from any thread.
+#[derive(Clone)]
+pub struct StatsReader(pub(crate) Vec<std::sync::Arc<QueueCounters>>);
+
+impl StatsReader {
+    pub fn read(&self) -> Snapshot {
+        Snapshot { queues: self.0.iter().map(|c| c.read()).collect() }
+    }
+}

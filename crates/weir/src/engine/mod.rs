@@ -299,6 +299,13 @@ impl Engine {
         self.filter.as_ref()
     }
 
+    /// Replace the filter before the start, for callers that learn it after the
+    /// source is open (libpcap's `pcap_setfilter`). It must be compiled for
+    /// this source's link type.
+    pub fn set_filter(&mut self, filter: Option<Filter>) {
+        self.filter = filter;
+    }
+
     /// Run to the end and report. `make` is called once per queue, on this thread,
     /// to create that queue's handler.
     pub fn run<H: Handler>(self, make: impl FnMut(QueueId) -> H) -> Result<Report<H>, RunError> {

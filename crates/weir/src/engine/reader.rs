@@ -22,7 +22,7 @@
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
 use crate::locality::{LocalityConfig, PortIndex, QUIET};
 use crate::pool::{self, ChunkToken, WorkerSide};
-use crate::stats::{QueueCounters, Snapshot};
+use crate::stats::{QueueCounters, Snapshot, StatsReader};
 use crate::{LinkType, Packet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -118,6 +118,11 @@ impl Reader {
     /// A consistent snapshot of every queue's counters.
     pub fn stats(&self) -> Snapshot {
         Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() }
+    }
+
+    /// Counters readable from anywhere, while packets are borrowed from the reader.
+    pub fn stats_reader(&self) -> StatsReader {
+        StatsReader(self.counters.clone())
     }
 
     pub fn stop_handle(&self) -> StopHandle {

@@ -122,9 +122,13 @@ struct Cell {
     /// the worker's cache for its out-of-order pass; it fills what would be
     /// padding of a 32-byte cell anyway (two cells per cache line).
     key: u32,
+    /// [`Packet::ts_carry`], in the last 4 bytes of the 32.
+    ts_carry: u32,
 }
 
-const EMPTY_CELL: Cell = Cell { data: std::ptr::null(), caplen: 0, wire_len: 0, ts_ns: 0, key: KEYLESS };
+const EMPTY_CELL: Cell = Cell { data: std::ptr::null(), caplen: 0, wire_len: 0, ts_ns: 0, key: KEYLESS, ts_carry: 0 };
+// Two cells per cache line: the locality stage reads them in order.
+const _: () = assert!(std::mem::size_of::<Cell>() == 32);
 
 /// Pool identities, so a token from one engine's pool is never taken for another's.
 static NEXT_POOL_UID: AtomicU32 = AtomicU32::new(1);
@@ -228,7 +232,7 @@ impl Pool {
         // the chunk holds; both live as long as the pool and neither is written
         // while the chunk is held.
         let data = unsafe { std::slice::from_raw_parts(c.data, c.caplen as usize) };
-        Packet::new(data, c.wire_len, c.ts_ns, self.queue)
+        Packet::with_carry(data, c.wire_len, c.ts_ns, self.queue, c.ts_carry)
     }
 
     /// Call `f` with the cell number and locality key of each of the first
@@ -418,6 +422,12 @@ impl CaptureSide {
     /// caller decides between waiting and [`drop_capture`](Self::drop_capture).
     #[inline]
     pub fn push_copy(&mut self, data: &[u8], wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+        self.push_copy_carried(data, wire_len, ts_ns, 0)
+    }
+
+    /// As [`push_copy`](Self::push_copy), for a record whose timestamp fraction
+    /// carried `ts_carry` seconds ([`Packet::ts_carry`]).
+    pub fn push_copy_carried(&mut self, data: &[u8], wire_len: u32, ts_ns: u64, ts_carry: u32) -> Result<(), NoCell> {
         let data = &data[..data.len().min(MAX_CAPLEN)];
         let len = data.len();
         let idx = match self.cur {
@@ -437,7 +447,7 @@ impl CaptureSide {
         };
         // Keep the next packet 8-byte aligned.
         self.cur_used += (len + 7) & !7;
-        self.fill_cell(idx, Cell { data: dst, caplen: len as u32, wire_len, ts_ns, key: KEYLESS });
+        self.fill_cell(idx, Cell { data: dst, caplen: len as u32, wire_len, ts_ns, key: KEYLESS, ts_carry });
         Ok(())
     }
 
@@ -446,6 +456,19 @@ impl CaptureSide {
     /// [`push_copy`](Self::push_copy). All blocks of one pool must come from one arena.
     #[inline]
     pub fn push_ref(&mut self, block: &BlockRef, range: Range<usize>, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+        self.push_ref_carried(block, range, wire_len, ts_ns, 0)
+    }
+
+    /// As [`push_ref`](Self::push_ref), for a record whose timestamp fraction
+    /// carried `ts_carry` seconds ([`Packet::ts_carry`]).
+    pub fn push_ref_carried(
+        &mut self,
+        block: &BlockRef,
+        range: Range<usize>,
+        wire_len: u32,
+        ts_ns: u64,
+        ts_carry: u32,
+    ) -> Result<(), NoCell> {
         block.check(&range);
         let len = range.len().min(MAX_CAPLEN);
         let id = block.id();
@@ -470,7 +493,7 @@ impl CaptureSide {
         }
         // The pointer is inside the block (checked above), which the chunk now holds.
         let data = backing.ptr(id, range.start);
-        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns, key: KEYLESS });
+        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns, key: KEYLESS, ts_carry });
         Ok(())
     }
 
@@ -488,7 +511,7 @@ impl CaptureSide {
             Some(idx) if self.cur_count < self.pool.cells_per_chunk => idx,
             _ => self.next_chunk()?,
         };
-        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns, key: KEYLESS });
+        self.fill_cell(idx, Cell { data, caplen: len as u32, wire_len, ts_ns, key: KEYLESS, ts_carry: 0 });
         Ok(())
     }
 

@@ -247,7 +247,7 @@ impl TraceUnit {
                             return Ok(());
                         }
                     }
-                    let pkt = Pkt { data, range, wire_len: rec.wire_len, ts_ns: rec.ts_ns, paced };
+                    let pkt = Pkt { data, range, wire_len: rec.wire_len, ts_ns: rec.ts_ns, ts_carry: rec.ts_carry, paced };
                     if let (Some(st), Some(b)) = (&mut self.steering, bucket) {
                         since_tick += 1;
                         match st.route(b) {
@@ -327,6 +327,7 @@ struct Pkt<'a> {
     range: std::ops::Range<usize>,
     wire_len: u32,
     ts_ns: u64,
+    ts_carry: u32,
     paced: bool,
 }
 
@@ -346,8 +347,8 @@ fn capture_one(side: &mut CaptureSide, p: &Pkt<'_>, block: Option<&BlockRef>, fi
     }
     loop {
         let pushed = match block {
-            Some(b) => side.push_ref(b, p.range.clone(), p.wire_len, p.ts_ns),
-            None => side.push_copy(p.data, p.wire_len, p.ts_ns),
+            Some(b) => side.push_ref_carried(b, p.range.clone(), p.wire_len, p.ts_ns, p.ts_carry),
+            None => side.push_copy_carried(p.data, p.wire_len, p.ts_ns, p.ts_carry),
         };
         match pushed {
             Ok(()) => return Fate::Done,

@@ -78,6 +78,11 @@ pub struct Record {
     /// Nanoseconds since the Unix epoch, exactly what libpcap reports in nano
     /// precision (seconds × 10⁹ + fraction, wrapping as libpcap's 64-bit sum does).
     pub ts_ns: u64,
+    /// Whole seconds (an i32's bits, floor division) an out-of-range pcap
+    /// fraction (a microsecond field of a million or more, or negative) carried
+    /// into `ts_ns`; libpcap hands such a record over uncarried, and its
+    /// compatible API must too ([`crate::Packet::ts_carry`]).
+    pub ts_carry: u32,
 }
 
 /// What the next bytes of a trace are.

@@ -169,8 +169,12 @@ impl Reader {
         let kept = caplen.min(self.snapshot) as usize;
         let sec = self.widen(h.u32::<TS_SEC>());
         let frac = self.widen(h.u32::<TS_FRAC>());
-        let ts_ns = sec.wrapping_mul(NS_PER_SEC).wrapping_add(frac.wrapping_mul(self.frac_ns));
-        Ok(Step::Packet(Record { consumed, data: data_start..data_start + kept, wire_len, ts_ns }))
+        let frac_ns = frac.wrapping_mul(self.frac_ns);
+        let ts_ns = sec.wrapping_mul(NS_PER_SEC).wrapping_add(frac_ns);
+        // Floor division of the signed fraction: a 32-bit fraction in µs carries
+        // at most ±4,295 s, which fits; stored as the bits of an i32.
+        let ts_carry = (frac_ns as i64).div_euclid(NS_PER_SEC as i64) as i32 as u32;
+        Ok(Step::Packet(Record { consumed, data: data_start..data_start + kept, wire_len, ts_ns, ts_carry }))
     }
 
     #[inline(always)]

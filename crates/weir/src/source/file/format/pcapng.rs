@@ -457,7 +457,7 @@ impl Reader {
             return Err(self.bad_caplen(block_type, offset, caplen, room));
         }
         let data = data_start..data_start + caplen as usize;
-        Ok(Step::Packet(Record { consumed: content.len() + TRAILER_LEN, data, wire_len, ts_ns: interface.ts_ns(ts) }))
+        Ok(Step::Packet(Record { consumed: content.len() + TRAILER_LEN, data, wire_len, ts_ns: interface.ts_ns(ts), ts_carry: 0 }))
     }
 
     #[cold]

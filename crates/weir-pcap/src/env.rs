@@ -1,0 +1,118 @@
+//! Configuration by environment, read when a handle is opened or created, so
+//! an unmodified program gets weir's options. Every variable is optional; a
+//! bad value makes the open fail with a message naming the variable.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `WEIR_LOCALITY=B` | locality buffering with batches of B packets (`0` or `off`: none) | off |
+//! | `WEIR_LOCALITY_TIMEOUT_MS=T` | longest a packet waits for its batch | 50 |
+//! | `WEIR_SOURCE=afpacket\|afxdp` | how live interfaces are captured | afpacket |
+//! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
+//! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold a batch |
+//! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
+
+use std::path::PathBuf;
+use std::time::Duration;
+use weir::locality::{BatchSize, LocalityConfig};
+use weir::pool::PoolConfig;
+use weir::source::{LiveKind, QueueRange, SourceSpec};
+use weir::stats::Snapshot;
+use weir::EngineBuilder;
+
+/// What the environment asked for.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub locality: Option<LocalityConfig>,
+    pub source: LiveKind,
+    pub queues: Option<QueueRange>,
+    pub pool: PoolConfig,
+    pub stats_file: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { locality: None, source: LiveKind::AfPacket, queues: None, pool: PoolConfig::default(), stats_file: None }
+    }
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+impl Settings {
+    pub fn from_env() -> Result<Settings, String> {
+        let mut s = Settings::default();
+        if let Some(v) = var("WEIR_LOCALITY").filter(|v| v != "0" && v != "off") {
+            let n: u32 = v.parse().map_err(|_| format!("WEIR_LOCALITY={v}: expected a batch size in packets, or 0 for off"))?;
+            let mut cfg = LocalityConfig::new(BatchSize::new(n).map_err(|e| format!("WEIR_LOCALITY={v}: {e}"))?);
+            if let Some(t) = var("WEIR_LOCALITY_TIMEOUT_MS") {
+                let ms: u64 = t.parse().map_err(|_| format!("WEIR_LOCALITY_TIMEOUT_MS={t}: expected milliseconds"))?;
+                cfg.timeout = Duration::from_millis(ms.max(1));
+            }
+            s.locality = Some(cfg);
+        }
+        if let Some(v) = var("WEIR_SOURCE") {
+            s.source = match v.as_str() {
+                "afpacket" => LiveKind::AfPacket,
+                "afxdp" => LiveKind::AfXdp,
+                _ => return Err(format!("WEIR_SOURCE={v}: expected afpacket or afxdp")),
+            };
+        }
+        if let Some(v) = var("WEIR_QUEUES") {
+            s.queues = Some(v.parse().map_err(|e| format!("WEIR_QUEUES={v}: {e}"))?);
+        }
+        let pool_given = var("WEIR_POOL");
+        if let Some(v) = &pool_given {
+            let (m, r) = v.split_once(',').ok_or_else(|| format!("WEIR_POOL={v}: expected M,R (cells per chunk, chunks)"))?;
+            let m: usize = m.trim().parse().map_err(|_| format!("WEIR_POOL={v}: M is not a number"))?;
+            let r: usize = r.trim().parse().map_err(|_| format!("WEIR_POOL={v}: R is not a number"))?;
+            s.pool = PoolConfig::new(m, r).map_err(|e| format!("WEIR_POOL={v}: {e}"))?;
+        }
+        if let (Some(l), None) = (&s.locality, &pool_given) {
+            // A batch holds its chunks: give the pool room for one and a chunk to fill.
+            let m = s.pool.cells().get();
+            let r = s.pool.chunks().get().max(l.batch.get().div_ceil(m) + 2);
+            s.pool = PoolConfig::new(m, r).map_err(|e| format!("WEIR_LOCALITY: no pool holds such a batch: {e}"))?;
+        }
+        s.stats_file = var("WEIR_STATS_FILE").map(PathBuf::from);
+        Ok(s)
+    }
+
+    /// An engine builder for `spec` with these settings.
+    pub fn builder(&self, spec: SourceSpec) -> EngineBuilder {
+        weir::Engine::builder().source_spec(spec).pool(self.pool).locality(self.locality)
+    }
+
+    /// Append the counters to `WEIR_STATS_FILE`, one JSON line per queue and
+    /// one for the total. Failing to write is said on stderr, once.
+    pub fn report(&self, stats: &Snapshot) {
+        let Some(path) = &self.stats_file else { return };
+        let mut out = String::new();
+        let line = |q: &weir::stats::QueueStats, name: String| {
+            format!(
+                "{{\"pid\":{},\"queue\":{name},\"received\":{},\"delivered\":{},\"filtered\":{},\"capture_drops\":{},\"delivery_drops\":{},\"unread\":{},\"in_flight\":{},\"received_bytes\":{}}}\n",
+                std::process::id(),
+                q.received,
+                q.delivered,
+                q.filtered,
+                q.capture_drops,
+                q.delivery_drops,
+                q.unread,
+                q.in_flight,
+                q.received_bytes
+            )
+        };
+        for q in &stats.queues {
+            out.push_str(&line(q, q.queue.0.to_string()));
+        }
+        out.push_str(&line(&stats.total(), "\"total\"".into()));
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, out.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("weir: WEIR_STATS_FILE={}: {e}", path.display());
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! What a `pcap_t` is here: a weir engine read by the caller's thread.
+//!
+//! The contract:
+//! - A handle opens its source when it is opened (a file) or activated (an
+//!   interface), so errors come where libpcap reports them, and starts
+//!   capture at the first read, so a filter set before reading is the
+//!   engine's (rejected packets take no cell and are counted as filtered).
+//!   A filter set after reading started is applied here, on top.
+//! - A packet handed out stays valid until the next read on the handle, as
+//!   libpcap promises; the engine's reader holds its chunk until then.
+//! - Functions a callback may call on its own handle (`pcap_breakloop`,
+//!   `pcap_stats`, `pcap_geterr`, the getters) touch only what reading does
+//!   not borrow. Reading from inside a callback is refused with an error.
+//! - Every drop is counted by the engine; `pcap_stats` reports its counters.
+
+use crate::env::Settings;
+use crate::sys::{self, DeadHandle};
+use crate::types::*;
+use libc::c_char;
+use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use weir::engine::{Read, Reader};
+use weir::filter::Filter;
+use weir::source::{QueueRange, SourceSpec};
+use weir::stats::StatsReader;
+use weir::{Engine, LinkType};
+
+/// Longest a read sleeps before looking at the break flag: `pcap_breakloop`
+/// from a signal handler may only set a flag, so this bounds how late it acts.
+const BREAK_CHECK: Duration = Duration::from_millis(50);
+
+/// How a live handle is set up between `pcap_create` and `pcap_activate`.
+#[derive(Clone, Debug)]
+pub struct LiveConfig {
+    pub device: String,
+    pub snaplen: i32,
+    pub promisc: bool,
+    pub rfmon: bool,
+    pub timeout_ms: i32,
+    pub buffer_size: i32,
+    pub immediate: bool,
+}
+
+enum Stage {
+    /// From `pcap_open_dead`: compiles filters, opens dump files, reads nothing.
+    Dead,
+    /// From `pcap_create`, not activated yet.
+    Created(LiveConfig),
+    /// Opened (a file) or activated (an interface); capture not started.
+    Opened(Box<Engine>),
+    Reading(Box<Reader>),
+    /// Reading ended (end of file, or an error already reported).
+    Ended,
+}
+
+struct State {
+    stage: Stage,
+    /// Set by `pcap_setfilter` before reading started: handed to the engine.
+    filter: Option<Filter>,
+    /// Set by `pcap_setfilter` after reading started: applied here.
+    late_filter: Option<Filter>,
+    /// The system library's twin of this handle, for compiling and dumping.
+    dead: Option<DeadHandle>,
+    timeout: Option<Duration>,
+    nonblock: bool,
+}
+
+/// One `pcap_t`.
+pub struct Handle {
+    errbuf: UnsafeCell<[c_char; ERRBUF_SIZE]>,
+    break_loop: AtomicBool,
+    state: RefCell<State>,
+    pub dlt: Cell<i32>,
+    pub snaplen: Cell<i32>,
+    pub precision: Cell<u32>,
+    pub offline: bool,
+    /// For a pcap (not pcapng) file: whether it stores nanoseconds. libpcap
+    /// hands such a file's timestamp fields over as the signed 32-bit values
+    /// they are (`struct pcap_timeval`), however odd; weir must too.
+    pcap_file_nano: Option<bool>,
+    /// The interface, for a live handle.
+    pub device: Option<String>,
+    pub settings: Settings,
+    stats: OnceCell<StatsReader>,
+    /// The header of the packet `pcap_next_ex` handed out last.
+    hdr: UnsafeCell<PcapPkthdr>,
+    /// `pcap_get_selectable_fd`'s descriptor, made on first request.
+    pub selectable: Cell<Option<i32>>,
+}
+
+/// What one read found.
+pub enum Got {
+    Packet(PcapPkthdr, *const u8),
+    /// Nothing within the timeout (live), or nothing now (nonblocking).
+    Idle,
+    /// The end of a file.
+    End,
+    Break,
+    Error,
+}
+
+impl Handle {
+    fn new(stage: Stage, dlt: i32, snaplen: i32, precision: u32, offline: bool, settings: Settings) -> Box<Handle> {
+        Box::new(Handle {
+            errbuf: UnsafeCell::new([0; ERRBUF_SIZE]),
+            break_loop: AtomicBool::new(false),
+            state: RefCell::new(State { stage, filter: None, late_filter: None, dead: None, timeout: None, nonblock: false }),
+            dlt: Cell::new(dlt),
+            snaplen: Cell::new(snaplen),
+            precision: Cell::new(precision),
+            offline,
+            pcap_file_nano: None,
+            device: None,
+            settings,
+            stats: OnceCell::new(),
+            hdr: UnsafeCell::new(PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: 0, len: 0 }),
+            selectable: Cell::new(None),
+        })
+    }
+
+    pub fn dead(dlt: i32, snaplen: i32, precision: u32) -> Box<Handle> {
+        Handle::new(Stage::Dead, dlt, snaplen, precision, false, Settings::default())
+    }
+
+    /// `pcap_open_offline` and its variants; `path` None is standard input.
+    pub fn open_offline(path: Option<PathBuf>, precision: u32) -> Result<Box<Handle>, String> {
+        let settings = Settings::from_env()?;
+        let shown = path.as_ref().map_or_else(|| "-".to_string(), |p| p.display().to_string());
+        let pcap_file_nano = path.as_deref().and_then(pcap_magic);
+        let spec = SourceSpec::File { path, queues: QueueRange::single() };
+        let engine = settings.builder(spec).build().map_err(|e| format!("{shown}: {e}"))?;
+        let info = engine.info();
+        let (dlt, snaplen) = (info.link_type.dlt() as i32, info.snaplen as i32);
+        let mut h = Handle::new(Stage::Opened(Box::new(engine)), dlt, snaplen, precision, true, settings);
+        h.pcap_file_nano = pcap_file_nano;
+        Ok(h)
+    }
+
+    pub fn create(device: &str) -> Result<Box<Handle>, String> {
+        let settings = Settings::from_env()?;
+        let cfg = LiveConfig {
+            device: device.to_string(),
+            snaplen: 262_144,
+            promisc: false,
+            rfmon: false,
+            timeout_ms: 0,
+            buffer_size: 0,
+            immediate: false,
+        };
+        let mut h = Handle::new(Stage::Created(cfg), LinkType::ETHERNET.dlt() as i32, 262_144, TSTAMP_PRECISION_MICRO, false, settings);
+        h.device = Some(device.to_string());
+        Ok(h)
+    }
+
+    /// The configuration of a handle not yet activated, for the `pcap_set_*` calls.
+    pub fn configure(&self, f: impl FnOnce(&mut LiveConfig)) -> i32 {
+        let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
+        match &mut st.stage {
+            Stage::Created(cfg) => {
+                f(cfg);
+                0
+            }
+            _ => PCAP_ERROR_ACTIVATED,
+        }
+    }
+
+    pub fn is_activated(&self) -> bool {
+        self.state.try_borrow().map_or(true, |st| !matches!(st.stage, Stage::Created(_)))
+    }
+
+    /// `pcap_activate`: open the interface through the engine.
+    pub fn activate(&self) -> i32 {
+        let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
+        let Stage::Created(cfg) = &st.stage else { return PCAP_ERROR_ACTIVATED };
+        let cfg = cfg.clone();
+        if cfg.rfmon {
+            self.set_error(&format!("{}: monitor mode is not supported by weir", cfg.device));
+            return PCAP_ERROR_RFMON_NOTSUP;
+        }
+        if !std::path::Path::new("/sys/class/net").join(&cfg.device).exists() || cfg.device.contains('/') {
+            self.set_error(&format!("{}: No such device exists (weir opens interfaces of this network namespace)", cfg.device));
+            return PCAP_ERROR_NO_SUCH_DEVICE;
+        }
+        let snaplen = if cfg.snaplen <= 0 || cfg.snaplen > 262_144 { 262_144 } else { cfg.snaplen };
+        let spec = SourceSpec::Live { kind: self.settings.source, iface: cfg.device.clone(), queues: self.settings.queues };
+        let mut live = weir::source::LiveOptions { snaplen: snaplen as u32, promisc: cfg.promisc, ..Default::default() };
+        let ring = &mut live.afpacket;
+        if cfg.buffer_size > 0 {
+            ring.block_count = (cfg.buffer_size as usize / ring.block_bytes).max(4);
+        }
+        if cfg.immediate {
+            ring.block_timeout = Duration::from_millis(1);
+        } else if cfg.timeout_ms > 0 {
+            ring.block_timeout = ring.block_timeout.min(Duration::from_millis(cfg.timeout_ms as u64));
+        }
+        let built = self.settings.builder(spec).live(live).build();
+        match built {
+            Ok(engine) => {
+                self.dlt.set(engine.info().link_type.dlt() as i32);
+                self.snaplen.set(snaplen);
+                st.timeout = (cfg.timeout_ms > 0 && !cfg.immediate).then(|| Duration::from_millis(cfg.timeout_ms as u64));
+                st.stage = Stage::Opened(Box::new(engine));
+                0
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.set_error(&format!("{}: {msg}", cfg.device));
+                if msg.contains("Operation not permitted") || msg.contains("ermission denied") {
+                    PCAP_ERROR_PERM_DENIED
+                } else {
+                    PCAP_ERROR
+                }
+            }
+        }
+    }
+
+    /// The system library's dead twin, made on first use.
+    pub fn with_dead<T>(&self, f: impl FnOnce(&DeadHandle) -> T) -> Result<T, String> {
+        let mut st = self.state.try_borrow_mut().map_err(|_| "called from inside a packet callback".to_string())?;
+        if st.dead.is_none() {
+            let sys = sys::system()?;
+            st.dead = Some(sys.dead(self.dlt.get(), self.snaplen.get(), self.precision.get())?);
+        }
+        Ok(f(st.dead.as_ref().expect("made above")))
+    }
+
+    /// `pcap_setfilter` with a program the system library compiled.
+    pub fn set_filter(&self, insns: &[BpfInsn]) -> i32 {
+        let filter = match Filter::from_program(insns) {
+            Ok(f) => f,
+            Err(e) => {
+                self.set_error(&format!("setfilter: {e}"));
+                return PCAP_ERROR;
+            }
+        };
+        let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
+        match st.stage {
+            Stage::Reading(_) | Stage::Ended => st.late_filter = Some(filter),
+            _ => st.filter = Some(filter),
+        }
+        0
+    }
+
+    pub fn set_nonblock(&self, on: bool) -> i32 {
+        let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
+        st.nonblock = on;
+        0
+    }
+
+    pub fn nonblock(&self) -> bool {
+        self.state.try_borrow().is_ok_and(|st| st.nonblock)
+    }
+
+    pub fn request_break(&self) {
+        // Relaxed: a flag the reading thread polls; nothing else is published by it.
+        self.break_loop.store(true, Ordering::Relaxed);
+    }
+
+    /// Read one packet. `wait` false: a live handle returns `Idle` at once when
+    /// nothing is there (for `pcap_dispatch` after its first packet).
+    pub fn read(&self, wait: bool) -> Got {
+        let Ok(mut st) = self.state.try_borrow_mut() else {
+            self.busy();
+            return Got::Error;
+        };
+        if matches!(st.stage, Stage::Opened(_)) {
+            let Stage::Opened(mut engine) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!() };
+            engine.set_filter(st.filter.take());
+            match engine.start_reader() {
+                Ok(r) => {
+                    let _ = self.stats.set(r.stats_reader());
+                    st.stage = Stage::Reading(Box::new(r));
+                }
+                Err(e) => {
+                    self.set_error(&e.to_string());
+                    return Got::Error;
+                }
+            }
+        }
+        let st = &mut *st;
+        let reader = match &mut st.stage {
+            Stage::Reading(r) => r,
+            Stage::Ended => return Got::End,
+            Stage::Dead => {
+                self.set_error("this handle was opened with pcap_open_dead and has no packets");
+                return Got::Error;
+            }
+            Stage::Created(_) => {
+                self.set_error("the capture has not been activated");
+                return Got::Error;
+            }
+            Stage::Opened(_) => unreachable!("started above"),
+        };
+        // A file never times out: its reader waits for the next block as long as it takes.
+        let limit = if self.offline {
+            None
+        } else if !wait || st.nonblock {
+            Some(Duration::ZERO)
+        } else {
+            st.timeout
+        };
+        let until = limit.map(|l| Instant::now() + l);
+        loop {
+            // Relaxed, as in `request_break`.
+            if self.break_loop.swap(false, Ordering::Relaxed) {
+                return Got::Break;
+            }
+            let slice = until.map_or(BREAK_CHECK, |u| u.saturating_duration_since(Instant::now()).min(BREAK_CHECK));
+            match reader.next(slice) {
+                Read::Packet(p) => {
+                    if st.late_filter.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
+                        continue;
+                    }
+                    let (sec, frac) = self.timeval(p.ts_ns(), p.ts_carry());
+                    let hdr = PcapPkthdr {
+                        tv_sec: sec as libc::time_t,
+                        tv_usec: frac as libc::suseconds_t,
+                        caplen: p.caplen(),
+                        len: p.wire_len(),
+                    };
+                    return Got::Packet(hdr, p.data().as_ptr());
+                }
+                Read::Idle => {
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        return Got::Idle;
+                    }
+                }
+                Read::End => {
+                    let error = reader.error().map(|e| e.to_string());
+                    st.stage = Stage::Ended;
+                    return match error {
+                        Some(e) => {
+                            self.set_error(&e);
+                            Got::Error
+                        }
+                        None => Got::End,
+                    };
+                }
+            }
+        }
+    }
+
+    /// The timestamp as libpcap would hand it over: the seconds and fraction as
+    /// the record wrote them (uncarried, signed for a pcap file), in the
+    /// handle's precision.
+    fn timeval(&self, ns: u64, carry: u32) -> (i64, i64) {
+        const NS: u64 = 1_000_000_000;
+        let want_nano = self.precision.get() == TSTAMP_PRECISION_NANO;
+        match self.pcap_file_nano {
+            Some(file_nano) => {
+                // The reader's sum wraps as libpcap's signed fields do: as an i64 it is exact.
+                let ts = ns as i64;
+                let sec = ts.div_euclid(NS as i64) - i64::from(carry as i32);
+                let frac_ns = ts.wrapping_sub(sec.wrapping_mul(NS as i64));
+                let raw = if file_nano { frac_ns } else { frac_ns / 1000 };
+                // The fields are 32 bits in the file and signed in libpcap.
+                let (sec, raw) = (i64::from(sec as u32 as i32), i64::from(raw as u32 as i32));
+                let frac = match (file_nano, want_nano) {
+                    (false, true) => raw * 1000,
+                    (true, false) => raw / 1000,
+                    _ => raw,
+                };
+                (sec, frac)
+            }
+            None => {
+                let (sec, frac_ns) = (ns / NS, ns % NS);
+                (sec as i64, if want_nano { frac_ns as i64 } else { (frac_ns / 1000) as i64 })
+            }
+        }
+    }
+
+    /// Keep the header of the packet `pcap_next_ex` hands out until the next read.
+    pub fn keep_header(&self, hdr: PcapPkthdr) -> *mut PcapPkthdr {
+        let slot = self.hdr.get();
+        // SAFETY: only the reading thread writes the slot, between reads; the
+        // caller holds the previous pointer only until this read, as libpcap says.
+        unsafe { *slot = hdr };
+        slot
+    }
+
+    /// The engine's counters, once capture started.
+    pub fn stats(&self) -> Option<weir::stats::QueueStats> {
+        self.stats.get().map(|s| s.read().total())
+    }
+
+    /// Close: stop capture, count what was not read, and say so if asked.
+    pub fn close(&self) {
+        let Ok(mut st) = self.state.try_borrow_mut() else { return };
+        let stage = std::mem::replace(&mut st.stage, Stage::Ended);
+        if let Stage::Reading(r) = stage {
+            let report = r.finish();
+            self.settings.report(&report.stats);
+        }
+        if let Some(fd) = self.selectable.take() {
+            // SAFETY: our own eventfd, closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    pub fn set_error(&self, msg: &str) {
+        let buf = self.errbuf.get();
+        let bytes = msg.as_bytes();
+        let n = bytes.len().min(ERRBUF_SIZE - 1);
+        // SAFETY: the buffer is ours and ERRBUF_SIZE long; we write n < ERRBUF_SIZE
+        // bytes and a NUL. A pointer pcap_geterr returned earlier reads it as a C string.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), (*buf).as_mut_ptr(), n);
+            (*buf)[n] = 0;
+        }
+    }
+
+    pub fn errbuf(&self) -> *mut c_char {
+        self.errbuf.get().cast()
+    }
+
+    fn busy(&self) -> i32 {
+        self.set_error("this pcap_t is being read: the call is not allowed from inside its own packet callback");
+        PCAP_ERROR
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Whether a regular file is a pcap file storing nanoseconds (`Some(true)`),
+/// microseconds (`Some(false)`), or something else (`None`). Streams are not
+/// peeked: that would take their bytes.
+fn pcap_magic(path: &std::path::Path) -> Option<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut m = [0u8; 4];
+    f.read_exact(&mut m).ok()?;
+    match u32::from_le_bytes(m) {
+        0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_cd34 | 0x34cd_b2a1 => Some(false),
+        0xa1b2_3c4d | 0x4d3c_b2a1 => Some(true),
+        _ => None,
+    }
+}

@@ -1,0 +1,119 @@
+//! The system libpcap's functions that weir delegates to: the filter compiler
+//! and everything around it (`bpf_dump`, `bpf_image`, the name tables), the
+//! savefile writer (`pcap_dump_*`), and the interface queries. weir reads
+//! packets; it does not re-implement what libpcap already does well and where
+//! programs depend on its exact output.
+//!
+//! The library is the one weir's filter module found (by absolute path), opened
+//! again with `RTLD_LOCAL | RTLD_DEEPBIND` so its internal calls bind to itself,
+//! not to the same-named functions this library exports.
+
+use crate::types::{BpfProgram, PcapIf, PcapPkthdr, RawPcap};
+use libc::{c_char, c_int, c_long, c_uint, FILE};
+use std::sync::OnceLock;
+
+macro_rules! delegated {
+    ($($field:ident : $name:literal => fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        /// Function pointers into the system libpcap.
+        pub struct System {
+            $(pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+            _lib: libloading::Library,
+        }
+
+        fn load() -> Result<System, String> {
+            let found = weir::filter::libpcap::Libpcap::system().map_err(|e| e.to_string())?;
+            let path = found.path().to_path_buf();
+            let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
+            // SAFETY: loading libpcap runs only its ELF constructors; the path is absolute.
+            let lib = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let lib: libloading::Library = lib.into();
+            Ok(System {
+                $($field: {
+                    // SAFETY: the type given matches the libpcap 1.10 prototype of the symbol.
+                    let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                        .map_err(|_| format!("{}: no symbol {}", path.display(), $name))?;
+                    *s
+                },)*
+                _lib: lib,
+            })
+        }
+    };
+}
+
+delegated! {
+    open_dead_prec: "pcap_open_dead_with_tstamp_precision" => fn(c_int, c_int, c_uint) -> *mut RawPcap;
+    close: "pcap_close" => fn(*mut RawPcap);
+    geterr: "pcap_geterr" => fn(*mut RawPcap) -> *mut c_char;
+    compile: "pcap_compile" => fn(*mut RawPcap, *mut BpfProgram, *const c_char, c_int, u32) -> c_int;
+    freecode: "pcap_freecode" => fn(*mut BpfProgram);
+    offline_filter: "pcap_offline_filter" => fn(*const BpfProgram, *const PcapPkthdr, *const u8) -> c_int;
+    bpf_image: "bpf_image" => fn(*const crate::types::BpfInsn, c_int) -> *mut c_char;
+    bpf_dump: "bpf_dump" => fn(*const BpfProgram, c_int);
+    datalink_name_to_val: "pcap_datalink_name_to_val" => fn(*const c_char) -> c_int;
+    datalink_val_to_name: "pcap_datalink_val_to_name" => fn(c_int) -> *const c_char;
+    datalink_val_to_description: "pcap_datalink_val_to_description" => fn(c_int) -> *const c_char;
+    datalink_val_to_description_or_dlt: "pcap_datalink_val_to_description_or_dlt" => fn(c_int) -> *const c_char;
+    tstamp_type_name_to_val: "pcap_tstamp_type_name_to_val" => fn(*const c_char) -> c_int;
+    tstamp_type_val_to_name: "pcap_tstamp_type_val_to_name" => fn(c_int) -> *const c_char;
+    tstamp_type_val_to_description: "pcap_tstamp_type_val_to_description" => fn(c_int) -> *const c_char;
+    statustostr: "pcap_statustostr" => fn(c_int) -> *const c_char;
+    strerror: "pcap_strerror" => fn(c_int) -> *const c_char;
+    findalldevs: "pcap_findalldevs" => fn(*mut *mut PcapIf, *mut c_char) -> c_int;
+    freealldevs: "pcap_freealldevs" => fn(*mut PcapIf);
+    lookupnet: "pcap_lookupnet" => fn(*const c_char, *mut u32, *mut u32, *mut c_char) -> c_int;
+    dump_open: "pcap_dump_open" => fn(*mut RawPcap, *const c_char) -> *mut c_void_dumper;
+    dump_open_append: "pcap_dump_open_append" => fn(*mut RawPcap, *const c_char) -> *mut c_void_dumper;
+    dump_fopen: "pcap_dump_fopen" => fn(*mut RawPcap, *mut FILE) -> *mut c_void_dumper;
+    dump: "pcap_dump" => fn(*mut u8, *const PcapPkthdr, *const u8);
+    dump_file: "pcap_dump_file" => fn(*mut c_void_dumper) -> *mut FILE;
+    dump_ftell: "pcap_dump_ftell" => fn(*mut c_void_dumper) -> c_long;
+    dump_ftell64: "pcap_dump_ftell64" => fn(*mut c_void_dumper) -> i64;
+    dump_flush: "pcap_dump_flush" => fn(*mut c_void_dumper) -> c_int;
+    dump_close: "pcap_dump_close" => fn(*mut c_void_dumper);
+}
+
+/// The system libpcap's `pcap_dumper_t`, opaque here.
+#[allow(non_camel_case_types)]
+pub type c_void_dumper = libc::c_void;
+
+static SYSTEM: OnceLock<Result<System, String>> = OnceLock::new();
+
+/// The delegated functions, loaded on first use.
+pub fn system() -> Result<&'static System, String> {
+    SYSTEM.get_or_init(load).as_ref().map_err(|e| format!("the system libpcap, which weir delegates to, could not be loaded: {e}"))
+}
+
+impl System {
+    /// A dead handle of the system library for `dlt`, `snaplen` and precision,
+    /// for the calls that need one (compiling, opening a dump file).
+    pub fn dead(&'static self, dlt: c_int, snaplen: c_int, precision: c_uint) -> Result<DeadHandle, String> {
+        // SAFETY: plain values in; NULL out is handled.
+        let p = unsafe { (self.open_dead_prec)(dlt, snaplen, precision) };
+        if p.is_null() {
+            return Err("pcap_open_dead: out of memory".into());
+        }
+        Ok(DeadHandle { p, sys: self })
+    }
+}
+
+/// A system `pcap_t` from `pcap_open_dead`, closed on drop.
+pub struct DeadHandle {
+    pub p: *mut RawPcap,
+    sys: &'static System,
+}
+
+impl DeadHandle {
+    /// The system handle's last error.
+    pub fn error(&self) -> String {
+        // SAFETY: `p` is a live handle; geterr returns its NUL-terminated buffer.
+        unsafe { std::ffi::CStr::from_ptr((self.sys.geterr)(self.p)) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for DeadHandle {
+    fn drop(&mut self) {
+        // SAFETY: `p` came from pcap_open_dead and is closed once.
+        unsafe { (self.sys.close)(self.p) }
+    }
+}
