@@ -38,20 +38,24 @@ miri: setup-nightly
 fuzz-smoke: setup-nightly
 	scripts/fuzz-smoke 30
 
-# weir's libpcap: a directory holding libpcap.so.0.8, to put first on LD_LIBRARY_PATH.
-PCAP_DIR := target/weir-pcap
+# Where cargo builds (CARGO_TARGET_DIR or target/), asked when a recipe needs it.
+TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+
+# weir's libpcap: a directory holding libpcap.so.0.8, to put first on
+# LD_LIBRARY_PATH; `weir run` looks for it beside its own directory.
 pcap-lib: setup
-	$(CARGO) build --release -p weir-pcap
-	@mkdir -p $(PCAP_DIR)
-	cp "$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/libpcap.so" $(PCAP_DIR)/libpcap.so.0.8
+	$(CARGO) build --release -p weir-pcap -p weir-cli
+	@mkdir -p $(TARGET_DIR)/weir-pcap
+	cp $(TARGET_DIR)/release/libpcap.so $(TARGET_DIR)/weir-pcap/libpcap.so.0.8
 
 # tcpdump 4.99.3's own test suite, on the system libpcap and then on weir's:
-# every test stock libpcap passes must pass on weir.
+# every test stock libpcap passes must pass on weir. Then `weir run` with tcpdump.
 pcap-suite: pcap-lib
 	@mkdir -p target/pcap-suite
 	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --json target/pcap-suite/stock.json
-	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --strict-stderr --libdir $(PCAP_DIR) \
+	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --strict-stderr --libdir $(TARGET_DIR)/weir-pcap \
 		--baseline target/pcap-suite/stock.json --json target/pcap-suite/weir.json --list-failures
+	WEIR_BIN=$(TARGET_DIR)/release/weir python3 tests/pcap-compat/weir_run_check.py
 
 test: unit miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"

@@ -15,6 +15,7 @@ mod replay;
 mod run;
 mod sim;
 mod synth;
+mod wrap;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -55,6 +56,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
     Queues(queues::QueuesArgs),
+    /// Run an unmodified libpcap program (tcpdump, softflowd, fprobe, ...) on weir's libpcap, with weir's options, and report weir's per-queue counters when it exits.
+    Run(wrap::WrapArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Handle(a) => handle::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Queues(a) => queues::run(a),
+        Command::Run(a) => wrap::run(a),
     };
     exit::report(result)
 }

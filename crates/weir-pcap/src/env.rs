@@ -11,7 +11,10 @@
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold a batch |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
 
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use weir::locality::{BatchSize, LocalityConfig};
 use weir::pool::PoolConfig;
@@ -26,7 +29,9 @@ pub struct Settings {
     pub source: LiveKind,
     pub queues: Option<QueueRange>,
     pub pool: PoolConfig,
-    pub stats_file: Option<PathBuf>,
+    /// Opened when the handle is, before a program like tcpdump gives up its
+    /// privileges, so the counters can be written at close.
+    pub stats_file: Option<(PathBuf, Arc<File>)>,
 }
 
 impl Default for Settings {
@@ -74,7 +79,12 @@ impl Settings {
             let r = s.pool.chunks().get().max(l.batch.get().div_ceil(m) + 2);
             s.pool = PoolConfig::new(m, r).map_err(|e| format!("WEIR_LOCALITY: no pool holds such a batch: {e}"))?;
         }
-        s.stats_file = var("WEIR_STATS_FILE").map(PathBuf::from);
+        if let Some(v) = var("WEIR_STATS_FILE") {
+            let path = PathBuf::from(v);
+            let f =
+                OpenOptions::new().create(true).append(true).open(&path).map_err(|e| format!("WEIR_STATS_FILE={}: {e}", path.display()))?;
+            s.stats_file = Some((path, Arc::new(f)));
+        }
         Ok(s)
     }
 
@@ -86,7 +96,7 @@ impl Settings {
     /// Append the counters to `WEIR_STATS_FILE`, one JSON line per queue and
     /// one for the total. Failing to write is said on stderr, once.
     pub fn report(&self, stats: &Snapshot) {
-        let Some(path) = &self.stats_file else { return };
+        let Some((path, file)) = &self.stats_file else { return };
         let mut out = String::new();
         let line = |q: &weir::stats::QueueStats, name: String| {
             format!(
@@ -106,11 +116,9 @@ impl Settings {
             out.push_str(&line(q, q.queue.0.to_string()));
         }
         out.push_str(&line(&stats.total(), "\"total\"".into()));
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, out.as_bytes()));
+        // One write of the whole report to an O_APPEND file: reports of several
+        // handles or processes do not interleave.
+        let written = (&**file).write_all(out.as_bytes());
         if let Err(e) = written {
             eprintln!("weir: WEIR_STATS_FILE={}: {e}", path.display());
         }

@@ -328,9 +328,10 @@ impl Handle {
                     }
                 }
                 Read::End => {
-                    let error = reader.error().map(|e| e.to_string());
-                    st.stage = Stage::Ended;
-                    return match error {
+                    let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!("reading") };
+                    let report = r.finish();
+                    self.settings.report(&report.stats);
+                    return match report.errors.first().map(|e| e.to_string()) {
                         Some(e) => {
                             self.set_error(&e);
                             Got::Error

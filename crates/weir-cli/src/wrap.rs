@@ -1,0 +1,127 @@
+//! `weir run`: start an unmodified libpcap program on weir's libpcap, with
+//! weir's options set through the environment, and report weir's own
+//! per-queue counters when it exits.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  weir run -- tcpdump -n -i eth1 -w /tmp/eth1.pcap\n  \
+weir run --locality 8000 -- softflowd -r trace.pcap -n 127.0.0.1:9995\n  \
+weir run --source afxdp --queues 0-3 -- tcpdump -i eth1 -c 1000000 -w /dev/null\n\n\
+The program finds weir's libpcap.so.0.8 first on LD_LIBRARY_PATH. Its filters are compiled by the \
+system libpcap and run by weir; interfaces and files are read by weir's engine.")]
+pub struct WrapArgs {
+    /// Deliver packets in batches of B sorted by port (locality buffering); off by default.
+    #[arg(long, value_name = "B")]
+    locality: Option<u32>,
+
+    /// Longest a packet waits for its locality batch, in milliseconds.
+    #[arg(long, value_name = "MS", requires = "locality")]
+    locality_timeout_ms: Option<u64>,
+
+    /// How live interfaces are captured: afpacket or afxdp.
+    #[arg(long, value_name = "KIND", default_value = "afpacket", value_parser = ["afpacket", "afxdp"])]
+    source: String,
+
+    /// RX queues of a live interface to open, e.g. `0-3`; all by default.
+    #[arg(long, value_name = "RANGE")]
+    queues: Option<String>,
+
+    /// Pool per queue: R chunks of M cells, e.g. `256,128`.
+    #[arg(long, value_name = "M,R")]
+    pool: Option<String>,
+
+    /// Directory holding weir's libpcap.so.0.8 (default: `weir-pcap` beside the
+    /// directory of this binary, where `make pcap-lib` puts it).
+    #[arg(long, value_name = "DIR")]
+    lib: Option<PathBuf>,
+
+    /// Do not print weir's counters when the program exits.
+    #[arg(short, long)]
+    quiet: bool,
+
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    program: Vec<String>,
+}
+
+fn default_lib() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join("weir-pcap"))
+}
+
+pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
+    let lib = a.lib.clone().or_else(default_lib).context("cannot tell where weir's libpcap is; give --lib DIR")?;
+    if !lib.join("libpcap.so.0.8").is_file() {
+        bail!("no libpcap.so.0.8 in {}: build it with `make pcap-lib`, or give --lib DIR", lib.display());
+    }
+    let lib = lib.canonicalize().with_context(|| lib.display().to_string())?;
+    let stats = tempfile::NamedTempFile::new().context("a file for weir's counters")?;
+    let mut cmd = Command::new(&a.program[0]);
+    cmd.args(&a.program[1..]);
+    let path = match std::env::var_os("LD_LIBRARY_PATH") {
+        Some(old) if !old.is_empty() => {
+            let mut p = lib.clone().into_os_string();
+            p.push(":");
+            p.push(old);
+            p
+        }
+        _ => lib.clone().into_os_string(),
+    };
+    cmd.env("LD_LIBRARY_PATH", path).env("WEIR_SOURCE", &a.source).env("WEIR_STATS_FILE", stats.path());
+    if let Some(b) = a.locality {
+        cmd.env("WEIR_LOCALITY", b.to_string());
+    }
+    if let Some(t) = a.locality_timeout_ms {
+        cmd.env("WEIR_LOCALITY_TIMEOUT_MS", t.to_string());
+    }
+    if let Some(q) = &a.queues {
+        cmd.env("WEIR_QUEUES", q);
+    }
+    if let Some(p) = &a.pool {
+        cmd.env("WEIR_POOL", p);
+    }
+    let status = cmd.status().with_context(|| format!("starting {}", a.program[0]))?;
+    if !a.quiet {
+        report(stats.path());
+    }
+    Ok(match status.code() {
+        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+        // Killed by a signal: the shell's convention.
+        None => ExitCode::from(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0).clamp(0, 127) as u8),
+    })
+}
+
+/// Print the counters each handle wrote at close, one table row per queue.
+fn report(path: &Path) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.is_empty() {
+        eprintln!("weir: the program opened no capture through weir");
+        return;
+    }
+    eprintln!(
+        "weir: {:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>8}",
+        "queue", "received", "delivered", "filtered", "capture_drops", "delivery_drops", "unread"
+    );
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let n = |k: &str| v[k].as_u64().unwrap_or(0);
+        let queue = match &v["queue"] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        eprintln!(
+            "weir: {:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>8}",
+            queue,
+            n("received"),
+            n("delivered"),
+            n("filtered"),
+            n("capture_drops"),
+            n("delivery_drops"),
+            n("unread")
+        );
+    }
+}
