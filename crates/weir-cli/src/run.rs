@@ -204,11 +204,7 @@ impl SourceArgs {
         let Some(s) = &self.pool else {
             return Ok(PoolConfig::default());
         };
-        let (m, r) = s
-            .split_once(',')
-            .and_then(|(m, r)| Some((m.trim().parse().ok()?, r.trim().parse().ok()?)))
-            .ok_or_else(|| bad_input(anyhow::anyhow!("--pool {s:?}: expected M,R, e.g. 256,128")))?;
-        PoolConfig::new(m, r).map_err(|e| bad_input(anyhow::anyhow!("--pool {s}: {e}")))
+        s.parse().map_err(|e| bad_input(anyhow::anyhow!("--pool {s:?}: {e}")))
     }
 
     fn locality_config(&self) -> anyhow::Result<Option<weir::locality::LocalityConfig>> {

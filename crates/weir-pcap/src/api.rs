@@ -602,9 +602,12 @@ pub extern "C" fn pcap_compile_nopcap(
 pub extern "C" fn pcap_setfilter(p: *mut Handle, prog: *mut BpfProgram) -> c_int {
     // SAFETY: p is a handle of ours.
     let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    // SAFETY: a non-NULL program is the caller's, with bf_len instructions at bf_insns.
+    // SAFETY: a non-NULL program is the caller's `struct bpf_program`.
     let insns = match unsafe { prog.as_ref() } {
-        Some(prog) if !prog.bf_insns.is_null() => unsafe { std::slice::from_raw_parts(prog.bf_insns, prog.bf_len as usize) },
+        Some(prog) if !prog.bf_insns.is_null() => {
+            // SAFETY: pcap_compile filled bf_insns with bf_len instructions, checked non-NULL.
+            unsafe { std::slice::from_raw_parts(prog.bf_insns, prog.bf_len as usize) }
+        }
         _ => {
             h.set_error("setfilter: no filter program");
             return PCAP_ERROR;

@@ -68,10 +68,7 @@ impl Settings {
         }
         let pool_given = var("WEIR_POOL");
         if let Some(v) = &pool_given {
-            let (m, r) = v.split_once(',').ok_or_else(|| format!("WEIR_POOL={v}: expected M,R (cells per chunk, chunks)"))?;
-            let m: usize = m.trim().parse().map_err(|_| format!("WEIR_POOL={v}: M is not a number"))?;
-            let r: usize = r.trim().parse().map_err(|_| format!("WEIR_POOL={v}: R is not a number"))?;
-            s.pool = PoolConfig::new(m, r).map_err(|e| format!("WEIR_POOL={v}: {e}"))?;
+            s.pool = v.parse().map_err(|e| format!("WEIR_POOL={v}: {e}"))?;
         }
         if let (Some(l), None) = (&s.locality, &pool_given) {
             // A batch holds its chunks: give the pool room for one and a chunk to fill.

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use weir::engine::{Read, Reader};
 use weir::filter::Filter;
+use weir::source::file::format::TraceKind;
 use weir::source::{QueueRange, SourceSpec};
 use weir::stats::StatsReader;
 use weir::{Engine, LinkType};
@@ -128,11 +129,11 @@ impl Handle {
     pub fn open_offline(path: Option<PathBuf>, precision: u32) -> Result<Box<Handle>, String> {
         let settings = Settings::from_env()?;
         let shown = path.as_ref().map_or_else(|| "-".to_string(), |p| p.display().to_string());
-        let pcap_file_nano = path.as_deref().and_then(pcap_magic);
         let spec = SourceSpec::File { path, queues: QueueRange::single() };
         let engine = settings.builder(spec).build().map_err(|e| format!("{shown}: {e}"))?;
         let info = engine.info();
         let (dlt, snaplen) = (info.link_type.dlt() as i32, info.snaplen as i32);
+        let pcap_file_nano = info.trace.as_ref().filter(|t| t.kind == TraceKind::Pcap).map(|t| t.nanosecond);
         let mut h = Handle::new(Stage::Opened(Box::new(engine)), dlt, snaplen, precision, true, settings);
         h.pcap_file_nano = pcap_file_nano;
         Ok(h)
@@ -425,23 +426,5 @@ impl Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.close();
-    }
-}
-
-/// Whether a regular file is a pcap file storing nanoseconds (`Some(true)`),
-/// microseconds (`Some(false)`), or something else (`None`). Streams are not
-/// peeked: that would take their bytes.
-fn pcap_magic(path: &std::path::Path) -> Option<bool> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut m = [0u8; 4];
-    f.read_exact(&mut m).ok()?;
-    match u32::from_le_bytes(m) {
-        0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_cd34 | 0x34cd_b2a1 => Some(false),
-        0xa1b2_3c4d | 0x4d3c_b2a1 => Some(true),
-        _ => None,
     }
 }

@@ -111,3 +111,21 @@ fn a_truncated_trace_ends_with_its_error_after_the_whole_packets() {
     let e = r.error().expect("the damage is reported").to_string();
     assert!(e.contains("truncated") || e.contains("offset"), "{e}");
 }
+
+#[test]
+fn a_locality_reader_stopped_mid_batch_counts_the_rest_of_the_batch_unread() {
+    use weir::locality::{BatchSize, LocalityConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    write_trace(&path, 20_000);
+    let cfg = LocalityConfig { batch: BatchSize::new(1_000).unwrap(), timeout: Duration::from_secs(30), double_buffer: false };
+    let engine = Engine::builder().source(path.to_str().unwrap()).unwrap().pool(PoolConfig::new(64, 40).unwrap()).locality(Some(cfg));
+    let mut r = engine.build().unwrap().start_reader().unwrap();
+    for _ in 0..1_100 {
+        assert!(matches!(r.next(Duration::from_secs(10)), Read::Packet(_)));
+    }
+    let t = r.finish().stats.total();
+    assert_eq!(t.delivered, 1_100, "{t:?}");
+    assert!(t.unread > 0, "the second batch was being handed out: {t:?}");
+    assert!(t.balanced() && t.in_flight == 0, "{t:?}");
+}

@@ -164,7 +164,7 @@ impl Reader {
                 self.held = Some(Held { side, token, next: 0, len });
                 continue;
             }
-            self.wait_or_end(deadline, false)?;
+            self.wait_or_end(deadline)?;
         }
     }
 
@@ -199,7 +199,7 @@ impl Reader {
             let b = self.batch.as_ref().expect("batch");
             let Some(since) = b.since else {
                 // Nothing held: wait for a first chunk as in capture order.
-                self.wait_or_end(deadline, false)?;
+                self.wait_or_end(deadline)?;
                 continue;
             };
             if self.sides.iter().all(WorkerSide::is_closed) {
@@ -262,7 +262,7 @@ impl Reader {
 
     /// Sleep until a chunk may be waiting, or say why not to: `End` when every
     /// queue is closed and drained, `Idle` when the deadline has passed.
-    fn wait_or_end(&mut self, deadline: Instant, watch_starved: bool) -> Result<(), Read<'static>> {
+    fn wait_or_end(&mut self, deadline: Instant) -> Result<(), Read<'static>> {
         if self.sides.iter().all(WorkerSide::is_closed) {
             self.end_of_capture();
             return Err(Read::End);
@@ -271,7 +271,7 @@ impl Reader {
         if left.is_zero() {
             return Err(Read::Idle);
         }
-        pool::wait_any(&self.sides, left, watch_starved);
+        pool::wait_any(&self.sides, left, false);
         Ok(())
     }
 
@@ -310,18 +310,23 @@ impl Reader {
             self.release_unread(h.side, h.token, h.next..h.len);
         }
         if let Some(mut b) = self.batch.take() {
-            let out = b.pos.unwrap_or(0);
-            let mut handed = vec![Vec::new(); b.held.len()];
-            if b.pos.is_some() {
-                for &(slot, cell) in &b.index.sorted()[..out] {
-                    handed[slot as usize].push(cell as usize);
+            // Handing out: what is left of the sorted order is unread. Gathering:
+            // nothing of the batch was handed out.
+            let mut unread = vec![Vec::new(); b.held.len()];
+            match b.pos {
+                Some(out) => {
+                    for &(slot, cell) in &b.index.sorted()[out..] {
+                        unread[slot as usize].push(cell as usize);
+                    }
+                }
+                None => {
+                    for (cells, &(side, token)) in unread.iter_mut().zip(&b.held) {
+                        cells.extend(0..self.sides[side].raw_chunk(token).map_or(0, |c| c.len()));
+                    }
                 }
             }
-            for (i, (side, token)) in b.held.drain(..).enumerate() {
-                let len = self.sides[side].raw_chunk(token).map_or(0, |c| c.len());
-                let given = &handed[i];
-                let unread = (0..len).filter(|c| !given.contains(c)).collect::<Vec<_>>();
-                self.release_cells_unread(side, token, &unread);
+            for ((side, token), cells) in b.held.drain(..).zip(unread) {
+                self.release_cells_unread(side, token, &cells);
             }
         }
         // Drain what the capture threads still publish as they stop.

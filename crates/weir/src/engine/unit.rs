@@ -33,6 +33,9 @@ pub struct SourceInfo {
     pub queues: Vec<QueueId>,
     /// The network interface, for live sources.
     pub iface: Option<String>,
+    /// The file's header, for trace sources (its format and precision matter to
+    /// callers that must hand timestamps over as libpcap does).
+    pub trace: Option<crate::source::file::format::TraceHeader>,
     /// What the user should know about how it was opened (a stale XDP program
     /// replaced, say); the library never prints, the caller shows these.
     pub notes: Vec<String>,

@@ -31,6 +31,8 @@ pub enum PoolConfigError {
     ChunkBytes(usize),
     #[error("pool of {chunks} chunks x {chunk_bytes} bytes is {total} bytes per queue: more than the {MAX_POOL_BYTES}-byte limit")]
     TooLarge { chunks: usize, chunk_bytes: usize, total: u128 },
+    #[error("expected M,R (cells per chunk, chunks), e.g. 256,128")]
+    Syntax,
 }
 
 /// M: cells per chunk.
@@ -107,6 +109,19 @@ impl Default for PoolConfig {
     }
 }
 
+/// `M,R`, as the CLI's `--pool` and the libpcap library's `WEIR_POOL` take it.
+impl std::str::FromStr for PoolConfig {
+    type Err = PoolConfigError;
+
+    fn from_str(s: &str) -> Result<Self, PoolConfigError> {
+        let (m, r) = s
+            .split_once(',')
+            .and_then(|(m, r)| Some((m.trim().parse().ok()?, r.trim().parse().ok()?)))
+            .ok_or(PoolConfigError::Syntax)?;
+        PoolConfig::new(m, r)
+    }
+}
+
 impl PoolConfig {
     /// M cells per chunk and R chunks, with the default arena for M.
     pub fn new(m: usize, r: usize) -> Result<Self, PoolConfigError> {
@@ -151,6 +166,17 @@ impl fmt::Display for PoolConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_m_comma_r() {
+        let ok = |s: &str| s.parse::<PoolConfig>().map(|c| (c.cells().get(), c.chunks().get()));
+        assert_eq!(ok("256,128"), Ok((256, 128)));
+        assert_eq!(ok(" 64 , 4 "), Ok((64, 4)));
+        for bad in ["256", "a,b", "256,", ",128", "256;128"] {
+            assert_eq!(ok(bad), Err(PoolConfigError::Syntax), "{bad}");
+        }
+        assert_eq!(ok("0,4"), Err(PoolConfigError::Cells(0)));
+    }
 
     #[test]
     fn table_of_configurations() {

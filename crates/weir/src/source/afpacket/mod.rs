@@ -265,6 +265,7 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
             snaplen: opts.snaplen,
             queues: queues.iter().copied().map(QueueId).collect(),
             iface: Some(iface.to_string()),
+            trace: None,
             notes: Vec::new(),
         };
         let source = AfPacketSource {

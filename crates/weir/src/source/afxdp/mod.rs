@@ -82,6 +82,7 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
             snaplen,
             queues: sockets.iter().map(|(q, _)| *q).collect(),
             iface: Some(iface.to_string()),
+            trace: None,
             notes: program.notes().to_vec(),
         };
         Ok(

@@ -81,6 +81,7 @@ impl TraceSource {
             snaplen: header.snaplen,
             queues: queues.iter().map(QueueId).collect(),
             iface: None,
+            trace: Some(header),
             notes: Vec::new(),
         };
         Ok(TraceSource { input, walker, info, queues, progress: Progress::new(size) })
