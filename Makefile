@@ -49,13 +49,20 @@ pcap-lib: setup
 	cp $(TARGET_DIR)/release/libpcap.so $(TARGET_DIR)/weir-pcap/libpcap.so.0.8
 
 # tcpdump 4.99.3's own test suite, on the system libpcap and then on weir's:
-# every test stock libpcap passes must pass on weir. Then `weir run` with tcpdump.
+# every test stock libpcap passes must pass on weir. Then `weir run` with tcpdump,
+# the flow exporters offline (softflowd, nfpcapd), and live on the veth test bed
+# (tcpdump, weir run --locality, a nonblocking poll loop, softflowd and fprobe).
 pcap-suite: pcap-lib
 	@mkdir -p target/pcap-suite
 	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --json target/pcap-suite/stock.json
 	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --strict-stderr --libdir $(TARGET_DIR)/weir-pcap \
 		--baseline target/pcap-suite/stock.json --json target/pcap-suite/weir.json --list-failures
 	WEIR_BIN=$(TARGET_DIR)/release/weir python3 tests/pcap-compat/weir_run_check.py
+	python3 tests/pcap-compat/exporters_check.py --libdir $(TARGET_DIR)/weir-pcap
+	@if [ "$$(id -u)" -eq 0 ]; then \
+		scripts/testbed --queues 2 -- python3 tests/pcap-compat/live_check.py \
+			--libdir $(TARGET_DIR)/weir-pcap --weir $(TARGET_DIR)/release/weir; \
+	else echo "pcap-suite: live checks skipped (they need root for the veth test bed)"; fi
 
 test: unit miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"

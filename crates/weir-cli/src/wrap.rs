@@ -84,6 +84,10 @@ pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &a.pool {
         cmd.env("WEIR_POOL", p);
     }
+    // Ctrl-C reaches the whole foreground group: the program stops as it
+    // chooses (tcpdump prints its counts), and weir run must outlive it to
+    // print weir's. So the interrupt is the program's alone.
+    ctrlc::set_handler(|| {}).context("handling Ctrl-C")?;
     let status = cmd.status().with_context(|| format!("starting {}", a.program[0]))?;
     if !a.quiet {
         report(stats.path());

@@ -87,6 +87,9 @@ pub extern "C" fn pcap_fopen_offline_with_tstamp_precision(fp: *mut FILE, precis
     // SAFETY: a non-NULL FILE* from the caller is an open stream.
     let fd = unsafe { libc::fileno(fp) };
     let r = precision_ok(precision).and_then(|prec| Handle::open_offline(Some(PathBuf::from(format!("/dev/fd/{fd}"))), prec));
+    if let Ok(h) = &r {
+        h.adopt_stream(fp);
+    }
     opened(r, errbuf)
 }
 
@@ -343,8 +346,9 @@ pub extern "C" fn pcap_minor_version(_p: *mut Handle) -> c_int {
 
 /// weir reads the file itself; there is no stdio stream to hand out.
 #[no_mangle]
-pub extern "C" fn pcap_file(_p: *mut Handle) -> *mut FILE {
-    std::ptr::null_mut()
+pub extern "C" fn pcap_file(p: *mut Handle) -> *mut FILE {
+    // SAFETY: p is a handle of ours.
+    unsafe { handle(p) }.map_or(std::ptr::null_mut(), Handle::file)
 }
 
 #[no_mangle]
@@ -498,23 +502,12 @@ pub extern "C" fn pcap_getnonblock(p: *mut Handle, _errbuf: *mut c_char) -> c_in
     unsafe { handle(p) }.map_or(PCAP_ERROR, |h| c_int::from(h.nonblock()))
 }
 
-/// A descriptor that poll/select see readable: an eventfd that is always
-/// readable, so a poll loop goes on to `pcap_dispatch`, which waits for
-/// packets up to the handle's timeout itself (pcap(3PCAP) allows a readable
-/// descriptor with nothing to read).
+/// An eventfd that turns readable when a read may find something (see
+/// `Handle::selectable_fd`).
 #[no_mangle]
 pub extern "C" fn pcap_get_selectable_fd(p: *mut Handle) -> c_int {
     // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    if let Some(fd) = h.selectable.get() {
-        return fd;
-    }
-    // SAFETY: eventfd with a nonzero count: readable until someone reads it, which nobody does.
-    let fd = unsafe { libc::eventfd(1, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd >= 0 {
-        h.selectable.set(Some(fd));
-    }
-    fd
+    unsafe { handle(p) }.map_or(PCAP_ERROR, Handle::selectable_fd)
 }
 
 #[no_mangle]
@@ -523,8 +516,9 @@ pub extern "C" fn pcap_fileno(p: *mut Handle) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_get_required_select_timeout(_p: *mut Handle) -> *const libc::timeval {
-    std::ptr::null()
+pub extern "C" fn pcap_get_required_select_timeout(p: *mut Handle) -> *const libc::timeval {
+    // SAFETY: p is a handle of ours.
+    unsafe { handle(p) }.and_then(Handle::select_timeout).map_or(std::ptr::null(), |tv| tv as *const libc::timeval)
 }
 
 #[no_mangle]

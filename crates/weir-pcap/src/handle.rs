@@ -14,10 +14,12 @@
 //! - Every drop is counted by the engine; `pcap_stats` reports its counters.
 
 use crate::env::Settings;
+use crate::savefile::{Moved, Savefile, PCAP_HEADER, RECORD_HEADER};
 use crate::sys::{self, DeadHandle};
 use crate::types::*;
 use libc::c_char;
 use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -58,7 +60,8 @@ enum Stage {
 
 struct State {
     stage: Stage,
-    /// Set by `pcap_setfilter` before reading started: handed to the engine.
+    /// Set by `pcap_setfilter` before reading started: handed to the engine
+    /// (and kept, for a file read again from the start).
     filter: Option<Filter>,
     /// Set by `pcap_setfilter` after reading started: applied here.
     late_filter: Option<Filter>,
@@ -83,12 +86,22 @@ pub struct Handle {
     pcap_file_nano: Option<bool>,
     /// The interface, for a live handle.
     pub device: Option<String>,
+    /// The file, for an offline handle (`None`: standard input).
+    path: Option<PathBuf>,
+    /// `pcap_file`'s stream (see [`crate::savefile`]).
+    savefile: OnceCell<Savefile>,
+    /// Packets handed out, and the logical offset of the next record.
+    handed: Cell<u64>,
+    logical: Cell<i64>,
     pub settings: Settings,
     stats: OnceCell<StatsReader>,
     /// The header of the packet `pcap_next_ex` handed out last.
     hdr: UnsafeCell<PcapPkthdr>,
-    /// `pcap_get_selectable_fd`'s descriptor, made on first request.
-    pub selectable: Cell<Option<i32>>,
+    /// `pcap_get_selectable_fd`'s eventfd, made on first request; the reader
+    /// signals a duplicate of it.
+    selectable: OnceCell<OwnedFd>,
+    /// `pcap_get_required_select_timeout`'s answer, which must outlive the call.
+    select_tv: OnceCell<Option<libc::timeval>>,
 }
 
 /// What one read found.
@@ -114,10 +127,15 @@ impl Handle {
             offline,
             pcap_file_nano: None,
             device: None,
+            path: None,
+            savefile: OnceCell::new(),
+            handed: Cell::new(0),
+            logical: Cell::new(PCAP_HEADER),
             settings,
             stats: OnceCell::new(),
             hdr: UnsafeCell::new(PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: 0, len: 0 }),
-            selectable: Cell::new(None),
+            selectable: OnceCell::new(),
+            select_tv: OnceCell::new(),
         })
     }
 
@@ -128,15 +146,88 @@ impl Handle {
     /// `pcap_open_offline` and its variants; `path` None is standard input.
     pub fn open_offline(path: Option<PathBuf>, precision: u32) -> Result<Box<Handle>, String> {
         let settings = Settings::from_env()?;
-        let shown = path.as_ref().map_or_else(|| "-".to_string(), |p| p.display().to_string());
-        let spec = SourceSpec::File { path, queues: QueueRange::single() };
-        let engine = settings.builder(spec).build().map_err(|e| format!("{shown}: {e}"))?;
+        let engine = Handle::file_engine(&settings, path.clone())?;
         let info = engine.info();
         let (dlt, snaplen) = (info.link_type.dlt() as i32, info.snaplen as i32);
         let pcap_file_nano = info.trace.as_ref().filter(|t| t.kind == TraceKind::Pcap).map(|t| t.nanosecond);
         let mut h = Handle::new(Stage::Opened(Box::new(engine)), dlt, snaplen, precision, true, settings);
         h.pcap_file_nano = pcap_file_nano;
+        h.path = path;
         Ok(h)
+    }
+
+    fn file_engine(settings: &Settings, path: Option<PathBuf>) -> Result<Engine, String> {
+        let shown = path.as_ref().map_or_else(|| "-".to_string(), |p| p.display().to_string());
+        let spec = SourceSpec::File { path, queues: QueueRange::single() };
+        settings.builder(spec).build().map_err(|e| format!("{shown}: {e}"))
+    }
+
+    /// `pcap_fopen_offline`: the handle closes `fp` at `pcap_close`, as libpcap does.
+    pub fn adopt_stream(&self, fp: *mut libc::FILE) {
+        let _ = self.savefile.set(Savefile::adopt(fp));
+    }
+
+    /// `pcap_file`: the savefile's stream, at the start of the next record;
+    /// null for a live or dead handle, as in libpcap.
+    pub fn file(&self) -> *mut libc::FILE {
+        if !self.offline {
+            return std::ptr::null_mut();
+        }
+        let view = match self.savefile.get() {
+            Some(v) => v,
+            None => match Savefile::open(self.path.as_deref()) {
+                Ok(v) => self.savefile.get_or_init(|| v),
+                Err(e) => {
+                    self.set_error(&format!("pcap_file: {e}"));
+                    return std::ptr::null_mut();
+                }
+            },
+        };
+        view.show(self.logical.get(), self.handed.get())
+    }
+
+    /// Before a read: follow the caller if it moved `pcap_file`'s stream back
+    /// (or on) to a record start it was told of.
+    fn follow_stream(&self, st: &mut State) -> Result<(), String> {
+        let Some(view) = self.savefile.get() else { return Ok(()) };
+        let (packets, at) = match view.moved() {
+            Moved::Not => return Ok(()),
+            Moved::To { packets, at } => (packets, at),
+            Moved::Unknown(at) => {
+                return Err(format!(
+                    "pcap_file's stream was moved to offset {at}, where pcap_file never stood; weir reads again only \
+                     from positions the stream had when pcap_file returned it"
+                ))
+            }
+        };
+        if let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) {
+            // Abandoned, not ended: its counters are not the run's.
+            drop(r.finish());
+        }
+        let mut engine = Handle::file_engine(&self.settings, self.path.clone())?;
+        engine.set_filter(st.filter.clone());
+        let mut reader = engine.start_reader().map_err(|e| e.to_string())?;
+        self.attach_selectable(&mut reader)?;
+        let mut skipped = 0;
+        while skipped < packets {
+            match reader.next(BREAK_CHECK) {
+                Read::Packet(p) => skipped += u64::from(st.late_filter.as_ref().is_none_or(|f| f.matches(p.data(), p.wire_len()))),
+                Read::Idle => {}
+                Read::End => break,
+            }
+        }
+        st.stage = Stage::Reading(Box::new(reader));
+        self.handed.set(packets);
+        self.logical.set(at);
+        view.settled(at);
+        Ok(())
+    }
+
+    fn attach_selectable(&self, r: &mut Reader) -> Result<(), String> {
+        match self.selectable.get() {
+            Some(fd) => fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)).map_err(|e| format!("selectable descriptor: {e}")),
+            None => Ok(()),
+        }
     }
 
     pub fn create(device: &str) -> Result<Box<Handle>, String> {
@@ -268,10 +359,14 @@ impl Handle {
         };
         if matches!(st.stage, Stage::Opened(_)) {
             let Stage::Opened(mut engine) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!() };
-            engine.set_filter(st.filter.take());
+            engine.set_filter(st.filter.clone());
             match engine.start_reader() {
-                Ok(r) => {
+                Ok(mut r) => {
                     let _ = self.stats.set(r.stats_reader());
+                    if let Err(e) = self.attach_selectable(&mut r) {
+                        self.set_error(&e);
+                        return Got::Error;
+                    }
                     st.stage = Stage::Reading(Box::new(r));
                 }
                 Err(e) => {
@@ -279,6 +374,10 @@ impl Handle {
                     return Got::Error;
                 }
             }
+        }
+        if let Err(e) = self.follow_stream(&mut st) {
+            self.set_error(&e);
+            return Got::Error;
         }
         let st = &mut *st;
         let reader = match &mut st.stage {
@@ -314,6 +413,8 @@ impl Handle {
                     if st.late_filter.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
                         continue;
                     }
+                    self.handed.set(self.handed.get() + 1);
+                    self.logical.set(self.logical.get() + RECORD_HEADER + i64::from(p.caplen()));
                     let (sec, frac) = self.timeval(p.ts_ns(), p.ts_carry());
                     let hdr = PcapPkthdr {
                         tv_sec: sec as libc::time_t,
@@ -395,10 +496,50 @@ impl Handle {
             let report = r.finish();
             self.settings.report(&report.stats);
         }
-        if let Some(fd) = self.selectable.take() {
-            // SAFETY: our own eventfd, closed once.
-            unsafe { libc::close(fd) };
+    }
+
+    /// `pcap_get_selectable_fd`: an eventfd, readable when a read may find a
+    /// packet or the end. Before capture starts it is readable, so that a
+    /// poller's first read starts capture.
+    pub fn selectable_fd(&self) -> i32 {
+        if let Some(fd) = self.selectable.get() {
+            return fd.as_raw_fd();
         }
+        let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
+        // SAFETY: eventfd takes no pointers; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            self.set_error(&format!("eventfd: {}", std::io::Error::last_os_error()));
+            return PCAP_ERROR;
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let tied = match &mut st.stage {
+            Stage::Reading(r) => fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)),
+            _ => {
+                let one: u64 = 1;
+                // SAFETY: writes 8 bytes from a live u64 to the eventfd made above.
+                unsafe { libc::write(raw, (&one as *const u64).cast(), 8) };
+                Ok(())
+            }
+        };
+        if let Err(e) = tied {
+            self.set_error(&format!("selectable descriptor: {e}"));
+            return PCAP_ERROR;
+        }
+        let _ = self.selectable.set(fd);
+        raw
+    }
+
+    /// `pcap_get_required_select_timeout`: with locality buffering, a poller
+    /// must read this often, or a batch from a source gone quiet waits.
+    pub fn select_timeout(&self) -> Option<&libc::timeval> {
+        self.select_tv
+            .get_or_init(|| {
+                let d = self.settings.locality.filter(|_| !self.offline)?.quiet_after();
+                Some(libc::timeval { tv_sec: d.as_secs() as libc::time_t, tv_usec: d.subsec_micros() as libc::suseconds_t })
+            })
+            .as_ref()
     }
 
     pub fn set_error(&self, msg: &str) {

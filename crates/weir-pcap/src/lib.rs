@@ -18,5 +18,6 @@ mod api;
 mod delegate;
 pub mod env;
 mod handle;
+mod savefile;
 mod sys;
 mod types;

@@ -1,16 +1,20 @@
 //! The pulling reader (`Engine::start_reader`), from traces: capture order on
 //! one queue, every packet once over several, packets left unread counted as
 //! such when the application stops early, and a damaged trace reported after
-//! the packets before the damage.
+//! the packets before the damage. Live, on the test bed: the reader's
+//! descriptor is readable exactly when there is something to read.
 
 mod support;
 
+use std::os::fd::RawFd;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::frames::Frame;
 use weir::engine::Read;
 use weir::pool::PoolConfig;
+use testbed::TestBed;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
+use weir::source::LiveOptions;
 use weir::{Engine, LinkType};
 
 fn write_trace(path: &Path, packets: u32) {
@@ -128,4 +132,84 @@ fn a_locality_reader_stopped_mid_batch_counts_the_rest_of_the_batch_unread() {
     assert_eq!(t.delivered, 1_100, "{t:?}");
     assert!(t.unread > 0, "the second batch was being handed out: {t:?}");
     assert!(t.balanced() && t.in_flight == 0, "{t:?}");
+}
+
+/// Whether `fd` turns readable within `ms` milliseconds (poll(2)).
+#[allow(unsafe_code)]
+fn readable(fd: RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: FFI with one live pollfd, as poll(2) asks.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
+/// Read without waiting until nothing is left; how many packets came.
+fn drain(r: &mut weir::engine::Reader) -> usize {
+    let mut n = 0;
+    loop {
+        match r.next(Duration::ZERO) {
+            Read::Packet(_) => n += 1,
+            Read::Idle => return n,
+            Read::End => panic!("capture ended while packets were expected"),
+        }
+    }
+}
+
+#[test]
+fn a_live_readers_descriptor_is_readable_exactly_when_something_waits() {
+    let Some(tb) = TestBed::new(2) else { return };
+    for locality in [None, Some(64)] {
+        let live = LiveOptions { netns: Some(tb.rx_ns.clone().into()), ..LiveOptions::default() };
+        let mut b = Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live);
+        if let Some(batch) = locality {
+            let cfg = weir::locality::LocalityConfig::new(weir::locality::BatchSize::new(batch).unwrap());
+            b = b.locality(Some(cfg));
+        }
+        let mut r = b.build().unwrap().start_reader().unwrap();
+        let fd = r.ready_fd().unwrap();
+        assert_eq!(r.select_timeout().is_some(), locality.is_some());
+        assert!(readable(fd, 0), "readable before the first read: the caller has not looked yet");
+        drain(&mut r);
+        assert!(!readable(fd, 300), "readable with nothing sent ({locality:?})");
+
+        let ping = tb.in_tx("ping").args(["-q", "-c", "3", "-i", "0.2", &tb.rx_ip]).output().expect("ping (apt-get install iputils-ping)");
+        assert!(ping.status.success(), "ping: {}", String::from_utf8_lossy(&ping.stderr));
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut got = 0;
+        // Read on every wake-up until 300 ms pass without one (the ARP exchange
+        // may add packets). With locality, a poller wakes at least every
+        // select_timeout, so that a batch of a source gone quiet is handed out.
+        let wait = r.select_timeout().map_or(300, |t| t.as_millis() as i32);
+        let mut quiet_since = Instant::now();
+        while Instant::now() < until {
+            let woke = readable(fd, wait);
+            if woke || locality.is_some() {
+                let n = drain(&mut r);
+                got += n;
+                if n > 0 {
+                    quiet_since = Instant::now();
+                }
+            }
+            if got >= 6 && !woke && quiet_since.elapsed() >= Duration::from_millis(300) {
+                break;
+            }
+            assert!(woke || locality.is_some() || got >= 6, "nothing became readable after the ping ({got} read)");
+        }
+        assert!(got >= 6, "3 echo requests and 3 replies, got {got} ({locality:?})");
+        if locality.is_none() {
+            assert!(!readable(fd, 300), "readable once everything was read");
+        }
+
+        r.stop_handle().stop();
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            assert!(Instant::now() < until, "no end after a stop");
+            if let Read::End = r.next(Duration::from_millis(100)) {
+                break;
+            }
+        }
+        assert!(readable(fd, 0), "the end leaves the descriptor readable");
+        let report = r.finish();
+        assert_eq!(report.stats.total().delivered, got as u64, "{:?}", report.stats.total());
+    }
 }

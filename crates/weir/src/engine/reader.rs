@@ -15,6 +15,11 @@
 //!   handed out in port order as the worker-side stage does
 //!   ([`crate::locality`]); a batch still gathering when the caller's timeout
 //!   passes stays held, and `next` returns [`Read::Idle`].
+//! - [`Reader::ready_fd`] gives a descriptor for poll/select/epoll: readable
+//!   once something may be read (a chunk, a starved source, the end), cleared
+//!   by the next `next` that finds nothing. A locality batch that waits for
+//!   more is handed out after [`Reader::select_timeout`] without a chunk, so a
+//!   poller must wake at least that often.
 //! - Closing ([`Reader::finish`], or dropping the reader) stops capture.
 //!   Every packet captured and not handed out is counted `unread`, so the
 //!   stats identity holds with nothing in flight.
@@ -22,8 +27,11 @@
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
 use crate::locality::{LocalityConfig, PortIndex, QUIET};
 use crate::pool::{self, ChunkToken, WorkerSide};
+use crate::ring::ReadyFd;
 use crate::stats::{QueueCounters, Snapshot, StatsReader};
 use crate::{LinkType, Packet};
+use std::io;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -71,6 +79,8 @@ struct Batch {
     index: PortIndex<(u32, u32)>,
     /// When its first chunk came; `None` while handing out.
     since: Option<Instant>,
+    /// When its latest chunk came.
+    last: Instant,
     /// Next entry of `index.sorted()` to hand out, while handing out.
     pos: Option<usize>,
 }
@@ -89,13 +99,14 @@ pub struct Reader {
     turn: usize,
     errors: Vec<RunError>,
     closed: bool,
+    ready: Option<ReadyFd>,
 }
 
 impl Reader {
     pub(super) fn new(mut l: Launched) -> Reader {
         let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
         let batch =
-            l.locality.map(|cfg| Batch { cfg, link: l.info.link_type, held: Vec::new(), index: PortIndex::new(), since: None, pos: None });
+            l.locality.map(|cfg| Batch { cfg, link: l.info.link_type, held: Vec::new(), index: PortIndex::new(), since: None, last: Instant::now(), pos: None });
         Reader {
             ctl: l.ctl,
             counters: l.counters,
@@ -108,6 +119,7 @@ impl Reader {
             turn: 0,
             errors: Vec::new(),
             closed: false,
+            ready: None,
         }
     }
 
@@ -133,10 +145,57 @@ impl Reader {
         self.started.elapsed()
     }
 
+    /// A descriptor that turns readable when [`next`](Self::next) may find
+    /// something, for poll/select/epoll; the reader owns it (do not close it).
+    /// Made on first call.
+    pub fn ready_fd(&mut self) -> io::Result<RawFd> {
+        self.tie_ready_fd(None)
+    }
+
+    /// As [`ready_fd`](Self::ready_fd), signalling `fd`, an eventfd of the
+    /// caller's: it may keep a duplicate that outlives the reader (a libpcap
+    /// handle's descriptor is valid from before capture starts to its close).
+    /// The reader's end leaves it readable.
+    pub fn attach_ready_fd(&mut self, fd: OwnedFd) -> io::Result<()> {
+        self.tie_ready_fd(Some(fd)).map(drop)
+    }
+
+    fn tie_ready_fd(&mut self, fd: Option<OwnedFd>) -> io::Result<RawFd> {
+        if self.ready.is_none() {
+            let first = self.sides.first().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the reader has no queue"))?;
+            let ready = ReadyFd::new(&first.wake_handle(), fd)?;
+            // Readable until the first `next` finds nothing: the caller may not
+            // have read what came before it asked.
+            ready.signal();
+            self.ready = Some(ready);
+        }
+        Ok(self.ready.as_ref().map_or(-1, ReadyFd::raw_fd))
+    }
+
+    /// The longest a poller may sleep on [`ready_fd`](Self::ready_fd) before
+    /// calling [`next`](Self::next) again: with locality buffering, a batch
+    /// gathering from a source gone quiet is handed out only by a call.
+    pub fn select_timeout(&self) -> Option<Duration> {
+        self.batch.as_ref().map(|b| b.cfg.quiet_after())
+    }
+
     /// The next packet, waiting up to `timeout` for one.
     pub fn next(&mut self, timeout: Duration) -> Read<'_> {
         let deadline = Instant::now() + timeout;
         let found = if self.batch.is_some() { self.next_sorted(deadline) } else { self.next_in_order(deadline) };
+        if let (Some(ready), Err(r)) = (&self.ready, &found) {
+            match r {
+                Read::End => ready.signal(),
+                _ => {
+                    let sides = &self.sides;
+                    let gathering = self.batch.as_ref().is_some_and(|b| b.since.is_some());
+                    ready.rearm(|| {
+                        sides.iter().any(|s| s.backlog() > 0 || (gathering && s.is_starved()))
+                            || sides.iter().all(WorkerSide::is_closed)
+                    });
+                }
+            }
+        }
         match found {
             Ok((side, token, cell)) => match self.sides[side].raw_chunk(token).ok().and_then(|c| c.get(cell)) {
                 Some(p) => Read::Packet(p),
@@ -197,6 +256,11 @@ impl Reader {
                 continue;
             }
             let b = self.batch.as_ref().expect("batch");
+            if b.since.is_some() && b.last.elapsed() >= QUIET {
+                // Quiet since its last chunk, e.g. while a nonblocking caller polled.
+                self.hand_out_batch();
+                continue;
+            }
             let Some(since) = b.since else {
                 // Nothing held: wait for a first chunk as in capture order.
                 self.wait_or_end(deadline)?;
@@ -232,6 +296,7 @@ impl Reader {
             });
             b.since = Some(Instant::now());
         }
+        b.last = Instant::now();
         let slot = b.held.len() as u32;
         let index = &mut b.index;
         index.reserve(chunk.len());

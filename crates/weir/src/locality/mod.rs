@@ -76,6 +76,13 @@ impl LocalityConfig {
     pub fn new(batch: BatchSize) -> Self {
         LocalityConfig { batch, timeout: Self::DEFAULT_TIMEOUT, double_buffer: false }
     }
+
+    /// How long a gathering batch may wait for its next chunk before it is
+    /// handed out anyway: the timeout, or sooner once the source goes quiet.
+    /// A caller that polls a pull reader's descriptor must call it this often.
+    pub fn quiet_after(&self) -> Duration {
+        self.timeout.min(QUIET)
+    }
 }
 
 /// The key a packet is delivered by: min(src port, dst port) of a TCP or UDP

@@ -579,7 +579,7 @@ impl CaptureSide {
             self.counters.publish(&self.tally);
         }
         // Whatever waits on the capture queue may have been left unwoken by batching.
-        self.captured.notify();
+        self.captured.notify_if_waiting();
     }
 
     /// Make the counters visible without publishing a chunk.
@@ -1034,6 +1034,11 @@ impl WorkerSide {
     /// last call; clears the mark.
     pub fn take_starved(&self) -> bool {
         self.load.take_starved()
+    }
+
+    /// Whether a capture side feeding this worker waits for memory; keeps the mark.
+    pub fn is_starved(&self) -> bool {
+        self.load.is_starved()
     }
 
     /// Take the next captured chunk if one is waiting.

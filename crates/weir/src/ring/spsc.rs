@@ -140,6 +140,16 @@ impl<T: Copy + Send> Producer<T> {
         self.shared.to_consumer.ring();
     }
 
+    /// Wake the consumer if it sleeps and items wait: the wake-up a batched
+    /// producer owes before it goes idle. With nothing waiting it rings
+    /// nobody, so a consumer polling a [`ReadyFd`](super::ReadyFd) is not
+    /// woken by an idle producer's periodic flush.
+    pub fn notify_if_waiting(&self) {
+        if !self.is_empty() {
+            self.shared.to_consumer.ring();
+        }
+    }
+
     /// Items in the ring as last seen; exact for the producer's own pushes.
     pub fn len(&self) -> usize {
         // Acquire pairs with the consumer's Release store of head.

@@ -9,8 +9,9 @@
 //! so an unpark that lands before the park is not lost either.
 
 use crossbeam_utils::sync::{Parker, Unparker};
+use super::ready_fd::EventFd;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Spins before yielding: the other side usually answers within a microsecond under load.
@@ -26,6 +27,9 @@ const YIELD_FOR: Duration = Duration::from_micros(10);
 pub(crate) struct Bell {
     sleeping: AtomicBool,
     unparker: Unparker,
+    /// Set by [`super::ReadyFd::rearm`]: the next ring also signals `fd`.
+    pub(crate) armed: AtomicBool,
+    pub(crate) fd: OnceLock<EventFd>,
 }
 
 impl Bell {
@@ -37,6 +41,13 @@ impl Bell {
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
             self.unparker.unpark();
+        }
+        // Relaxed load and swap: the fence above orders them as `sleeping`'s
+        // load; the swap makes one ringer of many pay for the system call.
+        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Relaxed) {
+            if let Some(fd) = self.fd.get() {
+                fd.signal();
+            }
         }
     }
 }
@@ -50,7 +61,12 @@ pub(crate) struct Sleeper {
 impl Sleeper {
     pub(crate) fn new() -> Self {
         let parker = Parker::new();
-        let bell = Arc::new(Bell { sleeping: AtomicBool::new(false), unparker: parker.unparker().clone() });
+        let bell = Arc::new(Bell {
+            sleeping: AtomicBool::new(false),
+            unparker: parker.unparker().clone(),
+            armed: AtomicBool::new(false),
+            fd: OnceLock::new(),
+        });
         Sleeper { parker, bell }
     }
 

@@ -1,0 +1,113 @@
+//! A descriptor that poll/select/epoll see readable when a ring side has work,
+//! for applications that multiplex weir with their own descriptors (libpcap's
+//! `pcap_get_selectable_fd`).
+//!
+//! Contract:
+//! - The descriptor is an eventfd tied to one [`Bell`]. It turns readable at
+//!   the first ring after [`ReadyFd::rearm`], or at once if `rearm`'s own check
+//!   finds work, and stays readable until the next `rearm`.
+//! - Only an armed bell pays for the descriptor: rings between a signal and
+//!   the next `rearm` cost one relaxed load, no system call.
+//! - Arming follows the store-buffer pattern of [`super::wait`]: the waiter
+//!   stores `armed`, fences, then re-checks its condition; the ringer publishes,
+//!   fences, then loads `armed`. One of them sees the other's store, so no
+//!   publish is missed between the check and the poll.
+
+#![allow(unsafe_code)]
+
+use super::wait::{Bell, WakeHandle};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+/// The eventfd itself, owned by the bell it is tied to.
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// Adopt `fd` if it is an eventfd: it is written and read 8 bytes at a time.
+    fn adopt(fd: OwnedFd) -> io::Result<EventFd> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+        if link.as_os_str() != "anon_inode:[eventfd]" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor {} is {}, not an eventfd", fd.as_raw_fd(), link.display()),
+            ));
+        }
+        Ok(EventFd(fd))
+    }
+
+    fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Make the descriptor readable. Cannot block: the counter only overflows
+    /// after 2^64 − 2 signals without a drain.
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Make it unreadable again (nonblocking: nothing to drain is fine).
+    fn drain(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 from our own eventfd.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+    }
+}
+
+/// The sleeping side's view of its bell's descriptor.
+pub struct ReadyFd {
+    bell: Arc<Bell>,
+}
+
+impl ReadyFd {
+    /// Tie an eventfd to the bell `handle` rings: `fd` (which must be an
+    /// eventfd; the caller may keep a duplicate to poll after the bell is
+    /// gone), or a new one. Once per bell: later calls share the first.
+    pub fn new(handle: &WakeHandle, fd: Option<OwnedFd>) -> io::Result<ReadyFd> {
+        let bell = Arc::clone(&handle.0);
+        if bell.fd.get().is_none() {
+            let fd = match fd {
+                Some(fd) => EventFd::adopt(fd)?,
+                None => EventFd::new()?,
+            };
+            // A race with another caller leaves one eventfd; the loser's closes.
+            let _ = bell.fd.set(fd);
+        }
+        Ok(ReadyFd { bell })
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.bell.fd.get().map_or(-1, |f| f.0.as_raw_fd())
+    }
+
+    /// Nothing was found: clear the descriptor and have the next ring set it,
+    /// unless `ready()` already holds, in which case it is set now.
+    pub fn rearm(&self, ready: impl FnOnce() -> bool) {
+        let Some(fd) = self.bell.fd.get() else { return };
+        fd.drain();
+        self.bell.armed.store(true, Ordering::Relaxed);
+        // SeqCst fence: the store of `armed` is ordered before the re-check's
+        // loads (the module comment's pattern).
+        fence(Ordering::SeqCst);
+        if ready() && self.bell.armed.swap(false, Ordering::Relaxed) {
+            fd.signal();
+        }
+    }
+
+    /// Set the descriptor for good reason outside a ring (the end of capture).
+    pub fn signal(&self) {
+        if let Some(fd) = self.bell.fd.get() {
+            self.bell.armed.store(false, Ordering::Relaxed);
+            fd.signal();
+        }
+    }
+}
