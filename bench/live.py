@@ -38,6 +38,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from common import ROOT, WEIR, log, machine, write_result  # noqa: E402
 
+# weir's libpcap.so.0.8 (make pcap-lib), beside the release build bench/ uses.
+PCAP_LIB = WEIR.parent.parent / "weir-pcap"
+
 RUNS = 3
 SECONDS_PER_STEP = 2.0
 RATES_KPPS = [100, 200, 300, 400, 500, 600, 800, 1000, 1200]
@@ -203,6 +206,12 @@ def tools():
         "tcpdump -B 131072": lambda b=None: Tool("tcpdump -B 131072", ["tcpdump", "-i", rx, "-n", "-w", "/dev/null", "-B", "131072"], parse_tcpdump),
         "weir-afpacket": lambda b=None: Tool("weir-afpacket", weir + [f"afpacket:{rx}@0-1"], parse_weir),
         "weir-afxdp": lambda b=None: Tool("weir-afxdp", weir + [f"afxdp:{rx}@0-1"], parse_weir),
+        # Unmodified tcpdump on weir's libpcap (make pcap-lib), in order and with locality buffering.
+        "tcpdump-on-weir": lambda b=None: Tool("tcpdump-on-weir", ["env", f"LD_LIBRARY_PATH={PCAP_LIB}", "tcpdump", "-i", rx, "-n", "-w", "/dev/null"],
+                                               parse_tcpdump),
+        "tcpdump-on-weir-locality": lambda b=None: Tool(
+            "tcpdump-on-weir-locality",
+            ["env", f"LD_LIBRARY_PATH={PCAP_LIB}", "WEIR_LOCALITY=8000", "tcpdump", "-i", rx, "-n", "-w", "/dev/null"], parse_tcpdump),
     }
 
 
@@ -308,7 +317,7 @@ def inner(which, quota, passes):
 
 
 # "tcpdump -B 131072" is tcpdump given weir's default memory (64 MiB per queue, 2 queues).
-ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp"]
+ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp", "tcpdump-on-weir", "tcpdump-on-weir-locality"]
 PASSES = ["ladder", "ladder_quota", "bursts"]
 
 

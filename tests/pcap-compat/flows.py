@@ -3,6 +3,7 @@ UDP/TCP flows on 198.18.0.0/15 addresses, a pcap reader for the frames a
 capture wrote, NetFlow collection with nfcapd read back with nfdump, and a
 network namespace of our own for collectors and exporters."""
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -106,6 +107,7 @@ class Collector:
 
     def __init__(self, ns_argv, addr, port):
         self.dir = tempfile.mkdtemp(prefix="weir-nfcapd-")
+        self.ns_argv, self.port = ns_argv, port
         # -B: softflowd sends a whole file's flows in a burst; the default
         # socket buffer loses some (and the loss varies from run to run).
         self.proc = subprocess.Popen(ns_argv(["nfcapd", "-B", "4194304", "-b", addr, "-p", str(port), "-w", self.dir]),
@@ -115,9 +117,22 @@ class Collector:
             raise RuntimeError(f"nfcapd on {addr}:{port} exited: {self.proc.stdout.read()}")
 
     def flows(self):
-        """Flows as a Counter of (src, dst, sport, dport, proto, packets, bytes)."""
+        """Flows as a Counter of (src, dst, sport, dport, proto, packets, bytes).
+        `self.lost` is how many export packets nfcapd saw missing (its
+        sequence errors): a burst can overflow even a large socket buffer on
+        a loaded machine."""
+        # nfcapd drops what its socket still holds when it stops: let it read
+        # the exporter's last burst first (ss's Recv-Q back to 0).
+        until = time.time() + 20
+        while time.time() < until:
+            q = subprocess.run(self.ns_argv(["ss", "-Hnlu", f"sport = :{self.port}"]), capture_output=True, text=True).stdout.split()
+            if not q or q[1] == "0":
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.communicate(timeout=30)
+        log, _ = self.proc.communicate(timeout=30)
+        self.lost = sum(int(n) for n in re.findall(r"Sequence Errors: (\d+)", log))
         out = subprocess.run(["nfdump", "-R", self.dir, "-q", "-N", "-o", "fmt:%sa %da %sp %dp %pr %pkt %byt"],
                              capture_output=True, text=True)
         if out.returncode != 0 and "No matching flows" not in out.stdout + out.stderr:
