@@ -47,9 +47,9 @@ impl Region {
         if p == libc::MAP_FAILED {
             std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(len, 4096).unwrap_or(std::alloc::Layout::new::<u8>()));
         }
+        #[cfg(not(miri))]
         // SAFETY: `p..p+len` is the mapping just made; the advice is only a hint and
         // its failure (THP disabled) changes nothing. Miri does not model it.
-        #[cfg(not(miri))]
         unsafe {
             libc::madvise(p, len, libc::MADV_HUGEPAGE)
         };

@@ -244,9 +244,9 @@ impl XskFd {
     }
 
     fn bind_to(&self, addr: &SockaddrXdp) -> io::Result<()> {
+        let len = size_of::<SockaddrXdp>() as libc::socklen_t;
         // SAFETY: `addr` is a `sockaddr_xdp` of the size passed, read by the kernel only.
-        let rc =
-            unsafe { libc::bind(self.0.as_raw_fd(), (addr as *const SockaddrXdp).cast(), size_of::<SockaddrXdp>() as libc::socklen_t) };
+        let rc = unsafe { libc::bind(self.0.as_raw_fd(), (addr as *const SockaddrXdp).cast(), len) };
         if rc == 0 {
             Ok(())
         } else {
