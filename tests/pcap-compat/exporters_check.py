@@ -57,9 +57,7 @@ def nfpcapd(env, trace, work):
     p = subprocess.run(["env", *env, "nfpcapd", "-r", str(trace), "-w", str(out)], capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError(f"nfpcapd exited {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]}")
-    d = subprocess.run(["nfdump", "-R", str(out), "-q", "-N", "-o", "fmt:%sa %da %sp %dp %pr %pkt %byt"], capture_output=True, text=True)
-    shutil.rmtree(out, ignore_errors=True)
-    return flows.Counter(tuple(line.split()) for line in d.stdout.splitlines() if line.strip())
+    return flows.read_flows(out)
 
 
 def main():

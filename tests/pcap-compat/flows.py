@@ -133,12 +133,18 @@ class Collector:
         self.proc.send_signal(signal.SIGTERM)
         log, _ = self.proc.communicate(timeout=30)
         self.lost = sum(int(n) for n in re.findall(r"Sequence Errors: (\d+)", log))
-        out = subprocess.run(["nfdump", "-R", self.dir, "-q", "-N", "-o", "fmt:%sa %da %sp %dp %pr %pkt %byt"],
-                             capture_output=True, text=True)
-        if out.returncode != 0 and "No matching flows" not in out.stdout + out.stderr:
-            raise RuntimeError(f"nfdump -R {self.dir}: {out.stderr.strip()}")
-        subprocess.run(["rm", "-rf", self.dir], check=False)
-        return Counter(tuple(line.split()) for line in out.stdout.splitlines() if line.strip())
+        return read_flows(self.dir)
+
+
+def read_flows(directory):
+    """The flows nfcapd files in `directory` hold, as a Counter of (src, dst,
+    sport, dport, proto, packets, bytes); the directory is removed."""
+    out = subprocess.run(["nfdump", "-R", str(directory), "-q", "-N", "-o", "fmt:%sa %da %sp %dp %pr %pkt %byt"],
+                         capture_output=True, text=True)
+    if out.returncode != 0 and "No matching flows" not in out.stdout + out.stderr:
+        raise RuntimeError(f"nfdump -R {directory}: {out.stderr.strip()}")
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
+    return Counter(tuple(line.split()) for line in out.stdout.splitlines() if line.strip())
 
 
 def flow_totals(flows):

@@ -177,11 +177,10 @@ def main():
 
         # Flow exporters, stock and weir at once, each to its own collector.
         rx_ip = ENV["TB_RX_IP"]
-        ns_argv = lambda a: in_rx(a)
         cols, exps = {}, {}
         for i, (tool, libname) in enumerate([(t, l) for t in ("softflowd", "fprobe") for l in ("stock", "weir")]):
             port = 9995 + i
-            cols[(tool, libname)] = flows.Collector(ns_argv, rx_ip, port)
+            cols[(tool, libname)] = flows.Collector(in_rx, rx_ip, port)
             env = [lib] if libname == "weir" else []
             if tool == "softflowd":
                 # -B: as fprobe's below, so that stock softflowd loses nothing either.

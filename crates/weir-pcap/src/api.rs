@@ -260,14 +260,19 @@ pub extern "C" fn pcap_free_tstamp_types(list: *mut c_int) {
     unsafe { libc::free(list.cast()) }
 }
 
-#[no_mangle]
-pub extern "C" fn pcap_list_datalinks(p: *mut Handle, out: *mut *mut c_int) -> c_int {
+/// `f` of an activated handle; libpcap's answers before activation or for NULL.
+fn activated(p: *mut Handle, f: impl FnOnce(&Handle) -> c_int) -> c_int {
     // SAFETY: p is a handle of ours.
     match unsafe { handle(p) } {
         Some(h) if !h.is_activated() => PCAP_ERROR_NOT_ACTIVATED,
-        Some(h) => malloc_one(h.dlt.get(), out),
+        Some(h) => f(h),
         None => PCAP_ERROR,
     }
+}
+
+#[no_mangle]
+pub extern "C" fn pcap_list_datalinks(p: *mut Handle, out: *mut *mut c_int) -> c_int {
+    activated(p, |h| malloc_one(h.dlt.get(), out))
 }
 
 #[no_mangle]
@@ -300,12 +305,7 @@ pub extern "C" fn pcap_setdirection(p: *mut Handle, direction: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn pcap_datalink(p: *mut Handle) -> c_int {
-    // SAFETY: p is a handle of ours.
-    match unsafe { handle(p) } {
-        Some(h) if !h.is_activated() => PCAP_ERROR_NOT_ACTIVATED,
-        Some(h) => h.dlt.get(),
-        None => PCAP_ERROR,
-    }
+    activated(p, |h| h.dlt.get())
 }
 
 #[no_mangle]
@@ -315,12 +315,7 @@ pub extern "C" fn pcap_datalink_ext(p: *mut Handle) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn pcap_snapshot(p: *mut Handle) -> c_int {
-    // SAFETY: p is a handle of ours.
-    match unsafe { handle(p) } {
-        Some(h) if !h.is_activated() => PCAP_ERROR_NOT_ACTIVATED,
-        Some(h) => h.snaplen.get(),
-        None => PCAP_ERROR,
-    }
+    activated(p, |h| h.snaplen.get())
 }
 
 #[no_mangle]

@@ -19,12 +19,13 @@ use crate::sys::{self, DeadHandle};
 use crate::types::*;
 use libc::c_char;
 use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use weir::engine::{Read, Reader};
 use weir::filter::Filter;
+use weir::ring::EventFd;
 use weir::source::file::format::TraceKind;
 use weir::source::{QueueRange, SourceSpec};
 use weir::stats::StatsReader;
@@ -99,7 +100,7 @@ pub struct Handle {
     hdr: UnsafeCell<PcapPkthdr>,
     /// `pcap_get_selectable_fd`'s eventfd, made on first request; the reader
     /// signals a duplicate of it.
-    selectable: OnceCell<OwnedFd>,
+    selectable: OnceCell<EventFd>,
     /// `pcap_get_required_select_timeout`'s answer, which must outlive the call.
     select_tv: OnceCell<Option<libc::timeval>>,
 }
@@ -204,10 +205,7 @@ impl Handle {
             // Abandoned, not ended: its counters are not the run's.
             drop(r.finish());
         }
-        let mut engine = Handle::file_engine(&self.settings, self.path.clone())?;
-        engine.set_filter(st.filter.clone());
-        let mut reader = engine.start_reader().map_err(|e| e.to_string())?;
-        self.attach_selectable(&mut reader)?;
+        let mut reader = self.start_reading(Handle::file_engine(&self.settings, self.path.clone())?, st)?;
         let mut skipped = 0;
         while skipped < packets {
             match reader.next(BREAK_CHECK) {
@@ -223,11 +221,15 @@ impl Handle {
         Ok(())
     }
 
-    fn attach_selectable(&self, r: &mut Reader) -> Result<(), String> {
-        match self.selectable.get() {
-            Some(fd) => fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)).map_err(|e| format!("selectable descriptor: {e}")),
-            None => Ok(()),
+    /// Start capture with the filter set before reading, signalling the
+    /// selectable descriptor if the caller asked for one.
+    fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
+        engine.set_filter(st.filter.clone());
+        let mut r = engine.start_reader().map_err(|e| e.to_string())?;
+        if let Some(fd) = self.selectable.get() {
+            fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)).map_err(|e| format!("selectable descriptor: {e}"))?;
         }
+        Ok(r)
     }
 
     pub fn create(device: &str) -> Result<Box<Handle>, String> {
@@ -358,19 +360,14 @@ impl Handle {
             return Got::Error;
         };
         if matches!(st.stage, Stage::Opened(_)) {
-            let Stage::Opened(mut engine) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!() };
-            engine.set_filter(st.filter.clone());
-            match engine.start_reader() {
-                Ok(mut r) => {
+            let Stage::Opened(engine) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!() };
+            match self.start_reading(*engine, &st) {
+                Ok(r) => {
                     let _ = self.stats.set(r.stats_reader());
-                    if let Err(e) = self.attach_selectable(&mut r) {
-                        self.set_error(&e);
-                        return Got::Error;
-                    }
                     st.stage = Stage::Reading(Box::new(r));
                 }
                 Err(e) => {
-                    self.set_error(&e.to_string());
+                    self.set_error(&e);
                     return Got::Error;
                 }
             }
@@ -506,29 +503,21 @@ impl Handle {
             return fd.as_raw_fd();
         }
         let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
-        // SAFETY: eventfd takes no pointers; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if raw < 0 {
-            self.set_error(&format!("eventfd: {}", std::io::Error::last_os_error()));
-            return PCAP_ERROR;
-        }
-        // SAFETY: a fresh descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let tied = match &mut st.stage {
-            Stage::Reading(r) => fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)),
-            _ => {
-                let one: u64 = 1;
-                // SAFETY: writes 8 bytes from a live u64 to the eventfd made above.
-                unsafe { libc::write(raw, (&one as *const u64).cast(), 8) };
-                Ok(())
+        let tied = EventFd::new().and_then(|fd| {
+            match &mut st.stage {
+                Stage::Reading(r) => r.attach_ready_fd(fd.try_clone()?)?,
+                _ => fd.signal(),
+            }
+            Ok(fd)
+        });
+        let fd = match tied {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.set_error(&format!("selectable descriptor: {e}"));
+                return PCAP_ERROR;
             }
         };
-        if let Err(e) = tied {
-            self.set_error(&format!("selectable descriptor: {e}"));
-            return PCAP_ERROR;
-        }
-        let _ = self.selectable.set(fd);
-        raw
+        self.selectable.get_or_init(|| fd).as_raw_fd()
     }
 
     /// `pcap_get_required_select_timeout`: with locality buffering, a poller

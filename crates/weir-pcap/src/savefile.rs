@@ -55,11 +55,15 @@ pub enum Moved {
 }
 
 impl Savefile {
+    fn new(fp: *mut FILE, close: bool) -> Savefile {
+        Savefile { fp, close, set_at: Cell::new(None), told: RefCell::new(HashMap::new()) }
+    }
+
     /// The caller's stream from `pcap_fopen_offline`.
     pub fn adopt(fp: *mut FILE) -> Savefile {
         // SAFETY: fp is the open stream the caller passed in; reading its stdin-ness only.
         let is_stdin = unsafe { libc::fileno(fp) } == 0;
-        Savefile { fp, close: !is_stdin, set_at: Cell::new(None), told: RefCell::new(HashMap::new()) }
+        Savefile::new(fp, !is_stdin)
     }
 
     /// A stream of our own on `path` (`None`: standard input).
@@ -67,7 +71,7 @@ impl Savefile {
         let Some(path) = path else {
             // SAFETY: C's stdin is initialised before main and never reassigned by us.
             let fp = unsafe { stdin };
-            return Ok(Savefile { fp, close: false, set_at: Cell::new(None), told: RefCell::new(HashMap::new()) });
+            return Ok(Savefile::new(fp, false));
         };
         let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{}: a NUL in the path", path.display()))?;
         // SAFETY: both arguments are NUL-terminated strings that outlive the call.
@@ -75,7 +79,7 @@ impl Savefile {
         if fp.is_null() {
             return Err(format!("{}: {}", path.display(), std::io::Error::last_os_error()));
         }
-        Ok(Savefile { fp, close: true, set_at: Cell::new(None), told: RefCell::new(HashMap::new()) })
+        Ok(Savefile::new(fp, true))
     }
 
     /// Put the stream at `at`, where `packets` have been handed out, and hand it over.

@@ -27,11 +27,11 @@
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
 use crate::locality::{LocalityConfig, PortIndex, QUIET};
 use crate::pool::{self, ChunkToken, WorkerSide};
-use crate::ring::ReadyFd;
+use crate::ring::{EventFd, ReadyFd};
 use crate::stats::{QueueCounters, Snapshot, StatsReader};
 use crate::{LinkType, Packet};
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -152,15 +152,15 @@ impl Reader {
         self.tie_ready_fd(None)
     }
 
-    /// As [`ready_fd`](Self::ready_fd), signalling `fd`, an eventfd of the
-    /// caller's: it may keep a duplicate that outlives the reader (a libpcap
-    /// handle's descriptor is valid from before capture starts to its close).
-    /// The reader's end leaves it readable.
-    pub fn attach_ready_fd(&mut self, fd: OwnedFd) -> io::Result<()> {
+    /// As [`ready_fd`](Self::ready_fd), signalling the caller's `fd`: it may
+    /// keep a duplicate ([`EventFd::try_clone`]) that outlives the reader (a
+    /// libpcap handle's descriptor is valid from before capture starts to its
+    /// close). The reader's end leaves it readable.
+    pub fn attach_ready_fd(&mut self, fd: EventFd) -> io::Result<()> {
         self.tie_ready_fd(Some(fd)).map(drop)
     }
 
-    fn tie_ready_fd(&mut self, fd: Option<OwnedFd>) -> io::Result<RawFd> {
+    fn tie_ready_fd(&mut self, fd: Option<EventFd>) -> io::Result<RawFd> {
         if self.ready.is_none() {
             let first = self.sides.first().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the reader has no queue"))?;
             let ready = ReadyFd::new(&first.wake_handle(), fd)?;
@@ -187,12 +187,10 @@ impl Reader {
             match r {
                 Read::End => ready.signal(),
                 _ => {
-                    let sides = &self.sides;
+                    // What the reader's own waits wake for; the starved mark
+                    // matters only to a batch that is gathering.
                     let gathering = self.batch.as_ref().is_some_and(|b| b.since.is_some());
-                    ready.rearm(|| {
-                        sides.iter().any(|s| s.backlog() > 0 || (gathering && s.is_starved()))
-                            || sides.iter().all(WorkerSide::is_closed)
-                    });
+                    ready.rearm(|| pool::any_ready(&self.sides, gathering));
                 }
             }
         }

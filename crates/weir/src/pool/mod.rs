@@ -862,12 +862,17 @@ pub fn share_bell(captures: &mut [CaptureSide], bell: &WakeHandle) {
 /// ([`share_bell`] with its [`WorkerSide::wake_handle`]) when there are several.
 pub fn wait_any(workers: &[WorkerSide], timeout: Duration, watch_starved: bool) {
     let Some(first) = workers.first() else { return };
-    let ready =
-        || workers.iter().any(|w| w.backlog() > 0 || (watch_starved && w.load.is_starved())) || workers.iter().all(WorkerSide::is_closed);
+    let ready = || any_ready(workers, watch_starved);
     if ready() {
         return;
     }
     first.captured.borrow().wait_or(timeout, ready);
+}
+
+/// What [`wait_any`] waits for: a chunk waits on one of `workers`, every one
+/// is closed, or (with `watch_starved`) a capture side feeding one is starved.
+pub fn any_ready(workers: &[WorkerSide], watch_starved: bool) -> bool {
+    workers.iter().any(|w| w.backlog() > 0 || (watch_starved && w.load.is_starved())) || workers.iter().all(WorkerSide::is_closed)
 }
 
 /// What [`WorkerSide::next`] found.
@@ -1034,11 +1039,6 @@ impl WorkerSide {
     /// last call; clears the mark.
     pub fn take_starved(&self) -> bool {
         self.load.take_starved()
-    }
-
-    /// Whether a capture side feeding this worker waits for memory; keeps the mark.
-    pub fn is_starved(&self) -> bool {
-        self.load.is_starved()
     }
 
     /// Take the next captured chunk if one is waiting.

@@ -20,6 +20,6 @@ mod ready_fd;
 mod spsc;
 mod wait;
 
-pub use ready_fd::ReadyFd;
+pub use ready_fd::{EventFd, ReadyFd};
 pub use spsc::{channel, Capacity, Consumer, Producer};
 pub use wait::WakeHandle;

@@ -21,23 +21,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-/// The eventfd itself, owned by the bell it is tied to.
-pub(crate) struct EventFd(OwnedFd);
+/// An eventfd, nonblocking and closed on exec: what a [`ReadyFd`] signals.
+/// The type stands for the kind of descriptor, so a caller that wants to
+/// keep its own duplicate (one valid before a reader exists and after it is
+/// gone) makes it here and hands a [`try_clone`](Self::try_clone) over.
+pub struct EventFd(OwnedFd);
 
 impl EventFd {
-    /// Adopt `fd` if it is an eventfd: it is written and read 8 bytes at a time.
-    fn adopt(fd: OwnedFd) -> io::Result<EventFd> {
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
-        if link.as_os_str() != "anon_inode:[eventfd]" {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("descriptor {} is {}, not an eventfd", fd.as_raw_fd(), link.display()),
-            ));
-        }
-        Ok(EventFd(fd))
-    }
-
-    fn new() -> io::Result<EventFd> {
+    pub fn new() -> io::Result<EventFd> {
         // SAFETY: eventfd takes no pointers; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -47,9 +38,14 @@ impl EventFd {
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// A second descriptor for the same eventfd.
+    pub fn try_clone(&self) -> io::Result<EventFd> {
+        self.0.try_clone().map(EventFd)
+    }
+
     /// Make the descriptor readable. Cannot block: the counter only overflows
     /// after 2^64 − 2 signals without a drain.
-    pub(crate) fn signal(&self) {
+    pub fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
         let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
@@ -63,20 +59,26 @@ impl EventFd {
     }
 }
 
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// The sleeping side's view of its bell's descriptor.
 pub struct ReadyFd {
     bell: Arc<Bell>,
 }
 
 impl ReadyFd {
-    /// Tie an eventfd to the bell `handle` rings: `fd` (which must be an
-    /// eventfd; the caller may keep a duplicate to poll after the bell is
-    /// gone), or a new one. Once per bell: later calls share the first.
-    pub fn new(handle: &WakeHandle, fd: Option<OwnedFd>) -> io::Result<ReadyFd> {
+    /// Tie an eventfd to the bell `handle` rings: `fd` (the caller may keep a
+    /// duplicate to poll after the bell is gone), or a new one. Once per
+    /// bell: later calls share the first.
+    pub fn new(handle: &WakeHandle, fd: Option<EventFd>) -> io::Result<ReadyFd> {
         let bell = Arc::clone(&handle.0);
         if bell.fd.get().is_none() {
             let fd = match fd {
-                Some(fd) => EventFd::adopt(fd)?,
+                Some(fd) => fd,
                 None => EventFd::new()?,
             };
             // A race with another caller leaves one eventfd; the loser's closes.
