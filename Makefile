@@ -58,6 +58,7 @@ pcap-suite: pcap-lib
 	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --strict-stderr --libdir $(TARGET_DIR)/weir-pcap \
 		--baseline target/pcap-suite/stock.json --json target/pcap-suite/weir.json --list-failures
 	WEIR_BIN=$(TARGET_DIR)/release/weir python3 tests/pcap-compat/weir_run_check.py
+	python3 tests/pcap-compat/refilter_check.py --libdir $(TARGET_DIR)/weir-pcap
 	python3 tests/pcap-compat/exporters_check.py --libdir $(TARGET_DIR)/weir-pcap
 	@if [ "$$(id -u)" -eq 0 ]; then \
 		scripts/testbed --queues 2 -- python3 tests/pcap-compat/live_check.py \

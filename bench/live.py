@@ -129,8 +129,11 @@ def descendants(pid):
 class Tool:
     """A capture tool in the capturing namespace; `stop()` returns (received, dropped, cpu_s)."""
 
-    def __init__(self, name, argv, parse):
-        self.name, self.argv, self.parse = name, argv, parse
+    def __init__(self, name, argv, parse, control=None):
+        """`control`, if given, is a softflowd control socket: its counters are
+        read before the tool is told to shut down through it (softflowd prints
+        none of its own on exit)."""
+        self.name, self.argv, self.parse, self.control = name, argv, parse, control
         self.proc = None
 
     def start(self):
@@ -164,9 +167,16 @@ class Tool:
         if QUOTA["pct"] is not None:
             # Shutting down is not measured either.
             move_to_cgroup(self.pids(), CGROUP.parent)
-        self.signal(signal.SIGINT)
+        stats = ""
+        if self.control:
+            ctl = lambda cmd: subprocess.run(ns("RX") + ["softflowctl", "-c", self.control, cmd], capture_output=True, text=True).stdout
+            stats = ctl("statistics")
+            ctl("shutdown")
+        else:
+            self.signal(signal.SIGINT)
         try:
             out, err = self.proc.communicate(timeout=30)
+            out += stats
         except subprocess.TimeoutExpired:
             self.signal(signal.SIGKILL)
             self.proc.communicate()
@@ -192,6 +202,13 @@ def parse_netsniff(out, err):
     return incoming, dropped
 
 
+def parse_softflowd(out, err):
+    """libpcap's counters as softflowd reports them (the same ps_recv and ps_drop
+    tcpdump prints), from its control socket's statistics."""
+    num = lambda key: int(next(l for l in out.splitlines() if l.startswith(key)).split(":")[1])
+    return num("Packets received by libpcap"), num("Packets dropped by libpcap") + num("Packets dropped by interface")
+
+
 def parse_weir(out, err):
     v = json.loads(out)
     return v["received"], v["capture_drops"] + v["delivery_drops"]
@@ -212,7 +229,25 @@ def tools():
         "tcpdump-on-weir-locality": lambda b=None: Tool(
             "tcpdump-on-weir-locality",
             ["env", f"LD_LIBRARY_PATH={PCAP_LIB}", "WEIR_LOCALITY=8000", "tcpdump", "-i", rx, "-n", "-w", "/dev/null"], parse_tcpdump),
+        # A flow exporter: softflowd, stock and on weir with and without locality buffering.
+        "softflowd": lambda b=None: softflowd("softflowd", []),
+        "softflowd-on-weir": lambda b=None: softflowd("softflowd-on-weir", [f"LD_LIBRARY_PATH={PCAP_LIB}"]),
+        "softflowd-on-weir-locality": lambda b=None: softflowd("softflowd-on-weir-locality", [f"LD_LIBRARY_PATH={PCAP_LIB}", "WEIR_LOCALITY=8000"]),
     }
+
+
+def softflowd(name, env):
+    """softflowd exporting NetFlow v9 to a port nobody listens on in the capturing
+    namespace (the export is not what is measured; its datagrams stay there)."""
+    ctl = f"/tmp/weir-bench-{name}.ctl"
+    argv = ["env", *env, "softflowd", "-d", "-i", ENV["TB_RX_IF"], "-v", "9", "-m", "65536", "-n", f"{ENV['TB_RX_IP']}:9",
+            "-c", ctl, "-p", f"/tmp/weir-bench-{name}.pid"]
+    return Tool(name, argv, parse_softflowd, control=ctl)
+
+
+# Each tool's loss-free rate is also given as a ratio to the same program on
+# stock libpcap.
+PEER = {"softflowd-on-weir": "softflowd", "softflowd-on-weir-locality": "softflowd"}
 
 
 def send(mix, packets, kpps=None):
@@ -308,17 +343,32 @@ def inner(which, quota, passes):
             log(f"  burst {name:18} {key:8}: {result['bursts'][name][key]['largest_lossless_burst']}")
             write_result(passes_name(passes, which), result)
     for key in ("ladder", "ladder_quota"):
-        base = result[key].get("tcpdump", {})
         for name, mixes in result[key].items():
             for mix, r in mixes.items():
-                b = base.get(mix, {}).get("loss_free_kpps") or None
-                r["ratio_to_tcpdump"] = r["loss_free_kpps"] / b if b else None
+                for peer in {"tcpdump", PEER.get(name, "tcpdump")}:
+                    base = result[key].get(peer, {}).get(mix, {})
+                    b = base.get("loss_free_kpps") or None
+                    r[f"ratio_to_{peer}"] = r["loss_free_kpps"] / b if b else None
+                    r[f"cpu_ratio_to_{peer}"] = cpu_ratio(r, base)
     write_result(passes_name(passes, which), result)
 
 
 # "tcpdump -B 131072" is tcpdump given weir's default memory (64 MiB per queue, 2 queues).
-ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp", "tcpdump-on-weir", "tcpdump-on-weir-locality"]
+ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp", "tcpdump-on-weir", "tcpdump-on-weir-locality",
+       "softflowd", "softflowd-on-weir", "softflowd-on-weir-locality"]
 PASSES = ["ladder", "ladder_quota", "bursts"]
+
+
+def cpu_ratio(r, base):
+    """CPU per packet against a peer's at the same rate: the highest step both ran
+    without loss (CPU per packet falls as the rate rises, so only equal rates
+    compare). {"kpps", "ratio"}, or None when they share no loss-free step."""
+    mine = {s["kpps"]: s["cpu_ns_per_packet"] for s in r["steps"] if s["median_lost"] == 0}
+    theirs = {s["kpps"]: s["cpu_ns_per_packet"] for s in base.get("steps", []) if s["median_lost"] == 0}
+    common = sorted(set(mine) & set(theirs))
+    if not common or not theirs[common[-1]]:
+        return None
+    return {"kpps": common[-1], "ratio": mine[common[-1]] / theirs[common[-1]]}
 
 
 def passes_name(passes, which=None):

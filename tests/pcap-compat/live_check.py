@@ -13,6 +13,8 @@ tool keeps up with, while in the capturing namespace:
   must say so too;
 - the same through `weir run --locality 8000`, whose own per-queue counters
   must add up as well;
+- refilter (pcap_setfilter while reading) on weir and stock side by side:
+  after the switch exactly the packets the new filter passes arrive
 - pollcap (a nonblocking poll(2) loop on pcap_get_selectable_fd) on weir
   must read every frame without spinning on an always-readable descriptor;
 - softflowd and fprobe, each on stock libpcap and on weir at once, exporting
@@ -107,6 +109,42 @@ def check_tcpdump(name, err, written, sent, extra_ok=lambda: (True, "")):
     return ok
 
 
+def check_refilter(work, lib):
+    """refilter.c live, stock and weir side by side: read 100 packets with
+    "udp dst port 1000", switch to "udp dst port 2000", read 100 more. Each
+    burst holds 100 frames to each port. The first burst's port-2000 frames were
+    rejected by the first filter, so after the switch exactly the second
+    burst's 100 port-2000 frames must arrive, and nothing for port 1000."""
+    exe = work / "refilter"
+    cc = subprocess.run(["cc", "-O2", "-o", str(exe), str(Path(__file__).with_name("refilter.c")), "-lpcap"], capture_output=True, text=True)
+    if cc.returncode != 0:
+        print(f"FAIL refilter: cannot build: {cc.stderr.strip()[-400:]}")
+        return False
+    src, dst = [198, 18, 0, 1], [198, 18, 0, 99]
+    burst = [flows.frame(src, dst, 40000 + i, 1000 + 1000 * (i % 2), True, i, 64) for i in range(200)]
+    flows.write_pcap(work / "burst.pcap", burst)
+    argv = [str(exe), "-i", ENV["TB_RX_IF"], "udp dst port 1000", "100", "udp dst port 2000", "100"]
+    caps = {"stock": Capture("refilter (stock)", in_rx(argv)), "weir": Capture("refilter (weir)", in_rx(argv, [lib]))}
+    for c in caps.values():
+        c.wait_ready()
+    send(work / "burst.pcap")
+    until = time.time() + 10
+    while time.time() < until and not all("switched" in "".join(c.err) for c in caps.values()):
+        time.sleep(0.05)
+    send(work / "burst.pcap")
+    ok = True
+    for name, c in caps.items():
+        out, err = c.stop(sig=None, timeout=30)
+        ports = [[int(line.split()[4]) for line in out.splitlines() if line.startswith(f"{k} ")] for k in (1, 2)]
+        good = ports[0] == [1000] * 100 and ports[1] == [2000] * 100 and c.proc.returncode == 0
+        if name == "weir":
+            ok = good
+        print(f"{'ok  ' if good else 'FAIL' if name == 'weir' else '    '} refilter -i (pcap_setfilter while reading) on {name}: "
+              f"before the switch {len(ports[0])} packets, to ports {sorted(set(ports[0]))}; after it {len(ports[1])}, to ports "
+              f"{sorted(set(ports[1]))} (want 100 to port 1000, then 100 to port 2000){'' if good else '; ' + err.strip()[-200:]}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--libdir", required=True, help="directory holding weir's libpcap.so.0.8")
@@ -174,6 +212,9 @@ def main():
                 print(f"{'ok  ' if ok else 'FAIL'} pollcap (nonblocking poll loop) on weir {' '.join(extra)}: "
                       f"{out.strip() or err.strip()[-300:]} (sent {len(sent)}; a spinning loop counts millions of empty wake-ups)")
             checks += 1
+
+        checks += 1
+        bad += not check_refilter(work, lib)
 
         # Flow exporters, stock and weir at once, each to its own collector.
         rx_ip = ENV["TB_RX_IP"]

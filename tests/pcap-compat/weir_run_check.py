@@ -1,11 +1,15 @@
 """`weir run` with tcpdump on corpus traces: the same output as stock libpcap
 (the same lines in any order with locality buffering, which reorders across
 flows), and weir's counters, reported at exit, that add up to the packets
-tcpdump printed. Exit 1 on any difference."""
+tcpdump printed. Then a SIGTERM sent to weir run alone must reach the program,
+which stops as it chooses while weir run waits for it. Exit 1 on any
+difference."""
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,6 +22,28 @@ def tcpdump(prefix, trace):
     p = subprocess.run([*prefix, "tcpdump", "-n", "-tt", "-r", str(SUITE / trace)], capture_output=True, text=True,
                        errors="replace", env={"TZ": "GMT0", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     return p.returncode, p.stdout.splitlines(), p.stderr
+
+
+def sigterm_reaches_the_program():
+    """A shell that says when it got SIGTERM and exits 3; SIGTERM goes to weir
+    run's pid only (as from kill or a service manager)."""
+    script = 'trap "echo got-term; exit 3" TERM; echo ready; while :; do sleep 0.05; done'
+    p = subprocess.Popen([str(WEIR), "run", "--", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    ready = p.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        # The shell too, or it holds the pipes open.
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        err += "\n(weir run still running 10 s after SIGTERM: killed)"
+    ok = ready and p.returncode == 3 and "got-term" in out and "weir: the program opened no capture" in err
+    print(f"{'ok  ' if ok else 'FAIL'} SIGTERM to weir run reaches the program: exit {p.returncode} (want 3), "
+          f"program {'got' if 'got-term' in out else 'did not get'} it{'' if ok else '; ' + err.strip()[-200:]}")
+    return ok
 
 
 def main():
@@ -37,7 +63,8 @@ def main():
             bad += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {trace} {' '.join(extra) or 'in order'}: {len(out)} lines, stock {len(stock)}"
                   f"{'' if counted else ', counters: ' + (total.group(0) if total else 'none reported')}")
-    print(f"weir run: {len(TRACES) * 2 - bad} of {len(TRACES) * 2} checks passed")
+    bad += not sigterm_reaches_the_program()
+    print(f"weir run: {len(TRACES) * 2 + 1 - bad} of {len(TRACES) * 2 + 1} checks passed")
     return 1 if bad else 0
 
 

@@ -4,6 +4,10 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -84,11 +88,31 @@ pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &a.pool {
         cmd.env("WEIR_POOL", p);
     }
-    // Ctrl-C reaches the whole foreground group: the program stops as it
-    // chooses (tcpdump prints its counts), and weir run must outlive it to
-    // print weir's. So the interrupt is the program's alone.
-    ctrlc::set_handler(|| {}).context("handling Ctrl-C")?;
-    let status = cmd.status().with_context(|| format!("starting {}", a.program[0]))?;
+    // weir run must outlive the program to print weir's counters. Ctrl-C
+    // reaches the whole foreground group, so the program has it already and
+    // weir run only waits. SIGTERM and SIGHUP usually come to weir run alone
+    // (kill, a service manager): they are passed on, and the program stops as
+    // it chooses (tcpdump prints its counts).
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("handling signals")?;
+    let signal_handle = signals.handle();
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", a.program[0]))?;
+    let pid = Pid::from_raw(i32::try_from(child.id()).context("child pid")?);
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            let pass = match sig {
+                SIGTERM => Signal::SIGTERM,
+                SIGHUP => Signal::SIGHUP,
+                _ => continue,
+            };
+            // The program may have exited just now: nothing to pass it to then.
+            let _ = kill(pid, pass);
+        }
+    });
+    let status = child.wait().with_context(|| format!("waiting for {}", a.program[0]));
+    // Stop forwarding before the pid can be reused.
+    signal_handle.close();
+    let _ = forwarder.join();
+    let status = status?;
     if !a.quiet {
         report(stats.path());
     }

@@ -288,7 +288,12 @@ pub extern "C" fn pcap_set_datalink(p: *mut Handle, dlt: c_int) -> c_int {
     if dlt == h.dlt.get() {
         return 0;
     }
-    h.set_error(&format!("{dlt} is not one of the DLTs supported by this device (weir offers only {})", h.dlt.get()));
+    // libpcap's words: a handle offers the one link type its source has.
+    let msg = match text(crate::delegate::pcap_datalink_val_to_name(dlt)) {
+        Some(name) => format!("{name} is not one of the DLTs supported by this device"),
+        None => format!("DLT {dlt} is not one of the DLTs supported by this device"),
+    };
+    h.set_error(&msg);
     PCAP_ERROR
 }
 

@@ -2,10 +2,16 @@
 //!
 //! The contract:
 //! - A handle opens its source when it is opened (a file) or activated (an
-//!   interface), so errors come where libpcap reports them, and starts
-//!   capture at the first read, so a filter set before reading is the
-//!   engine's (rejected packets take no cell and are counted as filtered).
-//!   A filter set after reading started is applied here, on top.
+//!   interface), and starts capture at the first read.
+//! - Filters follow libpcap. On an interface, a filter set before reading is
+//!   the engine's (the kernel's: rejected packets take no cell and are counted
+//!   as filtered). One set while reading replaces it in the engine, and is also
+//!   applied here to the packets captured before the engine took it, which
+//!   passed the old one; libpcap does the same to the packets already in its
+//!   ring. A file's filter is applied here, record by record, so a new one
+//!   judges exactly the records not yet read, as in libpcap, and `pcap_file`
+//!   positions stay exact. Packets rejected here are counted as filtered in
+//!   weir's report, in the queue that captured them.
 //! - A packet handed out stays valid until the next read on the handle, as
 //!   libpcap promises; the engine's reader holds its chunk until then.
 //! - Functions a callback may call on its own handle (`pcap_breakloop`,
@@ -28,7 +34,7 @@ use weir::filter::Filter;
 use weir::ring::EventFd;
 use weir::source::file::format::TraceKind;
 use weir::source::{QueueRange, SourceSpec};
-use weir::stats::StatsReader;
+use weir::stats::{Snapshot, StatsReader};
 use weir::{Engine, LinkType};
 
 /// Longest a read sleeps before looking at the break flag: `pcap_breakloop`
@@ -61,11 +67,11 @@ enum Stage {
 
 struct State {
     stage: Stage,
-    /// Set by `pcap_setfilter` before reading started: handed to the engine
-    /// (and kept, for a file read again from the start).
+    /// The last filter `pcap_setfilter` set: an interface's engine starts with it.
     filter: Option<Filter>,
-    /// Set by `pcap_setfilter` after reading started: applied here.
-    late_filter: Option<Filter>,
+    /// The filter applied here to each packet read: a file's filter, or one
+    /// set on an interface while reading (see the module's contract).
+    here: Option<Filter>,
     /// The system library's twin of this handle, for compiling and dumping.
     dead: Option<DeadHandle>,
     timeout: Option<Duration>,
@@ -91,10 +97,13 @@ pub struct Handle {
     path: Option<PathBuf>,
     /// `pcap_file`'s stream (see [`crate::savefile`]).
     savefile: OnceCell<Savefile>,
-    /// Packets handed out, and the logical offset of the next record.
-    handed: Cell<u64>,
+    /// Packets read from the engine (for a file, every record, whether the
+    /// filter passed it or not), and the logical offset of the next record.
+    records: Cell<u64>,
     logical: Cell<i64>,
     pub settings: Settings,
+    /// Packets (and their wire bytes) the filter rejected here, by queue number.
+    rejected: RefCell<Vec<(u64, u64)>>,
     stats: OnceCell<StatsReader>,
     /// The header of the packet `pcap_next_ex` handed out last.
     hdr: UnsafeCell<PcapPkthdr>,
@@ -121,7 +130,7 @@ impl Handle {
         Box::new(Handle {
             errbuf: UnsafeCell::new([0; ERRBUF_SIZE]),
             break_loop: AtomicBool::new(false),
-            state: RefCell::new(State { stage, filter: None, late_filter: None, dead: None, timeout: None, nonblock: false }),
+            state: RefCell::new(State { stage, filter: None, here: None, dead: None, timeout: None, nonblock: false }),
             dlt: Cell::new(dlt),
             snaplen: Cell::new(snaplen),
             precision: Cell::new(precision),
@@ -130,7 +139,8 @@ impl Handle {
             device: None,
             path: None,
             savefile: OnceCell::new(),
-            handed: Cell::new(0),
+            records: Cell::new(0),
+            rejected: RefCell::new(Vec::new()),
             logical: Cell::new(PCAP_HEADER),
             settings,
             stats: OnceCell::new(),
@@ -184,7 +194,7 @@ impl Handle {
                 }
             },
         };
-        view.show(self.logical.get(), self.handed.get())
+        view.show(self.logical.get(), self.records.get())
     }
 
     /// Before a read: follow the caller if it moved `pcap_file`'s stream back
@@ -206,25 +216,26 @@ impl Handle {
             drop(r.finish());
         }
         let mut reader = self.start_reading(Handle::file_engine(&self.settings, self.path.clone())?, st)?;
+        // The engine filters nothing of a file: `packets` counts records.
         let mut skipped = 0;
         while skipped < packets {
             match reader.next(BREAK_CHECK) {
-                Read::Packet(p) => skipped += u64::from(st.late_filter.as_ref().is_none_or(|f| f.matches(p.data(), p.wire_len()))),
+                Read::Packet(_) => skipped += 1,
                 Read::Idle => {}
                 Read::End => break,
             }
         }
         st.stage = Stage::Reading(Box::new(reader));
-        self.handed.set(packets);
+        self.records.set(packets);
         self.logical.set(at);
         view.settled(at);
         Ok(())
     }
 
-    /// Start capture with the filter set before reading, signalling the
-    /// selectable descriptor if the caller asked for one.
+    /// Start capture (an interface with the filter set before reading),
+    /// signalling the selectable descriptor if the caller asked for one.
     fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
-        engine.set_filter(st.filter.clone());
+        engine.set_filter(if self.offline { None } else { st.filter.clone() });
         let mut r = engine.start_reader().map_err(|e| e.to_string())?;
         if let Some(fd) = self.selectable.get() {
             fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)).map_err(|e| format!("selectable descriptor: {e}"))?;
@@ -330,10 +341,16 @@ impl Handle {
             }
         };
         let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
-        match st.stage {
-            Stage::Reading(_) | Stage::Ended => st.late_filter = Some(filter),
-            _ => st.filter = Some(filter),
+        if self.offline {
+            st.here = Some(filter.clone());
+        } else if let Stage::Reading(r) = &st.stage {
+            if let Err(e) = r.replace_filter(Some(filter.clone())) {
+                self.set_error(&format!("setfilter: {e}"));
+                return PCAP_ERROR;
+            }
+            st.here = Some(filter.clone());
         }
+        st.filter = Some(filter);
         0
     }
 
@@ -407,11 +424,18 @@ impl Handle {
             let slice = until.map_or(BREAK_CHECK, |u| u.saturating_duration_since(Instant::now()).min(BREAK_CHECK));
             match reader.next(slice) {
                 Read::Packet(p) => {
-                    if st.late_filter.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
+                    self.records.set(self.records.get() + 1);
+                    self.logical.set(self.logical.get() + RECORD_HEADER + i64::from(p.caplen()));
+                    if st.here.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
+                        let mut rejected = self.rejected.borrow_mut();
+                        let q = usize::from(p.queue().0);
+                        if rejected.len() <= q {
+                            rejected.resize(q + 1, (0, 0));
+                        }
+                        rejected[q].0 += 1;
+                        rejected[q].1 += u64::from(p.wire_len());
                         continue;
                     }
-                    self.handed.set(self.handed.get() + 1);
-                    self.logical.set(self.logical.get() + RECORD_HEADER + i64::from(p.caplen()));
                     let (sec, frac) = self.timeval(p.ts_ns(), p.ts_carry());
                     let hdr = PcapPkthdr {
                         tv_sec: sec as libc::time_t,
@@ -429,7 +453,7 @@ impl Handle {
                 Read::End => {
                     let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!("reading") };
                     let report = r.finish();
-                    self.settings.report(&report.stats);
+                    self.report(report.stats);
                     return match report.errors.first().map(|e| e.to_string()) {
                         Some(e) => {
                             self.set_error(&e);
@@ -491,8 +515,22 @@ impl Handle {
         let stage = std::mem::replace(&mut st.stage, Stage::Ended);
         if let Stage::Reading(r) = stage {
             let report = r.finish();
-            self.settings.report(&report.stats);
+            self.report(report.stats);
         }
+    }
+
+    /// weir's report, if asked for, with the packets the filter rejected here
+    /// moved from delivered (to this handle) to filtered.
+    fn report(&self, mut stats: Snapshot) {
+        let rejected = self.rejected.borrow();
+        for q in &mut stats.queues {
+            let (n, bytes) = rejected.get(usize::from(q.queue.0)).copied().unwrap_or_default();
+            debug_assert!(n <= q.delivered, "rejected only what was delivered here");
+            q.delivered -= n;
+            q.delivered_bytes = q.delivered_bytes.saturating_sub(bytes);
+            q.filtered += n;
+        }
+        self.settings.report(&stats);
     }
 
     /// `pcap_get_selectable_fd`: an eventfd, readable when a read may find a

@@ -7,9 +7,9 @@
 //! so the stream is a view kept in step on request:
 //! - Each `pcap_file` call puts the stream at the handle's logical position,
 //!   where the next record starts, and remembers how many packets had been
-//!   handed out there. For a pcap file read without an engine filter the
-//!   position is the exact byte offset; otherwise (pcapng, or packets the
-//!   engine filtered unseen) it is an estimate, still strictly increasing.
+//!   records had been read there (the handle filters a file's records itself,
+//!   so it sees each one). For a pcap file the position is the exact byte
+//!   offset; for pcapng it is an estimate, still strictly increasing.
 //! - Before each read, a stream moved by the caller to a position it was told
 //!   means "read again from there": the handle restarts the file and skips to
 //!   that packet. Any other position is an error that names the offset.
@@ -38,14 +38,14 @@ pub struct Savefile {
     close: bool,
     /// Where this view last put `fp`; `None` for a stream that cannot seek.
     set_at: Cell<Option<i64>>,
-    /// Positions handed to the caller → packets handed out before them.
+    /// Positions handed to the caller → records read before them.
     told: RefCell<HashMap<i64, u64>>,
 }
 
 /// What the caller did with the stream since the last look.
 pub enum Moved {
     Not,
-    /// Back (or on) to the point where `packets` had been handed out.
+    /// Back (or on) to the point where `packets` records had been read.
     To {
         packets: u64,
         at: i64,
@@ -82,7 +82,7 @@ impl Savefile {
         Ok(Savefile::new(fp, true))
     }
 
-    /// Put the stream at `at`, where `packets` have been handed out, and hand it over.
+    /// Put the stream at `at`, where `packets` records have been read, and hand it over.
     pub fn show(&self, at: i64, packets: u64) -> *mut FILE {
         // SAFETY: fp is open for the life of this view.
         if unsafe { libc::fseek(self.fp, at as libc::c_long, libc::SEEK_SET) } == 0 {

@@ -2,7 +2,10 @@
 //! one queue, every packet once over several, packets left unread counted as
 //! such when the application stops early, and a damaged trace reported after
 //! the packets before the damage. Live, on the test bed: the reader's
-//! descriptor is readable exactly when there is something to read.
+//! descriptor is readable exactly when there is something to read, and a
+//! filter replaced while reading judges what is captured after it (afpacket,
+//! where the kernel's socket filter is swapped, and afxdp, where the capture
+//! threads filter).
 
 mod support;
 
@@ -211,5 +214,58 @@ fn a_live_readers_descriptor_is_readable_exactly_when_something_waits() {
         assert!(readable(fd, 0), "the end leaves the descriptor readable");
         let report = r.finish();
         assert_eq!(report.stats.total().delivered, got as u64, "{:?}", report.stats.total());
+    }
+}
+
+/// IPv4 protocol numbers of the packets read until 300 ms pass without one.
+fn protocols_until_quiet(r: &mut weir::engine::Reader) -> Vec<u8> {
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        match r.next(Duration::from_millis(300)) {
+            Read::Packet(p) => {
+                let d = p.data();
+                got.push(if d.len() > 23 && d[12..14] == [8, 0] { d[23] } else { 0 });
+            }
+            Read::Idle => break,
+            Read::End => panic!("capture ended while packets were expected"),
+        }
+    }
+    got
+}
+
+#[test]
+fn a_replaced_filter_judges_what_is_captured_after_it() {
+    let Some(tb) = TestBed::new(2) else { return };
+    const ICMP: u8 = 1;
+    const UDP: u8 = 17;
+    // Three echo requests, and three UDP datagrams (to a port nobody serves:
+    // ICMP errors coming back are not UDP). Under afxdp the kernel never sees
+    // what the XDP program redirects, so nothing answers and ping fails.
+    let send = || {
+        tb.in_tx("ping").args(["-q", "-c", "3", "-i", "0.05", "-W", "0.2", &tb.rx_ip]).output().expect("ping");
+        for _ in 0..3 {
+            let udp = tb.in_tx("bash").args(["-c", &format!("echo weir > /dev/udp/{}/9", tb.rx_ip)]).status().expect("bash");
+            assert!(udp.success());
+        }
+    };
+    for kind in ["afpacket", "afxdp"] {
+        let live = LiveOptions { netns: Some(tb.rx_ns.clone().into()), ..LiveOptions::default() };
+        let b = Engine::builder().source(&format!("{kind}:{}@0-1", tb.rx_if)).unwrap().live(live).filter("icmp");
+        let mut r = b.build().unwrap().start_reader().unwrap();
+        protocols_until_quiet(&mut r);
+        send();
+        let before = protocols_until_quiet(&mut r);
+        assert!(before.len() >= 3 && before.iter().all(|&p| p == ICMP), "{kind}: with `icmp`, read {before:?}");
+
+        let udp = weir::filter::Filter::compile("udp", r.info().link_type, r.info().snaplen).unwrap();
+        r.replace_filter(Some(udp)).unwrap();
+        send();
+        let after = protocols_until_quiet(&mut r);
+        assert_eq!(after, vec![UDP; 3], "{kind}: after the switch to `udp`, exactly the three datagrams");
+        r.stop_handle().stop();
+        while !matches!(r.next(Duration::from_millis(100)), Read::End) {}
+        let t = r.finish().stats.total();
+        assert_eq!(t.delivered, (before.len() + after.len()) as u64, "{kind}: {t:?}");
     }
 }

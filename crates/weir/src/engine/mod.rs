@@ -27,7 +27,7 @@ pub use reader::{Read, Reader, ReaderReport};
 pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 
 use crate::balance;
-use crate::filter::{Filter, FilterError};
+use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::pool::{self, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
@@ -365,11 +365,12 @@ impl Engine {
         let ctl = Arc::new(Control::new(self.packet_limit));
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
+        let filter = FilterSwitch::new(self.filter);
         let rebalancing = self.balance.controller().is_some();
         let units = self
             .source
             .into_units(source::CaptureOptions {
-                filter: self.filter,
+                filter: filter.clone(),
                 pacing: self.pacing,
                 pool: self.pool,
                 balance: self.balance,
@@ -442,6 +443,7 @@ impl Engine {
             balance: rebalancing.then_some(balance),
             info: self.info,
             locality: self.locality,
+            filter,
         })
     }
 }
@@ -459,6 +461,8 @@ pub(crate) struct Launched {
     pub(crate) balance: Option<Arc<balance::BalanceCounters>>,
     pub(crate) info: SourceInfo,
     pub(crate) locality: Option<LocalityConfig>,
+    /// Replaces the capture units' filter while they run (a reader's `replace_filter`).
+    pub(crate) filter: FilterSwitch,
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since

@@ -25,6 +25,7 @@
 //!   stats identity holds with nothing in flight.
 
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
+use crate::filter::{Filter, FilterSwitch};
 use crate::locality::{LocalityConfig, PortIndex, QUIET};
 use crate::pool::{self, ChunkToken, WorkerSide};
 use crate::ring::{EventFd, ReadyFd};
@@ -100,6 +101,7 @@ pub struct Reader {
     errors: Vec<RunError>,
     closed: bool,
     ready: Option<ReadyFd>,
+    filter: FilterSwitch,
 }
 
 impl Reader {
@@ -120,6 +122,7 @@ impl Reader {
             errors: Vec::new(),
             closed: false,
             ready: None,
+            filter: l.filter,
         }
     }
 
@@ -175,6 +178,17 @@ impl Reader {
     /// The longest a poller may sleep on [`ready_fd`](Self::ready_fd) before
     /// calling [`next`](Self::next) again: with locality buffering, a batch
     /// gathering from a source gone quiet is handed out only by a call.
+    /// Replace the filter while capture runs. A kernel filter (afpacket) is
+    /// swapped before this returns; a capture thread that filters in user
+    /// space (afxdp, files) takes it before its next batch or record. Packets
+    /// captured before were judged by the old filter and are delivered as they
+    /// are: a caller wanting libpcap's semantics (the new filter applies to
+    /// everything read from now on) judges those again itself. The filter must
+    /// be compiled for this source's link type.
+    pub fn replace_filter(&self, filter: Option<Filter>) -> io::Result<()> {
+        self.filter.replace(filter)
+    }
+
     pub fn select_timeout(&self) -> Option<Duration> {
         self.batch.as_ref().map(|b| b.cfg.quiet_after())
     }

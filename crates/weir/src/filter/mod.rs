@@ -33,6 +33,7 @@ mod disasm;
 mod interp;
 pub mod libpcap;
 mod program;
+mod switch;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ use std::sync::Arc;
 
 pub use libpcap::BpfInsn;
 pub use program::MAX_INSNS;
+pub use switch::{FilterSwitch, FilterWatch};
 
 use program::Op;
 

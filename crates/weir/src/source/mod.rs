@@ -22,14 +22,16 @@ pub use pacing::Pacing;
 pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError, MAX_QUEUES};
 
 use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
-use crate::filter::Filter;
+use crate::filter::FilterSwitch;
 use std::sync::Arc;
 
 /// What a source does with the packets it captures.
 pub struct CaptureOptions {
     /// Packets it rejects are counted as filtered and take no cell (live sources
     /// may run it in the kernel instead, where rejected packets are not seen).
-    pub filter: Option<Filter>,
+    /// It may be replaced while capture runs: kernel filters through
+    /// [`FilterSwitch::on_replace`], user-space ones through a watch per unit.
+    pub filter: FilterSwitch,
     pub pacing: Pacing,
     /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.
     pub pool: crate::pool::PoolConfig,

@@ -175,7 +175,8 @@ fn io_error(what: String, e: io::Error) -> SourceError {
 /// One queue's socket and ring, opened but not yet receiving.
 struct QueueSocket {
     queue: u16,
-    socket: PacketSocket,
+    /// Shared only with the filter switch's applier, which holds it weakly.
+    socket: Arc<PacketSocket>,
     ring: sys::Ring,
 }
 
@@ -250,7 +251,7 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
         let mut opened = Vec::with_capacity(queues.len());
         for (&q, socket) in queues.iter().zip(sockets) {
             let ring = set_up(&socket, shape, opts, ifindex, dev.vlan).map_err(|(step, e)| io_error(format!("{label}@{q}: {step}"), e))?;
-            opened.push(QueueSocket { queue: q, socket, ring });
+            opened.push(QueueSocket { queue: q, socket: Arc::new(socket), ring });
         }
         let mut placeholders = Vec::new();
         if fanout == Fanout::QueueMapping {
@@ -381,7 +382,7 @@ impl Source for AfPacketSource {
         let label = |q: u16| format!("afpacket:{}@{q}", self.iface);
         // Every member: (queue, socket), capturing sockets first.
         let members: Vec<(u16, &PacketSocket)> =
-            self.queues.iter().map(|s| (s.queue, &s.socket)).chain(self.placeholders.iter().map(|(q, s)| (*q, s))).collect();
+            self.queues.iter().map(|s| (s.queue, &*s.socket)).chain(self.placeholders.iter().map(|(q, s)| (*q, s))).collect();
         for &(q, s) in &members {
             s.attach_filter(&[ret(0)]).map_err(|e| io_error(format!("{}: attaching a filter", label(q)), e))?;
             s.bind(self.ifindex).map_err(|e| io_error(format!("{}: binding to the interface", label(q)), e))?;
@@ -406,12 +407,30 @@ impl Source for AfPacketSource {
         for &(q, s) in &order[1..] {
             s.join_fanout(group, mode).map_err(|e| io_error(joining(q), e))?;
         }
-        let program = socket_program(opts.filter.as_ref().map(|f| f.program()), self.info.snaplen, self.loopback);
+        let (snaplen, loopback) = (self.info.snaplen, self.loopback);
+        let program = socket_program(opts.filter.current().as_ref().map(|f| f.program()), snaplen, loopback);
         for s in &self.queues {
             s.socket.attach_filter(&program).map_err(|e| {
                 io_error(format!("{}: the kernel refused the filter program ({} instructions)", label(s.queue), program.len()), e)
             })?;
         }
+        // A replacement goes on every socket still open before the caller's
+        // `replace` returns; the units own the sockets, this only looks at them.
+        let sockets: Vec<_> = self.queues.iter().map(|s| (s.queue, Arc::downgrade(&s.socket))).collect();
+        let iface = self.iface.clone();
+        opts.filter.on_replace(Box::new(move |f| {
+            let label = |q: u16| format!("afpacket:{iface}@{q}");
+            let program = socket_program(f.map(|f| f.program()), snaplen, loopback);
+            for (q, s) in sockets.iter().filter_map(|(q, s)| Some((q, s.upgrade()?))) {
+                s.attach_filter(&program).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("{}: the kernel refused the filter program ({} instructions): {e}", label(*q), program.len()),
+                    )
+                })?;
+            }
+            Ok(())
+        }));
         let rebalance = match (opts.balance.controller(), &self.steering) {
             (None, _) => None,
             (Some(cfg), Some(binding)) => {

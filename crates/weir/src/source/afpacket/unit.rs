@@ -54,7 +54,7 @@ const STATS_EVERY: Duration = Duration::from_millis(100);
 pub(super) struct QueueUnit {
     queue: QueueId,
     label: String,
-    socket: PacketSocket,
+    socket: Arc<PacketSocket>,
     ring: Ring,
     /// What the capture's units share (qm placeholders, the buckets program), kept
     /// while this unit runs.
@@ -93,7 +93,7 @@ impl QueueUnit {
     pub(super) fn new(
         queue: QueueId,
         label: String,
-        socket: PacketSocket,
+        socket: Arc<PacketSocket>,
         ring: Ring,
         shared: Arc<Shared>,
         balance: Option<QueueRole>,

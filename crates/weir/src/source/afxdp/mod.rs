@@ -190,7 +190,7 @@ impl Source for AfXdpSource {
                 (Some(r), Some(l)) => Some(rebalance::QueueRole::new(Arc::clone(r), me, l, frames, xdp.frame_size)),
                 _ => None,
             };
-            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.clone(), info.snaplen, role)));
+            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role)));
         }
         if let Some(r) = rebalance {
             units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afxdp:{iface} rebalancer"))));

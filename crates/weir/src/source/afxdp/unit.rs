@@ -30,7 +30,7 @@ use super::rebalance::{QueueRole, Received};
 use super::sys::{Promiscuous, XdpStatistics};
 use super::xsk::Xsk;
 use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
-use crate::filter::Filter;
+use crate::filter::FilterWatch;
 use crate::pool::{CaptureSide, FrameArena, NoCell};
 use crate::QueueId;
 use std::sync::Arc;
@@ -78,14 +78,14 @@ pub struct XskUnit {
     xsk: Xsk,
     umem: Arc<FrameArena>,
     _attachment: Arc<Attachment>,
-    filter: Option<Filter>,
+    filter: FilterWatch,
     snaplen: usize,
     drops: KernelDrops,
     balance: Option<QueueRole>,
 }
 
 impl XskUnit {
-    pub fn new(xsk: Xsk, attachment: Arc<Attachment>, filter: Option<Filter>, snaplen: u32, balance: Option<QueueRole>) -> XskUnit {
+    pub fn new(xsk: Xsk, attachment: Arc<Attachment>, filter: FilterWatch, snaplen: u32, balance: Option<QueueRole>) -> XskUnit {
         let zero_copy = xsk.is_zero_copy();
         let umem = Arc::clone(xsk.umem());
         XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy), balance }
@@ -164,6 +164,8 @@ impl XskUnit {
             }
             self.sync(side);
             self.refill(side);
+            // A filter replaced meanwhile judges the next batch on.
+            self.filter.changed();
             let n = self.xsk.peek(BATCH);
             if n == 0 {
                 // A partly filled chunk waits up to PUBLISH_DELAY for more packets
@@ -211,7 +213,7 @@ impl XskUnit {
         while done < n {
             let (desc, data) = self.xsk.packet(done, &self.umem, self.snaplen);
             let caplen = data.len();
-            if let Some(f) = &self.filter {
+            if let Some(f) = self.filter.get() {
                 // The filter reads the packet in place, in its frame.
                 if !f.matches(data, desc.len) {
                     side.drop_filtered(desc.len);

@@ -21,7 +21,7 @@ use super::format::{Step, TraceHeader, Walker};
 use super::input::{Input, ReadConfig};
 use crate::engine::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::balance::{Route, Steering};
-use crate::filter::Filter;
+use crate::filter::{Filter, FilterWatch};
 use crate::pool::{BlockRef, CaptureSide, NoCell};
 use crate::rss::Rss;
 use crate::source::pacing::{self, Pacer};
@@ -118,7 +118,7 @@ impl Source for TraceSource {
             walker: self.walker,
             queues: self.queues,
             rss,
-            filter: opts.filter,
+            filter: opts.filter.watch(),
             pacer: Pacer::new(opts.pacing),
             progress: self.progress,
             next_tick: Instant::now() + STEER_TICK,
@@ -137,7 +137,7 @@ struct TraceUnit {
     walker: Walker,
     queues: QueueRange,
     rss: Option<Rss>,
-    filter: Option<Filter>,
+    filter: FilterWatch,
     pacer: Pacer,
     progress: Arc<Progress>,
     next_tick: Instant,
@@ -222,6 +222,8 @@ impl TraceUnit {
             if ctl.stop_requested() {
                 return Ok(());
             }
+            // One load per record, like the stop check: a replaced filter judges the next record on.
+            self.filter.changed();
             let step = self
                 .walker
                 .next(self.input.unread(), self.input.offset(), self.input.eof)
@@ -254,7 +256,7 @@ impl TraceUnit {
                         match st.route(b) {
                             Route::Queue(q) => i = q,
                             Route::Park => {
-                                if let Fate::Stop = park_one(st, b, sides, &pkt, self.filter.as_ref(), ctl) {
+                                if let Fate::Stop = park_one(st, b, sides, &pkt, self.filter.get(), ctl) {
                                     return Ok(());
                                 }
                                 continue;
@@ -262,7 +264,7 @@ impl TraceUnit {
                         }
                     }
                     let block = if paced { None } else { self.input.block() };
-                    if let Fate::Stop = capture_one(&mut sides[i], &pkt, block, self.filter.as_ref(), ctl) {
+                    if let Fate::Stop = capture_one(&mut sides[i], &pkt, block, self.filter.get(), ctl) {
                         return Ok(());
                     }
                     if since_tick >= TICK_CHECK_EVERY {
