@@ -415,13 +415,20 @@ impl Handle {
         } else {
             st.timeout
         };
-        let until = limit.map(|l| Instant::now() + l);
+        // The clock is read only once a wait was in vain: a packet that is
+        // already there costs no clock read (as in weir's reader).
+        let mut until: Option<Instant> = None;
         loop {
-            // Relaxed, as in `request_break`.
-            if self.break_loop.swap(false, Ordering::Relaxed) {
+            // Relaxed, as in `request_break`. A plain load first: the swap is
+            // a locked instruction, paid only when a break was asked for.
+            if self.break_loop.load(Ordering::Relaxed) && self.break_loop.swap(false, Ordering::Relaxed) {
                 return Got::Break;
             }
-            let slice = until.map_or(BREAK_CHECK, |u| u.saturating_duration_since(Instant::now()).min(BREAK_CHECK));
+            let slice = match (limit, until) {
+                (None, _) => BREAK_CHECK,
+                (Some(l), None) => l.min(BREAK_CHECK),
+                (Some(_), Some(u)) => u.saturating_duration_since(Instant::now()).min(BREAK_CHECK),
+            };
             match reader.next(slice) {
                 Read::Packet(p) => {
                     self.records.set(self.records.get() + 1);
@@ -446,8 +453,12 @@ impl Handle {
                     return Got::Packet(hdr, p.data().as_ptr());
                 }
                 Read::Idle => {
-                    if until.is_some_and(|u| Instant::now() >= u) {
-                        return Got::Idle;
+                    if let Some(l) = limit {
+                        // The first slice was waited already: the limit counts from its start.
+                        let u = *until.get_or_insert_with(|| Instant::now() + l.saturating_sub(slice));
+                        if Instant::now() >= u {
+                            return Got::Idle;
+                        }
                     }
                 }
                 Read::End => {
