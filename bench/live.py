@@ -7,9 +7,14 @@ side never answers and sees exactly what was sent.
 
 For each capture tool and each traffic mix it sends at a ladder of rates, three
 runs per step, and reports the highest step at which the median loss is zero
-(the loss-free rate), as a ratio to tcpdump's. CPU per packet is the capture
+(the loss-free rate), as a ratio to tcpdump's and, for a program on weir's
+libpcap (tcpdump-on-weir*, softflowd-on-weir*), to the same program on stock
+libpcap. CPU per packet is the capture
 process's CPU time (all threads, from schedstat) while the traffic flows, over
-the packets it received: start-up and shutdown are left out. The generator's own
+the packets it received: start-up and shutdown are left out. It is compared
+with a peer's at the highest rate both ran without loss, since it falls as the
+rate rises. softflowd reports libpcap's counters (ps_recv, ps_drop) through its
+control socket, which is read before it is told to shut down. The generator's own
 ceiling is measured first and stated: where every tool reaches it, the generator
 is the limit, not the capture side.
 
