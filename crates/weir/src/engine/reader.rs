@@ -198,9 +198,6 @@ impl Reader {
         Ok(self.ready.as_ref().map_or(-1, ReadyFd::raw_fd))
     }
 
-    /// The longest a poller may sleep on [`ready_fd`](Self::ready_fd) before
-    /// calling [`next`](Self::next) again: with locality buffering, a batch
-    /// gathering from a source gone quiet is handed out only by a call.
     /// Replace the filter while capture runs. A kernel filter (afpacket) is
     /// swapped before this returns; a capture thread that filters in user
     /// space (afxdp, files) takes it before its next batch or record. Packets
@@ -212,6 +209,9 @@ impl Reader {
         self.filter.replace(filter)
     }
 
+    /// The longest a poller may sleep on [`ready_fd`](Self::ready_fd) before
+    /// calling [`next`](Self::next) again: with locality buffering, a batch
+    /// gathering from a source gone quiet is handed out only by a call.
     pub fn select_timeout(&self) -> Option<Duration> {
         self.batch.as_ref().map(|b| b.cfg.quiet_after())
     }

@@ -70,11 +70,11 @@ impl FilterSwitch {
 
     /// A watch starting at the filter now in place.
     pub fn watch(&self) -> FilterWatch {
-        let current = self.current();
-        // Relaxed: read after the lock above; a replacement racing with this
-        // call makes the watch look again, which is harmless.
+        let locked = self.shared.lock();
+        // Relaxed: `replace` bumps the generation under this lock, so the
+        // filter and the generation read here belong together.
         let seen = self.shared.generation.load(Ordering::Relaxed);
-        FilterWatch { shared: Arc::clone(&self.shared), seen, current }
+        FilterWatch { shared: Arc::clone(&self.shared), seen, current: locked.filter.clone() }
     }
 
     pub fn current(&self) -> Option<Filter> {
@@ -98,11 +98,6 @@ impl FilterSwitch {
 }
 
 impl FilterWatch {
-    /// A watch nothing ever replaces (sources run without an engine, tests).
-    pub fn fixed(filter: Option<Filter>) -> FilterWatch {
-        FilterSwitch::new(filter).watch()
-    }
-
     /// The filter to apply now.
     #[inline]
     pub fn get(&self) -> Option<&Filter> {
@@ -110,16 +105,18 @@ impl FilterWatch {
     }
 
     /// Take a replacement, if one was published since the last look; true if
-    /// the filter changed (a kernel filter must then be attached again).
+    /// the filter changed.
     #[inline]
     pub fn changed(&mut self) -> bool {
         // Acquire: see the Release in `replace`.
-        let now = self.shared.generation.load(Ordering::Acquire);
-        if now == self.seen {
+        if self.shared.generation.load(Ordering::Acquire) == self.seen {
             return false;
         }
-        self.current = self.shared.lock().filter.clone();
-        self.seen = now;
+        let locked = self.shared.lock();
+        self.current = locked.filter.clone();
+        // Relaxed: under the lock, as in `watch`; a replacement made since the
+        // load above is taken now, not seen again as new.
+        self.seen = self.shared.generation.load(Ordering::Relaxed);
         true
     }
 }

@@ -80,7 +80,7 @@ mod unit;
 pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};
 
 use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
-use crate::filter::BpfInsn;
+use crate::filter::{BpfInsn, Filter};
 use crate::source::{ifindex, rx_queues, AfPacketOptions, CaptureOptions, Fanout, LiveOptions, Pacing, QueueRange, Source};
 use crate::{LinkType, QueueId};
 use std::io;
@@ -343,6 +343,24 @@ fn socket_program(filter: Option<&[BpfInsn]>, snaplen: u32, loopback: bool) -> V
     prog
 }
 
+/// Attach the socket program of `filter` to each queue's socket: at the start
+/// and on every replacement. A refusal says which queue's and how long the
+/// program was.
+fn attach_program<S: std::ops::Deref<Target = PacketSocket>>(
+    sockets: impl Iterator<Item = (u16, S)>,
+    filter: Option<&Filter>,
+    snaplen: u32,
+    loopback: bool,
+    iface: &str,
+) -> Result<(), (String, io::Error)> {
+    let program = socket_program(filter.map(|f| f.program()), snaplen, loopback);
+    for (q, s) in sockets {
+        s.attach_filter(&program)
+            .map_err(|e| (format!("afpacket:{iface}@{q}: the kernel refused the filter program ({} instructions)", program.len()), e))?;
+    }
+    Ok(())
+}
+
 impl AfPacketSource {
     /// The fanout mode and flags of the group.
     fn fanout_mode(&self) -> u16 {
@@ -408,28 +426,16 @@ impl Source for AfPacketSource {
             s.join_fanout(group, mode).map_err(|e| io_error(joining(q), e))?;
         }
         let (snaplen, loopback) = (self.info.snaplen, self.loopback);
-        let program = socket_program(opts.filter.current().as_ref().map(|f| f.program()), snaplen, loopback);
-        for s in &self.queues {
-            s.socket.attach_filter(&program).map_err(|e| {
-                io_error(format!("{}: the kernel refused the filter program ({} instructions)", label(s.queue), program.len()), e)
-            })?;
-        }
+        let filter = opts.filter.current();
+        let opened = self.queues.iter().map(|s| (s.queue, &*s.socket));
+        attach_program(opened, filter.as_ref(), snaplen, loopback, &self.iface).map_err(|(what, e)| io_error(what, e))?;
         // A replacement goes on every socket still open before the caller's
         // `replace` returns; the units own the sockets, this only looks at them.
         let sockets: Vec<_> = self.queues.iter().map(|s| (s.queue, Arc::downgrade(&s.socket))).collect();
         let iface = self.iface.clone();
         opts.filter.on_replace(Box::new(move |f| {
-            let label = |q: u16| format!("afpacket:{iface}@{q}");
-            let program = socket_program(f.map(|f| f.program()), snaplen, loopback);
-            for (q, s) in sockets.iter().filter_map(|(q, s)| Some((q, s.upgrade()?))) {
-                s.attach_filter(&program).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("{}: the kernel refused the filter program ({} instructions): {e}", label(*q), program.len()),
-                    )
-                })?;
-            }
-            Ok(())
+            let open = sockets.iter().filter_map(|(q, s)| Some((*q, s.upgrade()?)));
+            attach_program(open, f, snaplen, loopback, &iface).map_err(|(what, e)| io::Error::new(e.kind(), format!("{what}: {e}")))
         }));
         let rebalance = match (opts.balance.controller(), &self.steering) {
             (None, _) => None,
