@@ -7,11 +7,17 @@ min(src port, dst port), stably, packets without ports last (what one locality
 batch of the whole trace would deliver).
 
 1. The sorted trace: `weir inspect` on the original and on the sorted trace,
-   buffer off. Packets/s (median of 5, weir's own timing of the capture, which
-   leaves out building the automata), and from cachegrind instructions, L1 data
-   misses and last-level misses per packet.
+   buffer off. Packets/s (weir's own timing of the capture, which leaves out
+   building the automata), and from cachegrind instructions, L1 data misses
+   and last-level misses per packet.
 2. The buffer-size sweep: B = 100 ... 32k on the original trace, the same
-   metrics (median of 3 for speed), plus the double-buffered variant at 8k.
+   metrics, plus the double-buffered variant at 8k.
+
+   Speed of 1 and 2 is taken in 5 rounds, each running every configuration
+   once, in turn: the machine's neighbours share its L3, and its speed drifts
+   by 20% and more over minutes, which sequential medians mistook for effects
+   of B. Each configuration's figure is the median of its 5 runs, and its
+   ratio to the buffer off is the median of the 5 per-round ratios.
 3. Overhead: `weir count` on the original trace with and without the buffer
    (median of 15 runs taken in turn, wall time and CPU time of all threads;
    cachegrind instructions per packet).
@@ -56,8 +62,9 @@ RUNS_COUNT = 3 if QUICK else 15
 SWEEP = [100, 1000] if QUICK else [100, 500, 1000, 2000, 4000, 8000, 16000, 32000]
 GROUP_RULES = [1000, 5000]
 SWEEP_RULES = 5000
-RUNS_SORTED = 1 if QUICK else 5
-RUNS_SWEEP = 1 if QUICK else 3
+# Speed runs come in rounds, every configuration once per round, so that the
+# machine's drift (its neighbours share the L3) falls on all of them alike.
+ROUNDS = 1 if QUICK else 5
 STEM = "locality-quick" if QUICK else "locality-2m"
 
 
@@ -143,13 +150,19 @@ def inspect_secs(trace, extra):
     return int(m.group(1)), float(m.group(2))
 
 
-def pps(trace, extra, runs):
-    warm(trace)
-    rates = []
-    for _ in range(runs):
-        n, secs = inspect_secs(trace, extra)
-        rates.append(n / secs)
-    return statistics.median(rates), rates
+def speed_rounds(configs, rounds):
+    """packets/s of every (name, trace, extra) in `configs`, run in turn `rounds`
+    times, each round starting one configuration later. Returns {name: [pps per round]}."""
+    for t in {t for _, t, _ in configs}:
+        warm(t)
+    out = {name: [0.0] * rounds for name, _, _ in configs}
+    for r in range(rounds):
+        shift = r % len(configs)
+        for name, trace, extra in configs[shift:] + configs[:shift]:
+            n, secs = inspect_secs(trace, extra)
+            out[name][r] = n / secs
+            log(f"round {r + 1}/{rounds} {name}: {n / secs:.0f} packets/s")
+    return out
 
 
 def cachegrind_raw(cmd):
@@ -198,18 +211,32 @@ def main():
     files = inputs()
     out = {"packets": PACKETS, "flows": FLOWS, "cachegrind_packets": [CG_SHORT, CG_LONG], "sorted": {}, "sweep": [], "count": {}}
     # Speed first, one run at a time: nothing else may run on the two cores.
+    configs = []
     for g in GROUP_RULES:
-        rules = ["--group-rules", str(g)]
+        for name in ("original", "sorted"):
+            configs.append((f"g{g}-{name}", files[name], ["--group-rules", str(g)]))
+    rules = ["--group-rules", str(SWEEP_RULES)]
+    sweep = [None, *SWEEP, "8000-double"]
+    for b in sweep[1:]:
+        configs.append((f"B{b}", files["original"], rules + sweep_extra(b)))
+    speeds = speed_rounds(configs, ROUNDS)
+    # The sweep's "off" is the original trace at the sweep's rule count.
+    off_name = f"g{SWEEP_RULES}-original"
+    off = speeds[off_name]
+    for g in GROUP_RULES:
         out["sorted"][g] = {}
         for name in ("original", "sorted"):
-            med, runs = pps(files[name], rules, RUNS_SORTED)
-            out["sorted"][g][name] = {"pps": med, "runs": runs}
-            log(f"B1 group-rules {g} {name}: {med:.0f} packets/s {runs}")
-    rules = ["--group-rules", str(SWEEP_RULES)]
-    for b in [None, *SWEEP, "8000-double"]:
-        med, runs = pps(files["original"], rules + sweep_extra(b), RUNS_SWEEP)
-        out["sweep"].append({"batch": b or 0, "pps": med, "runs": runs})
-        log(f"B2 B={b}: {med:.0f} packets/s {runs}")
+            runs = speeds[f"g{g}-{name}"]
+            out["sorted"][g][name] = {"pps": statistics.median(runs), "runs": runs}
+        o, so = out["sorted"][g]["original"]["runs"], out["sorted"][g]["sorted"]["runs"]
+        out["sorted"][g]["ratio"] = statistics.median(b / a for a, b in zip(o, so))
+        log(f"B1 group-rules {g}: original {statistics.median(o):.0f}, sorted {statistics.median(so):.0f} packets/s, "
+            f"median of per-round ratios x{out['sorted'][g]['ratio']:.3f}")
+    for b in sweep:
+        runs = speeds[off_name if b is None else f"B{b}"]
+        ratio = statistics.median(x / y for x, y in zip(runs, off))
+        out["sweep"].append({"batch": b or 0, "pps": statistics.median(runs), "runs": runs, "ratio": ratio})
+        log(f"B2 B={b}: {statistics.median(runs):.0f} packets/s {runs}, median of per-round ratios to off x{ratio:.3f}")
     counts = (("off", []), ("8000", ["--locality", "8000"]), ("32000", ["--locality", "32000", "--pool", pool_for(32000)]))
     warm(files["original"])
     for name, _ in counts:
@@ -286,12 +313,12 @@ def plot(out):
 def summary(out):
     for g, row in out["sorted"].items():
         o, s = row["original"], row["sorted"]
-        print(f"group-rules {g}: sorted/original speed {s['pps'] / o['pps']:.3f}; instr {o['instr']:.0f} -> {s['instr']:.0f}; "
+        print(f"group-rules {g}: sorted/original speed x{row['ratio']:.3f} (median of per-round ratios); instr {o['instr']:.0f} -> {s['instr']:.0f}; "
               f"L1d {o['l1d']:.1f} -> {s['l1d']:.1f}; LL {o['ll']:.2f} -> {s['ll']:.2f} per packet")
     off = out["sweep"][0]
     for r in out["sweep"][1:]:
         cg = f", L1d {r['l1d']:.1f} (off {off['l1d']:.1f}), LL {r['ll']:.2f} (off {off['ll']:.2f})" if "ll" in r else ""
-        print(f"B={r['batch']}: speed x{r['pps'] / off['pps']:.3f}{cg}")
+        print(f"B={r['batch']}: speed x{r['ratio']:.3f} (median of per-round ratios){cg}")
     c = out["count"]
     for name in ("8000", "32000"):
         print(f"count overhead at B={name}: wall {100 * (c[name]['wall'] / c['off']['wall'] - 1):+.1f}%, "

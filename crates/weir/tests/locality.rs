@@ -177,45 +177,92 @@ fn a_batch_the_pool_cannot_hold_is_refused() {
     assert!(e.to_string().contains("raise R"), "{e}");
 }
 
-/// A batch larger than the trace reader's blocks (64 × 256 KiB) with a timeout
-/// that never comes: the reader stalls for the blocks the batch holds, and the
-/// stage must deliver what it has once chunks stop coming, not wait forever.
+/// A trace of `packets` UDP frames with `payload` bytes, their service ports
+/// cycling through 10 values so that every batch delivered shows as one run of
+/// ascending keys.
+fn write_big_trace(path: &Path, packets: u32, payload: usize) {
+    let mut w =
+        TraceWriter::new(std::fs::File::create(path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
+    for seq in 0..packets {
+        let f = Frame {
+            dst_mac: [2, 0, 0, 0, 0, 1],
+            src_mac: [2, 0, 0, 0, 0, 2],
+            src: [198, 18, 0, 1],
+            dst: [198, 19, 0, 1],
+            sport: 40000,
+            dport: 1000 + (seq % 10) as u16,
+            udp: true,
+        };
+        let frame = f.build(&[], seq, payload);
+        w.write_packet(u64::from(seq), &frame, frame.len() as u32).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// Run `engine` to its end on another thread; (packets delivered, batches
+/// seen), or a failure if it has not ended within a minute.
+fn batches_of(engine: Engine) -> (u64, usize) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let keys = Arc::new(Mutex::new(Vec::new()));
+        let k = Arc::clone(&keys);
+        let report = engine.run(move |_| {
+            let k = Arc::clone(&k);
+            move |p: &Packet<'_>| k.lock().unwrap().push(sort_key(LinkType::ETHERNET, p.data()))
+        });
+        let keys = keys.lock().unwrap();
+        let batches = 1 + keys.windows(2).filter(|w| w[1] < w[0]).count();
+        let _ = tx.send((report.unwrap().stats.total().delivered, batches));
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the capture never ended: a batch waited for memory it held")
+}
+
+/// A batch larger than the trace reader's blocks with a timeout that never
+/// comes: the reader runs out of blocks the batch holds, and the stage must
+/// deliver what it has, not wait forever.
 #[test]
 fn a_batch_that_holds_the_sources_memory_is_delivered_when_the_source_stalls() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big.pcap");
-    let mut w =
-        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
-    let f = Frame {
-        dst_mac: [2, 0, 0, 0, 0, 1],
-        src_mac: [2, 0, 0, 0, 0, 2],
-        src: [198, 18, 0, 1],
-        dst: [198, 19, 0, 1],
-        sport: 4000,
-        dport: 80,
-        udp: true,
-    };
-    let packets = 30_000u32;
-    for seq in 0..packets {
-        let frame = f.build(&[], seq, 1000);
-        w.write_packet(u64::from(seq), &frame, frame.len() as u32).unwrap();
-    }
-    w.finish().unwrap();
+    let packets = 6_000u32;
+    write_big_trace(&path, packets, 1000);
     let cfg = LocalityConfig { batch: BatchSize::new(packets).unwrap(), timeout: Duration::from_secs(3600), double_buffer: false };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let engine = Engine::builder()
-            .source(path.to_str().unwrap())
-            .unwrap()
-            .pool(PoolConfig::new(256, 128).unwrap())
-            .locality(Some(cfg))
-            .build()
-            .unwrap();
-        let report = engine.run(|_| |_: &Packet<'_>| {}).unwrap();
-        let _ = tx.send(report.stats.total().delivered);
-    });
-    let delivered = rx.recv_timeout(Duration::from_secs(60)).expect("the capture never ended: the batch waited for memory it held");
+    // 16 blocks of 64 KiB: a tenth of the 6 MB the batch would hold.
+    let reading = weir::source::file::ReadConfig { block_bytes: 64 * 1024, headroom: 64 * 1024 + 64, blocks: 16 };
+    let engine = Engine::builder()
+        .source(path.to_str().unwrap())
+        .unwrap()
+        .pool(PoolConfig::new(256, 128).unwrap())
+        .locality(Some(cfg))
+        .trace_reading(reading)
+        .build()
+        .unwrap();
+    let (delivered, batches) = batches_of(engine);
     assert_eq!(delivered, u64::from(packets));
+    assert!(batches > 1, "the reading given was used as given, so the batch could not be whole");
+}
+
+/// With the default reading, the trace reader's blocks are raised to hold two
+/// batches of full-size frames, so a batch larger than the default arena
+/// (64 × 256 KiB; here 20,000 frames of about 1 KB, 21 MB) is delivered whole
+/// rather than cut each time the reader runs short.
+#[test]
+fn the_trace_reader_holds_two_batches_so_large_batches_are_delivered_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.pcap");
+    let batch = 20_000u32;
+    write_big_trace(&path, 2 * batch, 1000);
+    let cfg = LocalityConfig { batch: BatchSize::new(batch).unwrap(), timeout: Duration::from_secs(3600), double_buffer: false };
+    let engine = Engine::builder()
+        .source(path.to_str().unwrap())
+        .unwrap()
+        .pool(PoolConfig::new(256, 128).unwrap())
+        .locality(Some(cfg))
+        .build()
+        .unwrap();
+    let (delivered, batches) = batches_of(engine);
+    assert_eq!(delivered, u64::from(2 * batch));
+    assert_eq!(batches, 2, "each batch is whole: at least B packets (whole chunks), so two in all");
 }
 
 /// What one pulling reader was handed, in order, under the same key as `run`'s

@@ -113,6 +113,8 @@ pub struct EngineBuilder {
     cpus: CpuPlan,
     balance: balance::Mode,
     locality: Option<LocalityConfig>,
+    /// Trace reading was configured by the caller, who then gets exactly that.
+    trace_reading_set: bool,
 }
 
 impl EngineBuilder {
@@ -174,8 +176,11 @@ impl EngineBuilder {
 
     /// How trace files are read: block size, headroom, blocks. The defaults suit
     /// page-cached files; tests use tiny blocks to exercise records that straddle them.
+    /// Without this, locality buffering raises the default's blocks to hold its
+    /// batches ([`LocalityConfig::trace_blocks`]); with it, `cfg` is used as given.
     pub fn trace_reading(mut self, cfg: source::file::ReadConfig) -> Self {
         self.open.trace = cfg;
+        self.trace_reading_set = true;
         self
     }
 
@@ -206,6 +211,9 @@ impl EngineBuilder {
                     l.batch.get(),
                     l.batch.get().div_ceil(m) + 1
                 )));
+            }
+            if let (SourceSpec::File { queues, .. }, false) = (&spec, self.trace_reading_set) {
+                self.open.trace.blocks = self.open.trace.blocks.max(l.trace_blocks(self.open.trace.block_bytes, queues.len()));
             }
         }
         if self.balance.controller().is_some() {

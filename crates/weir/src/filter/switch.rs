@@ -112,12 +112,20 @@ impl FilterWatch {
         if self.shared.generation.load(Ordering::Acquire) == self.seen {
             return false;
         }
+        self.take();
+        true
+    }
+
+    /// The rare path of [`changed`](Self::changed), kept out of line so the
+    /// check a capture loop makes per record is one load and a compare.
+    #[cold]
+    #[inline(never)]
+    fn take(&mut self) {
         let locked = self.shared.lock();
         self.current = locked.filter.clone();
         // Relaxed: under the lock, as in `watch`; a replacement made since the
         // load above is taken now, not seen again as new.
         self.seen = self.shared.generation.load(Ordering::Relaxed);
-        true
     }
 }
 

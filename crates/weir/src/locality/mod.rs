@@ -83,6 +83,18 @@ impl LocalityConfig {
     pub fn quiet_after(&self) -> Duration {
         self.timeout.min(QUIET)
     }
+
+    /// Read blocks of `block_bytes` a trace needs so that each of `queues`
+    /// workers can hold a whole batch of full-size Ethernet frames while the
+    /// next one is read: two batches each. The trace reader's arena is raised to
+    /// this (never lowered). It is an anonymous mapping from which the lowest
+    /// free block is taken, so blocks never in use at once are never touched
+    /// and cost address space only. Larger frames still work: the reader marks
+    /// its sides starved at a low-water mark and the batch goes early.
+    pub fn trace_blocks(&self, block_bytes: usize, queues: usize) -> usize {
+        const FRAME: usize = 1518;
+        (2 * self.batch.get() * FRAME * queues.max(1)).div_ceil(block_bytes.max(1)) + 8
+    }
 }
 
 /// The key a packet is delivered by: min(src port, dst port) of a TCP or UDP
@@ -136,7 +148,11 @@ fn untagged_ipv4_key(link: LinkType, frame: &[u8]) -> Option<Option<u16>> {
 
 /// Lists: one per port, and one for packets without a key.
 const LISTS: usize = 1 << 16;
+/// The keyless list comes after every port's, so delivery in list order puts
+/// it last and one bitmap covers it.
 const OTHER: usize = LISTS;
+/// Words of the bitmap of lists in use (the keyless list's bit included).
+const USED_WORDS: usize = (LISTS + 1).div_ceil(64);
 
 /// The index of one batch: a table of 65,536 lists (one per key, plus one for
 /// the keyless) in which each entry is appended at its list's tail, and a
@@ -152,18 +168,19 @@ const OTHER: usize = LISTS;
 /// entries the application is handed are known in advance, so the processor
 /// fetches their packets' cells ahead. It is a counting sort, stable as the
 /// tail-appended lists were, and O(B + lists in use).
+///
+/// Cost matters here: on an application with nothing to gain (`weir count`)
+/// every instruction of a push, a placement and the walk is overhead, so a
+/// push is one bit set, one increment and one append of (list, entry).
 pub struct PortIndex<T> {
     /// Per list: its length while pushing; while placing, its next free place.
     count: Box<[u32]>,
-    /// The list of each entry, in arrival order.
-    lists: Vec<u32>,
-    /// Entries in arrival order.
-    entries: Vec<T>,
+    /// (list, entry) in arrival order.
+    entries: Vec<(u32, T)>,
     /// Entries in delivery order (reused across batches).
     placed: Vec<T>,
-    /// Bit k set when list k (a key) is in use.
+    /// Bit k set when list k is in use.
     used: Box<[u64]>,
-    other_used: bool,
 }
 
 impl<T: Copy> Default for PortIndex<T> {
@@ -176,11 +193,9 @@ impl<T: Copy> PortIndex<T> {
     pub fn new() -> Self {
         PortIndex {
             count: vec![0; LISTS + 1].into_boxed_slice(),
-            lists: Vec::new(),
             entries: Vec::new(),
             placed: Vec::new(),
-            used: vec![0; LISTS / 64].into_boxed_slice(),
-            other_used: false,
+            used: vec![0; USED_WORDS].into_boxed_slice(),
         }
     }
 
@@ -195,26 +210,16 @@ impl<T: Copy> PortIndex<T> {
     /// Room for `n` more entries without reallocating.
     pub fn reserve(&mut self, n: usize) {
         self.entries.reserve(n);
-        self.lists.reserve(n);
     }
 
     /// Append an entry at the tail of its key's list.
     #[inline]
     pub fn push(&mut self, key: Option<u16>, entry: T) {
-        let list = match key {
-            Some(k) => {
-                self.used[usize::from(k) / 64] |= 1u64 << (k % 64);
-                usize::from(k)
-            }
-            None => {
-                self.other_used = true;
-                OTHER
-            }
-        };
+        let list = key.map_or(OTHER, usize::from);
         debug_assert!(self.entries.len() < u32::MAX as usize, "an index holds fewer than 2^32 entries");
+        self.used[list / 64] |= 1u64 << (list % 64);
         self.count[list] += 1;
-        self.lists.push(list as u32);
-        self.entries.push(entry);
+        self.entries.push((list as u32, entry));
     }
 
     /// Call `f` on every entry in delivery order (ascending key, arrival order
@@ -228,7 +233,7 @@ impl<T: Copy> PortIndex<T> {
     /// Empty the index into its entries in delivery order (as [`drain`](Self::drain)
     /// visits them), which stay readable until the next push.
     pub fn sort(&mut self) -> &[T] {
-        let Some(&first) = self.entries.first() else {
+        let Some(&(_, first)) = self.entries.first() else {
             self.placed.clear();
             return &self.placed;
         };
@@ -241,7 +246,7 @@ impl<T: Copy> PortIndex<T> {
         debug_assert_eq!(at as usize, self.entries.len());
         self.placed.clear();
         self.placed.resize(self.entries.len(), first);
-        for (&list, &e) in self.lists.iter().zip(&self.entries) {
+        for &(list, e) in &self.entries {
             let next = &mut self.count[list as usize];
             self.placed[*next as usize] = e;
             *next += 1;
@@ -249,8 +254,6 @@ impl<T: Copy> PortIndex<T> {
         // Reset the counts this batch touched, and nothing else (and the 8 KiB bitmap).
         self.for_each_list_in_use(|count, list| count[list] = 0);
         self.used.iter_mut().for_each(|w| *w = 0);
-        self.other_used = false;
-        self.lists.clear();
         self.entries.clear();
         &self.placed
     }
@@ -268,9 +271,6 @@ impl<T: Copy> PortIndex<T> {
                 f(&mut self.count, w * 64 + bits.trailing_zeros() as usize);
                 bits &= bits - 1;
             }
-        }
-        if self.other_used {
-            f(&mut self.count, OTHER);
         }
     }
 }

@@ -532,7 +532,7 @@ impl CaptureSide {
         if let Some(link) = self.pool.key_link {
             prefetch_headers(&cell);
             if let Some(lagging) = self.cur_count.checked_sub(KEY_LAG) {
-                self.set_keys(idx, lagging..lagging + 1, link);
+                self.set_key(idx, lagging, link);
             }
         }
         self.cur_count += 1;
@@ -776,20 +776,27 @@ impl CaptureSide {
     }
 
     /// Compute the locality keys of `cells` of the attached chunk `idx`.
-    #[inline]
     fn set_keys(&mut self, idx: u32, cells: Range<usize>, link: LinkType) {
-        debug_assert!(cells.end <= self.cur_count + 1 && cells.end <= self.pool.cells_per_chunk);
-        let base = idx as usize * self.pool.cells_per_chunk;
-        for c in &self.pool.cells[base + cells.start..base + cells.end] {
-            // SAFETY: the chunk is Attached to us, so its cells are ours to read and
-            // write; the cell's bytes are `caplen` bytes the chunk holds (its arena
-            // region, a block or a frame it holds), written before the push and not
-            // again while the chunk is attached or delivered.
-            unsafe {
-                let cell = &mut *c.get();
-                let frame = std::slice::from_raw_parts(cell.data, cell.caplen as usize);
-                cell.key = key_code(crate::locality::sort_key(link, frame));
-            }
+        for cell in cells {
+            self.set_key(idx, cell, link);
+        }
+    }
+
+    /// Compute the locality key of cell `cell` of the attached chunk `idx`.
+    /// Always inlined: it runs once per packet on the capture thread, and as a
+    /// call its register saves cost as much as the key itself.
+    #[inline(always)]
+    fn set_key(&mut self, idx: u32, cell: usize, link: LinkType) {
+        debug_assert!(cell <= self.cur_count && cell < self.pool.cells_per_chunk);
+        let c = &self.pool.cells[idx as usize * self.pool.cells_per_chunk + cell];
+        // SAFETY: the chunk is Attached to us, so its cells are ours to read and
+        // write; the cell's bytes are `caplen` bytes the chunk holds (its arena
+        // region, a block or a frame it holds), written before the push and not
+        // again while the chunk is attached or delivered.
+        unsafe {
+            let cell = &mut *c.get();
+            let frame = std::slice::from_raw_parts(cell.data, cell.caplen as usize);
+            cell.key = key_code(crate::locality::sort_key(link, frame));
         }
     }
 

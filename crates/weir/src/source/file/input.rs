@@ -58,6 +58,14 @@ const AHEAD: usize = 4;
 const BLOCK_WAIT: Duration = Duration::from_millis(1);
 /// How long the read-ahead thread sleeps when every block is in use.
 const FREE_WAIT: Duration = Duration::from_micros(100);
+/// The low-water mark: once fewer than 1/LOW_WATER of the blocks are free as a
+/// block arrives, the capture sides are marked starved before reading has to
+/// stop. A locality batch larger than the blocks can hold (B = 32,000 of
+/// 600-byte packets is 19 MB, the arena 16 MiB) is then delivered while the
+/// read-ahead still has a quarter of the arena to fill, instead of after it
+/// stalled: reading and delivery overlap rather than take turns. Batches that
+/// fit are not cut, since a quarter of the blocks stay free for them.
+const LOW_WATER: usize = 4;
 
 /// What the read-ahead thread sends.
 enum Filled {
@@ -235,7 +243,10 @@ impl Input {
                 let mut flushed = false;
                 loop {
                     match rx.recv_timeout(BLOCK_WAIT) {
-                        Ok(f) => break f,
+                        Ok(f) => {
+                            self.check_low_water(sides);
+                            break f;
+                        }
                         Err(RecvTimeoutError::Disconnected) => break Filled::End,
                         Err(RecvTimeoutError::Timeout) => {
                             if ctl.stop_requested() {
@@ -266,6 +277,22 @@ impl Input {
                 Ok(Some(None))
             }
             Filled::Failed(source, at) => Err(SourceError::Io { what: format!("{} at byte offset {at}", self.label), source }),
+        }
+    }
+}
+
+impl Input {
+    /// Mark `sides` starved if few blocks are free even after taking back what
+    /// the workers recycled (see [`LOW_WATER`]).
+    fn check_low_water(&self, sides: &mut [CaptureSide]) {
+        let low = self.cfg.blocks / LOW_WATER;
+        if self.arena.free_blocks() >= low {
+            return;
+        }
+        // Chunks recycled but not yet taken back still hold their blocks.
+        sides.iter_mut().for_each(CaptureSide::reclaim);
+        if self.arena.free_blocks() < low {
+            sides.iter_mut().for_each(CaptureSide::mark_starved);
         }
     }
 }
