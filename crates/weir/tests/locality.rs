@@ -110,6 +110,15 @@ fn check_once_in_flow_order(seen: &PerWorker, flow_of: &[usize], ts_of: &[u64]) 
     assert!(count.iter().all(|&c| c == 1), "every packet exactly once");
 }
 
+/// Places in a delivery where the key goes down (ports ascending, the keyless
+/// after them). Within a batch keys ascend, so they come only between batches.
+fn descents(keys: impl IntoIterator<Item = Option<u16>>) -> usize {
+    let rank = |k: Option<u16>| k.map_or(1 << 16, u32::from);
+    let mut keys = keys.into_iter().map(rank);
+    let Some(mut last) = keys.next() else { return 0 };
+    keys.filter(|&k| std::mem::replace(&mut last, k) > k).count()
+}
+
 fn locality(batch: u32, double_buffer: bool) -> LocalityConfig {
     LocalityConfig { batch: BatchSize::new(batch).unwrap(), timeout: Duration::from_secs(30), double_buffer }
 }
@@ -149,10 +158,7 @@ fn small_batches_on_every_mode_deliver_every_flow_in_order() {
         check_once_in_flow_order(&seen, &flow_of, &ts_of);
         // Within a batch keys ascend, so descents come only between batches: far
         // fewer than in arrival order.
-        let descents: usize = seen
-            .values()
-            .map(|l| l.windows(2).filter(|w| w[1].1.map_or(1 << 16, u32::from) < w[0].1.map_or(1 << 16, u32::from)).count())
-            .sum();
+        let descents: usize = seen.values().map(|l| descents(l.iter().map(|&(_, k, _)| k))).sum();
         let delivered: usize = seen.values().map(Vec::len).sum();
         if batch > 1 {
             assert!(descents <= delivered / 32 + 3, "{mode:?} B={batch}: {descents} key descents in {delivered} packets");
@@ -210,8 +216,7 @@ fn batches_of(engine: Engine) -> (u64, usize) {
             let k = Arc::clone(&k);
             move |p: &Packet<'_>| k.lock().unwrap().push(sort_key(LinkType::ETHERNET, p.data()))
         });
-        let keys = keys.lock().unwrap();
-        let batches = 1 + keys.windows(2).filter(|w| w[1] < w[0]).count();
+        let batches = 1 + descents(keys.lock().unwrap().iter().copied());
         let _ = tx.send((report.unwrap().stats.total().delivered, batches));
     });
     rx.recv_timeout(Duration::from_secs(60)).expect("the capture never ended: a batch waited for memory it held")
@@ -302,7 +307,7 @@ fn a_pulling_reader_gets_batches_across_its_queues_in_port_order_with_flows_in_o
         let seen = pull(&path, "@0-2", Some(locality(batch, false)), PoolConfig::new(32, 40).unwrap());
         check_once_in_flow_order(&seen, &flow_of, &ts_of);
         let list = &seen[&QueueId(0)];
-        let descents = list.windows(2).filter(|w| w[1].1.map_or(1 << 16, u32::from) < w[0].1.map_or(1 << 16, u32::from)).count();
+        let descents = descents(list.iter().map(|&(_, k, _)| k));
         if batch > 1 {
             assert!(descents <= list.len() / 32 + 3, "B={batch}: {descents} key descents in {}", list.len());
         }

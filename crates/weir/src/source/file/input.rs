@@ -279,9 +279,7 @@ impl Input {
             Filled::Failed(source, at) => Err(SourceError::Io { what: format!("{} at byte offset {at}", self.label), source }),
         }
     }
-}
 
-impl Input {
     /// Mark `sides` starved if few blocks are free even after taking back what
     /// the workers recycled (see [`LOW_WATER`]).
     fn check_low_water(&self, sides: &mut [CaptureSide]) {
