@@ -1,5 +1,6 @@
 """Locality buffering seen at the L2: cachegrind with its last level set to
-this machine's L2 (512 KiB, 8-way, 64-byte lines) instead of the 32 MiB L3.
+this machine's L2 (read from sysfs; 1 MiB, 16-way, 64-byte lines here) instead
+of the 32 MiB L3.
 
 bench/locality.py showed that `weir inspect`'s hot automaton states fit the
 L3, so "LL misses" there are start-up noise and cannot show what order saves.
@@ -19,7 +20,20 @@ sys.path.insert(0, str(HERE))
 import locality  # noqa: E402
 from common import RESULTS, log  # noqa: E402
 
-L2 = os.environ.get("LOCALITY_L2", "524288,8,64")
+
+
+def machine_l2():
+    """size,ways,line of cpu0's L2 as cachegrind's --LL takes it."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for d in sorted(base.glob("index*")):
+        if (d / "level").read_text().strip() == "2":
+            size = (d / "size").read_text().strip()
+            n = int(size.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+            return f"{n},{(d / 'ways_of_associativity').read_text().strip()},{(d / 'coherency_line_size').read_text().strip()}"
+    raise SystemExit("no L2 in /sys/devices/system/cpu/cpu0/cache: set LOCALITY_L2=size,ways,line")
+
+
+L2 = os.environ.get("LOCALITY_L2") or machine_l2()
 
 
 def with_l2(cmd_for):

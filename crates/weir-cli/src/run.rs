@@ -200,11 +200,11 @@ impl SourceArgs {
         p.checked().map_err(|e| bad_input(anyhow::anyhow!(e)))
     }
 
-    pub fn pool_config(&self) -> anyhow::Result<PoolConfig> {
-        let Some(s) = &self.pool else {
-            return Ok(PoolConfig::default());
-        };
-        s.parse().map_err(|e| bad_input(anyhow::anyhow!("--pool {s:?}: {e}")))
+    /// `--pool` when given: without it the engine picks (and raises the default
+    /// for locality buffering).
+    pub fn pool_config(&self) -> anyhow::Result<Option<PoolConfig>> {
+        let Some(s) = &self.pool else { return Ok(None) };
+        s.parse().map(Some).map_err(|e| bad_input(anyhow::anyhow!("--pool {s:?}: {e}")))
     }
 
     fn locality_config(&self) -> anyhow::Result<Option<weir::locality::LocalityConfig>> {
@@ -232,11 +232,13 @@ impl SourceArgs {
         }
         let mut b = Engine::builder()
             .source_spec(spec)
-            .pool(self.pool_config()?)
             .pacing(self.pacing()?)
             .balance(balance)
             .locality(self.locality_config()?)
             .live(self.live.options()?);
+        if let Some(p) = self.pool_config()? {
+            b = b.pool(p);
+        }
         if let Some(c) = &self.cpus {
             b = b.cpus(c.parse::<CpuPlan>().map_err(|e| bad_input(anyhow::anyhow!(e)))?);
         }

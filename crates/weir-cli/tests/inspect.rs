@@ -49,6 +49,10 @@ fn alerts_and_flow_counters_are_the_same_with_the_locality_buffer_on_and_off() {
     ] {
         assert!(inspect(dir.path(), source, &extra) == off, "{source} {extra:?}: output differs from the buffer off");
     }
+    // The automata are a choice of speed and memory, not of what matches.
+    for extra in [vec!["--automaton", "nfa"], vec!["--split-any"], vec!["--automaton", "nfa", "--split-any", "--locality", "1000"]] {
+        assert!(inspect(dir.path(), t, &extra) == off, "{extra:?}: output differs from the default automata");
+    }
     // The flow-table workload alone writes the same counters, without alerts.
     let flows_only = inspect(dir.path(), t, &["--work", "flows", "--locality", "1000"]);
     assert_eq!(flows_only.lines().count(), flows);

@@ -71,9 +71,9 @@ impl Settings {
             s.pool = v.parse().map_err(|e| format!("WEIR_POOL={v}: {e}"))?;
         }
         if let (Some(l), None) = (&s.locality, &pool_given) {
-            // A batch holds its chunks: give the pool room for one and a chunk to fill.
+            // As the engine raises a pool it was not given (the library always gives one).
             let m = s.pool.cells().get();
-            let r = s.pool.chunks().get().max(l.batch.get().div_ceil(m) + 2);
+            let r = s.pool.chunks().get().max(l.pool_chunks(m));
             s.pool = PoolConfig::new(m, r).map_err(|e| format!("WEIR_LOCALITY: no pool holds such a batch: {e}"))?;
         }
         if let Some(v) = var("WEIR_STATS_FILE") {

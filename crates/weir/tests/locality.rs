@@ -183,6 +183,28 @@ fn a_batch_the_pool_cannot_hold_is_refused() {
     assert!(e.to_string().contains("raise R"), "{e}");
 }
 
+/// A pool the caller did not give is raised to hold two batches and a chunk, so
+/// the capture side fills the next batch while one is delivered; a pool the
+/// caller gave is used as given, as long as it holds one batch.
+#[test]
+fn an_unset_pool_is_raised_to_hold_two_batches_and_a_given_one_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    write_trace(&path);
+    let chunks = |pool: Option<PoolConfig>, batch: Option<u32>| {
+        let mut b = Engine::builder().source(path.to_str().unwrap()).unwrap();
+        if let Some(p) = pool {
+            b = b.pool(p);
+        }
+        let l = batch.map(|n| LocalityConfig::new(BatchSize::new(n).unwrap()));
+        b.locality(l).build().unwrap().pool_config().chunks().get()
+    };
+    assert_eq!(chunks(None, None), 128, "the default, WireCAP-B-(256,128)");
+    assert_eq!(chunks(None, Some(8000)), 128, "two batches of 8,000 fit the default");
+    assert_eq!(chunks(None, Some(32000)), 2 * 125 + 1);
+    assert_eq!(chunks(Some(PoolConfig::new(256, 127).unwrap()), Some(32000)), 127);
+}
+
 /// A trace of `packets` UDP frames with `payload` bytes, their service ports
 /// cycling through 10 values so that every batch delivered shows as one run of
 /// ascending keys.

@@ -4,10 +4,11 @@
 //! Contract: every packet the source delivers reaches a worker, which
 //! - finds its flow (the canonical 5-tuple, both directions alike) in the
 //!   worker's flow table and counts packets, bytes, first and last timestamp;
-//! - with rules on, matches its TCP or UDP payload against the Aho-Corasick
-//!   automaton of every port group its service port (min(src port, dst port))
-//!   belongs to, and of the `any` groups, and records one alert per rule that
-//!   matched the packet.
+//! - with rules on, matches its TCP or UDP payload against the rules of every
+//!   port group its service port (min(src port, dst port)) belongs to and of the
+//!   `any` groups, and records one alert per rule that matched the packet. By
+//!   default the ports that share groups share one Aho-Corasick DFA holding all
+//!   of those rules, so a packet is scanned once (see [`Matcher::new`]).
 //!
 //! At the end, alerts and then per-flow counters are written as JSON lines to
 //! `-o` (standard output by default), sorted (alerts by time, flow and rule;
@@ -21,7 +22,7 @@ mod rules;
 
 use crate::count::finish;
 use crate::run::{human_rate, run_to_end, SourceArgs};
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
@@ -42,9 +43,11 @@ use weir::{Handler, LinkType, Packet};
 1003   any          \"|de ad be ef|\"\n\n\
 A rule applies to TCP and UDP packets whose service port, the smaller of the two ports, is in its list \
 (`any`: every packet with a payload); its content is searched anywhere in the payload, exactly. Rules \
-with the same ports text share one Aho-Corasick automaton. Without --rules the built-in set is used: \
-4,080 strings in 50 port groups by default, generated deterministically (print it with --print-rules; \
-scale it with --group-rules).\n\n\
+with the same ports text form a port group; the ports that share groups share one Aho-Corasick automaton \
+holding their groups' rules and the `any` rules (--split-any: the `any` rules in one automaton of their own, \
+scanned after the port's). Without --rules the built-in set is used: 4,080 strings in 50 port groups by \
+default, generated deterministically (print it with --print-rules; scale it with --group-rules: at 500, \
+25,500 strings in 516 MiB of DFAs).\n\n\
 Example, the same work with and without locality buffering:\n  \
 weir synth -o /tmp/t.pcap -n 2000000 -c 100000\n  weir inspect /tmp/t.pcap -o /tmp/off.jsonl\n  \
 weir inspect /tmp/t.pcap --locality 8000 -o /tmp/on.jsonl   # same bytes, fewer cache misses"
@@ -64,6 +67,17 @@ pub struct InspectArgs {
     #[arg(long)]
     pub print_rules: bool,
 
+    /// The automata: `dfa`, a full transition table per automaton (one lookup per
+    /// payload byte, and much memory: what an IDS tuned for speed runs, and the
+    /// cache-hungry case), or `nfa`, aho-corasick's compact contiguous NFA.
+    #[arg(long, value_enum, default_value_t = Automaton::Dfa)]
+    pub automaton: Automaton,
+
+    /// Keep the `any` rules in an automaton of their own, scanned after the port's,
+    /// instead of in every port group's automaton (Snort's split-any-any).
+    #[arg(long)]
+    pub split_any: bool,
+
     /// What each worker does: `rules` (signatures and the flow table) or `flows` (the flow table alone).
     #[arg(long, value_enum, default_value_t = Work::Rules)]
     pub work: Work,
@@ -81,28 +95,49 @@ pub struct InspectArgs {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Automaton {
+    Dfa,
+    Nfa,
+}
+
+impl From<Automaton> for AhoCorasickKind {
+    fn from(a: Automaton) -> AhoCorasickKind {
+        match a {
+            Automaton::Dfa => AhoCorasickKind::DFA,
+            Automaton::Nfa => AhoCorasickKind::ContiguousNFA,
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Work {
     Rules,
     Flows,
 }
 
-/// One port group: its automaton and the rule of each pattern.
+/// One automaton and the rule of each of its patterns.
 struct Group {
     automaton: AhoCorasick,
     ids: Vec<u32>,
 }
 
-/// Every group, and which apply to which service port.
+/// The automata, and which of them a packet of each service port is scanned with.
 struct Matcher {
     groups: Vec<Group>,
-    /// Groups per port, as indices into `lists`.
+    /// Per port, an index into `lists`.
     by_port: Box<[u32]>,
+    /// The automata of the ports that share them, as indices into `groups`.
     lists: Vec<Vec<u16>>,
-    any: Vec<u16>,
 }
 
 impl Matcher {
-    fn new(rules: &[rules::Rule]) -> anyhow::Result<Matcher> {
+    /// Ports whose rule groups are the same share their automata. Merged (the
+    /// default), a set of ports gets one automaton holding its groups' rules and
+    /// the `any` rules, so a packet is scanned once, at the cost of a copy of the
+    /// `any` rules in every automaton: what Snort does unless told to
+    /// split-any-any. Split, every group has its own automaton and a packet is
+    /// scanned with its port's groups and then the `any` group.
+    fn new(rules: &[rules::Rule], kind: Automaton, split_any: bool) -> anyhow::Result<Matcher> {
         let mut order: Vec<&str> = Vec::new();
         let mut members: HashMap<&str, Vec<&rules::Rule>> = HashMap::new();
         for r in rules {
@@ -111,39 +146,67 @@ impl Matcher {
             }
             members.entry(&r.ports_text).or_default().push(r);
         }
-        let mut groups = Vec::new();
         let mut any = Vec::new();
         let mut per_port: Vec<Vec<u16>> = vec![Vec::new(); 1 << 16];
         for (g, text) in order.iter().enumerate() {
-            let rs = &members[text];
-            let automaton = AhoCorasick::builder()
-                .match_kind(MatchKind::Standard)
-                .build(rs.iter().map(|r| &r.content))
-                .with_context(|| format!("building the automaton of port group {text}"))?;
-            groups.push(Group { automaton, ids: rs.iter().map(|r| r.id).collect() });
             let g = u16::try_from(g).context("more than 65,535 port groups")?;
-            if rs[0].any_port() {
+            let first = members[text][0];
+            if first.any_port() {
                 any.push(g);
             }
-            for range in &rs[0].ports {
+            for range in &first.ports {
                 for p in range.clone() {
                     per_port[usize::from(p)].push(g);
                 }
             }
         }
-        // Ports with the same groups share one list.
-        let mut lists: Vec<Vec<u16>> = vec![Vec::new()];
-        let mut index: HashMap<Vec<u16>, u32> = HashMap::from([(Vec::new(), 0)]);
+        let mut sets: Vec<Vec<u16>> = Vec::new();
+        let mut index: HashMap<Vec<u16>, u32> = HashMap::new();
         let by_port = per_port
             .into_iter()
             .map(|l| {
                 *index.entry(l.clone()).or_insert_with(|| {
-                    lists.push(l);
-                    (lists.len() - 1) as u32
+                    sets.push(l);
+                    (sets.len() - 1) as u32
                 })
             })
             .collect();
-        Ok(Matcher { groups, by_port, lists, any })
+        let build = |texts: &[&str]| -> anyhow::Result<Option<Group>> {
+            let rs: Vec<&rules::Rule> = texts.iter().flat_map(|t| members[t].iter().copied()).collect();
+            if rs.is_empty() {
+                return Ok(None);
+            }
+            let automaton = AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .kind(Some(kind.into()))
+                .build(rs.iter().map(|r| &r.content))
+                .with_context(|| format!("building the {kind:?} automaton of port group {}", texts.join(" + ")))?;
+            Ok(Some(Group { automaton, ids: rs.iter().map(|r| r.id).collect() }))
+        };
+        let mut groups = Vec::new();
+        let mut push = |g: Group| -> anyhow::Result<u16> {
+            groups.push(g);
+            u16::try_from(groups.len() - 1).context("more than 65,535 automata")
+        };
+        let any_texts: Vec<&str> = any.iter().map(|&g| order[usize::from(g)]).collect();
+        let lists = if split_any {
+            for text in &order {
+                push(build(&[text])?.expect("a group has rules"))?;
+            }
+            sets.iter().map(|l| l.iter().chain(&any).copied().collect()).collect()
+        } else {
+            let mut lists = Vec::with_capacity(sets.len());
+            for l in &sets {
+                let mut texts: Vec<&str> = l.iter().map(|&g| order[usize::from(g)]).collect();
+                texts.extend(&any_texts);
+                lists.push(match build(&texts)? {
+                    Some(g) => vec![push(g)?],
+                    None => Vec::new(),
+                });
+            }
+            lists
+        };
+        Ok(Matcher { groups, by_port, lists })
     }
 
     /// Heap bytes of the automata.
@@ -154,8 +217,7 @@ impl Matcher {
     /// Call `alert` once per rule whose content is in `payload`.
     fn scan(&self, port: u16, payload: &[u8], seen: &mut Vec<u32>, mut alert: impl FnMut(u32)) {
         seen.clear();
-        let list = &self.lists[self.by_port[usize::from(port)] as usize];
-        for &g in list.iter().chain(&self.any) {
+        for &g in &self.lists[self.by_port[usize::from(port)] as usize] {
             let group = &self.groups[usize::from(g)];
             for m in group.automaton.find_overlapping_iter(payload) {
                 let id = group.ids[m.pattern().as_usize()];
@@ -273,12 +335,14 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
                 None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
             };
             let rules = rules::parse(&text, &origin).map_err(crate::exit::bad_input)?;
-            let m = Matcher::new(&rules)?;
+            let m = Matcher::new(&rules, args.automaton, args.split_any)?;
             if !args.quiet {
                 eprintln!(
-                    "weir inspect: {} rules in {} port groups, automata {:.1} MiB",
+                    "weir inspect: {} rules in {} {:?} automata (any-port rules {}), {:.1} MiB",
                     rules.len(),
                     m.groups.len(),
+                    args.automaton,
+                    if args.split_any { "in their own" } else { "in each" },
                     m.memory() as f64 / (1 << 20) as f64
                 );
             }

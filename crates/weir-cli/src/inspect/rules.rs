@@ -17,8 +17,9 @@
 //!   quotes. Inside, `|..|` holds hex bytes separated by spaces, `\"`, `\|`
 //!   and `\\` stand for themselves. Matching is exact and case-sensitive.
 //!
-//! Rules with the same `ports` text form one *port group*, matched by one
-//! Aho-Corasick automaton.
+//! Rules with the same `ports` text form one *port group*. The ports that share
+//! groups are matched by one Aho-Corasick automaton of those groups' rules and
+//! the `any` rules (or, split, by one per group).
 //!
 //! The built-in set ([`builtin`]) is generated deterministically: 49 port groups
 //! of well-known services with 80 strings each and an `any` group of 160, 4,080

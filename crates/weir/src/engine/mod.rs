@@ -29,7 +29,7 @@ pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::balance;
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
-use crate::pool::{self, Next, PoolConfig, WorkerSide};
+use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
 use crate::{LinkType, Packet, QueueId};
@@ -113,6 +113,8 @@ pub struct EngineBuilder {
     cpus: CpuPlan,
     balance: balance::Mode,
     locality: Option<LocalityConfig>,
+    /// The pool was given by the caller, who then gets exactly that.
+    pool_set: bool,
     /// Trace reading was configured by the caller, who then gets exactly that.
     trace_reading_set: bool,
 }
@@ -129,9 +131,12 @@ impl EngineBuilder {
         self
     }
 
-    /// Pool shape per queue; default WireCAP-B-(256,128).
+    /// Pool shape per queue; default WireCAP-B-(256,128). Without this, locality
+    /// buffering raises the default's chunks to hold two batches
+    /// ([`LocalityConfig::pool_chunks`]); with it, `cfg` is used as given.
     pub fn pool(mut self, cfg: PoolConfig) -> Self {
         self.pool = cfg;
+        self.pool_set = true;
         self
     }
 
@@ -203,6 +208,12 @@ impl EngineBuilder {
             // A batch holds its chunks until delivered: the capture side must keep at
             // least one chunk to fill meanwhile, or capture and worker wait on each other
             // until the timeout every batch.
+            if !self.pool_set {
+                let need = l.pool_chunks(self.pool.cells().get()).max(self.pool.chunks().get());
+                self.pool = ChunkCount::new(need)
+                    .and_then(|r| PoolConfig::with_bytes(self.pool.cells(), r, self.pool.chunk_bytes()))
+                    .map_err(|e| BuildError::Locality(format!("a batch of {} packets: no pool holds two: {e}", l.batch.get())))?;
+            }
             let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
             if l.batch.get() > (r - 1) * m {
                 return Err(BuildError::Locality(format!(

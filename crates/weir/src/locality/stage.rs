@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// Packets delivered between two looks at the capture queue when double-buffered.
 const POLL_EVERY: u32 = 256;
 
+/// How many packets ahead of the one delivered the stage prefetches: far enough
+/// for a fetch from memory to land while the application handles the packets
+/// between, near enough that what it fetched is still in cache.
+const PREFETCH_AHEAD: usize = 2;
+
 /// A batch is delivered early when no chunk has come for this long. The batch's
 /// chunks hold what the source captured into (a trace reader's blocks, an
 /// AF_PACKET ring's blocks), so a source can stall for want of them while the
@@ -55,16 +60,22 @@ impl<'w> Batch<'w> {
     /// [`POLL_EVERY`] packets.
     fn deliver(&mut self, handler: &mut impl Handler, mut between: impl FnMut()) {
         let held = &self.held;
-        let mut n = 0u32;
-        self.index.drain(|(slot, cell)| {
+        let order = self.index.sort();
+        for (n, &(slot, cell)) in order.iter().enumerate() {
+            // Delivery jumps around the held chunks, so the packet after next is
+            // fetched while this one is handled.
+            if let Some(&(s, c)) = order.get(n + PREFETCH_AHEAD) {
+                if let Some(chunk) = held.get(s as usize) {
+                    chunk.prefetch(c as usize);
+                }
+            }
             if let Some(p) = held.get(slot as usize).and_then(|c| c.get(cell as usize)) {
                 handler.packet(&p);
             }
-            n += 1;
-            if n % POLL_EVERY == 0 {
+            if (n as u32 + 1) % POLL_EVERY == 0 {
                 between();
             }
-        });
+        }
         // Dropping a held chunk recycles it: only now is every packet of it delivered.
         self.held.clear();
         self.since = None;

@@ -1168,6 +1168,28 @@ impl<'w> HeldChunk<'w> {
         (i < self.count).then(|| unsafe { self.link.pool.packet(self.index, i) })
     }
 
+    /// Ask the processor to bring the first bytes of packet `i` (its headers and
+    /// the start of its payload) into cache; nothing past the end. The locality
+    /// stage knows the order it delivers in ahead of time, where the hardware
+    /// prefetchers, which follow addresses, cannot guess it.
+    #[inline]
+    pub fn prefetch(&self, i: usize) {
+        /// Cache lines fetched: a 64-byte line holds Ethernet, IP and TCP
+        /// headers; the following ones the payload the application reads next,
+        /// after which the processor's own stream prefetcher follows the reads.
+        const LINES: usize = 4;
+        let Some(p) = self.get(i) else { return };
+        #[cfg(target_arch = "x86_64")]
+        for line in p.data().chunks(64).take(LINES) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch is a hint with no effect the program can observe
+            // and never faults; `sse`, which it needs, is part of every x86_64.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     pub fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {
         // SAFETY: as in `get`, with i < count by construction.
         (0..self.count).map(move |i| unsafe { self.link.pool.packet(self.index, i) })
