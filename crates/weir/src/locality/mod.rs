@@ -231,16 +231,9 @@ impl<T: Copy> PortIndex<T> {
         self.entries.push((list as u32, entry));
     }
 
-    /// Call `f` on every entry in delivery order (ascending key, arrival order
-    /// within a key, then the entries without a key) and empty the index.
-    pub fn drain(&mut self, mut f: impl FnMut(T)) {
-        for &e in self.sort() {
-            f(e);
-        }
-    }
-
-    /// Empty the index into its entries in delivery order (as [`drain`](Self::drain)
-    /// visits them), which stay readable until the next push.
+    /// Empty the index into its entries in delivery order (ascending key,
+    /// arrival order within a key, then the entries without a key), which stay
+    /// readable until the next push.
     pub fn sort(&mut self) -> &[T] {
         let Some(&(_, first)) = self.entries.first() else {
             self.placed.clear();
