@@ -299,6 +299,9 @@ def plot(out):
         rows = [r for r in out["sweep"] if isinstance(r["batch"], int) and r["batch"] > 0 and field in r]
         ax.plot([r["batch"] for r in rows], [r[field] for r in rows], "o-", label="locality buffer")
         ax.axhline(off[field], color="gray", ls="--", label="buffer off")
+        full = out["sorted"].get(SWEEP_RULES, out["sorted"].get(str(SWEEP_RULES), {})).get("sorted", {})
+        if field in full:
+            ax.axhline(full[field], color="green", ls=":", label="trace fully sorted")
         ax.set_xscale("log")
         ax.set_xlabel("batch size B (packets)")
         ax.set_ylabel(label)

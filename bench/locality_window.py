@@ -1,15 +1,14 @@
 """How long must runs of one service be for `weir inspect` to gain? The trace
 sorted in windows of W packets, buffer off.
 
-bench/locality.py finds the fully sorted trace faster than the original while
-the locality buffer, at any B up to 32k, is not. A trace sorted in windows of W
-packets (each window stably by min(src port, dst port), keyless packets last)
-is what an ideal buffer of B = W would deliver, with none of its costs: no
-index, no held chunks, packets contiguous in memory. If the windowed traces
-gain no more than the buffer does, the shortfall is the workload's (its runs
-are too short for its working set), not the stage's.
+A trace sorted in windows of W packets (each window stably by min(src port,
+dst port), keyless packets last) is what an ideal buffer of B = W would
+deliver, with none of its costs: no index, no held chunks, packets contiguous
+in memory. Against bench/locality.py's buffer at B = W it splits the buffer's
+shortfall from the fully sorted trace into what the workload allows at that
+batch size (the window) and what the stage costs (the rest).
 
-Runs `weir inspect --group-rules 5000` (as the sweep) on the original trace,
+Runs `weir inspect --group-rules 500` (as the sweep) on the original trace,
 the windowed ones and the fully sorted one, in 3 rounds taken in turn; writes
 bench/results/locality-window.json.
 """
