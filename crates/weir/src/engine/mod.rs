@@ -205,15 +205,15 @@ impl EngineBuilder {
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
         if let Some(l) = &self.locality {
-            // A batch holds its chunks until delivered: the capture side must keep at
-            // least one chunk to fill meanwhile, or capture and worker wait on each other
-            // until the timeout every batch.
             if !self.pool_set {
                 let need = l.pool_chunks(self.pool.cells().get()).max(self.pool.chunks().get());
                 self.pool = ChunkCount::new(need)
                     .and_then(|r| PoolConfig::with_bytes(self.pool.cells(), r, self.pool.chunk_bytes()))
                     .map_err(|e| BuildError::Locality(format!("a batch of {} packets: no pool holds two: {e}", l.batch.get())))?;
             }
+            // A batch holds its chunks until delivered: the capture side must keep at
+            // least one chunk to fill meanwhile, or capture and worker wait on each other
+            // until the timeout every batch.
             let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
             if l.batch.get() > (r - 1) * m {
                 return Err(BuildError::Locality(format!(
