@@ -60,7 +60,6 @@ PACKETS = 20_000 if QUICK else 2_000_000
 FLOWS = 2_000 if QUICK else 100_000
 CG_SHORT = 2_000 if QUICK else 50_000
 CG_LONG = 6_000 if QUICK else 150_000
-CG_SWEEP = [1000] if QUICK else [1000, 4000, 8000, 16000, 32000]
 RUNS_COUNT = 3 if QUICK else 15
 SWEEP = [100, 1000] if QUICK else [100, 500, 1000, 2000, 4000, 8000, 16000, 32000]
 GROUP_RULES = [80, 500]
@@ -259,8 +258,6 @@ def main():
                 jobs.append((out["sorted"][g][name], pool.submit(cachegrind, cmd_for, files, name == "sorted")))
         for row in out["sweep"]:
             b = row["batch"] or None
-            if b is not None and b not in CG_SWEEP and b != "8000-double":
-                continue
             cmd_for = lambda t, b=b: inspect_cmd(t, rules + sweep_extra(b))  # noqa: E731
             jobs.append((row, pool.submit(cachegrind, cmd_for, files)))
         for name, extra in counts:
@@ -272,6 +269,11 @@ def main():
     if QUICK:
         summary(out)
         return
+    write_results(out)
+    summary(out)
+
+
+def write_results(out):
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "locality.json").write_text(json.dumps(out, indent=1))
     with open(RESULTS / "locality.csv", "w", newline="") as f:
@@ -281,7 +283,6 @@ def main():
             cg = [round(r["instr"]), round(r["l1d"], 2), round(r["ll"], 3)] if "instr" in r else ["", "", ""]
             w.writerow([r["batch"], round(r["pps"]), *cg])
     plot(out)
-    summary(out)
 
 
 def plot(out):
