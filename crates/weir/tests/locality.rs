@@ -203,6 +203,14 @@ fn an_unset_pool_is_raised_to_hold_two_batches_and_a_given_one_is_kept() {
     assert_eq!(chunks(None, Some(8000)), 128, "two batches of 8,000 fit the default");
     assert_eq!(chunks(None, Some(32000)), 2 * 125 + 1);
     assert_eq!(chunks(Some(PoolConfig::new(256, 127).unwrap()), Some(32000)), 127);
+    // ... with a note that says what it costs.
+    let notes = |r| {
+        let l = LocalityConfig::new(BatchSize::new(32000).unwrap());
+        let b = Engine::builder().source(path.to_str().unwrap()).unwrap().pool(PoolConfig::new(256, r).unwrap());
+        b.locality(Some(l)).build().unwrap().info().notes.clone()
+    };
+    assert!(notes(127).iter().any(|n| n.contains("--pool 256,251")), "{:?}", notes(127));
+    assert!(notes(251).is_empty(), "{:?}", notes(251));
 }
 
 /// A trace of `packets` UDP frames with `payload` bytes, their service ports

@@ -261,7 +261,18 @@ impl EngineBuilder {
             }
         }
         let source = source::open(&spec, &self.open)?;
-        let info = source.info().clone();
+        let mut info = source.info().clone();
+        if let (Some(l), true) = (&self.locality, self.pool_set) {
+            let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
+            if r < l.pool_chunks(m) {
+                info.notes.push(format!(
+                    "the pool ({m},{r}) holds fewer than two locality batches of {} packets, so capture waits while a batch \
+                     is delivered; --pool {m},{} (or no --pool) lets it go on",
+                    l.batch.get(),
+                    l.pool_chunks(m)
+                ));
+            }
+        }
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
         let filter = match &self.filter {
             Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?),
