@@ -204,17 +204,27 @@ impl EngineBuilder {
     /// Open the source and compile the filter for its link type.
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
+        // What the user should hear about the pool, said with the source's notes.
+        let mut pool_note = None;
         if let Some(l) = &self.locality {
+            let m = self.pool.cells().get();
+            let two = l.pool_chunks(m);
             if !self.pool_set {
-                let need = l.pool_chunks(self.pool.cells().get()).max(self.pool.chunks().get());
-                self.pool = ChunkCount::new(need)
+                self.pool = ChunkCount::new(two.max(self.pool.chunks().get()))
                     .and_then(|r| PoolConfig::with_bytes(self.pool.cells(), r, self.pool.chunk_bytes()))
                     .map_err(|e| BuildError::Locality(format!("a batch of {} packets: no pool holds two: {e}", l.batch.get())))?;
+            }
+            let r = self.pool.chunks().get();
+            if r < two {
+                pool_note = Some(format!(
+                    "the pool ({m},{r}) holds fewer than two locality batches of {} packets, so capture waits while a batch \
+                     is delivered; --pool {m},{two} (or no --pool) lets it go on",
+                    l.batch.get()
+                ));
             }
             // A batch holds its chunks until delivered: the capture side must keep at
             // least one chunk to fill meanwhile, or capture and worker wait on each other
             // until the timeout every batch.
-            let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
             if l.batch.get() > (r - 1) * m {
                 return Err(BuildError::Locality(format!(
                     "a batch of {} packets needs more than the pool's {r} chunks of {m} cells less one; \
@@ -262,17 +272,7 @@ impl EngineBuilder {
         }
         let source = source::open(&spec, &self.open)?;
         let mut info = source.info().clone();
-        if let (Some(l), true) = (&self.locality, self.pool_set) {
-            let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
-            if r < l.pool_chunks(m) {
-                info.notes.push(format!(
-                    "the pool ({m},{r}) holds fewer than two locality batches of {} packets, so capture waits while a batch \
-                     is delivered; --pool {m},{} (or no --pool) lets it go on",
-                    l.batch.get(),
-                    l.pool_chunks(m)
-                ));
-            }
-        }
+        info.notes.extend(pool_note);
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
         let filter = match &self.filter {
             Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?),
