@@ -8,7 +8,7 @@
 //! | `WEIR_LOCALITY_TIMEOUT_MS=T` | longest a packet waits for its batch | 50 |
 //! | `WEIR_SOURCE=afpacket\|afxdp` | how live interfaces are captured | afpacket |
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
-//! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold a batch |
+//! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
 
 use std::fs::{File, OpenOptions};
@@ -28,7 +28,9 @@ pub struct Settings {
     pub locality: Option<LocalityConfig>,
     pub source: LiveKind,
     pub queues: Option<QueueRange>,
-    pub pool: PoolConfig,
+    /// `WEIR_POOL`; without it the engine picks (and raises its default for
+    /// locality buffering).
+    pub pool: Option<PoolConfig>,
     /// Opened when the handle is, before a program like tcpdump gives up its
     /// privileges, so the counters can be written at close.
     pub stats_file: Option<(PathBuf, Arc<File>)>,
@@ -36,7 +38,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { locality: None, source: LiveKind::AfPacket, queues: None, pool: PoolConfig::default(), stats_file: None }
+        Settings { locality: None, source: LiveKind::AfPacket, queues: None, pool: None, stats_file: None }
     }
 }
 
@@ -66,15 +68,8 @@ impl Settings {
         if let Some(v) = var("WEIR_QUEUES") {
             s.queues = Some(v.parse().map_err(|e| format!("WEIR_QUEUES={v}: {e}"))?);
         }
-        let pool_given = var("WEIR_POOL");
-        if let Some(v) = &pool_given {
-            s.pool = v.parse().map_err(|e| format!("WEIR_POOL={v}: {e}"))?;
-        }
-        if let (Some(l), None) = (&s.locality, &pool_given) {
-            // As the engine raises a pool it was not given (the library always gives one).
-            let m = s.pool.cells().get();
-            let r = s.pool.chunks().get().max(l.pool_chunks(m));
-            s.pool = PoolConfig::new(m, r).map_err(|e| format!("WEIR_LOCALITY: no pool holds such a batch: {e}"))?;
+        if let Some(v) = var("WEIR_POOL") {
+            s.pool = Some(v.parse().map_err(|e| format!("WEIR_POOL={v}: {e}"))?);
         }
         if let Some(v) = var("WEIR_STATS_FILE") {
             let path = PathBuf::from(v);
@@ -87,7 +82,11 @@ impl Settings {
 
     /// An engine builder for `spec` with these settings.
     pub fn builder(&self, spec: SourceSpec) -> EngineBuilder {
-        weir::Engine::builder().source_spec(spec).pool(self.pool).locality(self.locality)
+        let b = weir::Engine::builder().source_spec(spec).locality(self.locality);
+        match self.pool {
+            Some(p) => b.pool(p),
+            None => b,
+        }
     }
 
     /// Append the counters to `WEIR_STATS_FILE`, one JSON line per queue and
