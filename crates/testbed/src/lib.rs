@@ -12,6 +12,10 @@
 //! iproute2; without them [`TestBed::new`] says why and returns `None`, and the
 //! test skips.
 
+mod cgroup;
+
+pub use cgroup::MemoryCgroup;
+
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 

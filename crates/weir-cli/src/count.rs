@@ -125,6 +125,13 @@ pub(crate) fn print_table<H>(cmd: &str, report: &Report<H>, title: &str, total: 
             b.park_drops + b.handover_drops
         );
     }
+    if report.unreached_bytes > 0 {
+        println!(
+            "{} bytes of the input were read but not reached when the run stopped (a partial record or data read ahead): \
+             a pipe or socket cannot be read again, so they are lost",
+            report.unreached_bytes
+        );
+    }
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     println!(
         "{} packets, {} bytes in {:.3} s: {}pps, {}bit/s ({})",
@@ -169,6 +176,7 @@ pub(crate) fn json_report<H>(report: &Report<H>, name: &str, link: String, total
         "capture_drops": total.capture_drops,
         "delivery_drops": total.delivery_drops,
         "offloaded": total.offloaded,
+        "unreached_bytes": report.unreached_bytes,
         "rebalance": report.balance.map(|b| json!({
             "moves_started": b.moves_started,
             "buckets_moved": b.buckets_moved,

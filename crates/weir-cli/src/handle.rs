@@ -68,13 +68,14 @@ same application fares at 10 Gbit/s and more cores, e.g. `weir sim run --engine 
 pub struct HandleArgs {
     // This command's own options come before the flattened source options, whose last
     // group sets the "Live capture" help heading for everything after it.
-    /// How many times each worker runs the filter on every packet before discarding it (0: not at all).
-    #[arg(short = 'x', long = "times", value_name = "N", default_value_t = 1)]
+    /// How many times each worker runs the filter on every packet before discarding it
+    /// (0: not at all; at most 1,000,000, about a second per packet).
+    #[arg(short = 'x', long = "times", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub times: u32,
 
     /// After the filter runs, wait this many microseconds per packet, to a schedule:
-    /// an application blocked on I/O, slow without taking a core.
-    #[arg(long, value_name = "U")]
+    /// an application blocked on I/O, slow without taking a core (at most 1,000,000).
+    #[arg(long, value_name = "U", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub wait_us: Option<u64>,
 
     /// Check across workers that every flow is processed by one worker at a time

@@ -4,6 +4,7 @@
 //! trace), with the packets read before the damage still counted; 1 any other
 //! failure; 130 after a second Ctrl-C.
 
+mod args;
 mod count;
 mod exit;
 mod flow_order;

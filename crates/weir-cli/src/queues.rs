@@ -75,8 +75,8 @@ pub struct QueuesArgs {
     #[arg(short = 'o', long = "output", value_name = "PREFIX")]
     pub prefix: PathBuf,
 
-    /// Width of a time bin in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10)]
+    /// Width of a time bin in milliseconds (1 to 3,600,000).
+    #[arg(long, value_name = "MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub bin_ms: u64,
 
     /// No status lines while running.

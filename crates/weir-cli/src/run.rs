@@ -1,6 +1,7 @@
 //! What every capturing command shares: the source options, building the engine,
 //! Ctrl-C, the once-a-second status and the progress bar.
 
+use crate::args;
 use crate::exit::bad_input;
 use anyhow::Context;
 use clap::Args;
@@ -31,24 +32,25 @@ pub struct SourceArgs {
     pub filter: Option<String>,
 
     /// Stop after N packets have passed the filter (all queues together).
-    #[arg(short = 'c', long = "count", value_name = "N")]
+    #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
 
-    /// Stop after this many seconds.
-    #[arg(short = 'd', long = "duration", value_name = "SECS")]
-    pub duration: Option<f64>,
+    /// Stop after this many seconds (fractions allowed; at most ten years).
+    #[arg(short = 'd', long = "duration", value_name = "SECS", value_parser = args::seconds(0.001))]
+    pub duration: Option<Duration>,
 
-    /// Replay at N packets per second instead of top speed. A paced source drops what
-    /// finds no free cell (a capture drop), like a NIC; at top speed it waits instead.
-    #[arg(long, value_name = "N", group = "pace")]
+    /// Replay at N packets per second instead of top speed (0.001 to 10^9). A paced source
+    /// drops what finds no free cell (a capture drop), like a NIC; at top speed it waits instead.
+    #[arg(long, value_name = "N", group = "pace", value_parser = args::float_in(0.001, 1e9))]
     pub pps: Option<f64>,
 
-    /// Replay at N Mbit/s of wire bytes.
-    #[arg(long, value_name = "N", group = "pace")]
+    /// Replay at N Mbit/s of wire bytes (0.001 to 10^7).
+    #[arg(long, value_name = "N", group = "pace", value_parser = args::float_in(0.001, 1e7))]
     pub mbps: Option<f64>,
 
-    /// Replay at X times the recorded timing (2 = twice as fast), as tcpreplay does.
-    #[arg(long, value_name = "X", group = "pace")]
+    /// Replay at X times the recorded timing (2 = twice as fast), as tcpreplay does
+    /// (0.000001 to 10^6).
+    #[arg(long, value_name = "X", group = "pace", value_parser = args::float_in(1e-6, 1e6))]
     pub speed: Option<f64>,
 
     /// Pool per queue as M,R: R chunks of M cells (default 256,128 = WireCAP-B-(256,128),
@@ -76,11 +78,11 @@ pub struct SourceArgs {
     /// application handles one service at a time and its caches stay warm.
     /// Packets of one flow keep their order; timestamps are untouched, so they
     /// are no longer monotonic across flows. Off by default (strict order).
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..=i64::from(weir::locality::MAX_BATCH)))]
     pub locality: Option<u32>,
 
-    /// With --locality: longest a packet waits for its batch to fill.
-    #[arg(long, value_name = "MS", default_value_t = 50, requires = "locality")]
+    /// With --locality: longest a packet waits for its batch to fill (1 to 3,600,000).
+    #[arg(long, value_name = "MS", default_value_t = 50, requires = "locality", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub locality_timeout_ms: u64,
 
     /// With --locality: gather the next batch while one is delivered (the
@@ -96,8 +98,9 @@ pub struct SourceArgs {
 #[derive(Args, Clone, Debug)]
 #[command(next_help_heading = "Live capture")]
 pub struct LiveArgs {
-    /// Bytes kept of each packet (as tcpdump -s).
-    #[arg(short = 's', long, value_name = "BYTES", default_value_t = 262_144)]
+    /// Bytes kept of each packet (as tcpdump -s; 1 to 262144).
+    #[arg(short = 's', long, value_name = "BYTES", default_value_t = 262_144,
+          value_parser = clap::value_parser!(u32).range(1..=weir::pool::MAX_CAPLEN as i64))]
     pub snaplen: u32,
 
     /// Do not put the interface in promiscuous mode (as tcpdump -p).
@@ -120,26 +123,29 @@ pub struct LiveArgs {
     #[arg(long)]
     pub rollover: bool,
 
-    /// afpacket: ring block size in KiB (a power of two).
-    #[arg(long, value_name = "KIB", default_value_t = 1024)]
-    pub block_kib: usize,
+    /// afpacket: ring block size in KiB (a power of two, 4 to 1048576).
+    #[arg(long, value_name = "KIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(4..=1 << 20))]
+    pub block_kib: u64,
 
-    /// afpacket: ring blocks per queue (default 64: 64 MiB per queue, 32 times libpcap's default).
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub blocks: usize,
+    /// afpacket: ring blocks per queue (default 64: 64 MiB per queue, 32 times libpcap's
+    /// default). Rings and pools together must fit in 80% of the memory available, checked
+    /// before anything is allocated: the kernel allocates rings whole, outside any process limit.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub blocks: u32,
 
-    /// afpacket: the kernel hands a block over when full or this many milliseconds old.
-    /// Longer lets a stalled reader's ring fill by size (more burst absorbed); shorter
-    /// shows a quiet queue's packets sooner.
-    #[arg(long, value_name = "MS", default_value_t = 100)]
+    /// afpacket: the kernel hands a block over when full or this many milliseconds old
+    /// (1 to 3,600,000). Longer lets a stalled reader's ring fill by size (more burst
+    /// absorbed); shorter shows a quiet queue's packets sooner.
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub block_timeout: u64,
 
     /// afxdp: UMEM frame size, 2048 or 4096.
-    #[arg(long, value_name = "BYTES", default_value_t = 2048)]
-    pub frame_size: usize,
+    #[arg(long, value_name = "BYTES", default_value_t = 2048, value_parser = clap::value_parser!(u16).range(2048..=4096))]
+    pub frame_size: u16,
 
-    /// afxdp: RX and fill ring entries (a power of two; the pool's R×M frames must exceed it).
-    #[arg(long, value_name = "N", default_value_t = 2048)]
+    /// afxdp: RX and fill ring entries (a power of two up to 16777216; the pool's R×M
+    /// frames must exceed it).
+    #[arg(long, value_name = "N", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
     pub ring_size: u32,
 
     /// afxdp: zero-copy: auto (where the driver supports it), on, off.
@@ -164,22 +170,19 @@ impl LiveArgs {
             "off" => ZeroCopy::Off,
             z => return Err(bad_input(anyhow::anyhow!("--zero-copy {z:?}: expected auto, on or off"))),
         };
-        if self.snaplen == 0 {
-            return Err(bad_input(anyhow::anyhow!("--snaplen must be at least 1")));
-        }
         Ok(LiveOptions {
             snaplen: self.snaplen,
             promisc: !self.no_promisc,
             netns: self.netns.clone(),
             afpacket: AfPacketOptions {
-                block_bytes: self.block_kib.saturating_mul(1024),
-                block_count: self.blocks,
+                block_bytes: (self.block_kib * 1024) as usize,
+                block_count: self.blocks as usize,
                 block_timeout: Duration::from_millis(self.block_timeout),
                 fanout,
                 rollover: self.rollover,
             },
             afxdp: AfXdpOptions {
-                frame_size: self.frame_size,
+                frame_size: usize::from(self.frame_size),
                 ring_size: self.ring_size,
                 zero_copy,
                 need_wakeup: true,
@@ -209,7 +212,7 @@ impl SourceArgs {
 
     fn locality_config(&self) -> anyhow::Result<Option<weir::locality::LocalityConfig>> {
         let Some(b) = self.locality else { return Ok(None) };
-        let batch = weir::locality::BatchSize::new(b).map_err(|e| bad_input(anyhow::anyhow!("--locality: {e}")))?;
+        let batch = weir::locality::BatchSize::new(b).map_err(|e| bad_input(anyhow::anyhow!("--locality {b}: {e}")))?;
         let timeout = Duration::from_millis(self.locality_timeout_ms);
         Ok(Some(weir::locality::LocalityConfig { batch, timeout, double_buffer: self.locality_double }))
     }
@@ -249,10 +252,7 @@ impl SourceArgs {
             b = b.packet_limit(n);
         }
         if let Some(d) = self.duration {
-            if !(d.is_finite() && d > 0.0) {
-                return Err(bad_input(anyhow::anyhow!("--duration must be a positive number of seconds, not {d}")));
-            }
-            b = b.time_limit(Duration::from_secs_f64(d));
+            b = b.time_limit(d);
         }
         let engine = b.build().map_err(|e| if e.is_bad_input() { bad_input(e) } else { anyhow::Error::new(e) })?;
         for note in &engine.info().notes {

@@ -109,32 +109,49 @@ impl FromStr for EngineSpec {
     }
 }
 
+/// The ranges of the simulator's numbers: as many queues as its model has, at
+/// most a second per packet, and workloads a run finishes in minutes.
+fn queues() -> clap::builder::RangedI64ValueParser<u16> {
+    clap::value_parser!(u16).range(1..=64)
+}
+fn cost_ns() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..=1_000_000_000)
+}
+fn packets() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..=100_000_000)
+}
+fn handle_times() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=1_000_000)
+}
+
 #[derive(Args)]
 struct RunArgs {
     /// The engine (see `weir sim --help`).
     #[arg(long, value_name = "ENGINE")]
     engine: EngineSpec,
-    /// Queues (one worker core each).
-    #[arg(long, default_value_t = 1)]
+    /// Queues (one worker core each; 1 to 64).
+    #[arg(long, default_value_t = 1, value_parser = queues())]
     queues: u16,
-    /// Processing time per packet per core, in ns (25773 = WireCAP's heavy application).
-    #[arg(long, value_name = "NS", default_value_t = HEAVY_NS)]
+    /// Processing time per packet per core, in ns (25773 = WireCAP's heavy application;
+    /// 1 to 10^9).
+    #[arg(long, value_name = "NS", default_value_t = HEAVY_NS, value_parser = cost_ns())]
     cost_ns: u64,
     /// Instead of --cost-ns: time `weir handle -x N` on this machine, over packets
-    /// of the workload, and use what one packet costs a worker.
-    #[arg(long, value_name = "N", conflicts_with = "cost_ns")]
+    /// of the workload, and use what one packet costs a worker (N: 1 to 1,000,000).
+    #[arg(long, value_name = "N", conflicts_with = "cost_ns", value_parser = handle_times())]
     cost_from_handle: Option<u32>,
-    /// Workload: a burst of P 64-byte packets at 14.88 Mpps.
-    #[arg(long, value_name = "P", conflicts_with_all = ["trace", "skewed"])]
+    /// Workload: a burst of P 64-byte packets at 14.88 Mpps (P: 1 to 10^8).
+    #[arg(long, value_name = "P", conflicts_with_all = ["trace", "skewed"], value_parser = packets())]
     burst: Option<u64>,
-    /// Workload: a skewed mix of this many packets (see `weir sim imbalance`).
-    #[arg(long, value_name = "PACKETS", conflicts_with = "trace")]
+    /// Workload: a skewed mix of this many packets (see `weir sim imbalance`; 1 to 10^8).
+    #[arg(long, value_name = "PACKETS", conflicts_with = "trace", value_parser = packets())]
     skewed: Option<u64>,
     /// Workload: the packets of a trace file.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// Offered load as a fraction of all workers' capacity (skewed mix and traces).
-    #[arg(long, default_value_t = 0.8)]
+    /// Offered load as a fraction of all workers' capacity (skewed mix and traces;
+    /// 0.001 to 100).
+    #[arg(long, default_value_t = 0.8, value_parser = crate::args::float_in(0.001, 100.0))]
     load: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -148,17 +165,17 @@ struct BurstArgs {
     /// Output prefix: writes PREFIX.csv.
     #[arg(short = 'o', long, value_name = "PREFIX")]
     output: PathBuf,
-    /// Burst sizes P.
-    #[arg(long, value_delimiter = ',', default_values_t = default_bursts())]
+    /// Burst sizes P (each 1 to 10^8).
+    #[arg(long, value_delimiter = ',', default_values_t = default_bursts(), value_parser = packets())]
     bursts: Vec<u64>,
     /// Engines to compare.
     #[arg(long, num_args = 1.., default_values_t = ["ring-only:1024", "copy-buffer:1024:10240", "B-256,100", "B-256,500", "B-64,400", "B-128,200"].map(String::from).to_vec())]
     engines: Vec<String>,
-    /// Per-packet cost of the light application, ns.
-    #[arg(long, default_value_t = LIGHT_NS)]
+    /// Per-packet cost of the light application, ns (1 to 10^9).
+    #[arg(long, default_value_t = LIGHT_NS, value_parser = cost_ns())]
     light_ns: u64,
-    /// Per-packet cost of the heavy application, ns.
-    #[arg(long, default_value_t = HEAVY_NS)]
+    /// Per-packet cost of the heavy application, ns (1 to 10^9).
+    #[arg(long, default_value_t = HEAVY_NS, value_parser = cost_ns())]
     heavy_ns: u64,
 }
 
@@ -171,29 +188,30 @@ struct ImbalanceArgs {
     /// Output prefix: writes PREFIX.csv.
     #[arg(short = 'o', long, value_name = "PREFIX")]
     output: PathBuf,
-    #[arg(long, default_value_t = 6)]
+    /// Queues (one worker core each; 1 to 64).
+    #[arg(long, default_value_t = 6, value_parser = queues())]
     queues: u16,
-    /// Per-packet cost of the (heavy) workers, ns.
-    #[arg(long, default_value_t = HEAVY_NS)]
+    /// Per-packet cost of the (heavy) workers, ns (1 to 10^9).
+    #[arg(long, default_value_t = HEAVY_NS, value_parser = cost_ns())]
     cost_ns: u64,
     /// Instead of --cost-ns: time `weir handle -x N` on this machine, over packets
-    /// of the workload, and use what one packet costs a worker.
-    #[arg(long, value_name = "N", conflicts_with = "cost_ns")]
+    /// of the workload, and use what one packet costs a worker (N: 1 to 1,000,000).
+    #[arg(long, value_name = "N", conflicts_with = "cost_ns", value_parser = handle_times())]
     cost_from_handle: Option<u32>,
-    /// Packets of the skewed mix.
-    #[arg(long, default_value_t = 2_000_000)]
+    /// Packets of the skewed mix (1 to 10^8).
+    #[arg(long, default_value_t = 2_000_000, value_parser = packets())]
     packets: u64,
-    /// Flows of the skewed mix.
-    #[arg(long, default_value_t = 20_000)]
+    /// Flows of the skewed mix (1 to 10^7).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     flows: u32,
-    /// Zipf exponent of the flow sizes.
-    #[arg(long, default_value_t = 1.1)]
+    /// Zipf exponent of the flow sizes (0 to 10).
+    #[arg(long, default_value_t = 1.1, value_parser = crate::args::float_in(0.0, 10.0))]
     zipf: f64,
     /// Use this trace instead of the skewed mix, at its recorded timing scaled to --load.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// Total offered load as a fraction of all workers' capacity.
-    #[arg(long, default_value_t = 0.85)]
+    /// Total offered load as a fraction of all workers' capacity (0.001 to 100).
+    #[arg(long, default_value_t = 0.85, value_parser = crate::args::float_in(0.001, 100.0))]
     load: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -208,13 +226,6 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         What::Burst(a) => burst(a),
         What::Imbalance(a) => imbalance(a),
     }
-}
-
-fn check_load(load: f64) -> anyhow::Result<()> {
-    if !(load > 0.0 && load.is_finite()) {
-        return Err(bad_input(anyhow::anyhow!("--load {load}: must be above 0")));
-    }
-    Ok(())
 }
 
 /// The workload of `weir sim run` or `imbalance`: offered at `load` of `queues` workers of `cost_ns`.
@@ -340,12 +351,11 @@ impl Row {
 }
 
 fn run_one(mut a: RunArgs) -> anyhow::Result<ExitCode> {
-    check_load(a.load)?;
     let skewed = a.skewed.map(|p| (p, 20_000, 1.0));
     a.cost_ns = cost(a.cost_ns, a.cost_from_handle, || workload(a.burst, skewed, a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed))?;
     let cfg = config(a.queues, a.cost_ns, &a.engine)?;
     let mut w = workload(a.burst, skewed, a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed)?;
-    let r = sim::run(&cfg, w.as_mut());
+    let r = sim::run(&cfg, w.as_mut()).map_err(|x| anyhow::anyhow!(x))?;
     let row = Row::new(&a.engine.name, &r);
     if a.json {
         println!("{}", serde_json::to_string(&row)?);
@@ -416,7 +426,7 @@ fn burst(a: BurstArgs) -> anyhow::Result<ExitCode> {
     let rows = parallel(jobs, |(app, cost, e, p)| {
         let cfg = SimConfig::new(1, cost, e.kind.clone()).map_err(|x| anyhow::anyhow!(x))?;
         let mut w = Burst::new(p, LINE_RATE_64B_10G, 1024).map_err(|x| anyhow::anyhow!(x))?;
-        let r = sim::run(&cfg, &mut w);
+        let r = sim::run(&cfg, &mut w).map_err(|x| anyhow::anyhow!(x))?;
         // Engine names contain commas: quoted, as CSV readers expect.
         Ok::<_, anyhow::Error>(format!("{app},{cost},\"{}\",{p},{},{}\n", e.name, r.drops(), r.drop_rate()))
     });
@@ -430,7 +440,6 @@ fn burst(a: BurstArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn imbalance(mut a: ImbalanceArgs) -> anyhow::Result<ExitCode> {
-    check_load(a.load)?;
     let mix = Some((a.packets, a.flows, a.zipf));
     a.cost_ns = cost(a.cost_ns, a.cost_from_handle, || workload(None, mix, a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed))?;
     let pool = &a.pool;
@@ -469,7 +478,7 @@ fn imbalance(mut a: ImbalanceArgs) -> anyhow::Result<ExitCode> {
     let rows = parallel(engines, |e| {
         let cfg = SimConfig::new(a.queues, a.cost_ns, e.kind.clone()).map_err(|x| anyhow::anyhow!(x))?;
         let mut w = workload(None, Some((a.packets, a.flows, a.zipf)), a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed)?;
-        let r = sim::run(&cfg, w.as_mut());
+        let r = sim::run(&cfg, w.as_mut()).map_err(|x| anyhow::anyhow!(x))?;
         Ok::<_, anyhow::Error>(Row::new(&e.name, &r))
     });
     let mut csv = format!("{}\n", Row::HEADER);

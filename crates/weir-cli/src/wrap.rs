@@ -18,12 +18,12 @@ weir run --source afxdp --queues 0-3 -- tcpdump -i eth1 -c 1000000 -w /dev/null\
 The program finds weir's libpcap.so.0.8 first on LD_LIBRARY_PATH. Its filters are compiled by the \
 system libpcap and run by weir; interfaces and files are read by weir's engine.")]
 pub struct WrapArgs {
-    /// Deliver packets in batches of B sorted by port (locality buffering); off by default.
-    #[arg(long, value_name = "B")]
+    /// Deliver packets in batches of B sorted by port (locality buffering; 1 to 4194304); off by default.
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..=i64::from(weir::locality::MAX_BATCH)))]
     locality: Option<u32>,
 
-    /// Longest a packet waits for its locality batch, in milliseconds.
-    #[arg(long, value_name = "MS", requires = "locality")]
+    /// Longest a packet waits for its locality batch, in milliseconds (1 to 3,600,000).
+    #[arg(long, value_name = "MS", requires = "locality", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     locality_timeout_ms: Option<u64>,
 
     /// How live interfaces are captured: afpacket or afxdp.

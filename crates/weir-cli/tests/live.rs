@@ -160,3 +160,68 @@ fn bucket_fanout_splits_live_traffic_as_the_trace_source_splits_the_file() {
     assert_eq!(per_queue(&live), per_queue(&file), "live {live}\nfile {file}");
     assert!(per_queue(&live).iter().all(|&n| n > 0), "one queue got everything: {live}");
 }
+
+/// An interface deleted or taken down under a capture ends it on every live
+/// backend, with exit 1 and a message that says so, instead of a capture that
+/// runs on silently with 0 packets (afxdp did: its socket is unbound and never
+/// turns readable again).
+#[test]
+fn an_interface_that_goes_away_or_down_ends_the_capture_with_an_error() {
+    for kind in ["afpacket", "afxdp"] {
+        for action in ["del", "down"] {
+            let Some(tb) = TestBed::new(1) else { return };
+            let mut child = tb
+                .in_rx(env!("CARGO_BIN_EXE_weir"))
+                .args(["count", "-q", &format!("{kind}:{}@0", tb.rx_if)])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+            assert!(lines.by_ref().map_while(Result::ok).any(|l| l.contains("listening on")), "{kind} never listened");
+            let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+            let change = match action {
+                "del" => Command::new("ip").args(["-n", &tb.rx_ns, "link", "del", &tb.rx_if]).status(),
+                _ => Command::new("ip").args(["-n", &tb.rx_ns, "link", "set", &tb.rx_if, "down"]).status(),
+            };
+            assert!(change.unwrap().success());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let status = loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break Some(s);
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let err = rest.join().unwrap();
+            let status = status.unwrap_or_else(|| panic!("{kind}, link {action}: still capturing 10 s later: {err}"));
+            assert_eq!(status.code(), Some(1), "{kind}, link {action}: {err}");
+            assert!(err.contains(&format!("{kind}:{}@0: the interface went down or away", tb.rx_if)), "{kind}, link {action}: {err}");
+        }
+    }
+}
+
+/// `weir replay` says the same when the interface it sends on goes away.
+#[test]
+fn replay_onto_an_interface_that_goes_away_ends_with_an_error() {
+    let Some(tb) = TestBed::new(1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (t, _) = trace(dir.path(), &tb, 200);
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["replay", "-q", "--loop", "0", "--pps", "2000", "--netns", &tb.tx_ns, "-o", &tb.tx_if])
+        .arg(&t)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(Command::new("ip").args(["-n", &tb.tx_ns, "link", "del", &tb.tx_if]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("sending on {}: the interface went down or away", tb.tx_if)), "{err}");
+}

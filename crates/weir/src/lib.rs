@@ -16,6 +16,7 @@
 //! - [`locality`]: the worker-side stage that delivers each batch sorted by port.
 //! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
 //! - [`wire`]: zero-copy views over packet headers.
+//! - [`memory`]: the budget every capture is checked against before it allocates.
 //! - [`sink`]: pcap and pcapng writers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
 //!
@@ -42,6 +43,7 @@ pub mod balance;
 pub mod engine;
 pub mod filter;
 pub mod locality;
+pub mod memory;
 pub mod packet;
 pub mod pool;
 pub mod privileges;

@@ -60,7 +60,7 @@ pub struct InspectArgs {
     /// Strings in each port group of the built-in set (twice as many in its `any`
     /// group): the size of the automata, and so of the application's working set.
     #[arg(long, value_name = "N", default_value_t = rules::PER_GROUP as u32, conflicts_with = "rules",
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+          value_parser = clap::value_parser!(u32).range(1..=MAX_GROUP_RULES))]
     pub group_rules: u32,
 
     /// Print the built-in rule set and exit.
@@ -114,6 +114,10 @@ pub enum Work {
     Rules,
     Flows,
 }
+
+/// Most strings per group of the built-in set: 2,000 build about 2 GiB of
+/// DFAs (bench/locality_rules.py), the largest set measured.
+const MAX_GROUP_RULES: i64 = 2_000;
 
 /// One automaton and the rule of each of its patterns.
 struct Group {

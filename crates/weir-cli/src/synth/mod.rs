@@ -80,8 +80,8 @@ pub struct SynthArgs {
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: PathBuf,
 
-    /// Number of packets to write (at least 1).
-    #[arg(short = 'n', long, value_name = "N", default_value_t = 1_000_000)]
+    /// Number of packets to write (at least 1; what they take must fit on the disk).
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub packets: u64,
 
     /// Concurrency: how many flows are open (started and not yet finished) at any time (at least 1).
@@ -103,7 +103,7 @@ pub struct SynthArgs {
     /// Average aggregate rate of the built-in model in Mbit/s [default: 1000]: each
     /// flow's share (rate / flows) is spread over pacing of bulk data and idle time
     /// between transactions. Not with --from, whose flows keep their recorded timing.
-    #[arg(long, value_name = "R", conflicts_with = "from")]
+    #[arg(long, value_name = "R", conflicts_with = "from", value_parser = crate::args::float_in(0.001, 1e7))]
     pub mbps: Option<f64>,
 
     /// Replay the IPv4 TCP and UDP flows of every pcap/pcapng file under DIR (searched
@@ -112,25 +112,46 @@ pub struct SynthArgs {
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
 
-    /// Keep at most this many bytes of each frame (the wire length is recorded in full).
-    #[arg(long, value_name = "N", default_value_t = MAX_SNAPLEN)]
+    /// Keep at most this many bytes of each frame (the wire length is recorded in full;
+    /// 1 to 262144).
+    #[arg(long, value_name = "N", default_value_t = MAX_SNAPLEN, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SNAPLEN)))]
     pub snaplen: u32,
 }
 
-pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
-    if args.packets == 0 {
-        return Err(bad_input(anyhow::anyhow!("--packets must be at least 1")));
+/// Refuse a trace that cannot fit on the disk it goes to: every record takes
+/// at least its header and a minimum frame (60 bytes, or the snaplen), so
+/// below that no trace of `--packets` fits, whatever the model writes.
+fn check_room(args: &SynthArgs) -> anyhow::Result<()> {
+    let record = match args.format {
+        Format::Pcap => 16,
+        Format::Pcapng => 32,
+    };
+    let least = args.packets.saturating_mul(record + u64::from(args.snaplen.min(60)));
+    let dir = match args.output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    // No answer (a path that does not exist yet) leaves the check to creating the file.
+    let Ok(fs) = nix::sys::statvfs::statvfs(dir) else { return Ok(()) };
+    let free = fs.blocks_available().saturating_mul(fs.fragment_size());
+    if least > free {
+        return Err(bad_input(anyhow::anyhow!(
+            "--packets {} takes at least {} on disk ({record} bytes of record header and {} of frame each), \
+             but {} has {} free",
+            args.packets,
+            weir::memory::Bytes(least),
+            args.snaplen.min(60),
+            dir.display(),
+            weir::memory::Bytes(free)
+        )));
     }
+    Ok(())
+}
+
+pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
+    check_room(&args)?;
     if args.flows == 0 || args.flows > MAX_FLOWS {
         return Err(bad_input(anyhow::anyhow!("--flows must be between 1 and {MAX_FLOWS}, not {}", args.flows)));
-    }
-    if let Some(r) = args.mbps {
-        if !(r.is_finite() && r > 0.0) {
-            return Err(bad_input(anyhow::anyhow!("--mbps must be a positive number of Mbit/s, not {r}")));
-        }
-    }
-    if args.snaplen == 0 || args.snaplen > MAX_SNAPLEN {
-        return Err(bad_input(anyhow::anyhow!("--snaplen must be between 1 and {MAX_SNAPLEN}, not {}", args.snaplen)));
     }
     let started = Instant::now();
     let corpus = match &args.from {

@@ -29,6 +29,7 @@ pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::balance;
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
+use crate::memory::{Budget, Bytes};
 use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
@@ -98,6 +99,8 @@ pub enum RunError {
     HandlerPanicked { queue: QueueId, message: String },
     #[error("cannot start thread: {0}")]
     Spawn(std::io::Error),
+    #[error("cannot allocate the pool of queue {queue}: {error}")]
+    Memory { queue: QueueId, error: std::io::Error },
 }
 
 /// Configures an [`Engine`]; values are checked against each other in [`build`](Self::build).
@@ -206,9 +209,13 @@ impl EngineBuilder {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
         // What the user should hear about the pool, said with the source's notes.
         let mut pool_note = None;
+        let mut raised = String::new();
         if let Some(l) = &self.locality {
             let m = self.pool.cells().get();
             let two = l.pool_chunks(m);
+            if !self.pool_set && two > self.pool.chunks().get() {
+                raised = format!(", raised to hold two locality batches of {}", l.batch.get());
+            }
             if !self.pool_set {
                 self.pool = ChunkCount::new(two.max(self.pool.chunks().get()))
                     .and_then(|r| PoolConfig::with_bytes(self.pool.cells(), r, self.pool.chunk_bytes()))
@@ -270,6 +277,7 @@ impl EngineBuilder {
                 return Err(BuildError::Cpu { cpu, allowed });
             }
         }
+        self.open.budget = self.memory(&raised);
         let source = source::open(&spec, &self.open)?;
         let mut info = source.info().clone();
         info.notes.extend(pool_note);
@@ -290,6 +298,24 @@ impl EngineBuilder {
             balance: self.balance,
             locality: self.locality,
         })
+    }
+}
+
+impl EngineBuilder {
+    /// What each queue of the engine will take: its pool and work-queue pair,
+    /// and its locality stage; the source adds its own (see [`crate::memory`]).
+    fn memory(&self, raised: &str) -> Budget {
+        let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
+        let mut budget = Budget::new(self.pool.capacity());
+        budget.per_queue(
+            format!("pools: {r} chunks of {} each (pool {m},{r}{raised})", Bytes(self.pool.chunk_bytes().get() as u64)),
+            self.pool.memory_bytes(),
+        );
+        if let Some(l) = &self.locality {
+            let double = if l.double_buffer { ", double-buffered" } else { "" };
+            budget.per_queue(format!("locality index (locality batch {}{double})", l.batch.get()), l.memory_bytes(m));
+        }
+        budget
     }
 }
 
@@ -413,7 +439,8 @@ impl Engine {
         let mut works = Vec::new();
         for &q in &self.info.queues {
             let c = Arc::new(QueueCounters::new(q));
-            let (cap, work) = pool::work_queue_pair(q, &self.pool, Arc::clone(&c), self.locality.map(|_| self.info.link_type));
+            let (cap, work) = pool::work_queue_pair(q, &self.pool, Arc::clone(&c), self.locality.map(|_| self.info.link_type))
+                .map_err(|error| RunError::Memory { queue: q, error })?;
             ctl.register(cap.wake_handle());
             ctl.register(work.wake_handle());
             counters.push(c);
@@ -660,7 +687,8 @@ impl<H> Running<H> {
         let stats = Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() };
         let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
         let balance = self.balance.as_ref().map(|b| b.read());
-        Report { stats, handlers, elapsed, stop, errors, balance }
+        let unreached_bytes = self.progress.as_ref().map_or(0, |p| p.unreached());
+        Report { stats, handlers, elapsed, stop, errors, balance, unreached_bytes }
     }
 }
 
@@ -677,6 +705,10 @@ pub struct Report<H> {
     pub errors: Vec<RunError>,
     /// What rebalancing moved, when the mode moves buckets.
     pub balance: Option<balance::SteeringStats>,
+    /// Bytes of a stream input (a pipe, a socket) read but not reached when the
+    /// run stopped: a partial record, or data read ahead. A file's rest is
+    /// still in the file and is not counted.
+    pub unreached_bytes: u64,
 }
 
 impl<H> Report<H> {

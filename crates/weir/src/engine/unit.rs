@@ -59,16 +59,21 @@ pub enum SourceError {
     /// Bad input: a malformed or truncated trace, with where it went wrong.
     #[error("{what}")]
     Malformed { what: String },
-    #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    /// The OS error is shown in the message, not chained as a source, so
+    /// printing the chain does not repeat it.
+    #[error("{what}: {error}")]
+    Io { what: String, error: std::io::Error },
     #[error("{0}")]
     Invalid(String),
+    /// The configuration would need more memory than may be used (see [`crate::memory`]).
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
 }
 
 impl SourceError {
     /// True when the error is in what the user gave us (exit code 2 in the CLI).
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, SourceError::Malformed { .. } | SourceError::Invalid(_))
+        matches!(self, SourceError::Malformed { .. } | SourceError::Invalid(_) | SourceError::Memory(_))
     }
 }
 
@@ -77,11 +82,12 @@ impl SourceError {
 pub struct Progress {
     done: AtomicU64,
     total: AtomicU64,
+    unreached: AtomicU64,
 }
 
 impl Progress {
     pub fn new(total: Option<u64>) -> Arc<Progress> {
-        Arc::new(Progress { done: AtomicU64::new(0), total: AtomicU64::new(total.unwrap_or(0)) })
+        Arc::new(Progress { total: AtomicU64::new(total.unwrap_or(0)), ..Progress::default() })
     }
 
     pub fn set_done(&self, n: u64) {
@@ -93,5 +99,17 @@ impl Progress {
     pub fn get(&self) -> (u64, u64) {
         // Relaxed: display values.
         (self.done.load(Ordering::Relaxed), self.total.load(Ordering::Relaxed))
+    }
+
+    /// Bytes of a stream (a pipe, a socket) that were read but not reached when
+    /// the run stopped: lost with it, since a stream cannot be read again.
+    pub fn set_unreached(&self, n: u64) {
+        // Relaxed: written by the capture thread before it ends, read after the join.
+        self.unreached.store(n, Ordering::Relaxed);
+    }
+
+    pub fn unreached(&self) -> u64 {
+        // Relaxed: as above.
+        self.unreached.load(Ordering::Relaxed)
     }
 }

@@ -93,6 +93,18 @@ impl LocalityConfig {
         2 * self.batch.get().div_ceil(cells.max(1)) + 1
     }
 
+    /// The most memory one worker's stage takes with pools of `cells` cells per
+    /// chunk: per batch (two when double-buffered) an index of up to B + M − 1
+    /// entries, their delivery order, and the index's lists. The packets
+    /// themselves stay in the pool's chunks.
+    pub fn memory_bytes(&self, cells: usize) -> u64 {
+        let entries = (self.batch.get() + cells) as u64;
+        let per_entry = (size_of::<(u32, (u32, u32))>() + size_of::<(u32, u32)>()) as u64;
+        let lists = ((LISTS + 1) * size_of::<u32>() + USED_WORDS * size_of::<u64>()) as u64;
+        let batches = if self.double_buffer { 2 } else { 1 };
+        (entries * per_entry + lists) * batches
+    }
+
     /// Read blocks of `block_bytes` a trace needs so that each of `queues`
     /// workers can hold a whole batch of full-size Ethernet frames while the
     /// next one is read: two batches each. The trace reader's arena is raised to
@@ -102,7 +114,7 @@ impl LocalityConfig {
     /// its sides starved at a low-water mark and the batch goes early.
     pub fn trace_blocks(&self, block_bytes: usize, queues: usize) -> usize {
         const FRAME: usize = 1518;
-        (2 * self.batch.get() * FRAME * queues.max(1)).div_ceil(block_bytes.max(1)) + 8
+        (2 * self.batch.get()).saturating_mul(FRAME).saturating_mul(queues.max(1)).div_ceil(block_bytes.max(1)).saturating_add(8)
     }
 }
 

@@ -48,11 +48,11 @@ unsafe impl Send for BlockArena {}
 unsafe impl Sync for BlockArena {}
 
 impl BlockArena {
-    /// `count` blocks of `block_bytes` each.
-    pub fn new(block_bytes: usize, count: usize) -> Arc<BlockArena> {
+    /// `count` blocks of `block_bytes` each; an error when the memory cannot be mapped.
+    pub fn new(block_bytes: usize, count: usize) -> std::io::Result<Arc<BlockArena>> {
         assert!(block_bytes > 0 && count > 0 && count <= u32::MAX as usize, "a block arena needs blocks");
-        let mem = Region::new(block_bytes * count);
-        Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: false })
+        let mem = Region::array(count, block_bytes)?;
+        Ok(Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: false }))
     }
 
     /// An arena over a mapping shared with the kernel, `count` blocks of `block_bytes`.
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_block_is_written_only_when_nobody_holds_it() {
-        let arena = BlockArena::new(64, 2);
+        let arena = BlockArena::new(64, 2).unwrap();
         let mut a = arena.acquire().unwrap();
         a.bytes()[0] = 7;
         let a = a.freeze();

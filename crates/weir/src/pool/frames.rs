@@ -20,10 +20,11 @@ pub struct FrameArena {
 }
 
 impl FrameArena {
-    /// `frames` frames of `frame_size` bytes (a power of two, 2048 or 4096 for AF_XDP).
-    pub fn new(frames: usize, frame_size: usize) -> Arc<FrameArena> {
+    /// `frames` frames of `frame_size` bytes (a power of two, 2048 or 4096 for
+    /// AF_XDP); an error when the memory cannot be mapped.
+    pub fn new(frames: usize, frame_size: usize) -> std::io::Result<Arc<FrameArena>> {
         assert!(frames > 0 && frame_size.is_power_of_two(), "frames must be a power of two in size");
-        Arc::new(FrameArena { mem: Region::new(frames * frame_size), frame_size })
+        Ok(Arc::new(FrameArena { mem: Region::array(frames, frame_size)?, frame_size }))
     }
 
     pub fn frame_size(&self) -> usize {
@@ -76,7 +77,7 @@ mod tests {
 
     #[test]
     fn addresses() {
-        let a = FrameArena::new(4, 2048);
+        let a = FrameArena::new(4, 2048).unwrap();
         assert_eq!((a.frames(), a.len()), (4, 8192));
         assert_eq!(a.frame_of(2048 + 300), 2048);
         let p = a.ptr(2048 + 256, 1000);
@@ -87,6 +88,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside its frame")]
     fn a_packet_cannot_cross_a_frame() {
-        FrameArena::new(4, 2048).ptr(2048 + 1500, 1000);
+        FrameArena::new(4, 2048).unwrap().ptr(2048 + 1500, 1000);
     }
 }

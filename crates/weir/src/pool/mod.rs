@@ -169,25 +169,27 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
-    fn new(queue: QueueId, cfg: &PoolConfig, key_link: Option<LinkType>) -> Pool {
+    /// An error when its memory cannot be had (see [`PoolConfig::memory_bytes`]
+    /// for what the engine checks beforehand).
+    fn new(queue: QueueId, cfg: &PoolConfig, key_link: Option<LinkType>) -> std::io::Result<Pool> {
         let r = cfg.chunks().get();
         let m = cfg.cells().get();
         let chunk_bytes = cfg.chunk_bytes().get();
         // Lazily backed: chunks never attached cost no resident memory.
-        let arena = sys::Region::new(r * chunk_bytes);
-        Pool {
+        let arena = sys::Region::array(r, chunk_bytes)?;
+        Ok(Pool {
             uid: NEXT_POOL_UID.fetch_add(1, Ordering::Relaxed),
             queue,
             cells_per_chunk: m,
             chunk_bytes,
-            states: (0..r).map(|_| AtomicU64::new(pack(ChunkState::Free, 0))).collect(),
-            counts: (0..r).map(|_| AtomicU32::new(0)).collect(),
-            bytes: (0..r).map(|_| AtomicU64::new(0)).collect(),
-            cells: (0..r * m).map(|_| UnsafeCell::new(EMPTY_CELL)).collect(),
+            states: try_boxed(r, || AtomicU64::new(pack(ChunkState::Free, 0)))?,
+            counts: try_boxed(r, || AtomicU32::new(0))?,
+            bytes: try_boxed(r, || AtomicU64::new(0))?,
+            cells: try_boxed(r.saturating_mul(m), || UnsafeCell::new(EMPTY_CELL))?,
             key_link,
             arena,
             backing: OnceLock::new(),
-        }
+        })
     }
 
     fn chunks(&self) -> usize {
@@ -302,6 +304,29 @@ fn key_of_code(code: u32) -> Option<u16> {
     u16::try_from(code).ok()
 }
 
+/// `n` values made by `f`, or an error where `collect` would abort for want of memory.
+fn try_boxed<T>(n: usize, f: impl FnMut() -> T) -> std::io::Result<Box<[T]>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+    v.extend(std::iter::repeat_with(f).take(n));
+    Ok(v.into_boxed_slice())
+}
+
+impl PoolConfig {
+    /// The most memory one queue's pool and work-queue pair can take: the
+    /// arena (mapped lazily, but a burst can fill it), the cells, the chunks'
+    /// states and block lists, and the two rings of chunk numbers.
+    pub fn memory_bytes(&self) -> u64 {
+        let per_chunk = self.chunk_bytes().get() as u64
+            + (self.cells().get() * size_of::<Cell>()) as u64
+            + (size_of::<AtomicU64>() * 2 + size_of::<AtomicU32>() + size_of::<ChunkBlocks>()) as u64
+            // Two rings of u32, each rounded up to a power of two, and the free stack.
+            + 4 * 2 * 2
+            + 4;
+        per_chunk.saturating_mul(self.chunks().get() as u64)
+    }
+}
+
 /// Chunks published before the worker is woken (see `Producer::set_wake_batch`).
 const WAKE_BATCH: usize = 4;
 
@@ -320,8 +345,8 @@ pub fn work_queue_pair(
     cfg: &PoolConfig,
     counters: Arc<QueueCounters>,
     sort_keys: Option<LinkType>,
-) -> (CaptureSide, WorkerSide) {
-    let pool = Arc::new(Pool::new(queue, cfg, sort_keys));
+) -> std::io::Result<(CaptureSide, WorkerSide)> {
+    let pool = Arc::new(Pool::new(queue, cfg, sort_keys)?);
     let r = pool.chunks();
     let (mut cap_tx, cap_rx) = ring::channel::<u32>(Capacity::at_least(r));
     // One wake-up per few chunks: a fast capture thread does not pay a system call
@@ -357,7 +382,7 @@ pub fn work_queue_pair(
         inbox: Vec::new(),
         turn: StdCell::new(0),
     };
-    (capture, worker)
+    Ok((capture, worker))
 }
 
 /// The capture thread's handle on one queue: fills cells, publishes chunks,

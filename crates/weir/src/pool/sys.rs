@@ -29,8 +29,9 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Map `len` bytes (rounded up to a page). Aborts like the allocator on failure.
-    pub(crate) fn new(len: usize) -> Region {
+    /// Map `len` bytes (rounded up to a page). A refusal (the address space
+    /// limit, the kernel's overcommit check) is an error for the caller to report.
+    pub(crate) fn new(len: usize) -> std::io::Result<Region> {
         let len = len.max(1);
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions; the result is checked below.
@@ -45,7 +46,7 @@ impl Region {
             )
         };
         if p == libc::MAP_FAILED {
-            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(len, 4096).unwrap_or(std::alloc::Layout::new::<u8>()));
+            return Err(std::io::Error::last_os_error());
         }
         #[cfg(not(miri))]
         // SAFETY: `p..p+len` is the mapping just made; the advice is only a hint and
@@ -53,7 +54,14 @@ impl Region {
         unsafe {
             libc::madvise(p, len, libc::MADV_HUGEPAGE)
         };
-        Region { ptr: NonNull::new(p.cast()).expect("mmap does not return NULL on success"), len, _owner: None }
+        Ok(Region { ptr: NonNull::new(p.cast()).expect("mmap does not return NULL on success"), len, _owner: None })
+    }
+
+    /// Map `count` items of `size` bytes; a product past the address space is
+    /// refused like any other mapping the kernel would not make.
+    pub(crate) fn array(count: usize, size: usize) -> std::io::Result<Region> {
+        let len = count.checked_mul(size).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        Region::new(len)
     }
 
     /// Take over a mapping made elsewhere (a packet ring mapped from `owner`, a

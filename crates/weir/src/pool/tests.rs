@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 fn pair(m: usize, r: usize) -> (CaptureSide, WorkerSide, Arc<QueueCounters>) {
     let counters = Arc::new(QueueCounters::new(QueueId(3)));
     let cfg = PoolConfig::new(m, r).unwrap();
-    let (c, w) = work_queue_pair(QueueId(3), &cfg, Arc::clone(&counters), None);
+    let (c, w) = work_queue_pair(QueueId(3), &cfg, Arc::clone(&counters), None).unwrap();
     (c, w, counters)
 }
 
@@ -295,7 +295,7 @@ fn capture_and_worker_on_two_threads() {
 #[test]
 fn referenced_blocks_stay_held_until_their_chunks_come_back() {
     let (mut cap, work, counters) = pair(8, 4);
-    let arena = BlockArena::new(256, 6);
+    let arena = BlockArena::new(256, 6).unwrap();
     let mut blocks = Vec::new();
     for b in 0..5u8 {
         let mut m = arena.acquire().unwrap();
@@ -335,7 +335,7 @@ fn referenced_blocks_stay_held_until_their_chunks_come_back() {
 #[should_panic(expected = "outside the block")]
 fn a_cell_cannot_point_outside_its_block() {
     let (mut cap, _work, _) = pair(8, 4);
-    let arena = BlockArena::new(256, 1);
+    let arena = BlockArena::new(256, 1).unwrap();
     let b = arena.acquire().unwrap().freeze();
     let _ = cap.push_ref(&b, 200..300, 100, 0);
 }
@@ -343,7 +343,7 @@ fn a_cell_cannot_point_outside_its_block() {
 #[test]
 fn frames_come_back_when_their_chunk_is_recycled() {
     let (mut cap, work, _) = pair(2, 4);
-    let umem = FrameArena::new(8, 2048);
+    let umem = FrameArena::new(8, 2048).unwrap();
     // The kernel wrote three packets at frame offsets 256 of frames 1, 5 and 2.
     for (frame, len) in [(1u64, 60usize), (5, 1500), (2, 64)] {
         cap.push_frame(&umem, frame * 2048 + 256, len, len as u32, 0).unwrap();
@@ -365,7 +365,7 @@ fn frames_come_back_when_their_chunk_is_recycled() {
 #[test]
 fn a_shared_block_goes_back_only_when_unheld() {
     let (mut cap, work, _) = pair(8, 4);
-    let region = sys::Region::new(4 * 1024);
+    let region = sys::Region::new(4 * 1024).unwrap();
     // SAFETY: anonymous memory stands in for the kernel's ring; nothing else writes it.
     let ring = unsafe { BlockArena::over_mapping(region, 1024, 4) };
     assert!(ring.acquire().is_none(), "the kernel owns unheld blocks");
@@ -385,7 +385,7 @@ fn group(m: usize, r: usize) -> (Vec<CaptureSide>, Vec<WorkerSide>, Vec<Arc<Queu
     let cfg = PoolConfig::new(m, r).unwrap();
     let counters: Vec<_> = (0..2).map(|q| Arc::new(QueueCounters::new(QueueId(q)))).collect();
     let (mut caps, mut works): (Vec<_>, Vec<_>) =
-        counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), &cfg, Arc::clone(c), None)).unzip();
+        counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), &cfg, Arc::clone(c), None).unwrap()).unzip();
     link_buddies(&mut caps, &mut works, OffloadThreshold::new(50).unwrap());
     (caps, works, counters)
 }
@@ -469,7 +469,7 @@ proptest! {
         let counters = Arc::new(QueueCounters::new(QueueId(0)));
         // Every chunk is taken and recycled as soon as it is published: two are enough.
         let cfg = PoolConfig::new(m, 2).unwrap();
-        let (mut cap, work) = work_queue_pair(QueueId(0), &cfg, counters, Some(LinkType::ETHERNET));
+        let (mut cap, work) = work_queue_pair(QueueId(0), &cfg, counters, Some(LinkType::ETHERNET)).unwrap();
         let mut want = Vec::new();
         let mut got = Vec::new();
         let take = |work: &WorkerSide, got: &mut Vec<Option<u16>>| {

@@ -59,13 +59,18 @@ pub trait Source: Send {
 pub struct OpenOptions {
     pub trace: file::ReadConfig,
     pub live: LiveOptions,
+    /// The engine's memory per queue: a source adds its own and checks the
+    /// whole against what is available before it allocates anything.
+    pub budget: crate::memory::Budget,
 }
 
 /// Open the source a spec names.
 pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, SourceError> {
     match spec {
-        SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace),
-        SourceSpec::Live { kind: LiveKind::AfPacket, iface, queues } => afpacket::open(iface, *queues, &opts.live, spec.to_string()),
-        SourceSpec::Live { kind: LiveKind::AfXdp, iface, queues } => afxdp::open(iface, *queues, &opts.live, spec.to_string()),
+        SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace, &opts.budget),
+        SourceSpec::Live { kind: LiveKind::AfPacket, iface, queues } => {
+            afpacket::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget)
+        }
+        SourceSpec::Live { kind: LiveKind::AfXdp, iface, queues } => afxdp::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget),
     }
 }

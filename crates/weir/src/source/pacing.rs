@@ -24,15 +24,32 @@ pub enum Pacing {
     Speed(f64),
 }
 
+/// The rates a pacing may have. Slower than the lowest, a packet would be due
+/// so far off that no run could reach it; faster than the highest is top speed.
+pub const PPS_RANGE: (f64, f64) = (0.001, 1e9);
+pub const MBPS_RANGE: (f64, f64) = (0.001, 1e7);
+pub const SPEED_RANGE: (f64, f64) = (1e-6, 1e6);
+
+/// No packet is scheduled further than this from the start (about 31,700
+/// years): a trace's timestamps can be anything, and what a slow pacing
+/// makes of them must stay a time the clock can hold.
+const FARTHEST_SECS: f64 = 1e12;
+
 impl Pacing {
-    /// Reject rates that are zero, negative or not finite.
+    /// Reject rates outside their range (zero, negative, not finite among them).
     pub fn checked(self) -> Result<Pacing, String> {
-        let bad = |what: &str, v: f64| Err(format!("{what} must be a positive number, not {v}"));
+        let check = |what: &str, v: f64, (lo, hi): (f64, f64)| {
+            if v.is_finite() && (lo..=hi).contains(&v) {
+                Ok(self)
+            } else {
+                Err(format!("a pacing of {v} {what} is out of range: must be from {lo} to {hi}"))
+            }
+        };
         match self {
-            Pacing::Pps(v) if !(v.is_finite() && v > 0.0) => bad("--pps", v),
-            Pacing::Mbps(v) if !(v.is_finite() && v > 0.0) => bad("--mbps", v),
-            Pacing::Speed(v) if !(v.is_finite() && v > 0.0) => bad("--speed", v),
-            p => Ok(p),
+            Pacing::TopSpeed => Ok(self),
+            Pacing::Pps(v) => check("packets per second", v, PPS_RANGE),
+            Pacing::Mbps(v) => check("Mbit/s", v, MBPS_RANGE),
+            Pacing::Speed(v) => check("times the recorded speed", v, SPEED_RANGE),
         }
     }
 
@@ -80,7 +97,7 @@ impl Pacer {
             Pacing::Speed(x) => ts_ns.saturating_sub(self.first_ts) as f64 / 1e9 / x,
         };
         self.packets += 1;
-        Some(start + Duration::from_secs_f64(secs))
+        Some(start + Duration::from_secs_f64(secs.clamp(0.0, FARTHEST_SECS)))
     }
 }
 
@@ -130,10 +147,27 @@ mod tests {
 
     #[test]
     fn rejects_bad_rates() {
-        for p in [Pacing::Pps(0.0), Pacing::Mbps(-1.0), Pacing::Speed(f64::NAN), Pacing::Pps(f64::INFINITY)] {
+        for p in [
+            Pacing::Pps(0.0),
+            Pacing::Mbps(-1.0),
+            Pacing::Speed(f64::NAN),
+            Pacing::Pps(f64::INFINITY),
+            Pacing::Speed(1e-300),
+            Pacing::Mbps(1e-300),
+            Pacing::Pps(1e300),
+        ] {
             assert!(p.checked().is_err(), "{p:?}");
         }
         assert!(Pacing::Speed(0.5).checked().is_ok());
+    }
+
+    /// The slowest pacing on the most distant timestamps still gives a time.
+    #[test]
+    fn far_timestamps_stay_representable() {
+        let mut p = Pacer::new(Pacing::Speed(SPEED_RANGE.0));
+        let first = p.due(0, 60).unwrap();
+        let last = p.due(u64::MAX, 60).unwrap();
+        assert!(last > first);
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub enum SpecError {
     BadInterface(String),
     #[error("empty source name")]
     Empty,
+    #[error("{0:?} names no file: give file:PATH, or file:- for standard input")]
+    NoPath(String),
 }
 
 impl FromStr for SourceSpec {
@@ -176,6 +178,9 @@ impl FromStr for SourceSpec {
             Some(r) => (true, r),
             None => (false, s),
         };
+        if explicit && (rest.is_empty() || rest.starts_with('@')) {
+            return Err(SpecError::NoPath(s.into()));
+        }
         if rest == "-" {
             return Ok(SourceSpec::File { path: None, queues: QueueRange::single() });
         }

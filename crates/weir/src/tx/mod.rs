@@ -118,12 +118,21 @@ pub enum TxError {
     TooShort { len: usize },
     #[error("a frame of {len} bytes does not fit the TX ring's slots of {frame_size} bytes ({max} bytes of packet at most)")]
     FrameTooLarge { len: usize, max: usize, frame_size: usize },
-    #[error("sending on {iface}: {error}")]
+    #[error("sending on {iface}: {}{error}", gone(error))]
     Send { iface: String, error: io::Error },
     #[error("sending on {iface}: the kernel rejected a frame of {len} bytes as malformed")]
     Rejected { iface: String, len: u32 },
     #[error("sending on {iface}: the device took no frame for {:.1} s with {queued} waiting (is the link down?)", waited.as_secs_f64())]
     Stalled { iface: String, waited: Duration, queued: u64 },
+}
+
+/// What a send error means when the interface was removed or taken down,
+/// said as the capture sources say it.
+fn gone(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENETDOWN) | Some(libc::ENXIO) | Some(libc::ENODEV) => "the interface went down or away: ",
+        _ => "",
+    }
 }
 
 fn in_namespace(ns: &Option<PathBuf>) -> String {
@@ -200,11 +209,11 @@ impl TxRing {
         let Some(ns) = &opts.netns else { return open_here(iface, opts) };
         let live = LiveOptions { netns: Some(ns.clone()), ..LiveOptions::default() };
         live.in_netns(|| Ok(open_here(iface, opts))).map_err(|e| match e {
-            SourceError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => TxError::Netns {
+            SourceError::Io { error: source, .. } if source.kind() == io::ErrorKind::PermissionDenied => TxError::Netns {
                 detail: format!("network namespace {}: {}", ns.display(), privileges::missing_capability(Operation::EnterNetns)),
                 not_found: false,
             },
-            SourceError::Io { source, .. } => {
+            SourceError::Io { error: source, .. } => {
                 TxError::Netns { not_found: source.kind() == io::ErrorKind::NotFound, detail: source.to_string() }
             }
             other => TxError::Netns { detail: other.to_string(), not_found: false },

@@ -81,6 +81,7 @@ pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};
 
 use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::{BpfInsn, Filter};
+use crate::memory::{Budget, Bytes, Plan};
 use crate::source::{ifindex, rx_queues, AfPacketOptions, CaptureOptions, Fanout, LiveOptions, Pacing, QueueRange, Source};
 use crate::{LinkType, QueueId};
 use std::io;
@@ -169,7 +170,7 @@ fn io_error(what: String, e: io::Error) -> SourceError {
     } else {
         what
     };
-    SourceError::Io { what, source: e }
+    SourceError::Io { what, error: e }
 }
 
 /// One queue's socket and ring, opened but not yet receiving.
@@ -205,7 +206,13 @@ struct Shared {
 }
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
-pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: String) -> Result<Box<dyn Source>, SourceError> {
+pub fn open(
+    iface: &str,
+    queues: Option<QueueRange>,
+    opts: &LiveOptions,
+    name: String,
+    budget: &Budget,
+) -> Result<Box<dyn Source>, SourceError> {
     let shape = RingShape::check(&opts.afpacket, opts.snaplen)?;
     let fanout = opts.afpacket.fanout;
     let label = format!("afpacket:{iface}");
@@ -216,6 +223,15 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
             None => (0..device_queues).collect(),
             Some(r) => r.iter().collect(),
         };
+        // The kernel allocates each ring whole, outside any memory limit of this
+        // process: it must fit before the first socket asks for one.
+        let mut plan = Plan::new();
+        let a = &opts.afpacket;
+        plan.add(
+            format!("afpacket rings: {} blocks of {} per queue, x {} queues", a.block_count, Bytes(a.block_bytes as u64), queues.len()),
+            (a.block_count as u64).saturating_mul(a.block_bytes as u64).saturating_mul(queues.len() as u64),
+        );
+        budget.check(queues.len(), plan)?;
         let last = queues.last().copied().unwrap_or(0);
         if fanout == Fanout::QueueMapping && last >= device_queues {
             return Err(SourceError::Invalid(format!(
@@ -419,7 +435,7 @@ impl Source for AfPacketSource {
         if let Some(binding) = &self.steering {
             binding.attach(first).map_err(|source| SourceError::Io {
                 what: format!("{}: making weir's fanout program the group's demux", label(first_q)),
-                source,
+                error: source,
             })?;
         }
         for &(q, s) in &order[1..] {

@@ -59,7 +59,7 @@ pub(super) struct KernelTable {
 fn steer_error(e: super::SteerError) -> SourceError {
     SourceError::Io {
         what: "rebalancing (a process that dropped root with -Z can no longer use the bucket table)".into(),
-        source: std::io::Error::other(e.to_string()),
+        error: std::io::Error::other(e.to_string()),
     }
 }
 

@@ -211,11 +211,11 @@ impl QueueUnit {
 /// A failure of the socket while capturing. The engine puts the unit's name in front.
 fn socket_error(e: io::Error) -> SourceError {
     let what = if e.raw_os_error() == Some(libc::ENETDOWN) { "the interface went down or away" } else { "capture socket" };
-    SourceError::Io { what: what.into(), source: e }
+    SourceError::Io { what: what.into(), error: e }
 }
 
 fn bad_ring(e: BadFrame) -> SourceError {
-    SourceError::Io { what: "the kernel's ring is inconsistent".into(), source: io::Error::new(io::ErrorKind::InvalidData, e.0) }
+    SourceError::Io { what: "the kernel's ring is inconsistent".into(), error: io::Error::new(io::ErrorKind::InvalidData, e.0) }
 }
 
 /// Push the rest of the block's packets, until a cell is missing or the limit is

@@ -39,6 +39,7 @@ mod unit;
 mod xsk;
 
 use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
+use crate::memory::{Budget, Bytes, Plan};
 use crate::source::{ifindex, rx_queues, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
 use crate::{LinkType, QueueId};
 use program::{denied, XdpProgram};
@@ -48,7 +49,13 @@ use unit::{Attachment, XskUnit};
 use xsk::{BindTo, UmemOf, Xsk, XDP_PACKET_HEADROOM};
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
-pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: String) -> Result<Box<dyn Source>, SourceError> {
+pub fn open(
+    iface: &str,
+    queues: Option<QueueRange>,
+    opts: &LiveOptions,
+    name: String,
+    budget: &Budget,
+) -> Result<Box<dyn Source>, SourceError> {
     check_options(&opts.afxdp)?;
     opts.in_netns(|| {
         let index = ifindex(iface)?;
@@ -64,6 +71,7 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
             Some(q) => q,
             None => QueueRange::new(0, available - 1).map_err(|e| SourceError::Invalid(format!("{iface}: {e}")))?,
         };
+        budget.check(queues.len(), memory(&opts.afxdp, budget.pool_cells(), queues.len()))?;
         let sockets = queues
             .iter()
             .map(|q| XskFd::new().map(|fd| (QueueId(q), fd)))
@@ -97,6 +105,20 @@ pub fn open(iface: &str, queues: Option<QueueRange>, opts: &LiveOptions, name: S
             }) as Box<dyn Source>,
         )
     })
+}
+
+/// What `queues` sockets take: a UMEM each of a frame per pool cell (one arena
+/// of them all for a buddy group; the same bytes), pinned by the kernel, and
+/// each socket's rings.
+fn memory(o: &AfXdpOptions, pool_cells: u64, queues: usize) -> Plan {
+    let n = queues as u64;
+    let mut plan = Plan::new();
+    plan.add(
+        format!("AF_XDP UMEM: {pool_cells} frames of {} per queue (a frame per pool cell), x {queues} queues", Bytes(o.frame_size as u64)),
+        pool_cells.saturating_mul(o.frame_size as u64).saturating_mul(n),
+    );
+    plan.add(format!("AF_XDP rings of {} entries, x {queues} queues", o.ring_size), xsk::ring_bytes(o.ring_size).saturating_mul(n));
+    plan
 }
 
 /// Reject options the kernel would refuse with a bare EINVAL.
@@ -143,17 +165,6 @@ impl Source for AfXdpSource {
                 opts.pool
             )));
         }
-        let umem_bytes = (frames as u64).saturating_mul(self.opts.frame_size as u64).saturating_mul(self.sockets.len() as u64);
-        let memory = sys::physical_memory();
-        if umem_bytes > memory {
-            return Err(SourceError::Invalid(format!(
-                "the pool {} needs {} MiB of UMEM for {} queue(s), pinned in memory, but the machine has {} MiB: lower R or M",
-                opts.pool,
-                umem_bytes >> 20,
-                self.sockets.len(),
-                memory >> 20
-            )));
-        }
         let AfXdpSource { info, iface, ifindex, sockets, mut program, promiscuous, opts: xdp } = *self;
         let native = program.mode() == XdpMode::Drv;
         let n = sockets.len();
@@ -171,7 +182,13 @@ impl Source for AfXdpSource {
         // memory): rebalancing hands frames between queues; offloading hands chunks
         // whose frames then go back to the queue that received them.
         let grouped = n > 1 && (rebalance.is_some() || opts.balance.offload().is_some());
-        let group = grouped.then(|| crate::pool::FrameArena::new(frames * n, xdp.frame_size));
+        let group = match grouped {
+            true => Some(crate::pool::FrameArena::new(frames * n, xdp.frame_size).map_err(|error| SourceError::Io {
+                what: format!("{iface}: mapping the shared UMEM of {n} queues"),
+                error,
+            })?),
+            false => None,
+        };
         let mut xsks: Vec<Xsk> = Vec::with_capacity(n);
         for (home, (queue, fd)) in sockets.into_iter().enumerate() {
             let umem_of = match &group {
@@ -190,7 +207,7 @@ impl Source for AfXdpSource {
                 (Some(r), Some(l)) => Some(rebalance::QueueRole::new(Arc::clone(r), me, l, frames, xdp.frame_size)),
                 _ => None,
             };
-            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role)));
+            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role, &iface)));
         }
         if let Some(r) = rebalance {
             units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afxdp:{iface} rebalancer"))));

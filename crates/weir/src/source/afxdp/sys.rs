@@ -280,6 +280,22 @@ impl XskFd {
         Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
     }
 
+    /// Whether the socket can still receive: an error when its interface was
+    /// removed (the kernel unbinds the socket: ENXIO) or is down (ENETDOWN).
+    /// poll(2) says neither: an unbound socket just never turns readable.
+    pub fn check_bound(&self) -> io::Result<()> {
+        // SAFETY: a zero-length, non-blocking recvfrom with no buffer or address:
+        // the kernel reads and writes no memory of ours.
+        let rc = unsafe {
+            libc::recvfrom(self.0.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
+        };
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENXIO) | Some(libc::ENETDOWN) if rc < 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Tell the driver there are new fill ring entries (it asked with
     /// XDP_RING_NEED_WAKEUP). A wake-up is a hint: when it fails (EAGAIN while the
     /// driver is busy, ENETDOWN) the next one, or the next poll, wakes the driver.
@@ -290,13 +306,6 @@ impl XskFd {
             libc::recvfrom(self.0.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
         };
     }
-}
-
-/// Bytes of physical memory: a UMEM is pinned, so it must fit.
-pub fn physical_memory() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
-    u64::try_from(pages).unwrap_or(0).saturating_mul(u64::try_from(page).unwrap_or(0))
 }
 
 /// An AF_PACKET socket that receives nothing (protocol 0) and exists only to hold

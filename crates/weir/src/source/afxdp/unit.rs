@@ -82,13 +82,23 @@ pub struct XskUnit {
     snaplen: usize,
     drops: KernelDrops,
     balance: Option<QueueRole>,
+    /// `afxdp:IF@Q`, for error messages.
+    label: String,
 }
 
 impl XskUnit {
-    pub fn new(xsk: Xsk, attachment: Arc<Attachment>, filter: FilterWatch, snaplen: u32, balance: Option<QueueRole>) -> XskUnit {
+    pub fn new(
+        xsk: Xsk,
+        attachment: Arc<Attachment>,
+        filter: FilterWatch,
+        snaplen: u32,
+        balance: Option<QueueRole>,
+        iface: &str,
+    ) -> XskUnit {
         let zero_copy = xsk.is_zero_copy();
         let umem = Arc::clone(xsk.umem());
-        XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy), balance }
+        let label = format!("afxdp:{iface}@{}", xsk.queue().0);
+        XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy), balance, label }
     }
 
     /// Take back the frames of recycled chunks and top the fill ring up.
@@ -134,7 +144,7 @@ impl CaptureUnit for XskUnit {
     }
 
     fn name(&self) -> String {
-        format!("xsk{}", self.xsk.queue().0)
+        self.label.clone()
     }
 
     fn run(mut self: Box<Self>, sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError> {
@@ -183,7 +193,10 @@ impl XskUnit {
                 // What the worker recycled meanwhile goes on the fill ring before we
                 // sleep, or the kernel might have nowhere to put packets.
                 self.refill(side);
-                self.xsk.wait(self.at_most(IDLE_WAIT))?;
+                if !self.xsk.wait(self.at_most(IDLE_WAIT))? {
+                    // Quiet for a whole wait: is there still an interface to wait on?
+                    self.xsk.check_bound()?;
+                }
                 continue;
             }
             unpublished_since.get_or_insert_with(Instant::now);

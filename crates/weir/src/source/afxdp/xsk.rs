@@ -59,6 +59,12 @@ pub struct Xsk {
     zero_copy: bool,
 }
 
+/// The most memory the RX, fill and completion rings of `ring_size` entries take.
+pub fn ring_bytes(ring_size: u32) -> u64 {
+    let fill = u64::from(ring_size.saturating_mul(FILL_PER_RX).max(ring_size));
+    u64::from(ring_size) * size_of::<XdpDesc>() as u64 + fill * 8 + u64::from(COMPLETION_RING_ENTRIES) * 8
+}
+
 /// Whose UMEM a socket uses.
 pub enum UmemOf<'a> {
     /// Its own, of [`BindTo::frames`] frames.
@@ -88,7 +94,7 @@ impl Xsk {
         let (iface, q) = (to.iface, to.queue.0);
         let at = |what: &str| format!("{iface} queue {q}: {what}");
         let (umem, first_frame, share) = match umem_of {
-            UmemOf::Own => (FrameArena::new(to.frames, opts.frame_size), 0, None),
+            UmemOf::Own => (FrameArena::new(to.frames, opts.frame_size).map_err(|e| io(at("mapping the UMEM"), e))?, 0, None),
             UmemOf::Group { arena, home, first } => (arena, (home * to.frames) as u64, first),
         };
         if share.is_none() {
@@ -224,13 +230,18 @@ impl Xsk {
         self.fd.wait_readable(timeout).map_err(|e| io(format!("waiting on queue {}", self.queue.0), e))
     }
 
+    /// An error naming the queue once its interface is gone or down.
+    pub fn check_bound(&self) -> Result<(), SourceError> {
+        self.fd.check_bound().map_err(|e| io("the interface went down or away".into(), e))
+    }
+
     pub fn statistics(&self) -> Result<XdpStatistics, SourceError> {
         self.fd.statistics().map_err(|e| io(format!("reading AF_XDP statistics of queue {}", self.queue.0), e))
     }
 }
 
 fn io(what: String, source: io::Error) -> SourceError {
-    SourceError::Io { what, source }
+    SourceError::Io { what, error: source }
 }
 
 fn umem_error(what: String, e: io::Error, bytes: usize) -> SourceError {

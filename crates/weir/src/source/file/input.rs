@@ -12,6 +12,13 @@
 //!
 //! The capture thread sees one window of unconsumed bytes, `unread()`, that is
 //! either inside a block (cells may point into it) or inside that private buffer.
+//!
+//! A regular file is read a full block at a time. A pipe, FIFO, socket or
+//! terminal (a *stream*) hands each `read()` over as it returns, so records
+//! that arrived are delivered at once, not when a block's worth has come; and
+//! what a stream delivered but the run did not reach when it stopped (a
+//! partial record, blocks read ahead) is counted ([`Input::unreached`]),
+//! since unlike a file's rest it cannot be read again.
 
 use super::format::MAX_RECORD_BYTES;
 use crate::engine::{Control, SourceError};
@@ -19,7 +26,7 @@ use crate::pool::{BlockArena, BlockMut, BlockRef, CaptureSide};
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +55,12 @@ impl ReadConfig {
             return Err(format!("trace reading needs blocks of at least 1 byte and at least 4 of them, not {self:?}"));
         }
         Ok(())
+    }
+
+    /// The reader's arena: every block with its headroom (mapped lazily; the
+    /// lowest free block is taken, but a slow worker can hold them all).
+    pub fn memory_bytes(&self) -> u64 {
+        (self.headroom as u64).saturating_add(self.block_bytes as u64).saturating_mul(self.blocks as u64)
     }
 }
 
@@ -114,6 +127,20 @@ pub(super) struct Input {
     /// File offset of the next byte the reader will produce.
     read_offset: u64,
     pub eof: bool,
+    /// Not a regular file: every read is handed over as it returns.
+    stream: bool,
+    /// Bytes read from the input so far, by whichever thread reads.
+    read_total: Arc<AtomicU64>,
+}
+
+/// A trace that cannot be opened for what the user named (no such file, no
+/// permission, not a file) is bad input; anything else is the system's failure.
+fn opening(label: String, error: std::io::Error) -> SourceError {
+    use std::io::ErrorKind::{IsADirectory, NotADirectory, NotFound, PermissionDenied};
+    match error.kind() {
+        NotFound | PermissionDenied | IsADirectory | NotADirectory => SourceError::Invalid(format!("{label}: {error}")),
+        _ => SourceError::Io { what: label, error },
+    }
 }
 
 impl Input {
@@ -121,20 +148,24 @@ impl Input {
         cfg.check().map_err(SourceError::Invalid)?;
         let (label, file) = match path {
             Some(p) => {
-                let f = File::open(p).map_err(|source| SourceError::Io { what: p.display().to_string(), source })?;
+                let f = File::open(p).map_err(|e| opening(p.display().to_string(), e))?;
                 (p.display().to_string(), f)
             }
             None => {
-                let f = File::open("/dev/stdin").map_err(|source| SourceError::Io { what: "stdin".into(), source })?;
+                let f = File::open("/dev/stdin").map_err(|e| opening("stdin".into(), e))?;
                 ("stdin".to_string(), f)
             }
         };
-        let meta = file.metadata().map_err(|source| SourceError::Io { what: label.clone(), source })?;
+        let meta = file.metadata().map_err(|source| SourceError::Io { what: label.clone(), error: source })?;
         if meta.is_dir() {
             return Err(SourceError::Invalid(format!("{label}: is a directory, not a trace file")));
         }
         let size = meta.is_file().then_some(meta.len());
-        let arena = BlockArena::new(cfg.headroom + cfg.block_bytes, cfg.blocks);
+        let stream = !meta.is_file();
+        let arena = BlockArena::new(cfg.headroom + cfg.block_bytes, cfg.blocks).map_err(|error| SourceError::Io {
+            what: format!("{label}: mapping {} for reading", crate::memory::Bytes(cfg.memory_bytes())),
+            error,
+        })?;
         let input = Input {
             label,
             cfg,
@@ -146,6 +177,8 @@ impl Input {
             offset_at_pos: 0,
             read_offset: 0,
             eof: false,
+            stream,
+            read_total: Arc::new(AtomicU64::new(0)),
         };
         Ok((input, size))
     }
@@ -187,12 +220,20 @@ impl Input {
         }
         let (tx, rx) = sync_channel(AHEAD);
         let stop = Arc::new(AtomicBool::new(false));
-        let ahead =
-            ReadAhead { file, arena: Arc::clone(&self.arena), cfg: self.cfg, tx, stop: Arc::clone(&stop), offset: self.read_offset };
+        let ahead = ReadAhead {
+            file,
+            arena: Arc::clone(&self.arena),
+            cfg: self.cfg,
+            tx,
+            stop: Arc::clone(&stop),
+            offset: self.read_offset,
+            stream: self.stream,
+            read_total: Arc::clone(&self.read_total),
+        };
         std::thread::Builder::new()
             .name("weir-readahead".into())
             .spawn(move || ahead.run())
-            .map_err(|source| SourceError::Io { what: "starting the read-ahead thread".into(), source })?;
+            .map_err(|source| SourceError::Io { what: "starting the read-ahead thread".into(), error: source })?;
         self.reader = Reader::Ahead { rx, stop };
         Ok(())
     }
@@ -238,7 +279,14 @@ impl Input {
     fn next_filled(&mut self, sides: &mut [CaptureSide], ctl: &Control) -> Result<Option<Option<(BlockMut, usize)>>, SourceError> {
         let filled = match &mut self.reader {
             Reader::Done => return Ok(Some(None)),
-            Reader::Direct(file) => read_block(file, &self.arena, self.cfg, self.read_offset, &self.label)?,
+            Reader::Direct(file) => {
+                let f = read_block(file, &self.arena, self.cfg, self.stream, self.read_offset, &self.label)?;
+                if let Filled::Block(_, n) = &f {
+                    // Relaxed: a count read after the run, once the threads are done with it.
+                    self.read_total.fetch_add(*n as u64, Ordering::Relaxed);
+                }
+                f
+            }
             Reader::Ahead { rx, .. } => {
                 let mut flushed = false;
                 loop {
@@ -276,8 +324,20 @@ impl Input {
                 self.reader = Reader::Done;
                 Ok(Some(None))
             }
-            Filled::Failed(source, at) => Err(SourceError::Io { what: format!("{} at byte offset {at}", self.label), source }),
+            Filled::Failed(source, at) => Err(SourceError::Io { what: format!("{} at byte offset {at}", self.label), error: source }),
         }
+    }
+
+    /// Bytes a stream delivered that the run did not reach: read ahead, or
+    /// part of a record. Zero for a regular file, whose rest is still there.
+    pub fn unreached(&self) -> u64 {
+        if !self.stream {
+            return 0;
+        }
+        // Relaxed: blocks sent but not received were counted before they were
+        // sent. A read the read-ahead thread was blocked in when the run stopped
+        // may still return after this: those bytes are not in the count.
+        self.read_total.load(Ordering::Relaxed).saturating_sub(self.offset_at_pos)
     }
 
     /// Mark `sides` starved if few blocks are free even after taking back what
@@ -308,22 +368,31 @@ impl Drop for Input {
 }
 
 /// Read one block from `file` on the calling thread. A block with no bytes means the end.
-fn read_block(file: &mut File, arena: &Arc<BlockArena>, cfg: ReadConfig, offset: u64, label: &str) -> Result<Filled, SourceError> {
+fn read_block(
+    file: &mut File,
+    arena: &Arc<BlockArena>,
+    cfg: ReadConfig,
+    stream: bool,
+    offset: u64,
+    label: &str,
+) -> Result<Filled, SourceError> {
     // Before read-ahead starts the arena is untouched, so a block is always free.
     let mut block = arena.acquire().ok_or_else(|| SourceError::Invalid(format!("{label}: no free read block")))?;
-    match fill(file, &mut block.bytes()[cfg.headroom..]) {
+    match fill(file, &mut block.bytes()[cfg.headroom..], stream) {
         Ok(0) => Ok(Filled::End),
         Ok(n) => Ok(Filled::Block(block, n)),
-        Err(e) => Err(SourceError::Io { what: format!("{label} at byte offset {offset}"), source: e }),
+        Err(e) => Err(SourceError::Io { what: format!("{label} at byte offset {offset}"), error: e }),
     }
 }
 
-/// read() until `dst` is full or the input ends; returns the bytes read.
-fn fill(file: &mut File, dst: &mut [u8]) -> std::io::Result<usize> {
+/// read() until `dst` is full or the input ends, or for a stream until one
+/// read returns bytes; returns the bytes read (0 at the end).
+fn fill(file: &mut File, dst: &mut [u8], stream: bool) -> std::io::Result<usize> {
     let mut n = 0;
     while n < dst.len() {
         match file.read(&mut dst[n..]) {
             Ok(0) => break,
+            Ok(k) if stream => return Ok(k),
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -340,6 +409,8 @@ struct ReadAhead {
     tx: SyncSender<Filled>,
     stop: Arc<AtomicBool>,
     offset: u64,
+    stream: bool,
+    read_total: Arc<AtomicU64>,
 }
 
 impl ReadAhead {
@@ -355,10 +426,12 @@ impl ReadAhead {
                     None => std::thread::sleep(FREE_WAIT),
                 }
             };
-            let msg = match fill(&mut self.file, &mut block.bytes()[self.cfg.headroom..]) {
+            let msg = match fill(&mut self.file, &mut block.bytes()[self.cfg.headroom..], self.stream) {
                 Ok(0) => Filled::End,
                 Ok(n) => {
                     self.offset += n as u64;
+                    // Relaxed: see `Input::unreached`.
+                    self.read_total.fetch_add(n as u64, Ordering::Relaxed);
                     Filled::Block(block, n)
                 }
                 Err(e) => Filled::Failed(e, self.offset),

@@ -17,6 +17,7 @@
 //! A malformed record ends the run with an error naming the file and byte
 //! offset, after every packet before it was captured.
 
+use crate::memory::{Budget, Bytes, Plan};
 use super::format::{Step, TraceHeader, Walker};
 use super::input::{Input, ReadConfig};
 use crate::engine::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
@@ -176,6 +177,7 @@ impl CaptureUnit for TraceUnit {
             s.flush();
         }
         self.progress.set_done(self.input.offset());
+        self.progress.set_unreached(self.input.unreached());
         result
     }
 }
@@ -370,6 +372,19 @@ fn capture_one(side: &mut CaptureSide, p: &Pkt<'_>, block: Option<&BlockRef>, fi
 }
 
 /// Open a trace source by path (`None` = stdin).
-pub fn open(path: Option<&PathBuf>, queues: QueueRange, name: String, cfg: ReadConfig) -> Result<Box<dyn Source>, SourceError> {
+/// Open a trace once its memory and the engine's for `queues` fit the budget.
+pub fn open(
+    path: Option<&PathBuf>,
+    queues: QueueRange,
+    name: String,
+    cfg: ReadConfig,
+    budget: &Budget,
+) -> Result<Box<dyn Source>, SourceError> {
+    let mut plan = Plan::new();
+    plan.add(
+        format!("trace reading: {} blocks of {} with headroom", cfg.blocks, Bytes((cfg.headroom + cfg.block_bytes) as u64)),
+        cfg.memory_bytes(),
+    );
+    budget.check(queues.len(), plan)?;
     Ok(Box::new(TraceSource::open(path.map(PathBuf::as_path), queues, name, cfg)?))
 }

@@ -157,14 +157,14 @@ impl LiveOptions {
     pub fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
         match &self.netns {
             None => f(),
-            Some(ns) => sys::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), source })?,
+            Some(ns) => sys::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), error: source })?,
         }
     }
 }
 
 /// The RX queues of `iface`, asked of the kernel in the calling thread's namespace.
 pub fn rx_queues(iface: &str) -> Result<u16, SourceError> {
-    sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), source })
+    sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), error: source })
 }
 
 /// The index of `iface` in the calling thread's namespace.

@@ -39,6 +39,7 @@ mod order;
 mod peers;
 pub mod workload;
 
+use crate::memory::{Budget, Plan};
 use crate::pool::PoolConfig;
 
 pub use order::OrderStats;
@@ -89,6 +90,12 @@ impl SimConfig {
             }
             _ => {}
         }
+        // The weir engine's pools are real ones: they must fit like a capture's.
+        if let EngineKind::Weir { pool, .. } = &engine {
+            let mut budget = Budget::new(pool.capacity());
+            budget.per_queue(format!("pools: {} chunks (pool {},{})", pool.chunks().get(), pool.cells().get(), pool.chunks().get()), pool.memory_bytes());
+            budget.check(usize::from(queues), Plan::new()).map_err(|e| format!("sim: {e}"))?;
+        }
         Ok(SimConfig { queues, cost_ns, engine, flush_ns: 1_000_000, tick_ns: 10_000_000 })
     }
 }
@@ -129,11 +136,12 @@ impl SimReport {
     }
 }
 
-/// Run one simulation of `workload` to the end and until every packet is finished.
-pub fn run(cfg: &SimConfig, workload: &mut dyn Workload) -> SimReport {
+/// Run one simulation of `workload` to the end and until every packet is
+/// finished; an error only when the weir engine's pools cannot be allocated.
+pub fn run(cfg: &SimConfig, workload: &mut dyn Workload) -> Result<SimReport, String> {
     match &cfg.engine {
-        EngineKind::RingOnly { descriptors } => peers::ring_only(cfg, *descriptors, workload),
-        EngineKind::CopyBuffer { descriptors, slots, copy_ns } => peers::copy_buffer(cfg, *descriptors, *slots, *copy_ns, workload),
+        EngineKind::RingOnly { descriptors } => Ok(peers::ring_only(cfg, *descriptors, workload)),
+        EngineKind::CopyBuffer { descriptors, slots, copy_ns } => Ok(peers::copy_buffer(cfg, *descriptors, *slots, *copy_ns, workload)),
         EngineKind::Weir { pool, mode } => model::run(cfg, pool, *mode, workload),
     }
 }

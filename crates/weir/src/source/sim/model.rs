@@ -61,11 +61,16 @@ struct Model<'c> {
     end_ns: u64,
 }
 
-pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Workload) -> SimReport {
+pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Workload) -> Result<SimReport, String> {
     let n = usize::from(cfg.queues);
     let counters: Vec<Arc<QueueCounters>> = (0..n).map(|q| Arc::new(QueueCounters::new(QueueId(q as u16)))).collect();
-    let (mut caps, mut works): (Vec<CaptureSide>, Vec<WorkerSide>) =
-        counters.iter().enumerate().map(|(q, c)| work_queue_pair(QueueId(q as u16), pool, Arc::clone(c), None)).unzip();
+    let pairs = counters
+        .iter()
+        .enumerate()
+        .map(|(q, c)| work_queue_pair(QueueId(q as u16), pool, Arc::clone(c), None))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("sim: cannot allocate the pools: {e}"))?;
+    let (mut caps, mut works): (Vec<CaptureSide>, Vec<WorkerSide>) = pairs.into_iter().unzip();
     let rss = Rss::new(w.link_type(), cfg.queues);
     if let Some(t) = mode.offload().filter(|_| n > 1) {
         link_buddies(&mut caps, &mut works, t);
@@ -93,7 +98,7 @@ pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Wo
         m.arrive(a.t_ns, a.data, a.wire_len);
     }
     m.advance_to(u64::MAX);
-    m.report()
+    Ok(m.report())
 }
 
 impl Model<'_> {

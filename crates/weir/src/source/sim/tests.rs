@@ -13,7 +13,7 @@ fn weir(m: usize, r: usize, mode: Mode) -> EngineKind {
 
 fn burst(engine: EngineKind, cost: u64, p: u64) -> SimReport {
     let cfg = SimConfig::new(1, cost, engine).unwrap();
-    run(&cfg, &mut Burst::new(p, LINE_RATE_64B_10G, 64).unwrap())
+    run(&cfg, &mut Burst::new(p, LINE_RATE_64B_10G, 64).unwrap()).unwrap()
 }
 
 fn books(r: &SimReport) {
@@ -68,7 +68,7 @@ fn skewed(seed: u64) -> Skewed {
 
 fn imbalance(mode: Mode, seed: u64) -> SimReport {
     let cfg = SimConfig::new(6, HEAVY_NS, weir(64, 64, mode)).unwrap();
-    run(&cfg, &mut skewed(seed))
+    run(&cfg, &mut skewed(seed)).unwrap()
 }
 
 #[test]

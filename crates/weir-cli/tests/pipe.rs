@@ -1,0 +1,106 @@
+//! Traces that arrive through a pipe or a FIFO, as from `tcpdump -w - | weir
+//! count -` or a collector: what has arrived is delivered at once, `-d` ends
+//! the run while the writer is still there, and bytes read but not reached when
+//! the run stops are reported (a pipe cannot be read again).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn weir() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+/// A trace of `n` packets as bytes, and where each record ends.
+fn trace(dir: &Path, n: u32) -> (Vec<u8>, Vec<usize>) {
+    let path = dir.join("t.pcap");
+    let out = weir().args(["synth", "-o"]).arg(&path).args(["--packets", &n.to_string(), "--flows", "20"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&path).unwrap();
+    let mut ends = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let caplen = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16 + caplen;
+        ends.push(at);
+    }
+    assert_eq!(ends.len(), n as usize);
+    (bytes, ends)
+}
+
+/// Wait for the child, at most `limit`; None if it was still running.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn json(child: Child) -> serde_json::Value {
+    let out = child.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A small trace and a writer that stays: `-d 2` ends the run at 2 s with
+/// every packet counted (it waited for a full read block, or the writer's end).
+#[test]
+fn a_duration_ends_a_pipe_whose_writer_stays_and_what_arrived_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, ends) = trace(dir.path(), 300);
+    let started = Instant::now();
+    let mut child = weir().args(["count", "--json", "-d", "2", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&bytes).unwrap();
+    let status = wait_for(&mut child, Duration::from_secs(8));
+    drop(stdin);
+    assert!(status.is_some_and(|s| s.success()), "weir count -d 2 was still reading {:?} later", started.elapsed());
+    let v = json(child);
+    assert_eq!(v["packets"], ends.len(), "{v}");
+    assert_eq!(v["unreached_bytes"], 0, "{v}");
+}
+
+/// A burst, then a trickle, from a FIFO: every packet written before the stop
+/// is delivered, none kept back waiting for more.
+#[test]
+fn a_burst_then_a_trickle_through_a_fifo_is_all_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, ends) = trace(dir.path(), 5_040);
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let child = weir().args(["count", "--json", "-d", "4"]).arg(&fifo).stdout(Stdio::piped()).spawn().unwrap();
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let burst = ends[4_999];
+    w.write_all(&bytes[..burst]).unwrap();
+    let mut at = burst;
+    for &end in &ends[5_000..] {
+        std::thread::sleep(Duration::from_millis(50));
+        w.write_all(&bytes[at..end]).unwrap();
+        at = end;
+    }
+    let v = json(child);
+    drop(w);
+    assert_eq!(v["packets"], ends.len(), "{v}");
+    assert_eq!(v["stop"], "time limit reached", "{v}");
+}
+
+/// Half a record is on its way when the run stops: its bytes are reported.
+#[test]
+fn bytes_read_but_not_reached_at_the_stop_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, ends) = trace(dir.path(), 100);
+    let cut = ends[49] + (ends[50] - ends[49]) / 2;
+    let mut child = weir().args(["count", "--json", "-d", "1", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&bytes[..cut]).unwrap();
+    let status = wait_for(&mut child, Duration::from_secs(8));
+    drop(stdin);
+    assert!(status.is_some(), "weir did not stop");
+    let v = json(child);
+    assert_eq!(v["packets"], 50, "{v}");
+    assert_eq!(v["unreached_bytes"], (cut - ends[49]) as u64, "{v}");
+}
