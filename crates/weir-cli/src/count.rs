@@ -4,6 +4,7 @@
 //! final figures are the workers' own counts, checked against the engine's
 //! per-queue `delivered` counter so a miscount in either is caught.
 
+use crate::exit::out;
 use crate::exit::bad_input;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use anyhow::bail;
@@ -77,7 +78,7 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
     }
     let total = stats.total();
     if args.json {
-        println!("{}", json_report(&report, &info.name, info.link_type.to_string(), &total, &placements));
+        out!("{}", json_report(&report, &info.name, info.link_type.to_string(), &total, &placements));
     } else {
         print_table("count", &report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
     }
@@ -96,13 +97,13 @@ pub(crate) fn finish<H>(report: &Report<H>) -> anyhow::Result<ExitCode> {
 
 /// The per-queue table and the summary line; `cmd` names the command in the heading.
 pub(crate) fn print_table<H>(cmd: &str, report: &Report<H>, title: &str, total: &QueueStats) {
-    println!("weir {cmd}: {title}");
-    println!(
+    out!("weir {cmd}: {title}");
+    out!(
         "{:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
         "queue", "received", "delivered", "filtered", "capture_drops", "delivery_drops", "in_flight", "bytes"
     );
     let row = |name: String, q: &QueueStats| {
-        println!(
+        out!(
             "{name:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
             q.received, q.delivered, q.filtered, q.capture_drops, q.delivery_drops, q.in_flight, q.delivered_bytes
         )
@@ -114,10 +115,10 @@ pub(crate) fn print_table<H>(cmd: &str, report: &Report<H>, title: &str, total: 
         row("total".into(), total);
     }
     if total.offloaded > 0 {
-        println!("offloading: {} packets handed to a buddy queue's worker", total.offloaded);
+        out!("offloading: {} packets handed to a buddy queue's worker", total.offloaded);
     }
     if let Some(b) = &report.balance {
-        println!(
+        out!(
             "rebalancing: {} bucket(s) moved ({} started), {} packets parked while their bucket moved, {} dropped for want of room",
             b.buckets_moved,
             b.moves_started,
@@ -126,14 +127,14 @@ pub(crate) fn print_table<H>(cmd: &str, report: &Report<H>, title: &str, total: 
         );
     }
     if report.unreached_bytes > 0 {
-        println!(
+        out!(
             "{} bytes of the input were read but not reached when the run stopped (a partial record or data read ahead): \
              a pipe or socket cannot be read again, so they are lost",
             report.unreached_bytes
         );
     }
     let secs = report.elapsed.as_secs_f64().max(1e-9);
-    println!(
+    out!(
         "{} packets, {} bytes in {:.3} s: {}pps, {}bit/s ({})",
         total.delivered,
         total.delivered_bytes,

@@ -5,6 +5,7 @@
 //! [`BadInput`] and exits 2, as tcpdump does; everything else exits 1.
 
 use std::fmt;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Marks an error as the user's input being wrong: exit code 2.
@@ -29,6 +30,11 @@ pub const BAD_INPUT: u8 = 2;
 pub fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
+        // Standard output closed by its reader, found by a writer that returns
+        // errors rather than `out!`: the same quiet end.
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+            ExitCode::from(BROKEN_PIPE as u8)
+        }
         Err(e) => {
             eprintln!("weir: {e:#}");
             if e.downcast_ref::<BadInput>().is_some() {
@@ -39,3 +45,29 @@ pub fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
         }
     }
 }
+
+/// Exit code of a run whose standard output was closed by its reader: the
+/// shell's code for a death by SIGPIPE, as `yes | head -1` reports it.
+const BROKEN_PIPE: i32 = 141;
+
+/// Write one line of weir's report to standard output. A reader that went away
+/// (`weir count --json t.pcap | head -c 10`) ends weir quietly, as SIGPIPE ends
+/// other tools, where `println!` would panic.
+pub fn write_line(args: fmt::Arguments<'_>) {
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_fmt(args).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(BROKEN_PIPE);
+        }
+        eprintln!("weir: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` through [`write_line`].
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::exit::write_line(format_args!($($t)*))
+    };
+}
+pub(crate) use out;

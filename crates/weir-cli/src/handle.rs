@@ -26,6 +26,7 @@
 //! packet by packet across workers, that flows are processed whole and in order
 //! (see [`crate::flow_order`]) and reports it.
 
+use crate::exit::out;
 use crate::count::{finish, json_report, print_table};
 use crate::exit::bad_input;
 use crate::flow_order::FlowOrder;
@@ -276,27 +277,27 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
         v["ns_per_packet"] = json!(cost);
         v["workers"] = json!(report.handlers.iter().map(|(q, w)| worker_json(*q, w)).collect::<Vec<_>>());
         v["flow_order"] = json!(order.as_ref().map(|o| o.counts()));
-        println!("{v}");
+        out!("{v}");
     } else {
         print_table("handle", &report, &format!("{} ({}, pool {pool})", info.name, info.link_type), &total);
         print_work(&report.handlers, &expr, &filter, times);
         if let Some(o) = &order {
             let c = o.counts();
-            println!(
+            out!(
                 "flow order: {} flows, {} changed worker ({} packets on another worker than their flow's previous one), \
                  {} reorder events, {} packets begun while their flow was on another worker",
                 c.flows, c.flows_changed_worker, c.worker_changes, c.reorder_events, c.concurrent
             );
         }
         match cost {
-            Some(ns) => println!(
+            Some(ns) => out!(
                 "handler: {ns:.1} ns/packet of worker CPU (one worker keeps up with {}pps), {}pps delivered; \
                  simulate it with --cost-ns {cost}, e.g. weir sim run --engine B-256,128 --burst 100000 --cost-ns {cost}",
                 human_rate(1e9 / ns.max(1e-3)),
                 human_rate(pps),
                 cost = (ns.round() as u64).max(1)
             ),
-            None => println!("handler: no CPU time measured (no packets handled, or the thread CPU clock is unavailable)"),
+            None => out!("handler: no CPU time measured (no packets handled, or the thread CPU clock is unavailable)"),
         }
     }
     // Keeps the sum of every verdict observable, so no filter run is dead code.
@@ -333,15 +334,15 @@ fn worker_json(q: QueueId, w: &Work) -> serde_json::Value {
 }
 
 fn print_work(workers: &[(QueueId, Work)], expr: &str, filter: &Filter, times: u32) {
-    println!("work: filter '{expr}' ({} BPF instructions) run {times} time(s) on every packet", filter.len());
-    println!("{:>6} {:>12} {:>12} {:>12} {:>12}", "worker", "packets", "matched", "cpu_ms", "ns/packet");
+    out!("work: filter '{expr}' ({} BPF instructions) run {times} time(s) on every packet", filter.len());
+    out!("{:>6} {:>12} {:>12} {:>12} {:>12}", "worker", "packets", "matched", "cpu_ms", "ns/packet");
     for (q, w) in workers {
         let matched = if times > 0 { w.matched.to_string() } else { "-".into() };
         let (cpu, per) = match w.measured() {
             Some((ns, p)) if p > 0 => (format!("{:.3}", ns as f64 / 1e6), format!("{:.1}", ns as f64 / p as f64)),
             _ => ("-".into(), "-".into()),
         };
-        println!("{:>6} {:>12} {matched:>12} {cpu:>12} {per:>12}", q.0, w.packets);
+        out!("{:>6} {:>12} {matched:>12} {cpu:>12} {per:>12}", q.0, w.packets);
     }
 }
 

@@ -30,6 +30,7 @@
 //! origin, which fixes the bin boundaries, is agreed on once through an atomic.
 //! The bins are merged after the run.
 
+use crate::exit::out;
 use crate::count::{finish, print_table};
 use crate::exit::bad_input;
 use crate::run::{run_to_end, SourceArgs};
@@ -329,7 +330,7 @@ pub fn run(args: QueuesArgs) -> anyhow::Result<ExitCode> {
              not in the bins; a larger --bin-ms covers a longer span"
         );
     }
-    println!(
+    out!(
         "wrote {} ({} bins of {} ms) and {}",
         csv_path.display(),
         table.rows(),

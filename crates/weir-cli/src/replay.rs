@@ -19,6 +19,7 @@
 //! before the trace is opened, so the trace is read with USER's rights (as
 //! tcpdump writes files after `-Z`).
 
+use crate::exit::out;
 use crate::exit::bad_input;
 use crate::run::{human_rate, SourceArgs};
 use anyhow::{anyhow, bail, Context};
@@ -525,8 +526,8 @@ impl Summary<'_> {
     fn print(&self) {
         let (t, o, tx) = (self.totals, &self.totals.outcome, self.tx);
         let passes = if t.passes == 1 { "1 pass".to_string() } else { format!("{} passes", t.passes) };
-        println!("weir replay: {} -> {} (MTU {}), {passes}", self.source, self.iface, self.mtu);
-        println!(
+        out!("weir replay: {} -> {} (MTU {}), {passes}", self.source, self.iface, self.mtu);
+        out!(
             "  sent      {} packets, {} bytes in {:.3} s: {}pps, {}bit/s",
             tx.sent,
             tx.bytes,
@@ -535,24 +536,24 @@ impl Summary<'_> {
             human_rate(tx.bytes as f64 * 8.0 / self.secs())
         );
         if self.pacing.is_paced() {
-            println!("  paced     {} packets more than 1 ms late, the latest by {:.3} ms", o.late, o.max_lag.as_secs_f64() * 1e3);
+            out!("  paced     {} packets more than 1 ms late, the latest by {:.3} ms", o.late, o.max_lag.as_secs_f64() * 1e3);
         }
-        println!(
+        out!(
             "  skipped   {} ({} longer than MTU + 14, {} shorter than an Ethernet header); {} sent truncated to their captured length",
             o.skipped(),
             o.above_mtu,
             o.too_short,
             o.truncated
         );
-        println!(
+        out!(
             "  not sent  {} filtered out, {} read ahead when stopped, {} after an error, {} still queued",
             t.filtered, o.halted, o.unsent, tx.queued
         );
-        println!(
+        out!(
             "  ring      {} slots of {} bytes: {} waits for a free slot, {} busy hand-overs",
             self.shape.0, self.shape.1, tx.ring_full_waits, tx.device_busy
         );
-        println!("  running as uid {} gid {}; {}", self.identity.uid[1], self.identity.gid[1], self.stop);
+        out!("  running as uid {} gid {}; {}", self.identity.uid[1], self.identity.gid[1], self.stop);
     }
 
     fn print_json(&self) {
@@ -588,6 +589,6 @@ impl Summary<'_> {
             "stop": self.stop.to_string(),
             "error": self.error,
         });
-        println!("{v}");
+        out!("{v}");
     }
 }

@@ -17,6 +17,7 @@
 //! with offloading above T). The experiments run their engines on the machine's
 //! cores in parallel; every run is deterministic.
 
+use crate::exit::out;
 use crate::exit::bad_input;
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -358,9 +359,9 @@ fn run_one(mut a: RunArgs) -> anyhow::Result<ExitCode> {
     let r = sim::run(&cfg, w.as_mut()).map_err(|x| anyhow::anyhow!(x))?;
     let row = Row::new(&a.engine.name, &r);
     if a.json {
-        println!("{}", serde_json::to_string(&row)?);
+        out!("{}", serde_json::to_string(&row)?);
     } else {
-        println!(
+        out!(
             "{}: {} arrived, {} delivered, {} capture drops, {} delivery drops ({:.2}%), {} offloaded, {} buckets moved, {} of {} flows changed worker, {} reorder events",
             row.engine,
             row.arrived,

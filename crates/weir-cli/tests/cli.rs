@@ -255,3 +255,19 @@ fn count_under_every_balance_mode_delivers_every_packet() {
     assert_eq!(out.status.code(), Some(2), "rebalancing one queue of two: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("needs all of them opened (@0-1)"), "{}", text(&out.stderr));
 }
+
+/// A reader that closes its end (`weir count t.pcap | head -1`) ends weir as
+/// SIGPIPE ends other tools (141), not with a panic.
+#[test]
+fn a_closed_standard_output_ends_weir_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, _) = trace(dir.path(), "t.pcap", 500);
+    for args in [&["count", "--json"][..], &["count"], &["inspect", "--group-rules", "4"]] {
+        let mut child = weir().args(args).arg(&t).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "weir {args:?}: {err}");
+        assert!(!err.contains("panicked"), "weir {args:?}: {err}");
+    }
+}

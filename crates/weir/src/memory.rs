@@ -175,7 +175,7 @@ impl fmt::Display for MemoryError {
             .items
             .iter()
             .take_while(|i| i.bytes.saturating_mul(100) >= self.total)
-            .map(|i| format!("{} {}", i.what, Bytes(i.bytes)))
+            .map(|i| format!("{} = {}", i.what, Bytes(i.bytes)))
             .collect();
         write!(f, "{}", shown.join("; "))
     }

@@ -77,7 +77,7 @@ fn check_file(root: &Path, path: &Path, max_steps: &[u64], rng: &mut SplitMix, t
     let read = for_each_packet(path, |_, _, _| count += 1);
     match (&read, &walked.error) {
         (Ok((_, n)), None) if *n as usize == walked.trace.packets.len() && count == walked.trace.packets.len() => {}
-        (Err(ReadError::Format { source, .. }), Some(e)) if source == e && count == walked.trace.packets.len() => {}
+        (Err(ReadError::Format { error, .. }), Some(e)) if error == e && count == walked.trace.packets.len() => {}
         _ => tally.failures.push(format!(
             "{name}: for_each_packet gave {read:?} after {count} packets, the walker {:?}",
             walked.error

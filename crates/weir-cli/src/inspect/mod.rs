@@ -20,6 +20,7 @@
 
 mod rules;
 
+use crate::exit::out;
 use crate::count::finish;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
@@ -328,7 +329,7 @@ fn flow_text(t: &FlowTuple) -> String {
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if args.print_rules {
-        print!("{}", rules::builtin(args.group_rules as usize));
+        out!("{}", rules::builtin(args.group_rules as usize).trim_end_matches('\n'));
         return Ok(ExitCode::SUCCESS);
     }
     let matcher = match args.work {

@@ -66,7 +66,8 @@ pub enum BuildError {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("filter: {0}")]
+    /// Its message names the expression, so it needs no prefix.
+    #[error(transparent)]
     Filter(#[from] FilterError),
     #[error("--cpus: CPU {cpu} is not available to this process (allowed: {allowed:?})")]
     Cpu { cpu: usize, allowed: Vec<usize> },

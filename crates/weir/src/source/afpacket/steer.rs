@@ -118,8 +118,9 @@ pub enum SteerError {
     NoSuchQueue { queue: QueueId, capture: String, queues: String },
     #[error("the bucket table steers no capture: open an afpacket source in its fanout mode first (or that capture has ended)")]
     NoCapture,
-    #[error("{what}: {source}")]
-    Kernel { what: String, source: io::Error },
+    /// The OS error is shown in the message, not chained as a source.
+    #[error("{what}: {error}")]
+    Kernel { what: String, error: io::Error },
 }
 
 impl BucketSteering {
@@ -254,7 +255,7 @@ impl Capture {
         let member = table.get(&(bucket as u32), 0).map_err(|e| kernel_error(format!("reading bucket {bucket}"), &e))?;
         self.queues.get(member as usize).copied().ok_or_else(|| SteerError::Kernel {
             what: format!("bucket {bucket}"),
-            source: io::Error::new(
+            error: io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("the table names fanout member {member}, and {} has {} queues", self.name, self.queues.len()),
             ),
@@ -309,7 +310,7 @@ fn kernel_error(what: String, e: &MapError) -> SteerError {
     } else {
         what
     };
-    SteerError::Kernel { what, source }
+    SteerError::Kernel { what, error: source }
 }
 
 fn take_map<M: TryFrom<Map, Error = MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<M, SourceError> {

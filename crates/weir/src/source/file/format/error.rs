@@ -154,10 +154,12 @@ fn link_type_mismatch(link_type: u16, first: u32, first_dlt: u32) -> String {
 }
 
 /// [`for_each_packet`](super::for_each_packet) failed: the file could not be read, or is malformed.
+/// The cause is shown in the message, not chained as a source, so printing
+/// the chain does not say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{}: {source}", path.display())]
-    Format { path: PathBuf, source: FormatError },
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("{}: {error}", path.display())]
+    Format { path: PathBuf, error: FormatError },
 }

@@ -18,8 +18,8 @@ pub fn for_each_packet(
     path: &Path,
     mut f: impl FnMut(&TraceHeader, &Record, &[u8]),
 ) -> Result<(TraceHeader, u64), ReadError> {
-    let io_error = |source| ReadError::Io { path: path.to_path_buf(), source };
-    let format_error = |source: FormatError| ReadError::Format { path: path.to_path_buf(), source };
+    let io_error = |error| ReadError::Io { path: path.to_path_buf(), error };
+    let format_error = |error: FormatError| ReadError::Format { path: path.to_path_buf(), error };
     let mut file = File::open(path).map_err(io_error)?;
     let mut buf = vec![0u8; READ_CHUNK];
     // Unconsumed bytes are buf[pos..end]; buf[0] is at file offset `base`.
