@@ -16,6 +16,7 @@
 //! - [`locality`]: the worker-side stage that delivers each batch sorted by port.
 //! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
 //! - [`wire`]: zero-copy views over packet headers.
+//! - [`flowtable`]: a flow table of bounded size, aged in packet time.
 //! - [`sink`]: pcap and pcapng writers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
 //!
@@ -41,6 +42,7 @@
 pub mod balance;
 pub mod engine;
 pub mod filter;
+pub mod flowtable;
 pub mod locality;
 pub mod packet;
 pub mod pool;

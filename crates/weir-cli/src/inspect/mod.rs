@@ -3,27 +3,43 @@
 //!
 //! Contract: every packet the source delivers reaches a worker, which
 //! - finds its flow (the canonical 5-tuple, both directions alike) in the
-//!   worker's flow table and counts packets, bytes, first and last timestamp;
+//!   worker's flow table and counts packets and bytes (the table keeps the first
+//!   and last timestamp);
 //! - with rules on, matches its TCP or UDP payload against the rules of every
 //!   port group its service port (min(src port, dst port)) belongs to and of the
 //!   `any` groups, and records one alert per rule that matched the packet. By
 //!   default the ports that share groups share one Aho-Corasick DFA holding all
 //!   of those rules, so a packet is scanned once (see [`Matcher::new`]).
 //!
-//! At the end, alerts and then per-flow counters are written as JSON lines to
-//! `-o` (standard output by default), sorted (alerts by time, flow and rule;
-//! flows by key) so that runs in any delivery order write the same bytes: with
-//! the locality buffer on and off the output must be identical. A summary goes
-//! to standard error.
+//! Memory is bounded. Each worker's flow table ([`weir::flowtable`]) holds at
+//! most `--max-flows` / queues flows, allocated at the start and reported then;
+//! a flow idle for `--idle-timeout` of packet time ends, and when the table is
+//! full the flow seen least recently is evicted. Both are counted. A flow that
+//! leaves the table is not lost: its record, like every alert, goes to a
+//! bounded buffer that is written to a temporary file as a sorted run when full
+//! ([`spill`]), and everything is merged at the end.
+//!
+//! At the end, alerts and then flow records are written as JSON lines to `-o`
+//! (standard output by default), sorted (alerts by time, flow and rule; flows by
+//! key, then time) so that runs in any delivery order write the same bytes: with
+//! the locality buffer on and off, on one queue or several, and whatever the
+//! table's size, the output must be identical ([`records`] says how records of
+//! one flow that left the table early are joined). A summary goes to standard
+//! error, or as JSON to standard output with `--json`.
 //!
 //! `--work flows` runs the flow table alone, the second workload.
 
+mod records;
 mod rules;
+mod spill;
 
 use crate::count::finish;
+use crate::exit::bad_input;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
-use anyhow::Context;
+use anyhow::{anyhow, Context};
+use records::{AlertRecord, FlowRecord};
+use spill::Spill;
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::io::Write;
@@ -31,6 +47,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
+use weir::flowtable::{FlowTable, TableLimits, TableStats};
 use weir::wire::{ip_proto, FlowTuple};
 use weir::{Handler, LinkType, Packet};
 
@@ -86,6 +103,24 @@ pub struct InspectArgs {
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: String,
 
+    /// Most flows the flow tables hold, all queues together (each queue's table
+    /// holds its share, N / queues). About 100 bytes per flow, allocated at the
+    /// start. When a table is full, the flow seen least recently is evicted: its
+    /// record is kept for the output, not lost, and the eviction is counted.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FLOWS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_flows: u32,
+
+    /// A flow with no packet for this long ends (a timeout, counted): it leaves the
+    /// table, its record is kept for the output, and a later packet of its 5-tuple
+    /// starts a new record. In packet time (the trace's timestamps), so runs over a
+    /// trace are reproducible.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE_TIMEOUT_S)]
+    pub idle_timeout: f64,
+
+    /// Print the summary as one JSON object on standard output (then -o must name a file).
+    #[arg(long)]
+    pub json: bool,
+
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
@@ -93,6 +128,11 @@ pub struct InspectArgs {
     #[command(flatten)]
     pub src: SourceArgs,
 }
+
+/// 1,000,000 flows: about 100 MiB of flow tables.
+const DEFAULT_MAX_FLOWS: u32 = 1_000_000;
+/// Five minutes: Zeek's TCP inactivity timeout, and Suricata's for established flows.
+const DEFAULT_IDLE_TIMEOUT_S: f64 = 300.0;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Automaton {
@@ -230,39 +270,27 @@ impl Matcher {
     }
 }
 
+/// A flow's counters while it is in the table (its times are the table's).
 #[derive(Copy, Clone, Debug, Default)]
-struct FlowCounters {
+struct Counters {
     packets: u64,
     bytes: u64,
-    first_ns: u64,
-    last_ns: u64,
     alerts: u64,
-}
-
-impl FlowCounters {
-    fn merge(&mut self, o: &FlowCounters) {
-        if self.packets == 0 {
-            *self = *o;
-            return;
-        }
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-        self.alerts += o.alerts;
-    }
 }
 
 /// One worker's state.
 struct Inspector {
     matcher: Option<Arc<Matcher>>,
     link: LinkType,
-    flows: HashMap<FlowTuple, FlowCounters>,
-    /// (timestamp, flow, rule).
-    alerts: Vec<(u64, FlowTuple, u32)>,
+    flows: FlowTable<FlowTuple, Counters>,
+    /// Flows that left the table, waiting for the sorted output.
+    ended: Spill<FlowRecord>,
+    alerts: Spill<AlertRecord>,
     /// Packets that are not IP, by count: they have no flow.
     other: u64,
     seen: Vec<u32>,
+    /// The first failure to write a spill file: reported at the end, and the run fails.
+    error: Option<std::io::Error>,
 }
 
 impl Handler for Inspector {
@@ -274,21 +302,26 @@ impl Handler for Inspector {
         };
         let key = tuple.canonical();
         let ts = p.ts_ns();
-        let f = self.flows.entry(key).or_insert(FlowCounters { first_ns: ts, last_ns: ts, ..FlowCounters::default() });
+        let (ended, error) = (&mut self.ended, &mut self.error);
+        let f = self.flows.entry(key, ts, Counters::default, |flow, _| {
+            if let Err(e) = ended.push(FlowRecord::of(flow)) {
+                error.get_or_insert(e);
+            }
+        });
         f.packets += 1;
         f.bytes += u64::from(p.wire_len());
-        f.first_ns = f.first_ns.min(ts);
-        f.last_ns = f.last_ns.max(ts);
         let Some(m) = &self.matcher else { return };
         let (Some(ports), ip_proto::TCP | ip_proto::UDP) = (tuple.ports(), tuple.protocol()) else { return };
         let Some(payload) = payload(self.link, data) else { return };
         if payload.is_empty() {
             return;
         }
-        let alerts = &mut self.alerts;
+        let (alerts, error) = (&mut self.alerts, &mut self.error);
         let mut n = 0;
-        m.scan(ports.min_port(), payload, &mut self.seen, |id| {
-            alerts.push((ts, key, id));
+        m.scan(ports.min_port(), payload, &mut self.seen, |rule| {
+            if let Err(e) = alerts.push(AlertRecord { ts_ns: ts, flow: key, rule }) {
+                error.get_or_insert(e);
+            }
             n += 1;
         });
         f.alerts += n;
@@ -322,11 +355,21 @@ fn flow_text(t: &FlowTuple) -> String {
     }
 }
 
+/// Records held in memory per worker and kind before a sorted run goes to disk.
+const SPILL_RECORDS: usize = 1 << 16;
+
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if args.print_rules {
         print!("{}", rules::builtin(args.group_rules as usize));
         return Ok(ExitCode::SUCCESS);
     }
+    if args.json && args.output == "-" {
+        return Err(bad_input(anyhow!("--json writes the summary to standard output: give the records a file with -o FILE")));
+    }
+    if !(args.idle_timeout.is_finite() && args.idle_timeout > 0.0) {
+        return Err(bad_input(anyhow!("--idle-timeout must be a positive number of seconds, not {}", args.idle_timeout)));
+    }
+    let idle_timeout_ns = (args.idle_timeout * 1e9).min(u64::MAX as f64) as u64;
     let matcher = match args.work {
         Work::Flows => None,
         Work::Rules => {
@@ -334,7 +377,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
                 Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
                 None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
             };
-            let rules = rules::parse(&text, &origin).map_err(crate::exit::bad_input)?;
+            let rules = rules::parse(&text, &origin).map_err(bad_input)?;
             let m = Matcher::new(&rules, args.automaton, args.split_any)?;
             if !args.quiet {
                 eprintln!(
@@ -343,7 +386,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
                     m.groups.len(),
                     args.automaton,
                     if args.split_any { "in their own" } else { "in each" },
-                    m.memory() as f64 / (1 << 20) as f64
+                    mib(m.memory())
                 );
             }
             Some(Arc::new(m))
@@ -355,52 +398,136 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     };
     let engine = args.src.engine()?;
     let link = engine.info().link_type;
+    let queues = engine.info().queues.len().max(1);
+    let per_queue = (args.max_flows as usize).div_ceil(queues);
+    let limits = TableLimits::new(per_queue, idle_timeout_ns).map_err(|e| bad_input(anyhow!("--max-flows: {e}")))?;
+    // Made before the run so the memory reported is what was allocated.
+    let mut workers: Vec<Inspector> = (0..queues)
+        .map(|_| Inspector {
+            matcher: matcher.clone(),
+            link,
+            flows: FlowTable::new(limits),
+            ended: Spill::new(SPILL_RECORDS),
+            alerts: Spill::new(SPILL_RECORDS),
+            other: 0,
+            seen: Vec::new(),
+            error: None,
+        })
+        .collect();
+    let table_bytes: usize = workers.iter().map(|w| w.flows.memory_bytes()).sum();
+    let spill_bytes: usize = workers.iter().map(|w| w.ended.memory_bytes() + w.alerts.memory_bytes()).sum();
+    if !args.quiet {
+        eprintln!(
+            "weir inspect: flow table of at most {} flows ({per_queue} per queue), idle timeout {} s of packet time: \
+             {:.1} MiB allocated, plus {:.1} MiB for records waiting to be written",
+            per_queue * queues,
+            args.idle_timeout,
+            mib(table_bytes),
+            mib(spill_bytes)
+        );
+    }
     let started = Instant::now();
-    let report = run_to_end(engine, "inspect", &args.src.live, args.quiet, |_| Inspector {
-        matcher: matcher.clone(),
-        link,
-        flows: HashMap::new(),
-        alerts: Vec::new(),
-        other: 0,
-        seen: Vec::new(),
+    let mut report = run_to_end(engine, "inspect", &args.src.live, args.quiet || args.json, |_| {
+        workers.pop().expect("one inspector was made per queue")
     })?;
     let secs = started.elapsed().as_secs_f64();
-    let mut flows: HashMap<FlowTuple, FlowCounters> = HashMap::new();
-    let mut alerts = Vec::new();
+
+    let mut table = TableStats::default();
+    let mut flow_spills = Vec::new();
+    let mut alert_spills = Vec::new();
     let mut other = 0;
-    for (_, w) in &report.handlers {
-        for (k, c) in &w.flows {
-            flows.entry(*k).or_default().merge(c);
+    let mut held = 0;
+    for (_, w) in std::mem::take(&mut report.handlers) {
+        if let Some(e) = w.error {
+            return Err(anyhow!(e).context("writing records to a temporary file"));
         }
-        alerts.extend_from_slice(&w.alerts);
+        let s = w.flows.stats();
+        table.created += s.created;
+        table.timeouts += s.timeouts;
+        table.evictions += s.evictions;
+        table.peak = table.peak.max(s.peak);
+        held += w.flows.len();
+        let mut ended = w.ended;
+        for flow in w.flows.into_flows() {
+            ended.push(FlowRecord::of(flow)).context("writing records to a temporary file")?;
+        }
         other += w.other;
+        flow_spills.push(ended);
+        alert_spills.push(w.alerts);
     }
-    alerts.sort_unstable();
-    let mut flows: Vec<_> = flows.into_iter().collect();
-    flows.sort_unstable_by_key(|f| f.0);
+    let spilled = flow_spills.iter().map(Spill::spilled).sum::<u64>() + alert_spills.iter().map(Spill::spilled).sum::<u64>();
+
     let mut w = std::io::BufWriter::new(&mut out);
-    for (ts, flow, id) in &alerts {
-        writeln!(w, "{}", serde_json::json!({"alert": id, "ts_ns": ts, "flow": flow_text(flow)}))?;
+    let mut alerts = 0u64;
+    for a in spill::merge(alert_spills).context("reading back spilled alerts")? {
+        let a = a.context("reading back spilled alerts")?;
+        writeln!(w, "{}", serde_json::json!({"alert": a.rule, "ts_ns": a.ts_ns, "flow": flow_text(&a.flow)}))?;
+        alerts += 1;
     }
-    for (k, c) in &flows {
-        writeln!(
-            w,
-            "{}",
-            serde_json::json!({"flow": flow_text(k), "packets": c.packets, "bytes": c.bytes,
-                "first_ns": c.first_ns, "last_ns": c.last_ns, "alerts": c.alerts})
-        )?;
+    let mut records = 0u64;
+    let mut pending: Option<FlowRecord> = None;
+    for r in spill::merge(flow_spills).context("reading back spilled flow records")? {
+        let r = r.context("reading back spilled flow records")?;
+        match &mut pending {
+            Some(p) if p.continued_by(&r, idle_timeout_ns) => p.absorb(&r),
+            _ => {
+                if let Some(p) = pending.replace(r) {
+                    p.write(&mut w)?;
+                    records += 1;
+                }
+            }
+        }
+    }
+    if let Some(p) = pending {
+        p.write(&mut w)?;
+        records += 1;
     }
     w.flush()?;
+    drop(w);
+
     let total = report.stats.total();
-    eprintln!(
-        "weir inspect: {} packets in {secs:.2} s ({}pps), {} flows, {} alerts, {} packets without a flow; drops {}+{}",
-        total.delivered,
-        human_rate(total.delivered as f64 / secs.max(1e-9)),
-        flows.len(),
-        alerts.len(),
-        other,
-        total.capture_drops,
-        total.delivery_drops
-    );
+    if args.json {
+        let summary = serde_json::json!({
+            "packets": total.delivered,
+            "elapsed_s": secs,
+            "flow_records": records,
+            "alerts": alerts,
+            "packets_without_flow": other,
+            "flow_table": {
+                "max_flows": per_queue * queues,
+                "max_flows_per_queue": per_queue,
+                "idle_timeout_s": args.idle_timeout,
+                "memory_bytes": table_bytes,
+                "flows_created": table.created,
+                "timeouts": table.timeouts,
+                "evictions": table.evictions,
+                "peak_flows_per_queue": table.peak,
+                "flows_held_at_end": held,
+            },
+            "spill_buffer_bytes": spill_bytes,
+            "records_spilled_to_disk": spilled,
+            "capture_drops": total.capture_drops,
+            "delivery_drops": total.delivery_drops,
+        });
+        println!("{summary}");
+    } else {
+        eprintln!(
+            "weir inspect: {} packets in {secs:.2} s ({}pps), {records} flow records, {alerts} alerts, {other} packets without a flow; \
+             flow table: {} flows, {} timed out, {} evicted (full), at most {} at once per queue{}; drops {}+{}",
+            total.delivered,
+            human_rate(total.delivered as f64 / secs.max(1e-9)),
+            table.created,
+            table.timeouts,
+            table.evictions,
+            table.peak,
+            if spilled > 0 { format!(", {spilled} records spilled to disk") } else { String::new() },
+            total.capture_drops,
+            total.delivery_drops
+        );
+    }
     finish(&report)
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1 << 20) as f64
 }
