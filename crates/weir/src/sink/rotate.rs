@@ -243,10 +243,10 @@ impl RotatingWriter {
         let io_err = |source| RotateError::Io { path: path.clone(), source };
         let file = cur.writer.finish().map_err(io_err)?;
         if cur.regular {
-            file.sync_data().map_err(io_err)?;
+            syncable(file.sync_data()).map_err(io_err)?;
             if matches!(self.target, Target::Pattern { .. }) {
                 let dir = directory_of(&path);
-                File::open(dir).and_then(|d| d.sync_all()).map_err(|source| RotateError::Io { path: dir.to_path_buf(), source })?;
+                syncable(File::open(dir).and_then(|d| d.sync_all())).map_err(|source| RotateError::Io { path: dir.to_path_buf(), source })?;
             }
         }
         Ok(())
@@ -264,6 +264,15 @@ impl RotatingWriter {
         }
         self.close_current()?;
         Ok(self.kept.into_iter().collect())
+    }
+}
+
+/// A sync's result, where EINVAL (fdatasync(2): a file "which does not support
+/// synchronization", as some file systems' directories are) is nothing to do.
+fn syncable(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Ok(()),
+        r => r,
     }
 }
 
