@@ -1,16 +1,26 @@
 //! `weir record`: write what a source delivers to pcap or pcapng files, with
-//! rotation by size, time or packet count.
+//! rotation by size, time or packet count, or to standard output (`-w -`).
 //!
 //! All queues write into one rotating output. With one queue the packets keep
 //! their capture order; with several, each queue's packets keep theirs and the
 //! queues interleave as their workers run.
+//!
+//! The output is opened before the first packet is written, after root is
+//! dropped (`-Z`), as tcpdump does: the workers wait for it, so an output the
+//! user cannot write is an error before anything is recorded, and files are
+//! created by the user the capture runs as. Four times a second the open file's
+//! buffer is handed to the kernel, so a kill loses at most that much; what
+//! survives a kill or a power loss is in [`weir::sink::rotate`] and `--help`.
 
 use crate::exit::bad_input;
 use crate::run::{announce, drop_privileges, stop_on_signal, Monitor, SourceArgs};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, ValueEnum};
+use std::fs::File;
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use weir::sink::rotate::{FileSpec, RotatingWriter, RotationPolicy};
 use weir::sink::{FileFormat, TsPrecision};
 use weir::{Handler, Packet};
@@ -23,49 +33,64 @@ pub enum Format {
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  weir record trace.pcap@0-1 -f 'tcp port 80' -w /tmp/http.pcap\n  \
-weir record big.pcap -w '/tmp/cap-%Y%m%d-%H%M%S.pcapng' -G 60 -W 10\n  weir record big.pcap -w /tmp/part.pcap -C 100\n\n\
+weir record big.pcap -w '/tmp/cap-%Y%m%d-%H%M%S.pcapng' -G 60 -W 10\n  weir record big.pcap -w /tmp/part.pcap -C 100\n  \
+weir record eth1 -w - | tshark -r - -c 10\n\n\
 Names: OUT is expanded with strftime conversions (UTC, from the first packet in each file) and \
 {seq} (the file's number in this run). When rotating with a name that has neither, weir inserts \
 .N before the extension (out.0.pcap, out.1.pcap, ...). Time rotation (-G) follows packet \
-timestamps, aligned to multiples of the period.")]
+timestamps, aligned to multiples of the period. `-w -` writes one pcap (or --format pcapng) stream \
+to standard output; it cannot rotate, and status lines go to standard error as always. Pipes, FIFOs \
+and devices such as /dev/null are written like files, but not synced.\n\n\
+The output is opened before capture starts (with -Z, as USER), so a file that cannot be written \
+is an error before anything is recorded. A name with strftime conversions is named by its first \
+packet, so only its directory is checked then.\n\n\
+What survives a kill: every file has its header on disk from the moment it is opened, and a file \
+is closed (written out and synced) before the next one is opened. After SIGKILL, every closed file \
+is complete, and the open one holds everything up to the last hand-over to the kernel, which \
+weir makes four times a second (or when 1 MiB is buffered): the packets of the last quarter second \
+or so are lost, and its last packet may be cut short (readers report it truncated). After a power \
+loss or a kernel crash, closed files are complete (synced with their directory entry); the open \
+file keeps what the kernel had written back (by default within about 30 s), possibly less.")]
 pub struct RecordArgs {
     #[command(flatten)]
     pub src: SourceArgs,
 
-    /// Output file name pattern (see below).
-    #[arg(short = 'w', long = "write", value_name = "OUT")]
+    /// Output file name pattern (see below), or `-` for standard output.
+    #[arg(short = 'w', long = "write", value_name = "OUT", help_heading = "Output")]
     pub out: String,
 
     /// File format; by default pcapng if OUT ends in .pcapng, else pcap.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Output")]
     pub format: Option<Format>,
 
     /// Write nanosecond timestamps (default: microseconds for pcap, nanoseconds for pcapng).
-    #[arg(long, conflicts_with = "micro")]
+    #[arg(long, conflicts_with = "micro", help_heading = "Output")]
     pub nano: bool,
 
     /// Write microsecond timestamps.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub micro: bool,
 
-    /// Start a new file before one would exceed SIZE million bytes (as tcpdump -C).
-    #[arg(short = 'C', long = "file-size", value_name = "SIZE")]
+    /// Start a new file before one would exceed SIZE million bytes (as tcpdump -C;
+    /// 0.001 to 10^9).
+    #[arg(short = 'C', long = "file-size", value_name = "SIZE", help_heading = "Output", value_parser = crate::args::float_in(0.001, 1e9))]
     pub file_size: Option<f64>,
 
-    /// Start a new file every SECS seconds of packet time (as tcpdump -G).
-    #[arg(short = 'G', long = "rotate-seconds", value_name = "SECS")]
+    /// Start a new file every SECS seconds of packet time (as tcpdump -G; at most ten years).
+    #[arg(short = 'G', long = "rotate-seconds", value_name = "SECS", help_heading = "Output",
+          value_parser = clap::value_parser!(u64).range(1..=crate::args::MAX_SECONDS as u64))]
     pub rotate_seconds: Option<u64>,
 
     /// Start a new file after N packets.
-    #[arg(long = "file-packets", value_name = "N")]
+    #[arg(long = "file-packets", value_name = "N", help_heading = "Output", value_parser = clap::value_parser!(u64).range(1..))]
     pub file_packets: Option<u64>,
 
-    /// Keep at most N files, deleting the oldest (as tcpdump -W).
-    #[arg(short = 'W', long = "max-files", value_name = "N")]
-    pub max_files: Option<usize>,
+    /// Keep at most N files, deleting the oldest (as tcpdump -W; 1 to 1,000,000).
+    #[arg(short = 'W', long = "max-files", value_name = "N", help_heading = "Output", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_files: Option<u32>,
 
     /// No status lines while running.
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = "Output")]
     pub quiet: bool,
 }
 
@@ -97,7 +122,11 @@ impl Handler for Recorder {
     }
 }
 
+/// Standard output's name in messages.
+const STDOUT: &str = "standard output";
+
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    let to_stdout = args.out == "-";
     let format = match args.format {
         Some(Format::Pcap) => FileFormat::Pcap,
         Some(Format::Pcapng) => FileFormat::PcapNg,
@@ -110,33 +139,74 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (_, _, FileFormat::PcapNg) => TsPrecision::Nano,
         _ => TsPrecision::Micro,
     };
-    let max_bytes = match args.file_size {
-        Some(mb) if !(mb.is_finite() && mb > 0.0) => return Err(bad_input(anyhow!("-C must be a positive size, not {mb}"))),
-        Some(mb) => Some((mb * 1e6) as u64),
-        None => None,
-    };
+    let max_bytes = args.file_size.map(|mb| (mb * 1e6) as u64);
     let policy = RotationPolicy {
         max_bytes,
         max_seconds: args.rotate_seconds,
         max_packets: args.file_packets,
-        max_files: args.max_files,
+        max_files: args.max_files.map(|n| n as usize),
     };
+    if to_stdout && (policy.rotates() || policy.max_files.is_some()) {
+        return Err(bad_input(anyhow!(
+            "-w - writes one stream to standard output, which cannot be rotated: leave out -C, -G, --file-packets and -W, \
+             or write to files (-w NAME)"
+        )));
+    }
 
     let engine = args.src.engine()?;
     let info = engine.info().clone();
     let snaplen = if info.snaplen == 0 { weir::pool::MAX_CAPLEN as u32 } else { info.snaplen };
     let spec = FileSpec { format, link: info.link_type, snaplen, precision };
-    let writer = RotatingWriter::new(&args.out, spec, policy).map_err(bad_input)?;
+    let writer = if to_stdout {
+        // A duplicate of descriptor 1 as a File the writer owns and buffers
+        // itself, instead of Rust's locked, line-buffered stdout.
+        let fd = std::io::stdout().as_fd().try_clone_to_owned().context("cannot use standard output")?;
+        RotatingWriter::stream(File::from(fd), STDOUT, spec)
+    } else {
+        RotatingWriter::new(&args.out, spec, policy)
+    }
+    .map_err(bad_input)?;
     let shared = Arc::new(Mutex::new(Shared { writer: Some(writer), error: None, packets: 0 }));
 
+    // The workers wait on this lock until the output is open, so nothing is
+    // written before root is dropped and the output was found writable.
+    let mut gate = shared.lock().unwrap_or_else(|e| e.into_inner());
     let running = engine.start(|_q| Recorder { shared: Arc::clone(&shared) })?;
-    drop_privileges(&args.src.live)?;
+    let ready = drop_privileges(&args.src.live).and_then(|()| {
+        let writer = gate.writer.as_mut().expect("the writer is only taken at the end");
+        writer.prepare().map_err(|e| {
+            let who = match &args.src.live.user {
+                Some(user) => format!(" as user {user}"),
+                None => String::new(),
+            };
+            bad_input(anyhow!(e).context(format!("cannot write the capture{who}")))
+        })
+    });
+    if let Err(e) = &ready {
+        gate.error = Some(anyhow!("{e:#}"));
+    }
+    drop(gate);
     let stop = running.stop_handle();
+    if let Err(e) = ready {
+        stop.stop();
+        // A source blocked in a read (a quiet pipe) ends only with its next
+        // packet; the process exits with the error without waiting for it.
+        if running.wait_for(Duration::from_secs(1)) {
+            running.join();
+        }
+        return Err(e);
+    }
     stop_on_signal(stop.clone())?;
     announce("record", &running);
     // A write error stops the capture: there is no point capturing what cannot be kept.
     Monitor::new(&running, args.quiet).watch(&running, || {
-        if shared.lock().map(|s| s.error.is_some()).unwrap_or(true) {
+        let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if s.error.is_none() {
+            if let Some(Err(e)) = s.writer.as_mut().map(RotatingWriter::flush) {
+                s.error = Some(anyhow!(e));
+            }
+        }
+        if s.error.is_some() {
             stop.stop();
         }
     });

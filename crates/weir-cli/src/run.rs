@@ -219,6 +219,12 @@ impl SourceArgs {
 
     /// Build the engine: parse the source, open it, compile the filter.
     pub fn engine(&self) -> anyhow::Result<Engine> {
+        self.engine_with_memory(weir::memory::Plan::new())
+    }
+
+    /// [`engine`](Self::engine) for an application that will allocate `app`
+    /// beside the engine: checked with the engine's memory, before either is allocated.
+    pub fn engine_with_memory(&self, app: weir::memory::Plan) -> anyhow::Result<Engine> {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
         let spec: weir::source::SourceSpec =
             self.source.parse().map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?;
@@ -234,6 +240,7 @@ impl SourceArgs {
             )));
         }
         let mut b = Engine::builder()
+            .application_memory(app)
             .source_spec(spec)
             .pacing(self.pacing()?)
             .balance(balance)

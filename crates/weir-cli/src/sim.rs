@@ -122,7 +122,7 @@ fn packets() -> clap::builder::RangedU64ValueParser<u64> {
     clap::value_parser!(u64).range(1..=100_000_000)
 }
 fn handle_times() -> clap::builder::RangedI64ValueParser<u32> {
-    clap::value_parser!(u32).range(1..=1_000_000)
+    clap::value_parser!(u32).range(0..=1_000_000)
 }
 
 #[derive(Args)]
@@ -138,7 +138,7 @@ struct RunArgs {
     #[arg(long, value_name = "NS", default_value_t = HEAVY_NS, value_parser = cost_ns())]
     cost_ns: u64,
     /// Instead of --cost-ns: time `weir handle -x N` on this machine, over packets
-    /// of the workload, and use what one packet costs a worker (N: 1 to 1,000,000).
+    /// of the workload, and use what one packet costs a worker (N: 0 to 1,000,000).
     #[arg(long, value_name = "N", conflicts_with = "cost_ns", value_parser = handle_times())]
     cost_from_handle: Option<u32>,
     /// Workload: a burst of P 64-byte packets at 14.88 Mpps (P: 1 to 10^8).
@@ -196,7 +196,7 @@ struct ImbalanceArgs {
     #[arg(long, default_value_t = HEAVY_NS, value_parser = cost_ns())]
     cost_ns: u64,
     /// Instead of --cost-ns: time `weir handle -x N` on this machine, over packets
-    /// of the workload, and use what one packet costs a worker (N: 1 to 1,000,000).
+    /// of the workload, and use what one packet costs a worker (N: 0 to 1,000,000).
     #[arg(long, value_name = "N", conflicts_with = "cost_ns", value_parser = handle_times())]
     cost_from_handle: Option<u32>,
     /// Packets of the skewed mix (1 to 10^8).

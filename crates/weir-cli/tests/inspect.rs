@@ -1,6 +1,9 @@
 //! `weir inspect`: the same alerts and per-flow counters, byte for byte, with the
 //! locality buffer on and off, on every balance mode, on a synthesized trace and
-//! on real ones; rule files with mistakes are refused with the line named.
+//! on real ones, and whatever the flow table's size; flows ended by the idle
+//! timeout in packet time and evictions from a full table, counted; records
+//! spilled to disk come back whole; rule files with mistakes are refused with the
+//! line named.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -88,4 +91,155 @@ fn a_rule_file_with_a_mistake_is_refused_naming_the_line() {
     assert!(text(&o.stderr).contains("r.rules:3") && text(&o.stderr).contains("double quotes"), "{}", text(&o.stderr));
     let p = weir(&["inspect", "--print-rules"]);
     assert!(p.status.success() && text(&p.stdout).lines().count() > 4000);
+}
+
+/// Run inspect with `--json`; return the records it wrote and its summary.
+fn inspect_json(dir: &Path, source: &str, extra: &[&str]) -> (String, serde_json::Value) {
+    let out = dir.join("records.jsonl");
+    let mut args = vec!["inspect", "-q", "--json", source, "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = weir(&args);
+    assert!(o.status.success(), "weir {args:?}: {}", text(&o.stderr));
+    (std::fs::read_to_string(out).unwrap(), serde_json::from_slice(&o.stdout).unwrap())
+}
+
+fn synth(dir: &Path, packets: &str, flows: &str) -> PathBuf {
+    let trace = dir.join("t.pcap");
+    let o = weir(&["synth", "-o", trace.to_str().unwrap(), "-n", packets, "-c", flows]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    trace
+}
+
+#[test]
+fn a_small_table_evicts_and_still_writes_every_flow_as_a_large_one_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "40000", "3000");
+    let t = trace.to_str().unwrap();
+    let (all, big) = inspect_json(dir.path(), t, &[]);
+    assert_eq!(big["flow_table"]["evictions"], 0, "{big}");
+    let flows = all.lines().filter(|l| l.starts_with("{\"alerts\"")).count() as u64;
+    assert_eq!(big["flow_records"], flows);
+    assert!(flows > 3000, "{flows} flows");
+    // Nothing is lost: every packet with a flow is in exactly one record.
+    let packets: u64 = all
+        .lines()
+        .filter(|l| l.starts_with("{\"alerts\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(packets + big["packets_without_flow"].as_u64().unwrap(), 40_000);
+
+    let split = format!("{t}@0-1");
+    for (source, extra) in [
+        (t, vec!["--max-flows", "64"]),
+        (t, vec!["--max-flows", "1", "--locality", "1000"]),
+        (split.as_str(), vec!["--max-flows", "64", "--locality", "500", "--balance", "offload:50"]),
+    ] {
+        let (got, summary) = inspect_json(dir.path(), source, &extra);
+        assert!(got == all, "{source} {extra:?}: the records differ from the table that held every flow");
+        let table = &summary["flow_table"];
+        let per_queue = table["max_flows_per_queue"].as_u64().unwrap();
+        assert!(table["peak_flows_per_queue"].as_u64().unwrap() <= per_queue, "{summary}");
+        assert!(table["evictions"].as_u64().unwrap() > 0, "{extra:?}: {summary}");
+        assert_eq!(
+            table["flows_created"].as_u64().unwrap(),
+            table["evictions"].as_u64().unwrap() + table["timeouts"].as_u64().unwrap() + table_held(&summary),
+            "every flow made either left (counted) or was still held: {summary}"
+        );
+    }
+}
+
+/// Flows the tables still held at the end: those made and not counted as leaving.
+fn table_held(summary: &serde_json::Value) -> u64 {
+    summary["flow_table"]["flows_held_at_end"].as_u64().unwrap()
+}
+
+/// A pcap of (seconds, flow) UDP packets: flow n goes from port 1000 + n to 53.
+fn timed_trace(path: &Path, packets: &[(u32, u16)]) {
+    let mut b = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for &(sec, flow) in packets {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1];
+        f.extend_from_slice(&(1000 + flow).to_be_bytes());
+        f.extend_from_slice(&[0, 53, 0, 8, 0, 0]);
+        for v in [sec, 0, f.len() as u32, f.len() as u32] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&f);
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn flows_idle_past_the_timeout_end_in_packet_time_and_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("idle.pcap");
+    // Flow 0 at 0, 1, 100 and 101 s; flow 1 at 50 s. Packet time only: the run takes milliseconds.
+    timed_trace(&trace, &[(0, 0), (1, 0), (50, 1), (100, 0), (101, 0)]);
+    let t = trace.to_str().unwrap();
+    let records = |out: &str| -> Vec<(String, u64, u64)> {
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| (v["flow"].as_str().unwrap().to_string(), v["packets"].as_u64().unwrap(), v["first_ns"].as_u64().unwrap() / 1_000_000_000))
+            .collect()
+    };
+    let (out, summary) = inspect_json(dir.path(), t, &["--work", "flows", "--idle-timeout", "10"]);
+    let f0 = "198.18.0.1:1000 198.19.0.1:53 17".to_string();
+    let f1 = "198.18.0.1:1001 198.19.0.1:53 17".to_string();
+    assert_eq!(records(&out), [(f0.clone(), 2, 0), (f0.clone(), 2, 100), (f1.clone(), 1, 50)]);
+    // Flow 0 timed out at 50 s (when flow 1's packet moved the clock), flow 1 at 100 s.
+    assert_eq!(summary["flow_table"]["timeouts"], 2, "{summary}");
+    assert_eq!(summary["flow_table"]["evictions"], 0, "{summary}");
+    let (out, summary) = inspect_json(dir.path(), t, &["--work", "flows", "--idle-timeout", "1000"]);
+    assert_eq!(records(&out), [(f0, 4, 0), (f1, 1, 50)]);
+    assert_eq!(summary["flow_table"]["timeouts"], 0, "{summary}");
+}
+
+#[test]
+fn records_spilled_to_disk_come_back_sorted_and_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "300000", "20000");
+    let t = trace.to_str().unwrap();
+    // A 1 ms timeout ends flows at most pauses: far more records than a worker keeps in memory.
+    let (one, summary) = inspect_json(dir.path(), t, &["--idle-timeout", "0.001", "--max-flows", "500"]);
+    assert!(summary["records_spilled_to_disk"].as_u64().unwrap() > 0, "{summary}");
+    assert!(summary["flow_records"].as_u64().unwrap() > 70_000, "{summary}");
+    let (two, _) = inspect_json(dir.path(), &format!("{t}@0-1"), &["--idle-timeout", "0.001", "--locality", "4000"]);
+    assert!(one == two, "the same records from a spilling small table and from two large ones");
+    let keys: Vec<(String, u64)> = one
+        .lines()
+        .filter(|l| l.starts_with("{\"alerts\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| (v["flow"].as_str().unwrap().to_string(), v["first_ns"].as_u64().unwrap()))
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] != w[1]), "no record repeated");
+}
+
+#[test]
+fn the_table_is_reported_at_the_start_and_its_options_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("one.pcap");
+    timed_trace(&trace, &[(0, 0)]);
+    let t = trace.to_str().unwrap();
+    let o = weir(&["inspect", "--work", "flows", "--max-flows", "1000", t, "-o", dir.path().join("o").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("flow table of at most 1000 flows") && err.contains("MiB allocated"), "{err}");
+    assert!(err.contains("0 timed out, 0 evicted"), "{err}");
+    for (args, says) in [
+        (vec!["--json", t], "--json writes the summary to standard output"),
+        (vec!["--idle-timeout", "0", t], "invalid value '0' for '--idle-timeout <SECS>'"),
+        (vec!["--max-flows", "0", t], "--max-flows"),
+    ] {
+        let mut all = vec!["inspect", "-q"];
+        all.extend_from_slice(&args);
+        let o = weir(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(says), "{args:?}: {}", text(&o.stderr));
+    }
+    let help = text(&weir(&["inspect", "--help"]).stdout);
+    for s in ["--max-flows", "[default: 1000000]", "--idle-timeout", "[default: 300]", "packet time", "--json"] {
+        assert!(help.contains(s), "inspect --help mentions {s}");
+    }
 }

@@ -53,7 +53,7 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let out = |name: &str| dir.join(name).display().to_string();
     let engine = |extra: &[&str]| {
-        let mut v = s(&[trace, "-d", "5"]);
+        let mut v = s(&[trace, "--duration", "5"]);
         v.extend(s(extra));
         v
     };
@@ -98,7 +98,8 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
             numeric: &[
                 "--group-rules", "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms",
-                "--snaplen", "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size",
+                "--snaplen", "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size", "--max-flows",
+                "--idle-timeout",
             ],
             text: &[],
         },

@@ -3,8 +3,9 @@
 //! addresses only, correct IPv4/TCP/UDP checksums (verified with etherparse), TCP
 //! sequence and acknowledgement bookkeeping per flow, concurrency held at --flows,
 //! pcapng/nanosecond/snaplen output, `--from` keeping server ports, sizes and
-//! checksum verdicts of the real flows, and exit code 2 with a clear message for
-//! bad input.
+//! checksum verdicts of the real flows, a summary that says what the file shows
+//! (flows and concurrency counted here by 5-tuple), and exit code 2 with a clear
+//! message, and no file, for bad input and for flows the packets cannot start.
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use std::collections::{HashMap, HashSet};
@@ -151,7 +152,7 @@ fn built_in_trace_is_valid_consistent_and_concurrent() {
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with(&format!("wrote {N} packets, ")), "{err}");
     assert!(last.contains(&format!("(peak concurrency {C}), ")) && last.contains(&format!(" bytes to {} in ", path.display())), "{err}");
-    assert!(err.contains("mean concurrency "), "{err}");
+    assert!(err.contains("concurrency as the trace shows it"), "{err}");
 
     let packets = libpcap_read(&path);
     assert_eq!(packets.len(), N, "exactly --packets packets");
@@ -341,6 +342,73 @@ fn from_corpus_keeps_server_ports_sizes_and_checksum_verdicts() {
     assert!(ports.len() > 20, "many services: {ports:?}");
 }
 
+/// What a reader finds in a trace: flows by 5-tuple, the most open at one packet
+/// (each from its first to its last packet), and the time-weighted mean.
+fn shown(packets: &[(u64, u32, Vec<u8>)]) -> (usize, usize, f64) {
+    /// First and last packet index, first and last timestamp.
+    type Span = (usize, usize, u64, u64);
+    let mut span: HashMap<(u8, Endpoint, Endpoint), Span> = HashMap::new();
+    for (i, (ts, _, data)) in packets.iter().enumerate() {
+        let p = dissect_checked(data);
+        let e = span.entry(flow_key(&p)).or_insert((i, i, *ts, *ts));
+        e.1 = i;
+        e.3 = *ts;
+    }
+    let mut delta = vec![0i64; packets.len() + 1];
+    for &(first, last, _, _) in span.values() {
+        delta[first] += 1;
+        delta[last + 1] -= 1;
+    }
+    let (mut open, mut peak) = (0i64, 0i64);
+    for d in &delta {
+        open += d;
+        peak = peak.max(open);
+    }
+    let open_ns: u64 = span.values().map(|&(_, _, a, b)| b - a).sum();
+    let trace_ns = packets.last().unwrap().0 - packets[0].0;
+    (span.len(), peak as usize, open_ns as f64 / trace_ns as f64)
+}
+
+#[test]
+fn the_summary_says_what_the_file_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    // Enough packets per flow to reach the concurrency, and too few (it says so).
+    for (n, c, reaches) in [(40_000usize, 300usize, true), (20_000, 1_000, false)] {
+        let (path, err) = make(dir.path(), "s.pcap", &["-n", &n.to_string(), "-c", &c.to_string()]);
+        let (flows, peak, mean) = shown(&libpcap_read(&path));
+        assert_eq!(peak == c, reaches, "{n} packets, {c} flows: peak {peak}");
+        assert!(err.contains(&format!("wrote {n} packets, {flows} flows (peak concurrency {peak}), ")), "{flows} flows, peak {peak}: {err}");
+        assert!(err.contains(&format!("... ({flows} flows)")), "the service mix counts the file's flows: {err}");
+        let said: f64 = err.split("mean ").nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
+        assert!((said - mean).abs() <= 1.0, "mean concurrency {said}, the file shows {mean:.1}");
+        assert_eq!(err.contains(&format!("shows at most {peak} of the {c} flows")), !reaches, "{err}");
+    }
+}
+
+#[test]
+fn more_flows_than_the_packets_can_start_are_refused_without_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.pcap");
+    std::fs::write(&out, b"an older file").unwrap();
+    let o = out.to_str().unwrap();
+    // The first 15,000 flows start over a ramp that 30,000 packets do not cover.
+    let r = synth(&["-o", o, "-n", "30000", "-c", "15000"]);
+    let err = text(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    let number_after = |text: &str| -> u64 { err.split(text).nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap() };
+    assert!(number_after("in which only ") < 15_000, "{err}");
+    // What it says is possible is: those packets start every flow, and those flows fit these packets.
+    let (path, _) = make(dir.path(), "more.pcap", &["-n", &number_after("(about ").to_string(), "-c", "15000"]);
+    assert!(shown(&libpcap_read(&path)).0 >= 15_000, "every flow started, so the file holds at least 15,000");
+    make(dir.path(), "fewer.pcap", &["-n", "30000", "-c", &number_after("Ask for about ").to_string()]);
+    let r = synth(&["-o", o, "-n", "100", "-c", "1000"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(text(&r.stderr).contains("100 packets hold at most 100 flows"), "{}", text(&r.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), b"an older file", "a refused run leaves the older file as it was");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 3, "no temporary file left behind: {names:?}");
+}
+
 #[test]
 fn bad_input_exits_2_and_says_what() {
     let dir = tempfile::tempdir().unwrap();
@@ -349,9 +417,9 @@ fn bad_input_exits_2_and_says_what() {
     let empty = tempfile::tempdir().unwrap();
     let cases: [(&[&str], &str); 7] = [
         (&["-o", o, "--format", "pcapx"], "pcapx"),
-        (&["-o", o, "-n", "0"], "--packets must be at least 1"),
+        (&["-o", o, "-n", "0"], "invalid value '0' for '--packets <N>'"),
         (&["-o", o, "-c", "0"], "--flows must be between 1"),
-        (&["-o", o, "--mbps=0"], "--mbps must be a positive number"),
+        (&["-o", o, "--mbps=0"], "invalid value '0' for '--mbps <R>'"),
         (&["-o", o, "--from", "/nonexistent/weir-synth-corpus"], "cannot read --from /nonexistent/weir-synth-corpus"),
         (&["-o", o, "--from", empty.path().to_str().unwrap()], "no IPv4 TCP or UDP flows found"),
         (&["-o", o, "--from", empty.path().to_str().unwrap(), "--mbps", "100"], "cannot be used with"),

@@ -17,6 +17,7 @@
 //! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
 //! - [`wire`]: zero-copy views over packet headers.
 //! - [`memory`]: the budget every capture is checked against before it allocates.
+//! - [`flowtable`]: a flow table of bounded size, aged in packet time.
 //! - [`sink`]: pcap and pcapng writers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
 //!
@@ -42,6 +43,7 @@
 pub mod balance;
 pub mod engine;
 pub mod filter;
+pub mod flowtable;
 pub mod locality;
 pub mod memory;
 pub mod packet;

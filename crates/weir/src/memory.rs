@@ -17,9 +17,12 @@
 //!   limit of the cgroup and each of its ancestors (v1 or v2), where the page
 //!   cache the cgroup could drop counts as room. Sums saturate, so no
 //!   configuration can overflow its way past the check.
-//! - The engine builds the engine's part per queue ([`Budget`]); a source adds
-//!   its own once it knows how many queues it opens, and checks, before it
-//!   creates a socket, a ring or an arena.
+//! - The engine builds the engine's part per queue ([`Budget`]), with what the
+//!   application declared it will allocate beside it (automata, flow tables:
+//!   [`crate::EngineBuilder::application_memory`]); a source adds its own once
+//!   it knows how many queues it opens, and checks the whole, before it creates
+//!   a socket, a ring or an arena. One check, so no two parts each take their
+//!   share of the same memory.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -83,13 +86,20 @@ impl Plan {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Budget {
     per_queue: Vec<(String, u64)>,
+    /// What the application allocates beside the engine, whatever the queues.
+    application: Plan,
     /// Cells per queue of the engine's pools: an AF_XDP UMEM has a frame per cell.
     pool_cells: u64,
 }
 
 impl Budget {
     pub fn new(pool_cells: usize) -> Budget {
-        Budget { per_queue: Vec::new(), pool_cells: pool_cells as u64 }
+        Budget { per_queue: Vec::new(), application: Plan::new(), pool_cells: pool_cells as u64 }
+    }
+
+    /// What the application will allocate beside the engine.
+    pub fn application(&mut self, plan: Plan) {
+        self.application.items.extend(plan.items);
     }
 
     /// Something every queue has once: `what` is how one queue's is sized.
@@ -109,6 +119,7 @@ impl Budget {
             plan.add(format!("{what}, x {queues} queue{}", if queues == 1 { "" } else { "s" }), bytes.saturating_mul(n));
         }
         plan.items.extend(source.items);
+        plan.items.extend(self.application.items.iter().cloned());
         plan
     }
 

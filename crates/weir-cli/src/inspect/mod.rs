@@ -3,28 +3,44 @@
 //!
 //! Contract: every packet the source delivers reaches a worker, which
 //! - finds its flow (the canonical 5-tuple, both directions alike) in the
-//!   worker's flow table and counts packets, bytes, first and last timestamp;
+//!   worker's flow table and counts packets and bytes (the table keeps the first
+//!   and last timestamp);
 //! - with rules on, matches its TCP or UDP payload against the rules of every
 //!   port group its service port (min(src port, dst port)) belongs to and of the
 //!   `any` groups, and records one alert per rule that matched the packet. By
 //!   default the ports that share groups share one Aho-Corasick DFA holding all
 //!   of those rules, so a packet is scanned once (see [`Matcher::new`]).
 //!
-//! At the end, alerts and then per-flow counters are written as JSON lines to
-//! `-o` (standard output by default), sorted (alerts by time, flow and rule;
-//! flows by key) so that runs in any delivery order write the same bytes: with
-//! the locality buffer on and off the output must be identical. A summary goes
-//! to standard error.
+//! Memory is bounded. Each worker's flow table ([`weir::flowtable`]) holds at
+//! most `--max-flows` / queues flows, allocated at the start and reported then;
+//! a flow idle for `--idle-timeout` of packet time ends, and when the table is
+//! full the flow seen least recently is evicted. Both are counted. A flow that
+//! leaves the table is not lost: its record, like every alert, goes to a
+//! bounded buffer that is written to a temporary file as a sorted run when full
+//! ([`spill`]), and everything is merged at the end.
+//!
+//! At the end, alerts and then flow records are written as JSON lines to `-o`
+//! (standard output by default), sorted (alerts by time, flow and rule; flows by
+//! key, then time) so that runs in any delivery order write the same bytes: with
+//! the locality buffer on and off, on one queue or several, and whatever the
+//! table's size, the output must be identical ([`records`] says how records of
+//! one flow that left the table early are joined). A summary goes to standard
+//! error, or as JSON to standard output with `--json`.
 //!
 //! `--work flows` runs the flow table alone, the second workload.
 
+mod records;
 mod rules;
+mod spill;
 
 use crate::exit::out;
 use crate::count::finish;
+use crate::exit::bad_input;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
-use anyhow::Context;
+use anyhow::{anyhow, Context};
+use records::{AlertRecord, FlowRecord};
+use spill::Spill;
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::io::Write;
@@ -32,6 +48,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
+use weir::flowtable::{FlowTable, TableLimits, TableStats};
+use weir::memory::Plan;
 use weir::wire::{ip_proto, FlowTuple};
 use weir::{Handler, LinkType, Packet};
 
@@ -87,6 +105,26 @@ pub struct InspectArgs {
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: String,
 
+    /// Most flows the flow tables hold, all queues together (each queue's table
+    /// holds its share, N / queues). About 100 bytes per flow, allocated at the
+    /// start. When a table is full, the flow seen least recently is evicted: its
+    /// record is kept for the output, not lost, and the eviction is counted.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FLOWS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_flows: u32,
+
+    /// A flow with no packet for this long ends (a timeout, counted): it leaves the
+    /// table, its record is kept for the output, and a later packet of its 5-tuple
+    /// starts a new record. In packet time (the trace's timestamps), so runs over a
+    /// trace are reproducible.
+    /// The default, five minutes, is Zeek's TCP inactivity timeout, and Suricata's for
+    /// established flows.
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = crate::args::seconds(0.000_001))]
+    pub idle_timeout: std::time::Duration,
+
+    /// Print the summary as one JSON object on standard output (then -o must name a file).
+    #[arg(long)]
+    pub json: bool,
+
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
@@ -94,6 +132,9 @@ pub struct InspectArgs {
     #[command(flatten)]
     pub src: SourceArgs,
 }
+
+/// 1,000,000 flows: about 100 MiB of flow tables.
+const DEFAULT_MAX_FLOWS: u32 = 1_000_000;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Automaton {
@@ -135,14 +176,23 @@ struct Matcher {
     lists: Vec<Vec<u16>>,
 }
 
-impl Matcher {
+/// Which rules each automaton holds and which automata each port is scanned
+/// with, before any automaton is built: what the memory check estimates from.
+struct Layout<'r> {
+    /// Each automaton's rules, in build order; none is empty.
+    automata: Vec<Vec<&'r rules::Rule>>,
+    by_port: Box<[u32]>,
+    lists: Vec<Vec<u16>>,
+}
+
+impl<'r> Layout<'r> {
     /// Ports whose rule groups are the same share their automata. Merged (the
     /// default), a set of ports gets one automaton holding its groups' rules and
     /// the `any` rules, so a packet is scanned once, at the cost of a copy of the
     /// `any` rules in every automaton: what Snort does unless told to
     /// split-any-any. Split, every group has its own automaton and a packet is
     /// scanned with its port's groups and then the `any` group.
-    fn new(rules: &[rules::Rule], kind: Automaton, split_any: bool) -> anyhow::Result<Matcher> {
+    fn new(rules: &'r [rules::Rule], split_any: bool) -> anyhow::Result<Layout<'r>> {
         let mut order: Vec<&str> = Vec::new();
         let mut members: HashMap<&str, Vec<&rules::Rule>> = HashMap::new();
         for r in rules {
@@ -176,27 +226,19 @@ impl Matcher {
                 })
             })
             .collect();
-        let build = |texts: &[&str]| -> anyhow::Result<Option<Group>> {
+        let mut automata: Vec<Vec<&rules::Rule>> = Vec::new();
+        let mut push = |texts: &[&str]| -> anyhow::Result<Option<u16>> {
             let rs: Vec<&rules::Rule> = texts.iter().flat_map(|t| members[t].iter().copied()).collect();
             if rs.is_empty() {
                 return Ok(None);
             }
-            let automaton = AhoCorasick::builder()
-                .match_kind(MatchKind::Standard)
-                .kind(Some(kind.into()))
-                .build(rs.iter().map(|r| &r.content))
-                .with_context(|| format!("building the {kind:?} automaton of port group {}", texts.join(" + ")))?;
-            Ok(Some(Group { automaton, ids: rs.iter().map(|r| r.id).collect() }))
-        };
-        let mut groups = Vec::new();
-        let mut push = |g: Group| -> anyhow::Result<u16> {
-            groups.push(g);
-            u16::try_from(groups.len() - 1).context("more than 65,535 automata")
+            automata.push(rs);
+            u16::try_from(automata.len() - 1).context("more than 65,535 automata").map(Some)
         };
         let any_texts: Vec<&str> = any.iter().map(|&g| order[usize::from(g)]).collect();
         let lists = if split_any {
             for text in &order {
-                push(build(&[text])?.expect("a group has rules"))?;
+                push(&[text])?;
             }
             sets.iter().map(|l| l.iter().chain(&any).copied().collect()).collect()
         } else {
@@ -204,14 +246,38 @@ impl Matcher {
             for l in &sets {
                 let mut texts: Vec<&str> = l.iter().map(|&g| order[usize::from(g)]).collect();
                 texts.extend(&any_texts);
-                lists.push(match build(&texts)? {
-                    Some(g) => vec![push(g)?],
-                    None => Vec::new(),
-                });
+                lists.push(push(&texts)?.into_iter().collect());
             }
             lists
         };
-        Ok(Matcher { groups, by_port, lists })
+        Ok(Layout { automata, by_port, lists })
+    }
+
+    /// At most what the automata will take: a state per pattern byte (a trie of
+    /// the patterns, before any sharing of prefixes), each a row of 256 four-byte
+    /// transitions in a DFA (fewer with byte classes), a few words in an NFA.
+    fn memory_bound(&self, kind: Automaton) -> u64 {
+        let per_state: u64 = match kind {
+            Automaton::Dfa => 256 * 4,
+            Automaton::Nfa => 64,
+        };
+        let states: u64 = self.automata.iter().map(|rs| rs.iter().map(|r| r.content.len() as u64).sum::<u64>() + 1).sum();
+        states.saturating_mul(per_state)
+    }
+}
+
+impl Matcher {
+    fn new(layout: Layout<'_>, kind: Automaton) -> anyhow::Result<Matcher> {
+        let mut groups = Vec::with_capacity(layout.automata.len());
+        for (i, rs) in layout.automata.iter().enumerate() {
+            let automaton = AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .kind(Some(kind.into()))
+                .build(rs.iter().map(|r| &r.content))
+                .with_context(|| format!("building {kind:?} automaton {i} of {} rules", rs.len()))?;
+            groups.push(Group { automaton, ids: rs.iter().map(|r| r.id).collect() });
+        }
+        Ok(Matcher { groups, by_port: layout.by_port, lists: layout.lists })
     }
 
     /// Heap bytes of the automata.
@@ -235,39 +301,27 @@ impl Matcher {
     }
 }
 
+/// A flow's counters while it is in the table (its times are the table's).
 #[derive(Copy, Clone, Debug, Default)]
-struct FlowCounters {
+struct Counters {
     packets: u64,
     bytes: u64,
-    first_ns: u64,
-    last_ns: u64,
     alerts: u64,
-}
-
-impl FlowCounters {
-    fn merge(&mut self, o: &FlowCounters) {
-        if self.packets == 0 {
-            *self = *o;
-            return;
-        }
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-        self.alerts += o.alerts;
-    }
 }
 
 /// One worker's state.
 struct Inspector {
     matcher: Option<Arc<Matcher>>,
     link: LinkType,
-    flows: HashMap<FlowTuple, FlowCounters>,
-    /// (timestamp, flow, rule).
-    alerts: Vec<(u64, FlowTuple, u32)>,
+    flows: FlowTable<FlowTuple, Counters>,
+    /// Flows that left the table, waiting for the sorted output.
+    ended: Spill<FlowRecord>,
+    alerts: Spill<AlertRecord>,
     /// Packets that are not IP, by count: they have no flow.
     other: u64,
     seen: Vec<u32>,
+    /// The first failure to write a spill file: reported at the end, and the run fails.
+    error: Option<std::io::Error>,
 }
 
 impl Handler for Inspector {
@@ -279,21 +333,26 @@ impl Handler for Inspector {
         };
         let key = tuple.canonical();
         let ts = p.ts_ns();
-        let f = self.flows.entry(key).or_insert(FlowCounters { first_ns: ts, last_ns: ts, ..FlowCounters::default() });
+        let (ended, error) = (&mut self.ended, &mut self.error);
+        let f = self.flows.entry(key, ts, Counters::default, |flow, _| {
+            if let Err(e) = ended.push(FlowRecord::of(flow)) {
+                error.get_or_insert(e);
+            }
+        });
         f.packets += 1;
         f.bytes += u64::from(p.wire_len());
-        f.first_ns = f.first_ns.min(ts);
-        f.last_ns = f.last_ns.max(ts);
         let Some(m) = &self.matcher else { return };
         let (Some(ports), ip_proto::TCP | ip_proto::UDP) = (tuple.ports(), tuple.protocol()) else { return };
         let Some(payload) = payload(self.link, data) else { return };
         if payload.is_empty() {
             return;
         }
-        let alerts = &mut self.alerts;
+        let (alerts, error) = (&mut self.alerts, &mut self.error);
         let mut n = 0;
-        m.scan(ports.min_port(), payload, &mut self.seen, |id| {
-            alerts.push((ts, key, id));
+        m.scan(ports.min_port(), payload, &mut self.seen, |rule| {
+            if let Err(e) = alerts.push(AlertRecord { ts_ns: ts, flow: key, rule }) {
+                error.get_or_insert(e);
+            }
             n += 1;
         });
         f.alerts += n;
@@ -327,28 +386,54 @@ fn flow_text(t: &FlowTuple) -> String {
     }
 }
 
+/// Records held in memory per worker and kind before a sorted run goes to disk.
+const SPILL_RECORDS: usize = 1 << 16;
+
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if args.print_rules {
         out!("{}", rules::builtin(args.group_rules as usize).trim_end_matches('\n'));
         return Ok(ExitCode::SUCCESS);
     }
-    let matcher = match args.work {
+    if args.json && args.output == "-" {
+        return Err(bad_input(anyhow!("--json writes the summary to standard output: give the records a file with -o FILE")));
+    }
+    let idle_timeout_ns = u64::try_from(args.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
+    let rules = match args.work {
         Work::Flows => None,
         Work::Rules => {
             let (text, origin) = match &args.rules {
                 Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
                 None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
             };
-            let rules = rules::parse(&text, &origin).map_err(crate::exit::bad_input)?;
-            let m = Matcher::new(&rules, args.automaton, args.split_any)?;
+            Some(rules::parse(&text, &origin).map_err(bad_input)?)
+        }
+    };
+    let layout = rules.as_deref().map(|r| Layout::new(r, args.split_any)).transpose()?;
+    // What this application allocates beside the engine, checked with it before
+    // either is allocated: the automata (bounded from the rules), the flow
+    // tables, and the records waiting to be written.
+    let mut app = Plan::new();
+    if let Some(l) = &layout {
+        let source = if args.rules.is_some() { "--rules" } else { "--group-rules" };
+        app.add(format!("{:?} automata of {} rules ({source}; at most)", args.automaton, rules.as_ref().map_or(0, Vec::len)), l.memory_bound(args.automaton));
+    }
+    app.add(
+        format!("flow tables of {} flows (--max-flows)", args.max_flows),
+        FlowTable::<FlowTuple, Counters>::memory_for(args.max_flows as usize),
+    );
+    let engine = args.src.engine_with_memory(app)?;
+    let matcher = match layout {
+        None => None,
+        Some(l) => {
+            let m = Matcher::new(l, args.automaton)?;
             if !args.quiet {
                 eprintln!(
                     "weir inspect: {} rules in {} {:?} automata (any-port rules {}), {:.1} MiB",
-                    rules.len(),
+                    rules.as_ref().map_or(0, Vec::len),
                     m.groups.len(),
                     args.automaton,
                     if args.split_any { "in their own" } else { "in each" },
-                    m.memory() as f64 / (1 << 20) as f64
+                    mib(m.memory())
                 );
             }
             Some(Arc::new(m))
@@ -358,54 +443,137 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         "-" => Box::new(std::io::stdout().lock()),
         path => Box::new(std::fs::File::create(path).with_context(|| format!("creating {path}"))?),
     };
-    let engine = args.src.engine()?;
     let link = engine.info().link_type;
+    let queues = engine.info().queues.len().max(1);
+    let per_queue = (args.max_flows as usize).div_ceil(queues);
+    let limits = TableLimits::new(per_queue, idle_timeout_ns).map_err(|e| bad_input(anyhow!("--max-flows: {e}")))?;
+    // Made before the run so the memory reported is what was allocated.
+    let mut workers: Vec<Inspector> = (0..queues)
+        .map(|_| Inspector {
+            matcher: matcher.clone(),
+            link,
+            flows: FlowTable::new(limits),
+            ended: Spill::new(SPILL_RECORDS),
+            alerts: Spill::new(SPILL_RECORDS),
+            other: 0,
+            seen: Vec::new(),
+            error: None,
+        })
+        .collect();
+    let table_bytes: usize = workers.iter().map(|w| w.flows.memory_bytes()).sum();
+    let spill_bytes: usize = workers.iter().map(|w| w.ended.memory_bytes() + w.alerts.memory_bytes()).sum();
+    if !args.quiet {
+        eprintln!(
+            "weir inspect: flow table of at most {} flows ({per_queue} per queue), idle timeout {} s of packet time: \
+             {:.1} MiB allocated, plus {:.1} MiB for records waiting to be written",
+            per_queue * queues,
+            args.idle_timeout.as_secs_f64(),
+            mib(table_bytes),
+            mib(spill_bytes)
+        );
+    }
     let started = Instant::now();
-    let report = run_to_end(engine, "inspect", &args.src.live, args.quiet, |_| Inspector {
-        matcher: matcher.clone(),
-        link,
-        flows: HashMap::new(),
-        alerts: Vec::new(),
-        other: 0,
-        seen: Vec::new(),
+    let mut report = run_to_end(engine, "inspect", &args.src.live, args.quiet || args.json, |_| {
+        workers.pop().expect("one inspector was made per queue")
     })?;
     let secs = started.elapsed().as_secs_f64();
-    let mut flows: HashMap<FlowTuple, FlowCounters> = HashMap::new();
-    let mut alerts = Vec::new();
+
+    let mut table = TableStats::default();
+    let mut flow_spills = Vec::new();
+    let mut alert_spills = Vec::new();
     let mut other = 0;
-    for (_, w) in &report.handlers {
-        for (k, c) in &w.flows {
-            flows.entry(*k).or_default().merge(c);
+    let mut held = 0;
+    for (_, w) in std::mem::take(&mut report.handlers) {
+        if let Some(e) = w.error {
+            return Err(anyhow!(e).context("writing records to a temporary file"));
         }
-        alerts.extend_from_slice(&w.alerts);
+        let s = w.flows.stats();
+        table.created += s.created;
+        table.timeouts += s.timeouts;
+        table.evictions += s.evictions;
+        table.peak = table.peak.max(s.peak);
+        held += w.flows.len();
+        let mut ended = w.ended;
+        for flow in w.flows.into_flows() {
+            ended.push(FlowRecord::of(flow)).context("writing records to a temporary file")?;
+        }
         other += w.other;
+        flow_spills.push(ended);
+        alert_spills.push(w.alerts);
     }
-    alerts.sort_unstable();
-    let mut flows: Vec<_> = flows.into_iter().collect();
-    flows.sort_unstable_by_key(|f| f.0);
+    let spilled = flow_spills.iter().map(Spill::spilled).sum::<u64>() + alert_spills.iter().map(Spill::spilled).sum::<u64>();
+
     let mut w = std::io::BufWriter::new(&mut out);
-    for (ts, flow, id) in &alerts {
-        writeln!(w, "{}", serde_json::json!({"alert": id, "ts_ns": ts, "flow": flow_text(flow)}))?;
+    let mut alerts = 0u64;
+    for a in spill::merge(alert_spills).context("reading back spilled alerts")? {
+        let a = a.context("reading back spilled alerts")?;
+        writeln!(w, "{}", serde_json::json!({"alert": a.rule, "ts_ns": a.ts_ns, "flow": flow_text(&a.flow)}))?;
+        alerts += 1;
     }
-    for (k, c) in &flows {
-        writeln!(
-            w,
-            "{}",
-            serde_json::json!({"flow": flow_text(k), "packets": c.packets, "bytes": c.bytes,
-                "first_ns": c.first_ns, "last_ns": c.last_ns, "alerts": c.alerts})
-        )?;
+    let mut records = 0u64;
+    let mut pending: Option<FlowRecord> = None;
+    for r in spill::merge(flow_spills).context("reading back spilled flow records")? {
+        let r = r.context("reading back spilled flow records")?;
+        match &mut pending {
+            Some(p) if p.continued_by(&r, idle_timeout_ns) => p.absorb(&r),
+            _ => {
+                if let Some(p) = pending.replace(r) {
+                    p.write(&mut w)?;
+                    records += 1;
+                }
+            }
+        }
+    }
+    if let Some(p) = pending {
+        p.write(&mut w)?;
+        records += 1;
     }
     w.flush()?;
+    drop(w);
+
     let total = report.stats.total();
-    eprintln!(
-        "weir inspect: {} packets in {secs:.2} s ({}pps), {} flows, {} alerts, {} packets without a flow; drops {}+{}",
-        total.delivered,
-        human_rate(total.delivered as f64 / secs.max(1e-9)),
-        flows.len(),
-        alerts.len(),
-        other,
-        total.capture_drops,
-        total.delivery_drops
-    );
+    if args.json {
+        let summary = serde_json::json!({
+            "packets": total.delivered,
+            "elapsed_s": secs,
+            "flow_records": records,
+            "alerts": alerts,
+            "packets_without_flow": other,
+            "flow_table": {
+                "max_flows": per_queue * queues,
+                "max_flows_per_queue": per_queue,
+                "idle_timeout_s": args.idle_timeout.as_secs_f64(),
+                "memory_bytes": table_bytes,
+                "flows_created": table.created,
+                "timeouts": table.timeouts,
+                "evictions": table.evictions,
+                "peak_flows_per_queue": table.peak,
+                "flows_held_at_end": held,
+            },
+            "spill_buffer_bytes": spill_bytes,
+            "records_spilled_to_disk": spilled,
+            "capture_drops": total.capture_drops,
+            "delivery_drops": total.delivery_drops,
+        });
+        out!("{summary}");
+    } else {
+        eprintln!(
+            "weir inspect: {} packets in {secs:.2} s ({}pps), {records} flow records, {alerts} alerts, {other} packets without a flow; \
+             flow table: {} flows, {} timed out, {} evicted (full), at most {} at once per queue{}; drops {}+{}",
+            total.delivered,
+            human_rate(total.delivered as f64 / secs.max(1e-9)),
+            table.created,
+            table.timeouts,
+            table.evictions,
+            table.peak,
+            if spilled > 0 { format!(", {spilled} records spilled to disk") } else { String::new() },
+            total.capture_drops,
+            total.delivery_drops
+        );
+    }
     finish(&report)
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1 << 20) as f64
 }

@@ -100,6 +100,8 @@ pub struct Slot {
 }
 
 pub struct Flow {
+    /// Index into [`model::SERVICES`].
+    service: usize,
     ctx: FlowCtx,
     transport: Transport,
     ports: [u16; 2],
@@ -233,6 +235,7 @@ impl Flow {
 
         let hops = plan.server_hops;
         let mut f = Flow {
+            service: plan.service,
             transport: s.transport,
             ports: [plan.client_port, plan.server_port],
             macs: [mac_for(client_ip), mac_for(server_ip)],
@@ -645,7 +648,8 @@ impl Generator {
         Flow::new(plan, rng, at_ns, s, self.min_rate_bps)
     }
 
-    /// Flows opened per service, in [`model::SERVICES`] order.
+    /// Flows per service, in [`model::SERVICES`] order: opened, less those the
+    /// scheduler reported unused (after a run, the flows in the trace).
     pub fn per_service(&self) -> &[u64] {
         &self.per_service
     }
@@ -670,5 +674,9 @@ impl Opener for Generator {
     fn closed(&mut self, slot: usize, flow: &Flow) {
         self.open.remove(&flow.key());
         self.slots[slot].fair_at = flow.fair_at();
+    }
+
+    fn unused(&mut self, flow: &Flow) {
+        self.per_service[flow.service] -= 1;
     }
 }

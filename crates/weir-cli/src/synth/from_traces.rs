@@ -382,4 +382,6 @@ impl Opener for Replayer<'_> {
     }
 
     fn closed(&mut self, _slot: usize, _copy: &Copy) {}
+
+    fn unused(&mut self, _copy: &Copy) {}
 }

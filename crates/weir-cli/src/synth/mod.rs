@@ -3,12 +3,19 @@
 //! Two sources of flows, one way of interleaving them. The built-in model
 //! ([`model`], [`flow`], [`payload`]) invents flows of a realistic service mix with
 //! realistic payloads; `--from DIR` ([`from_traces`]) replays the IPv4 TCP and UDP
-//! flows of real traces under new addresses. Either way [`sched`] keeps exactly
+//! flows of real traces under new addresses. Either way [`sched`] keeps
 //! `--flows` flows open, interleaves their packets in time order and stops after
 //! `--packets` packets. Every address is in the benchmark range 198.18.0.0/15
 //! (clients in 198.18/16, servers in 198.19/16) and the output is a pure function
 //! of the arguments: the same seed writes the same bytes. Memory grows with the
 //! concurrency (and with the `--from` corpus), not with the number of packets.
+//!
+//! The summary is what the trace shows, as a reader counting 5-tuples in the
+//! file would find it: flows with a packet in it, the service mix of those, and
+//! concurrency with each flow open from its first to its last packet in the
+//! file. What cannot be done is refused with exit 2 and no file: more flows than
+//! packets (each flow needs one) before anything is written, and, after, a trace
+//! that ended before all `--flows` flows had started.
 
 mod flow;
 mod from_traces;
@@ -25,7 +32,7 @@ use anyhow::Context;
 use clap::ValueEnum;
 use std::fs::File;
 use std::io::{self, IsTerminal};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
@@ -69,8 +76,15 @@ and the payloads each service really sends (HTTP headers and bodies, TLS ClientH
 format, SMTP dialogues, SSH banners and key exchange, ...). With --from DIR, the IPv4 TCP and UDP flows of \
 every trace under DIR are replayed instead, each copy under fresh addresses with incrementally adjusted \
 checksums, keeping packet sizes, payloads and timing.\n\n\
-Exactly --flows flows are open at any time once the first flows have started: a new one starts whenever one \
-ends. Clients are in 198.18.0.0/16 and servers in 198.19.0.0/16, never anything else. The same arguments \
+--flows flows are kept open: they start over a short ramp (the time the link needs for 2 KiB per flow; \
+with --from, one typical flow's duration) and each one that ends is replaced at once by a new one. A reader \
+of the trace sees a flow open from its first packet to its last one in the file, so the trace shows --flows \
+open at once only when it is long enough for every flow to have started and to send again: at the default \
+rate that takes tens of packets per flow (2,000,000 packets with --flows 100000 peak at about 98,000). The \
+summary reports what the file shows: its flows (as a count of 5-tuples finds them), their service mix, and \
+the peak and mean concurrency. Refused (exit 2, no file): more flows than packets, and a trace that ends \
+before all --flows flows have started (the message says how many did).\n\n\
+Clients are in 198.18.0.0/16 and servers in 198.19.0.0/16, never anything else. The same arguments \
 always produce the same bytes. A summary goes to standard error, with a progress bar when it is a terminal.\n\n",
         examples!()
     )
@@ -84,7 +98,8 @@ pub struct SynthArgs {
     #[arg(short = 'n', long, value_name = "N", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub packets: u64,
 
-    /// Concurrency: how many flows are open (started and not yet finished) at any time (at least 1).
+    /// Concurrency: how many flows are kept open (started and not yet finished) at once,
+    /// from 1 to --packets; see below for what the trace shows.
     #[arg(short = 'c', long, value_name = "C", default_value_t = 10_000)]
     pub flows: usize,
 
@@ -153,6 +168,16 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
     if args.flows == 0 || args.flows > MAX_FLOWS {
         return Err(bad_input(anyhow::anyhow!("--flows must be between 1 and {MAX_FLOWS}, not {}", args.flows)));
     }
+    if args.flows as u64 > args.packets {
+        return Err(bad_input(anyhow::anyhow!(
+            "--flows {} cannot be open in --packets {}: every flow needs at least one packet (two to be open at once), \
+             so {} packets hold at most {} flows; ask for fewer flows or more packets",
+            args.flows,
+            args.packets,
+            args.packets,
+            args.packets
+        )));
+    }
     let started = Instant::now();
     let corpus = match &args.from {
         Some(dir) => {
@@ -166,7 +191,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let rate_bps = args.mbps.unwrap_or(DEFAULT_MBPS) * 1e6;
-    let file = File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    let (file, temp) = open_output(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
     let format = match args.format {
         Format::Pcap => FileFormat::Pcap,
         Format::Pcapng => FileFormat::PcapNg,
@@ -206,12 +231,48 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
     let bytes = writer.bytes_written();
     writer.finish().with_context(|| format!("cannot write {}", args.output.display()))?;
     progress.finish_and_clear();
+    if outcome.slots_started < args.flows {
+        // Flows start evenly over the ramp, and the packet rate grows with the flows
+        // started, so the packets by time t grow as t²: covering the whole ramp takes
+        // (ramp / span)² times these packets, and these packets cover the ramp of
+        // (span / ramp)² times these flows (whose ramp is that much shorter).
+        let span_ns = outcome.last_ns.saturating_sub(outcome.first_ns).max(1) as f64;
+        let short = (span_ns / ramp_ns.max(1) as f64).powi(2);
+        return Err(bad_input(anyhow::anyhow!(
+            "--flows {} needs more packets: the {} flows start over {:.3} s of traffic, but {} packets cover {:.3} s, \
+             in which only {} of them started. Ask for about {} flows or fewer, or for more packets (about {} cover \
+             the start of all {}). Nothing was written.",
+            args.flows,
+            args.flows,
+            ramp_ns as f64 / 1e9,
+            args.packets,
+            span_ns / 1e9,
+            outcome.slots_started,
+            (args.flows as f64 * short) as u64,
+            (args.packets as f64 / short).ceil() as u64,
+            args.flows
+        )));
+    }
+    if let Some(temp) = temp {
+        temp.persist(&args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
+    }
     let span_s = outcome.last_ns.saturating_sub(outcome.first_ns) as f64 / 1e9;
     let rate = if span_s > 0.0 { outcome.wire_bytes as f64 * 8.0 / span_s / 1e6 } else { 0.0 };
     if let Some(m) = mix {
         eprintln!("{m}");
     }
-    eprintln!("mean concurrency {:.0}; {span_s:.3} s of traffic at {rate:.1} Mbit/s on average", outcome.mean_concurrency);
+    eprintln!(
+        "concurrency as the trace shows it (a flow open from its first packet to its last): peak {}, mean {:.0}; \
+         {span_s:.3} s of traffic at {rate:.1} Mbit/s on average",
+        outcome.peak_concurrency, outcome.mean_concurrency
+    );
+    if outcome.peak_concurrency < args.flows {
+        eprintln!(
+            "note: the trace shows at most {} of the {} flows kept open at once: it ends before every flow has started \
+             and sent again (more packets per flow reach --flows)",
+            outcome.peak_concurrency, args.flows
+        );
+    }
     eprintln!(
         "wrote {} packets, {} flows (peak concurrency {}), {} bytes to {} in {:.2} s",
         outcome.packets,
@@ -224,7 +285,29 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The most common services among opened flows, as "services: https 45.2%, ...".
+/// Where the trace is written. A new or regular file is written beside its name
+/// and renamed over it at the end (the temporary file is returned too), so a
+/// refused or failed run leaves nothing, and an older file in its place
+/// untouched. Anything else (a FIFO, /dev/stdout, a symbolic link) is written in
+/// place.
+fn open_output(path: &Path) -> io::Result<(File, Option<tempfile::NamedTempFile>)> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_file() => return Ok((File::create(path)?, None)),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let temp = tempfile::Builder::new()
+        .prefix(".weir-synth-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)?;
+    Ok((temp.reopen()?, Some(temp)))
+}
+
+/// The most common services among the trace's flows, as "services: https 45.2%, ...".
 fn service_mix(counts: &[u64]) -> Option<String> {
     let total: u64 = counts.iter().sum();
     if total == 0 {
@@ -233,7 +316,7 @@ fn service_mix(counts: &[u64]) -> Option<String> {
     let mut by_count: Vec<(u64, &str)> = counts.iter().zip(model::SERVICES).map(|(n, s)| (*n, s.name)).collect();
     by_count.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
     let top: Vec<String> = by_count.iter().take(8).map(|(n, name)| format!("{name} {:.1}%", *n as f64 * 100.0 / total as f64)).collect();
-    Some(format!("services: {}, ... ({} flows opened)", top.join(", "), total))
+    Some(format!("services: {}, ... ({} flows)", top.join(", "), total))
 }
 
 fn progress_bar(total: u64) -> indicatif::ProgressBar {

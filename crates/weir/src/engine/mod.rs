@@ -29,7 +29,7 @@ pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::balance;
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
-use crate::memory::{Budget, Bytes};
+use crate::memory::{Budget, Bytes, Plan};
 use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
@@ -121,6 +121,8 @@ pub struct EngineBuilder {
     pool_set: bool,
     /// Trace reading was configured by the caller, who then gets exactly that.
     trace_reading_set: bool,
+    /// What the application allocates beside the engine (see [`Self::application_memory`]).
+    application_memory: Plan,
 }
 
 impl EngineBuilder {
@@ -196,6 +198,15 @@ impl EngineBuilder {
     /// Options of live capture (snaplen, promiscuous mode, ring sizes, fanout, ...).
     pub fn live(mut self, opts: source::LiveOptions) -> Self {
         self.open.live = opts;
+        self
+    }
+
+    /// Memory the application will allocate beside the engine (its automata, its
+    /// flow tables), checked with the engine's own before anything is
+    /// allocated (see [`crate::memory`]), so the two never each take the share
+    /// of the memory available that only one of them may.
+    pub fn application_memory(mut self, plan: Plan) -> Self {
+        self.application_memory = plan;
         self
     }
 
@@ -308,6 +319,7 @@ impl EngineBuilder {
     fn memory(&self, raised: &str) -> Budget {
         let (m, r) = (self.pool.cells().get(), self.pool.chunks().get());
         let mut budget = Budget::new(self.pool.capacity());
+        budget.application(self.application_memory.clone());
         budget.per_queue(
             format!("pools: {r} chunks of {} each (pool {m},{r}{raised})", Bytes(self.pool.chunk_bytes().get() as u64)),
             self.pool.memory_bytes(),

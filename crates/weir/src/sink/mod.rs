@@ -5,6 +5,12 @@
 //! capinfos read back with identical packet counts and bytes. Written by hand:
 //! both formats are a few fixed headers, and writing them is on the hot path of
 //! `weir record`.
+//!
+//! Lengths are written as given, as libpcap's `pcap_dump` (and so `tcpdump -w`)
+//! writes them: a record whose captured length exceeds its wire length (which
+//! `pcap_next_ex` reports as it is in the file) keeps both, so `weir record`
+//! writes the wire bytes `weir count` sums. Link types are checked before a
+//! file is started: both formats hold 0 to 65535 ([`check_link_type`]).
 
 pub mod pcap;
 pub mod pcapng;
@@ -18,6 +24,40 @@ use std::io::{self, BufWriter, Write};
 pub enum FileFormat {
     Pcap,
     PcapNg,
+}
+
+impl std::fmt::Display for FileFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileFormat::Pcap => "pcap",
+            FileFormat::PcapNg => "pcapng",
+        })
+    }
+}
+
+/// A link type a file format cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("link type {} cannot be written to {format}: {}", link.0, match format {
+    FileFormat::Pcap => "a pcap file header holds link types 0 to 65535 in the lower 16 bits of its link-type field; the upper 16 bits carry FCS-length flags",
+    FileFormat::PcapNg => "an interface description block's link-type field is 16 bits: 0 to 65535",
+})]
+pub struct LinkTypeError {
+    pub link: LinkType,
+    pub format: FileFormat,
+}
+
+/// The 16-bit value `format` records `link` as, or why it cannot. weir's pcap reader keeps the
+/// upper bits it does not know (all but the FCS flags) in the link type, so a
+/// type above 65535 reaches here from a damaged or foreign header: writing it
+/// cut to 16 bits (pcapng) or with those bits in the flags (pcap) would label
+/// the packets as another link type.
+pub fn check_link_type(format: FileFormat, link: LinkType) -> Result<u16, LinkTypeError> {
+    u16::try_from(link.0).map_err(|_| LinkTypeError { link, format })
+}
+
+/// The link type as its 16-bit field, or the writer's refusal.
+fn link_field(format: FileFormat, link: LinkType) -> io::Result<u16> {
+    check_link_type(format, link).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 /// Timestamp resolution of the written file.
@@ -34,7 +74,8 @@ pub enum TraceWriter<W: Write> {
 }
 
 impl<W: Write> TraceWriter<W> {
-    /// Start a file: writes the file header (pcap) or section and interface blocks (pcapng).
+    /// Start a file: writes the file header (pcap) or section and interface blocks
+    /// (pcapng). A link type the format cannot hold is refused (`InvalidInput`).
     pub fn new(w: W, format: FileFormat, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         Ok(match format {
             FileFormat::Pcap => TraceWriter::Pcap(pcap::PcapWriter::new(w, link, snaplen, precision)?),
@@ -74,6 +115,7 @@ impl<W: Write> TraceWriter<W> {
         self.counted().packets
     }
 
+    /// Hand everything buffered to the underlying sink (the kernel, for a file).
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
             TraceWriter::Pcap(w) => w.out.out.flush(),

@@ -4,7 +4,7 @@
 //! libpcap itself writes. Timestamps past 2106 are clamped to the last second
 //! pcap can hold.
 
-use super::{split_ts, Counted, TsPrecision};
+use super::{link_field, split_ts, Counted, FileFormat, TsPrecision};
 use crate::LinkType;
 use std::io::{self, Write};
 
@@ -28,6 +28,7 @@ pub struct PcapWriter<W: Write> {
 impl<W: Write> PcapWriter<W> {
     pub fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         let nanos = precision == TsPrecision::Nano;
+        let link = link_field(FileFormat::Pcap, link)?;
         let mut out = Counted::new(w);
         let mut h = [0u8; FILE_HEADER_LEN as usize];
         h[0..4].copy_from_slice(&(if nanos { MAGIC_NANO } else { MAGIC_MICRO }).to_ne_bytes());
@@ -35,7 +36,8 @@ impl<W: Write> PcapWriter<W> {
         h[6..8].copy_from_slice(&VERSION_MINOR.to_ne_bytes());
         // thiszone and sigfigs stay zero, as every modern writer leaves them.
         h[16..20].copy_from_slice(&snaplen.to_ne_bytes());
-        h[20..24].copy_from_slice(&link.0.to_ne_bytes());
+        // No FCS flags in the upper half: weir does not know an FCS length.
+        h[20..24].copy_from_slice(&u32::from(link).to_ne_bytes());
         out.write(&h)?;
         Ok(PcapWriter { out, nanos })
     }
@@ -48,7 +50,7 @@ impl<W: Write> PcapWriter<W> {
         h[0..4].copy_from_slice(&secs.to_ne_bytes());
         h[4..8].copy_from_slice(&frac.to_ne_bytes());
         h[8..12].copy_from_slice(&(data.len() as u32).to_ne_bytes());
-        h[12..16].copy_from_slice(&wire_len.max(data.len() as u32).to_ne_bytes());
+        h[12..16].copy_from_slice(&wire_len.to_ne_bytes());
         self.out.write(&h)?;
         self.out.write(data)?;
         self.out.packets += 1;

@@ -5,7 +5,7 @@
 //! microseconds. The section length is written as -1 (unknown), which lets the
 //! file be written in one pass.
 
-use super::{Counted, TsPrecision};
+use super::{link_field, Counted, FileFormat, TsPrecision};
 use crate::LinkType;
 use std::io::{self, Write};
 
@@ -52,6 +52,7 @@ fn block<W: Write>(out: &mut Counted<W>, ty: u32, body: &[u8]) -> io::Result<()>
 impl<W: Write> PcapNgWriter<W> {
     pub fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         let nanos = precision == TsPrecision::Nano;
+        let link = link_field(FileFormat::PcapNg, link)?;
         let mut out = Counted::new(w);
 
         let mut shb = Vec::new();
@@ -64,7 +65,7 @@ impl<W: Write> PcapNgWriter<W> {
         block(&mut out, SHB, &shb)?;
 
         let mut idb = Vec::new();
-        idb.extend_from_slice(&(link.0 as u16).to_ne_bytes());
+        idb.extend_from_slice(&link.to_ne_bytes());
         idb.extend_from_slice(&0u16.to_ne_bytes());
         idb.extend_from_slice(&snaplen.to_ne_bytes());
         if nanos {
@@ -87,7 +88,7 @@ impl<W: Write> PcapNgWriter<W> {
         h[12..16].copy_from_slice(&((ts >> 32) as u32).to_ne_bytes());
         h[16..20].copy_from_slice(&(ts as u32).to_ne_bytes());
         h[20..24].copy_from_slice(&(data.len() as u32).to_ne_bytes());
-        h[24..28].copy_from_slice(&wire_len.max(data.len() as u32).to_ne_bytes());
+        h[24..28].copy_from_slice(&wire_len.to_ne_bytes());
         self.out.write(&h)?;
         self.out.write(data)?;
         self.out.write(&[0u8; 3][..padded - data.len()])?;

@@ -1,5 +1,6 @@
 //! Writing a capture across several files: rotate by size, by time or by packet
-//! count, keep at most N files, and name them from a pattern.
+//! count, keep at most N files, and name them from a pattern; or write one
+//! stream the caller opened (standard output), which never rotates.
 //!
 //! Names: the pattern is expanded with strftime conversions (`%Y%m%d-%H%M%S`, UTC)
 //! from the time of the first packet that goes into the file, and `{seq}` becomes
@@ -16,15 +17,28 @@
 //!
 //! With a file limit, the oldest file of this run is deleted when a new one would
 //! exceed it. A capture with no packets still leaves one valid, empty file.
+//!
+//! What a kill leaves: a file's header reaches the kernel when the file is
+//! opened, so no file is ever left empty by a kill after that. A file is
+//! closed (its buffer handed to the kernel, then `fdatasync`ed with its
+//! directory entry) before the next one is opened, so every closed file is
+//! complete even after a power loss. The open file holds what [`RotatingWriter::flush`]
+//! or a full buffer last handed over; its last packet may be cut short. Only
+//! regular files are synced: pipes, FIFOs and devices (`/dev/null`) have nothing
+//! to sync and refuse it.
+//!
+//! [`RotatingWriter::prepare`] opens the first file before capture starts, as
+//! tcpdump does, so a name that cannot be written is reported then and not at
+//! the first packet.
 
-use super::{FileFormat, TraceWriter, TsPrecision};
+use super::{check_link_type, FileFormat, LinkTypeError, TraceWriter, TsPrecision};
 use crate::LinkType;
 use chrono::format::{Item, StrftimeItems};
 use chrono::{DateTime, Utc};
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// When to start a new file.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -58,23 +72,35 @@ pub struct FileSpec {
 pub enum RotateError {
     #[error("output name pattern {pattern:?}: {reason}")]
     Pattern { pattern: String, reason: String },
-    #[error("{}: {source}", path.display())]
+    /// Shown as the path; the I/O error follows as its source.
+    #[error("{}", path.display())]
     Io { path: PathBuf, source: io::Error },
     #[error("rotation limits must be positive: {0}")]
     Policy(&'static str),
+    #[error(transparent)]
+    LinkType(#[from] LinkTypeError),
 }
 
 struct Current {
     writer: TraceWriter<File>,
     path: PathBuf,
-    /// End of this file's time window, in ns, when rotating by time.
-    window_end: u64,
+    /// End of this file's time window, in ns, when rotating by time; set by
+    /// the file's first packet (a file opened before any packet has none yet).
+    window_end: Option<u64>,
+    /// A regular file, which can be synced (pipes, FIFOs and devices cannot).
+    regular: bool,
+}
+
+/// Where the files go.
+enum Target {
+    /// Files named from a pattern, created as they are needed.
+    Pattern { pattern: String, has_conversion: bool, has_seq: bool },
+    /// One stream the caller opened (standard output), under a name for messages.
+    Stream { file: Option<File>, name: PathBuf },
 }
 
 pub struct RotatingWriter {
-    pattern: String,
-    has_conversion: bool,
-    has_seq: bool,
+    target: Target,
     spec: FileSpec,
     policy: RotationPolicy,
     cur: Option<Current>,
@@ -96,38 +122,57 @@ impl RotatingWriter {
         if pattern.is_empty() {
             return Err(RotateError::Pattern { pattern: pattern.into(), reason: "empty".into() });
         }
-        let mut has_conversion = false;
-        for item in StrftimeItems::new(pattern) {
-            match item {
-                Item::Error => {
-                    return Err(RotateError::Pattern {
-                        pattern: pattern.into(),
-                        reason: "contains an invalid strftime conversion (use %% for a literal %)".into(),
-                    })
-                }
-                Item::Numeric(..) | Item::Fixed(..) => has_conversion = true,
-                _ => {}
-            }
+        let has_conversion = has_conversion(pattern)?;
+        let target = Target::Pattern { pattern: pattern.to_string(), has_conversion, has_seq: pattern.contains(SEQ) };
+        Self::with_target(target, spec, policy)
+    }
+
+    /// Write everything to `file`, an open stream such as standard output, called
+    /// `name` in messages. It is never rotated.
+    pub fn stream(file: File, name: &str, spec: FileSpec) -> Result<Self, RotateError> {
+        Self::with_target(Target::Stream { file: Some(file), name: PathBuf::from(name) }, spec, RotationPolicy::default())
+    }
+
+    fn with_target(target: Target, spec: FileSpec, policy: RotationPolicy) -> Result<Self, RotateError> {
+        check_link_type(spec.format, spec.link)?;
+        Ok(RotatingWriter { target, spec, policy, cur: None, seq: 0, kept: VecDeque::new(), used: HashSet::new() })
+    }
+
+    /// Before capture starts: open the first file (and write its header), as
+    /// tcpdump opens its output before the first packet, so that an output that
+    /// cannot be written is reported at once. A pattern with strftime
+    /// conversions names its files from their first packet, so for it only the
+    /// directory is checked: a file is created in it and removed (when the
+    /// directory's own name has conversions, nothing can be checked).
+    pub fn prepare(&mut self) -> Result<(), RotateError> {
+        if self.cur.is_some() || !self.kept.is_empty() {
+            return Ok(());
         }
-        Ok(RotatingWriter {
-            pattern: pattern.to_string(),
-            has_conversion,
-            has_seq: pattern.contains(SEQ),
-            spec,
-            policy,
-            cur: None,
-            seq: 0,
-            kept: VecDeque::new(),
-            used: HashSet::new(),
-        })
+        match &self.target {
+            Target::Pattern { pattern, has_conversion: true, .. } => probe_directory(pattern),
+            _ => self.open_next(None),
+        }
     }
 
     pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> Result<(), RotateError> {
         if self.needs_new_file(ts_ns, data.len()) {
-            self.open_next(ts_ns)?;
+            self.open_next(Some(ts_ns))?;
         }
+        let max_seconds = self.policy.max_seconds;
         let cur = self.cur.as_mut().expect("a file is open after open_next");
+        if cur.window_end.is_none() {
+            cur.window_end = Some(window_end(max_seconds, ts_ns));
+        }
         cur.writer.write_packet(ts_ns, data, wire_len).map_err(|source| RotateError::Io { path: cur.path.clone(), source })
+    }
+
+    /// Hand the open file's buffer to the kernel, so a kill from here on loses
+    /// none of the packets written so far.
+    pub fn flush(&mut self) -> Result<(), RotateError> {
+        match &mut self.cur {
+            Some(cur) => cur.writer.flush().map_err(|source| RotateError::Io { path: cur.path.clone(), source }),
+            None => Ok(()),
+        }
     }
 
     fn needs_new_file(&self, ts_ns: u64, caplen: usize) -> bool {
@@ -136,35 +181,46 @@ impl RotatingWriter {
         let first_in_file = w.packets_written() == 0;
         let by_size = self.policy.max_bytes.is_some_and(|max| w.bytes_written() + w.record_len(caplen) > max);
         let by_count = self.policy.max_packets.is_some_and(|max| w.packets_written() >= max);
-        let by_time = self.policy.max_seconds.is_some() && ts_ns >= cur.window_end;
+        let by_time = cur.window_end.is_some_and(|end| ts_ns >= end);
         !first_in_file && (by_size || by_count || by_time)
     }
 
-    fn name_for(&self, ts_ns: u64) -> PathBuf {
+    fn name_for(&self, pattern: &str, has_conversion: bool, has_seq: bool, ts_ns: u64) -> PathBuf {
         let when: DateTime<Utc> = DateTime::from_timestamp((ts_ns / 1_000_000_000) as i64, (ts_ns % 1_000_000_000) as u32)
             .unwrap_or_default();
-        let mut name = when.format(&self.pattern).to_string().replace(SEQ, &self.seq.to_string());
-        let needs_seq = self.policy.rotates() && !self.has_conversion && !self.has_seq;
+        let mut name = when.format(pattern).to_string().replace(SEQ, &self.seq.to_string());
+        let needs_seq = self.policy.rotates() && !has_conversion && !has_seq;
         if needs_seq || self.used.contains(&PathBuf::from(&name)) {
             name = insert_before_extension(&name, &format!(".{}", self.seq));
         }
         PathBuf::from(name)
     }
 
-    fn open_next(&mut self, ts_ns: u64) -> Result<(), RotateError> {
+    /// Close the open file and start the next, named from `ts_ns` (the first
+    /// packet that goes into it) or, before any packet, from the clock.
+    fn open_next(&mut self, ts_ns: Option<u64>) -> Result<(), RotateError> {
         self.close_current()?;
-        let path = self.name_for(ts_ns);
-        let file = File::create(&path).map_err(|source| RotateError::Io { path: path.clone(), source })?;
-        let s = self.spec;
-        let writer = TraceWriter::new(file, s.format, s.link, s.snaplen, s.precision)
-            .map_err(|source| RotateError::Io { path: path.clone(), source })?;
-        let window_end = match self.policy.max_seconds {
-            Some(g) => {
-                let period = g.saturating_mul(1_000_000_000);
-                (ts_ns / period).saturating_add(1).saturating_mul(period)
+        let (file, path) = match &mut self.target {
+            Target::Pattern { pattern, has_conversion, has_seq } => {
+                let (pattern, has_conversion, has_seq) = (pattern.clone(), *has_conversion, *has_seq);
+                let path = self.name_for(&pattern, has_conversion, has_seq, ts_ns.unwrap_or_else(now_ns));
+                let file = File::create(&path).map_err(|source| RotateError::Io { path: path.clone(), source })?;
+                (file, path)
             }
-            None => u64::MAX,
+            Target::Stream { file, name } => {
+                let path = name.clone();
+                let file = file.take().ok_or_else(|| RotateError::Io {
+                    path: path.clone(),
+                    source: io::Error::new(io::ErrorKind::Unsupported, "a stream is one file: it cannot be rotated"),
+                })?;
+                (file, path)
+            }
         };
+        let io_err = |source| RotateError::Io { path: path.clone(), source };
+        let regular = file.metadata().map_err(io_err)?.file_type().is_file();
+        let s = self.spec;
+        let mut writer = TraceWriter::new(file, s.format, s.link, s.snaplen, s.precision).map_err(io_err)?;
+        writer.flush().map_err(io_err)?;
         self.used.insert(path.clone());
         self.kept.push_back(path.clone());
         self.seq += 1;
@@ -174,15 +230,24 @@ impl RotatingWriter {
                 std::fs::remove_file(&old).map_err(|source| RotateError::Io { path: old, source })?;
             }
         }
-        self.cur = Some(Current { writer, path, window_end });
+        let window_end = ts_ns.map(|ts| window_end(self.policy.max_seconds, ts));
+        self.cur = Some(Current { writer, path, window_end, regular });
         Ok(())
     }
 
+    /// Hand the file's last bytes to the kernel and, for a regular file, sync its
+    /// data and then its directory, which holds the file's name.
     fn close_current(&mut self) -> Result<(), RotateError> {
-        if let Some(cur) = self.cur.take() {
-            let path = cur.path;
-            let file = cur.writer.finish().map_err(|source| RotateError::Io { path: path.clone(), source })?;
-            file.sync_data().map_err(|source| RotateError::Io { path, source })?;
+        let Some(cur) = self.cur.take() else { return Ok(()) };
+        let path = cur.path;
+        let io_err = |source| RotateError::Io { path: path.clone(), source };
+        let file = cur.writer.finish().map_err(io_err)?;
+        if cur.regular {
+            syncable(file.sync_data()).map_err(io_err)?;
+            if matches!(self.target, Target::Pattern { .. }) {
+                let dir = directory_of(&path);
+                syncable(File::open(dir).and_then(|d| d.sync_all())).map_err(|source| RotateError::Io { path: dir.to_path_buf(), source })?;
+            }
         }
         Ok(())
     }
@@ -195,13 +260,75 @@ impl RotatingWriter {
     /// Close the last file; if nothing was written at all, write one empty file.
     pub fn finish(mut self) -> Result<Vec<PathBuf>, RotateError> {
         if self.cur.is_none() && self.kept.is_empty() {
-            let now = Utc::now();
-            let ts = now.timestamp().max(0) as u64 * 1_000_000_000 + u64::from(now.timestamp_subsec_nanos());
-            self.open_next(ts)?;
+            self.open_next(Some(now_ns()))?;
         }
         self.close_current()?;
         Ok(self.kept.into_iter().collect())
     }
+}
+
+/// A sync's result, where EINVAL (fdatasync(2): a file "which does not support
+/// synchronization", as some file systems' directories are) is nothing to do.
+fn syncable(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Ok(()),
+        r => r,
+    }
+}
+
+fn has_conversion(pattern: &str) -> Result<bool, RotateError> {
+    let mut found = false;
+    for item in StrftimeItems::new(pattern) {
+        match item {
+            Item::Error => {
+                return Err(RotateError::Pattern {
+                    pattern: pattern.into(),
+                    reason: "contains an invalid strftime conversion (use %% for a literal %)".into(),
+                })
+            }
+            Item::Numeric(..) | Item::Fixed(..) => found = true,
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+/// The time window a file whose first packet is at `ts_ns` covers: up to the
+/// next multiple of the period, or for ever without time rotation.
+fn window_end(max_seconds: Option<u64>, ts_ns: u64) -> u64 {
+    match max_seconds {
+        Some(g) => {
+            let period = g.saturating_mul(1_000_000_000);
+            (ts_ns / period).saturating_add(1).saturating_mul(period)
+        }
+        None => u64::MAX,
+    }
+}
+
+fn now_ns() -> u64 {
+    let now = Utc::now();
+    now.timestamp().max(0) as u64 * 1_000_000_000 + u64::from(now.timestamp_subsec_nanos())
+}
+
+/// The directory a file name is in (`.` for a bare name).
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// That files can be created in the directory of `pattern` (unless the
+/// directory's own name has conversions): create one there and remove it.
+fn probe_directory(pattern: &str) -> Result<(), RotateError> {
+    let dir = directory_of(Path::new(pattern));
+    if has_conversion(&dir.to_string_lossy())? || dir.to_string_lossy().contains(SEQ) {
+        return Ok(());
+    }
+    let probe = dir.join(format!(".weir-record-probe-{}", std::process::id()));
+    let io_err = |source| RotateError::Io { path: dir.to_path_buf(), source };
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(io_err)?;
+    std::fs::remove_file(&probe).map_err(io_err)
 }
 
 fn insert_before_extension(name: &str, infix: &str) -> String {
@@ -297,6 +424,78 @@ mod tests {
         assert!(matches!(RotatingWriter::new("", spec(), p), Err(RotateError::Pattern { .. })));
         let zero = RotationPolicy { max_files: Some(0), ..p };
         assert!(matches!(RotatingWriter::new("a.pcap", spec(), zero), Err(RotateError::Policy(_))));
+    }
+
+    #[test]
+    fn files_that_cannot_be_synced_are_written_without_syncing() {
+        // /dev/null refuses fdatasync (EINVAL), as pipes and FIFOs do.
+        let mut w = RotatingWriter::new("/dev/null", spec(), RotationPolicy::default()).unwrap();
+        w.prepare().unwrap();
+        w.write_packet(S, &[0; 60], 60).unwrap();
+        assert_eq!(w.finish().unwrap(), [PathBuf::from("/dev/null")]);
+    }
+
+    #[test]
+    fn a_stream_is_one_file_and_a_regular_one_is_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stream.pcap");
+        let mut w = RotatingWriter::stream(File::create(&path).unwrap(), "standard output", spec()).unwrap();
+        w.prepare().unwrap();
+        w.write_packet(S, &[7; 60], 60).unwrap();
+        assert_eq!(w.finish().unwrap(), [PathBuf::from("standard output")]);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 24 + 16 + 60);
+    }
+
+    #[test]
+    fn the_first_file_is_opened_before_any_packet_with_its_header_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("first.pcap");
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), spec(), RotationPolicy::default()).unwrap();
+        w.prepare().unwrap();
+        assert_eq!(std::fs::metadata(&pattern).unwrap().len(), 24, "the header reached the kernel before any packet");
+        w.write_packet(S, &[1; 60], 60).unwrap();
+        assert_eq!(w.finish().unwrap(), [pattern]);
+    }
+
+    #[test]
+    fn a_pattern_with_conversions_has_its_directory_checked() {
+        let missing = std::env::temp_dir().join("weir-no-such-dir-for-rotate-test").join("x-%H.pcap");
+        let mut w = RotatingWriter::new(missing.to_str().unwrap(), spec(), RotationPolicy::default()).unwrap();
+        assert!(matches!(w.prepare(), Err(RotateError::Io { .. })));
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("x-%H.pcap");
+        let mut w = RotatingWriter::new(ok.to_str().unwrap(), spec(), RotationPolicy::default()).unwrap();
+        w.prepare().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the probe file is gone");
+    }
+
+    #[test]
+    fn every_opened_file_has_its_header_and_every_flushed_packet_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("r.pcap");
+        let policy = RotationPolicy { max_packets: Some(2), ..Default::default() };
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), spec(), policy).unwrap();
+        for i in 0..3u64 {
+            w.write_packet(i * S, &[i as u8; 60], 60).unwrap();
+        }
+        let files: Vec<PathBuf> = w.files().cloned().collect();
+        assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 24 + 2 * (16 + 60), "a closed file is complete");
+        assert_eq!(std::fs::metadata(&files[1]).unwrap().len(), 24, "the open file's header is on disk at once");
+        w.flush().unwrap();
+        assert_eq!(std::fs::metadata(&files[1]).unwrap().len(), 24 + 16 + 60, "flush hands the packets over");
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn link_types_the_formats_cannot_hold_are_refused() {
+        for format in [FileFormat::Pcap, FileFormat::PcapNg] {
+            let s = FileSpec { format, link: LinkType(67_108_863), ..spec() };
+            let e = RotatingWriter::new("never.pcap", s, RotationPolicy::default()).err().expect("refused");
+            let text = e.to_string();
+            assert!(text.contains("67108863") && text.contains("0 to 65535"), "{text}");
+            let highest = FileSpec { format, link: LinkType(65_535), ..spec() };
+            assert!(RotatingWriter::new("never.pcap", highest, RotationPolicy::default()).is_ok());
+        }
     }
 
     #[test]

@@ -1,0 +1,499 @@
+//! A flow table of bounded size, aged in packet time.
+//!
+//! Contract: a [`FlowTable`] holds at most [`TableLimits::max_flows`] flows, each
+//! a key, the times of its first and last packet, and a value of the caller's.
+//! Time is packet time (the timestamps packets carry), never the clock, so a run
+//! over a trace ends flows at the same packets every time. A flow leaves the
+//! table for one of two reasons, and every flow that leaves is handed to the
+//! caller with it ([`End`]), never dropped:
+//!
+//! - [`End::Idle`]: it had no packet for longer than the idle timeout. The
+//!   table's clock is the latest packet time it has seen; on every packet the
+//!   flows seen least recently are checked first and those idle past the timeout
+//!   leave. A flow whose next packet comes more than the timeout after its last
+//!   one (or before its first: delivery may reorder flows) ends there too, and
+//!   its key starts a new flow.
+//! - [`End::Evicted`]: the table is full and a packet of a new flow arrives: the
+//!   flow seen least recently leaves to make room.
+//!
+//! So within one flow, its packet times sorted are never more than the timeout
+//! apart. A reader that merges the flows of one key whose times lie within the
+//! timeout of each other gets the same flows whatever the table's size and
+//! whatever order packets of different flows came in (`weir inspect` does).
+//!
+//! Memory is allocated when the table is made: slots for `max_flows` flows
+//! (reserved, touched as they fill) and a hash index at most half full;
+//! [`FlowTable::memory_bytes`] says how much. The least-recently-seen order is a
+//! list threaded through the slots, so finding the flow to end is O(1). The
+//! index is a flat array of (hash bits, slot number) pairs probed linearly: a
+//! lookup in a table much larger than the caches costs one miss in the index
+//! and one in the slot it names, where a general-purpose map with separate
+//! control bytes and slot numbers costs three.
+
+use std::hash::{BuildHasher, Hash, RandomState};
+
+/// Slot number meaning "none" in the recency list.
+const NIL: u32 = u32::MAX;
+
+/// How big a table may grow and how long a flow may be idle.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TableLimits {
+    max_flows: usize,
+    idle_timeout_ns: u64,
+}
+
+impl TableLimits {
+    /// At least one flow, fewer than 2^32 − 1; an idle timeout in ns of packet time.
+    pub fn new(max_flows: usize, idle_timeout_ns: u64) -> Result<TableLimits, String> {
+        if max_flows == 0 || max_flows >= NIL as usize {
+            return Err(format!("a flow table holds 1 to {} flows, not {max_flows}", NIL - 1));
+        }
+        Ok(TableLimits { max_flows, idle_timeout_ns })
+    }
+
+    pub fn max_flows(&self) -> usize {
+        self.max_flows
+    }
+
+    pub fn idle_timeout_ns(&self) -> u64 {
+        self.idle_timeout_ns
+    }
+}
+
+/// Why a flow left the table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    /// No packet for longer than the idle timeout.
+    Idle,
+    /// The table was full and a new flow needed its slot.
+    Evicted,
+}
+
+/// One flow: its key, first and last packet time, and the caller's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flow<K, V> {
+    pub key: K,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub value: V,
+}
+
+/// What happened in a table so far.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Flows started (a key seen again after its flow ended starts another).
+    pub created: u64,
+    /// Flows that ended idle ([`End::Idle`]).
+    pub timeouts: u64,
+    /// Flows that left a full table ([`End::Evicted`]).
+    pub evictions: u64,
+    /// Most flows held at once.
+    pub peak: usize,
+}
+
+struct Slot<K, V> {
+    flow: Flow<K, V>,
+    /// Neighbours in the recency list: seen before and after this flow.
+    older: u32,
+    newer: u32,
+}
+
+/// Slot numbers by the hash of their flow's key: open addressing with linear
+/// probing over a power-of-two array kept at most half full. A bucket holds the
+/// hash's low 32 bits (whose low bits are its home bucket) above the slot number
+/// plus one; 0 is an empty bucket, so the array starts as untouched zeroed pages.
+/// Removal shifts the entries after it back, so there are no tombstones and a
+/// probe ends at the first empty bucket.
+struct Index {
+    buckets: Box<[u64]>,
+    mask: usize,
+}
+
+impl Index {
+    fn new(max_flows: usize) -> Index {
+        let n = max_flows.saturating_mul(2).next_power_of_two().max(2);
+        Index { buckets: vec![0; n].into_boxed_slice(), mask: n - 1 }
+    }
+
+    fn home(&self, bits: u32) -> usize {
+        bits as usize & self.mask
+    }
+
+    /// The bucket and slot of the entry with this hash for which `is` holds.
+    fn find(&self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<(usize, u32)> {
+        let bits = hash as u32;
+        let mut b = self.home(bits);
+        loop {
+            let e = self.buckets[b];
+            if e == 0 {
+                return None;
+            }
+            let slot = (e as u32).wrapping_sub(1);
+            if (e >> 32) as u32 == bits && is(slot) {
+                return Some((b, slot));
+            }
+            b = (b + 1) & self.mask;
+        }
+    }
+
+    fn insert(&mut self, hash: u64, slot: u32) {
+        let bits = hash as u32;
+        let mut b = self.home(bits);
+        while self.buckets[b] != 0 {
+            b = (b + 1) & self.mask;
+        }
+        self.set(b, bits, slot);
+    }
+
+    fn set(&mut self, b: usize, bits: u32, slot: u32) {
+        self.buckets[b] = u64::from(bits) << 32 | u64::from(slot + 1);
+    }
+
+    fn set_slot(&mut self, b: usize, slot: u32) {
+        let bits = (self.buckets[b] >> 32) as u32;
+        self.set(b, bits, slot);
+    }
+
+    /// Empty bucket `hole`, moving back every entry after it that could not be
+    /// found across the hole otherwise.
+    fn remove_at(&mut self, mut hole: usize) {
+        let mut b = hole;
+        loop {
+            b = (b + 1) & self.mask;
+            let e = self.buckets[b];
+            if e == 0 {
+                break;
+            }
+            // It may fill the hole unless its home lies after the hole (cyclically, up to b).
+            let from_home = b.wrapping_sub(self.home((e >> 32) as u32)) & self.mask;
+            let from_hole = b.wrapping_sub(hole) & self.mask;
+            if from_home >= from_hole {
+                self.buckets[hole] = e;
+                hole = b;
+            }
+        }
+        self.buckets[hole] = 0;
+    }
+
+    fn bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.buckets)
+    }
+}
+
+pub struct FlowTable<K, V> {
+    index: Index,
+    hasher: RandomState,
+    slots: Vec<Slot<K, V>>,
+    /// Ends of the recency list: the flow seen least recently, and most recently.
+    oldest: u32,
+    newest: u32,
+    limits: TableLimits,
+    /// The latest packet time seen.
+    now_ns: u64,
+    stats: TableStats,
+}
+
+impl<K: Hash + Eq, V> FlowTable<K, V> {
+    /// The memory a table of at most `max_flows` flows takes, before it is made:
+    /// what [`memory_bytes`](Self::memory_bytes) will say of it.
+    pub fn memory_for(max_flows: usize) -> u64 {
+        let index = max_flows.saturating_mul(2).checked_next_power_of_two().unwrap_or(usize::MAX).max(2);
+        (max_flows as u64)
+            .saturating_mul(std::mem::size_of::<Slot<K, V>>() as u64)
+            .saturating_add((index as u64).saturating_mul(std::mem::size_of::<u64>() as u64))
+    }
+
+    pub fn new(limits: TableLimits) -> FlowTable<K, V> {
+        FlowTable {
+            index: Index::new(limits.max_flows),
+            hasher: RandomState::new(),
+            slots: Vec::with_capacity(limits.max_flows),
+            oldest: NIL,
+            newest: NIL,
+            limits,
+            now_ns: 0,
+            stats: TableStats::default(),
+        }
+    }
+
+    /// The value of the flow of `key` for a packet at `ts_ns`, made by `init` when
+    /// the flow is new. First, flows idle past the timeout leave, the flow of `key`
+    /// too if this packet is more than the timeout away from it, and the flow seen
+    /// least recently if the table is full and needs room: each goes to `gone`.
+    pub fn entry(&mut self, key: K, ts_ns: u64, init: impl FnOnce() -> V, mut gone: impl FnMut(Flow<K, V>, End)) -> &mut V {
+        self.now_ns = self.now_ns.max(ts_ns);
+        self.expire(&mut gone);
+        let hash = self.hasher.hash_one(&key);
+        let slots = &self.slots;
+        let found = self.index.find(hash, |i| slots[i as usize].flow.key == key).map(|(_, i)| i);
+        let i = match found {
+            Some(i) if self.within_timeout(i, ts_ns) => {
+                self.make_newest(i);
+                i
+            }
+            Some(i) => {
+                self.leave(i, End::Idle, &mut gone);
+                self.insert(hash, key, ts_ns, init, &mut gone)
+            }
+            None => self.insert(hash, key, ts_ns, init, &mut gone),
+        };
+        let flow = &mut self.slots[i as usize].flow;
+        flow.first_ns = flow.first_ns.min(ts_ns);
+        flow.last_ns = flow.last_ns.max(ts_ns);
+        &mut flow.value
+    }
+
+    /// Flows held now.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn limits(&self) -> TableLimits {
+        self.limits
+    }
+
+    pub fn stats(&self) -> TableStats {
+        self.stats
+    }
+
+    /// Bytes allocated for the slots and the index: all the table will ever use.
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot<K, V>>() + self.index.bytes()
+    }
+
+    /// The flows still held, in no particular order: the end of a run.
+    pub fn into_flows(self) -> impl Iterator<Item = Flow<K, V>> {
+        self.slots.into_iter().map(|s| s.flow)
+    }
+
+    fn within_timeout(&self, i: u32, ts_ns: u64) -> bool {
+        let f = &self.slots[i as usize].flow;
+        let t = self.limits.idle_timeout_ns;
+        ts_ns <= f.last_ns.saturating_add(t) && ts_ns.saturating_add(t) >= f.first_ns
+    }
+
+    /// End the flows seen least recently while they are idle past the timeout.
+    fn expire(&mut self, gone: &mut impl FnMut(Flow<K, V>, End)) {
+        while self.oldest != NIL {
+            let f = &self.slots[self.oldest as usize].flow;
+            if f.last_ns.saturating_add(self.limits.idle_timeout_ns) >= self.now_ns {
+                break;
+            }
+            self.leave(self.oldest, End::Idle, gone);
+        }
+    }
+
+    fn insert(&mut self, hash: u64, key: K, ts_ns: u64, init: impl FnOnce() -> V, gone: &mut impl FnMut(Flow<K, V>, End)) -> u32 {
+        if self.slots.len() == self.limits.max_flows {
+            self.leave(self.oldest, End::Evicted, gone);
+        }
+        let i = self.slots.len() as u32;
+        self.slots.push(Slot { flow: Flow { key, first_ns: ts_ns, last_ns: ts_ns, value: init() }, older: NIL, newer: NIL });
+        self.link_newest(i);
+        self.index.insert(hash, i);
+        self.stats.created += 1;
+        self.stats.peak = self.stats.peak.max(self.slots.len());
+        i
+    }
+
+    /// Take slot `i`'s flow out of the table and hand it to `gone`. The last slot
+    /// moves into `i`, so its index entry and neighbours are pointed there.
+    fn leave(&mut self, i: u32, why: End, gone: &mut impl FnMut(Flow<K, V>, End)) {
+        self.unlink(i);
+        let hash = self.hasher.hash_one(&self.slots[i as usize].flow.key);
+        let (b, _) = self.index.find(hash, |j| j == i).expect("every slot is indexed");
+        self.index.remove_at(b);
+        let last = (self.slots.len() - 1) as u32;
+        if i != last {
+            let moved = &self.slots[last as usize];
+            let (older, newer) = (moved.older, moved.newer);
+            let hash = self.hasher.hash_one(&moved.flow.key);
+            let (b, _) = self.index.find(hash, |j| j == last).expect("every slot is indexed");
+            self.index.set_slot(b, i);
+            match older {
+                NIL => self.oldest = i,
+                o => self.slots[o as usize].newer = i,
+            }
+            match newer {
+                NIL => self.newest = i,
+                n => self.slots[n as usize].older = i,
+            }
+        }
+        let flow = self.slots.swap_remove(i as usize).flow;
+        match why {
+            End::Idle => self.stats.timeouts += 1,
+            End::Evicted => self.stats.evictions += 1,
+        }
+        gone(flow, why);
+    }
+
+    fn make_newest(&mut self, i: u32) {
+        if self.newest != i {
+            self.unlink(i);
+            self.link_newest(i);
+        }
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let Slot { older, newer, .. } = self.slots[i as usize];
+        match older {
+            NIL => self.oldest = newer,
+            o => self.slots[o as usize].newer = newer,
+        }
+        match newer {
+            NIL => self.newest = older,
+            n => self.slots[n as usize].older = older,
+        }
+    }
+
+    fn link_newest(&mut self, i: u32) {
+        let s = &mut self.slots[i as usize];
+        s.older = self.newest;
+        s.newer = NIL;
+        match self.newest {
+            NIL => self.oldest = i,
+            n => self.slots[n as usize].newer = i,
+        }
+        self.newest = i;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const S: u64 = 1_000_000_000;
+
+    type Left = Vec<(Flow<u32, u64>, End)>;
+
+    /// The memory check before a table is made sees what the table then holds.
+    #[test]
+    fn memory_for_is_what_a_table_takes() {
+        for n in [1, 2, 3, 1000, 1 << 20] {
+            let t: FlowTable<u32, u64> = FlowTable::new(TableLimits::new(n, S).unwrap());
+            assert_eq!(FlowTable::<u32, u64>::memory_for(n), t.memory_bytes() as u64, "{n} flows");
+        }
+    }
+
+    /// Feed (key, ts) packets; count each in its flow's value; return the flows that
+    /// left (with why) and the table.
+    fn feed(limits: TableLimits, packets: &[(u32, u64)]) -> (Left, FlowTable<u32, u64>) {
+        let mut t = FlowTable::new(limits);
+        let mut gone = Vec::new();
+        for &(k, ts) in packets {
+            *t.entry(k, ts, || 0, |f, why| gone.push((f, why))) += 1;
+            assert!(t.len() <= limits.max_flows());
+        }
+        (gone, t)
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_flow_seen_least_recently() {
+        let limits = TableLimits::new(2, 3600 * S).unwrap();
+        let (gone, t) = feed(limits, &[(1, S), (2, 2 * S), (1, 3 * S), (3, 4 * S)]);
+        assert_eq!(gone, [(Flow { key: 2, first_ns: 2 * S, last_ns: 2 * S, value: 1 }, End::Evicted)]);
+        let mut held: Vec<_> = t.into_flows().map(|f| (f.key, f.value)).collect();
+        held.sort();
+        assert_eq!(held, [(1, 2), (3, 1)]);
+    }
+
+    #[test]
+    fn idle_flows_leave_in_packet_time() {
+        let limits = TableLimits::new(100, 10 * S).unwrap();
+        // Flow 1 is idle from 1 s; at 12 s (more than 10 s later) it leaves.
+        let (gone, t) = feed(limits, &[(1, S), (2, 5 * S), (2, 12 * S)]);
+        assert_eq!(gone, [(Flow { key: 1, first_ns: S, last_ns: S, value: 1 }, End::Idle)]);
+        assert_eq!(t.stats(), TableStats { created: 2, timeouts: 1, evictions: 0, peak: 2 });
+        // Exactly the timeout later is not yet idle.
+        let (gone, _) = feed(limits, &[(1, S), (2, 11 * S)]);
+        assert!(gone.is_empty());
+    }
+
+    #[test]
+    fn a_key_seen_after_its_timeout_starts_a_new_flow() {
+        let limits = TableLimits::new(100, 10 * S).unwrap();
+        let (gone, t) = feed(limits, &[(7, S), (7, 2 * S), (7, 30 * S), (7, 31 * S)]);
+        assert_eq!(gone, [(Flow { key: 7, first_ns: S, last_ns: 2 * S, value: 2 }, End::Idle)]);
+        let held: Vec<_> = t.into_flows().collect();
+        assert_eq!(held, [Flow { key: 7, first_ns: 30 * S, last_ns: 31 * S, value: 2 }]);
+        // A packet from long before the flow's first one (reordered delivery) too.
+        let (gone, _) = feed(limits, &[(7, 50 * S), (7, 20 * S)]);
+        assert_eq!(gone.len(), 1);
+    }
+
+    #[test]
+    fn memory_is_allocated_up_front() {
+        let mut t: FlowTable<u64, [u64; 4]> = FlowTable::new(TableLimits::new(10_000, S).unwrap());
+        let before = t.memory_bytes();
+        assert!(before >= 10_000 * 56, "{before}");
+        for k in 0..20_000u64 {
+            t.entry(k, k, || [0; 4], |_, _| {});
+        }
+        assert_eq!(t.memory_bytes(), before);
+        assert_eq!(t.len(), 10_000);
+        assert!(TableLimits::new(0, S).is_err());
+    }
+
+    proptest! {
+        /// Every packet lands in exactly one flow; a flow's packet times, sorted, are
+        /// never more than the timeout apart; the table never exceeds its size; and
+        /// merging the flows of a key that lie within the timeout of each other gives
+        /// the key's packet times split where they are more than the timeout apart,
+        /// whatever the size and the order of delivery.
+        #[test]
+        fn flows_merge_back_to_the_same_clusters_whatever_the_size(
+            max in 1usize..12,
+            timeout in 0u64..40,
+            packets in proptest::collection::vec((0u32..20, 0u64..200), 0..300),
+        ) {
+            let mut t: FlowTable<u32, Vec<u64>> = FlowTable::new(TableLimits::new(max, timeout).unwrap());
+            let mut flows = Vec::new();
+            for &(k, ts) in &packets {
+                t.entry(k, ts, Vec::new, |f, _| flows.push(f)).push(ts);
+                prop_assert!(t.len() <= max);
+            }
+            let stats = t.stats();
+            prop_assert!(stats.peak <= max);
+            flows.extend(t.into_flows());
+            prop_assert_eq!(flows.len() as u64, stats.created);
+            prop_assert_eq!(flows.iter().map(|f| f.value.len()).sum::<usize>(), packets.len());
+            for f in &flows {
+                let mut ts = f.value.clone();
+                ts.sort_unstable();
+                prop_assert_eq!((ts[0], ts[ts.len() - 1]), (f.first_ns, f.last_ns));
+                prop_assert!(ts.windows(2).all(|w| w[1] - w[0] <= timeout), "{:?}", ts);
+            }
+            for k in 0..20u32 {
+                let mut mine: Vec<&Flow<u32, Vec<u64>>> = flows.iter().filter(|f| f.key == k).collect();
+                mine.sort_by_key(|f| f.first_ns);
+                let mut merged: Vec<(u64, Vec<u64>)> = Vec::new();
+                for f in mine {
+                    match merged.last_mut() {
+                        Some((last, ts)) if f.first_ns <= last.saturating_add(timeout) => {
+                            *last = (*last).max(f.last_ns);
+                            ts.extend(&f.value);
+                        }
+                        _ => merged.push((f.last_ns, f.value.clone())),
+                    }
+                }
+                let mut got: Vec<Vec<u64>> = merged.into_iter().map(|(_, mut ts)| { ts.sort_unstable(); ts }).collect();
+                got.sort();
+                let mut all: Vec<u64> = packets.iter().filter(|p| p.0 == k).map(|p| p.1).collect();
+                all.sort_unstable();
+                let mut want: Vec<Vec<u64>> = Vec::new();
+                for ts in all {
+                    match want.last_mut() {
+                        Some(c) if ts - c[c.len() - 1] <= timeout => c.push(ts),
+                        _ => want.push(vec![ts]),
+                    }
+                }
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+}
