@@ -179,7 +179,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
                 Some(user) => format!(" as user {user}"),
                 None => String::new(),
             };
-            bad_input(anyhow!(e).context(format!("cannot write the capture{who}")))
+            let bad = e.is_bad_input();
+            let e = anyhow!(e).context(format!("cannot write the capture{who}"));
+            if bad {
+                bad_input(e)
+            } else {
+                e
+            }
         })
     });
     if let Err(e) = &ready {

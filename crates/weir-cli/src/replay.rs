@@ -330,7 +330,7 @@ fn tx_error(e: TxError) -> anyhow::Error {
 
 /// Check what can be checked before anything is opened.
 fn check_args(args: &ReplayArgs) -> anyhow::Result<()> {
-    let spec: SourceSpec = args.src.source.parse().map_err(|e: SpecError| bad_input(anyhow!("source {:?}: {e}", args.src.source)))?;
+    let spec: SourceSpec = args.src.source.parse().map_err(|e: SpecError| crate::run::spec_error(&args.src.source, e))?;
     match spec {
         SourceSpec::Live { .. } => {
             Err(bad_input(anyhow!("source {:?} is a network interface: weir replay sends trace files (pcap or pcapng)", args.src.source)))

@@ -227,7 +227,7 @@ impl SourceArgs {
     pub fn engine_with_memory(&self, app: weir::memory::Plan) -> anyhow::Result<Engine> {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
         let spec: weir::source::SourceSpec =
-            self.source.parse().map_err(|e| bad_input(anyhow::anyhow!("source {:?}: {e}", self.source)))?;
+            self.source.parse().map_err(|e| spec_error(&self.source, e))?;
         let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
         if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), kernel_table) {
             // Moving a bucket is a bpf(2) call on every controller tick, which Debian's
@@ -266,6 +266,18 @@ impl SourceArgs {
             eprintln!("weir: {note}");
         }
         Ok(engine)
+    }
+}
+
+/// A source name that does not parse, said once: the library's message names
+/// the source itself when it can, and is prefixed with it otherwise.
+pub fn spec_error(source: &str, e: weir::source::SpecError) -> anyhow::Error {
+    let quoted = format!("{source:?}");
+    let msg = e.to_string();
+    if msg.contains(&quoted) {
+        bad_input(anyhow::anyhow!(msg))
+    } else {
+        bad_input(anyhow::anyhow!("source {quoted}: {msg}"))
     }
 }
 

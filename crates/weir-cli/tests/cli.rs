@@ -271,3 +271,33 @@ fn a_closed_standard_output_ends_weir_quietly() {
         assert!(!err.contains("panicked"), "weir {args:?}: {err}");
     }
 }
+
+/// Each error says its cause once, with the exit code of whose fault it is:
+/// 2 for what the user named, 1 for the system (a full disk).
+#[test]
+fn every_error_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, _) = trace(dir.path(), "t.pcap", 20);
+    let t = t.to_str().unwrap();
+    let missing = dir.path().join("missing.pcap");
+    let m = missing.to_str().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (fm, under) = (format!("file:{m}"), format!("{m}/x/y.pcap"));
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["count", m], 2, "no such file or network interface"),
+        (vec!["count", &fm], 2, "No such file or directory"),
+        (vec!["count", "file:"], 2, "names no file"),
+        (vec!["count", d], 2, "is a directory"),
+        (vec!["count", "-f", "tcp port", t], 2, "syntax error"),
+        (vec!["record", t, "-w", "/dev/full"], 1, "No space left on device"),
+        (vec!["record", t, "-w", "/proc/weir-test.pcap"], 2, "/proc/weir-test.pcap"),
+        (vec!["record", t, "-w", &under], 2, "No such file or directory"),
+    ];
+    for (args, code, cause) in cases {
+        let out = run(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "weir {args:?}: {err}");
+        assert_eq!(err.matches(cause).count(), 1, "weir {args:?} should say {cause:?} once: {err}");
+        assert!(err.matches("(os error").count() <= 1, "weir {args:?} repeats its OS error: {err}");
+    }
+}

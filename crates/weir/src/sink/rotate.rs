@@ -53,6 +53,21 @@ pub struct RotationPolicy {
     pub max_files: Option<usize>,
 }
 
+impl RotateError {
+    /// True when what the user named is at fault (no such directory, no
+    /// permission, a read-only file system, a bad pattern or link type), not
+    /// the system (a full disk, an I/O error): exit 2 rather than 1 in the CLI.
+    pub fn is_bad_input(&self) -> bool {
+        use io::ErrorKind::{IsADirectory, NotADirectory, NotFound, PermissionDenied, ReadOnlyFilesystem};
+        match self {
+            RotateError::Io { source, .. } => {
+                matches!(source.kind(), NotFound | PermissionDenied | ReadOnlyFilesystem | IsADirectory | NotADirectory)
+            }
+            _ => true,
+        }
+    }
+}
+
 impl RotationPolicy {
     pub fn rotates(&self) -> bool {
         self.max_bytes.is_some() || self.max_seconds.is_some() || self.max_packets.is_some()
