@@ -93,9 +93,15 @@ impl Buf {
     }
 }
 
+/// The input, and whether a block waits to be filled from it (see [`fill`]).
+struct Source {
+    file: File,
+    regular: bool,
+}
+
 /// Reading before the capture thread starts (the header), then with read-ahead.
 enum Reader {
-    Direct(File),
+    Direct(Source),
     Ahead { rx: Receiver<Filled>, stop: Arc<AtomicBool> },
     Done,
 }
@@ -139,7 +145,7 @@ impl Input {
             label,
             cfg,
             arena,
-            reader: Reader::Direct(file),
+            reader: Reader::Direct(Source { file, regular: meta.is_file() }),
             buf: Buf::Empty,
             pos: 0,
             len: 0,
@@ -181,14 +187,14 @@ impl Input {
 
     /// Start reading ahead on a thread of its own, from where the header ended.
     pub fn start_read_ahead(&mut self) -> Result<(), SourceError> {
-        let Reader::Direct(file) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
+        let Reader::Direct(source) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
         if self.eof {
             return Ok(());
         }
         let (tx, rx) = sync_channel(AHEAD);
         let stop = Arc::new(AtomicBool::new(false));
         let ahead =
-            ReadAhead { file, arena: Arc::clone(&self.arena), cfg: self.cfg, tx, stop: Arc::clone(&stop), offset: self.read_offset };
+            ReadAhead { source, arena: Arc::clone(&self.arena), cfg: self.cfg, tx, stop: Arc::clone(&stop), offset: self.read_offset };
         std::thread::Builder::new()
             .name("weir-readahead".into())
             .spawn(move || ahead.run())
@@ -238,7 +244,7 @@ impl Input {
     fn next_filled(&mut self, sides: &mut [CaptureSide], ctl: &Control) -> Result<Option<Option<(BlockMut, usize)>>, SourceError> {
         let filled = match &mut self.reader {
             Reader::Done => return Ok(Some(None)),
-            Reader::Direct(file) => read_block(file, &self.arena, self.cfg, self.read_offset, &self.label)?,
+            Reader::Direct(source) => read_block(source, &self.arena, self.cfg, self.read_offset, &self.label)?,
             Reader::Ahead { rx, .. } => {
                 let mut flushed = false;
                 loop {
@@ -307,22 +313,27 @@ impl Drop for Input {
     }
 }
 
-/// Read one block from `file` on the calling thread. A block with no bytes means the end.
-fn read_block(file: &mut File, arena: &Arc<BlockArena>, cfg: ReadConfig, offset: u64, label: &str) -> Result<Filled, SourceError> {
+/// Read one block from `source` on the calling thread. A block with no bytes means the end.
+fn read_block(source: &mut Source, arena: &Arc<BlockArena>, cfg: ReadConfig, offset: u64, label: &str) -> Result<Filled, SourceError> {
     // Before read-ahead starts the arena is untouched, so a block is always free.
     let mut block = arena.acquire().ok_or_else(|| SourceError::Invalid(format!("{label}: no free read block")))?;
-    match fill(file, &mut block.bytes()[cfg.headroom..]) {
+    match fill(source, &mut block.bytes()[cfg.headroom..]) {
         Ok(0) => Ok(Filled::End),
         Ok(n) => Ok(Filled::Block(block, n)),
         Err(e) => Err(SourceError::Io { what: format!("{label} at byte offset {offset}"), source: e }),
     }
 }
 
-/// read() until `dst` is full or the input ends; returns the bytes read.
-fn fill(file: &mut File, dst: &mut [u8]) -> std::io::Result<usize> {
+/// read() into `dst`; returns the bytes read, 0 only at the end of input. A
+/// regular file is read until `dst` is full, to amortize the calls. Any other
+/// input (a pipe, a socket, a terminal) hands over what its first read()
+/// returned: its writer may pause, as a capture writing to a pipe does between
+/// packets, and the records already read must reach the application then, as
+/// libpcap delivers each record it has read, not once a block's worth came.
+fn fill(source: &mut Source, dst: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
-    while n < dst.len() {
-        match file.read(&mut dst[n..]) {
+    while n < dst.len() && (source.regular || n == 0) {
+        match source.file.read(&mut dst[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -334,7 +345,7 @@ fn fill(file: &mut File, dst: &mut [u8]) -> std::io::Result<usize> {
 
 /// The read-ahead thread's state.
 struct ReadAhead {
-    file: File,
+    source: Source,
     arena: Arc<BlockArena>,
     cfg: ReadConfig,
     tx: SyncSender<Filled>,
@@ -355,7 +366,7 @@ impl ReadAhead {
                     None => std::thread::sleep(FREE_WAIT),
                 }
             };
-            let msg = match fill(&mut self.file, &mut block.bytes()[self.cfg.headroom..]) {
+            let msg = match fill(&mut self.source, &mut block.bytes()[self.cfg.headroom..]) {
                 Ok(0) => Filled::End,
                 Ok(n) => {
                     self.offset += n as u64;
