@@ -242,9 +242,17 @@ impl Input {
 
     /// The next filled block, `Some(None)` at the end of input, `None` on a stop.
     fn next_filled(&mut self, sides: &mut [CaptureSide], ctl: &Control) -> Result<Option<Option<(BlockMut, usize)>>, SourceError> {
+        let mut ended = false;
         let filled = match &mut self.reader {
             Reader::Done => return Ok(Some(None)),
-            Reader::Direct(source) => read_block(source, &self.arena, self.cfg, self.read_offset, &self.label)?,
+            Reader::Direct(source) => {
+                let filled = read_block(source, &self.arena, self.cfg, self.read_offset, &self.label)?;
+                // A regular file's read() comes back short only at its end: a
+                // small file is then read whole with its header, and no thread
+                // is started to read ahead what is not there.
+                ended = source.regular && matches!(filled, Filled::Block(_, n) if n < self.cfg.block_bytes);
+                filled
+            }
             Reader::Ahead { rx, .. } => {
                 let mut flushed = false;
                 loop {
@@ -273,6 +281,9 @@ impl Input {
                 }
             }
         };
+        if ended {
+            self.reader = Reader::Done;
+        }
         match filled {
             Filled::Block(b, n) => {
                 self.read_offset += n as u64;
