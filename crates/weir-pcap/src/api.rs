@@ -1,6 +1,8 @@
-//! The exported functions that open, configure and read a handle. Return codes
-//! and the meaning of each call follow libpcap 1.10's documentation
-//! (pcap(3PCAP) and the per-function pages).
+//! The exported functions that open, close and read a handle, set its filter
+//! and send on it (its getters and settings are [`crate::getters`]). Return
+//! codes and the meaning of each call follow libpcap 1.10's documentation
+//! (pcap(3PCAP) and the per-function pages) and, where that is silent,
+//! libpcap 1.10.3 itself.
 
 use crate::cancel::NoCancel;
 use crate::handle::{Handle, Kind};

@@ -22,7 +22,6 @@ use crate::cancel::NoCancel;
 use crate::handle::{Handle, Kind, MAXIMUM_SNAPLEN};
 use crate::types::*;
 use libc::{c_char, c_int, FILE};
-use std::os::fd::AsRawFd;
 
 macro_rules! setter {
     ($name:ident($arg:ident: $t:ty) => |$c:ident| $body:expr) => {
@@ -341,7 +340,9 @@ pub extern "C-unwind" fn pcap_fileno(p: *mut Handle) -> c_int {
     match (preset_fd(h), h.kind) {
         (Some(fd), _) => fd,
         (None, Kind::Savefile) => -1,
-        (None, _) => h.ready_fd().map_or(PCAP_ERROR, |fd| fd.as_raw_fd()),
+        // The selectable descriptor: readable before capture starts, so that
+        // a program polling it (softflowd) makes the first read.
+        (None, _) => h.selectable_fd(),
     }
 }
 
