@@ -14,11 +14,24 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pcap::{pcap_bufsize, pcap_close, pcap_file, pcap_geterr, pcap_next_ex, pcap_open_offline, PcapPkthdr, ERRBUF_SIZE};
+use libc::{c_char, c_int, c_void, FILE};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
+use weir::filter::libpcap::{PcapPkthdr, ERRBUF_SIZE};
 use weir::source::file::format::MAX_CAPLEN;
+
+// weir's libpcap, linked in, called through its C API as a program calls it.
+extern crate pcap as _;
+
+extern "C-unwind" {
+    fn pcap_open_offline(fname: *const c_char, errbuf: *mut c_char) -> *mut c_void;
+    fn pcap_next_ex(p: *mut c_void, header: *mut *mut PcapPkthdr, data: *mut *const u8) -> c_int;
+    fn pcap_file(p: *mut c_void) -> *mut FILE;
+    fn pcap_bufsize(p: *mut c_void) -> c_int;
+    fn pcap_geterr(p: *mut c_void) -> *mut c_char;
+    fn pcap_close(p: *mut c_void);
+}
 
 /// Packets read from one input at most: a 1 MiB input holds fewer records
 /// than this, so the bound only stops a reader that would never end.
@@ -48,7 +61,7 @@ fn write_input(fd: &OwnedFd, bytes: &[u8]) {
     }
 }
 
-fn message(text: *const libc::c_char) -> String {
+fn message(text: *const c_char) -> String {
     // SAFETY: the library's NUL-terminated errbuf.
     unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
 }
@@ -56,8 +69,9 @@ fn message(text: *const libc::c_char) -> String {
 fuzz_target!(|bytes: &[u8]| {
     let (fd, path) = file();
     write_input(fd, bytes);
-    let mut errbuf = [0 as libc::c_char; ERRBUF_SIZE];
-    let p = pcap_open_offline(path.as_ptr(), errbuf.as_mut_ptr());
+    let mut errbuf = [0 as c_char; ERRBUF_SIZE];
+    // SAFETY: a NUL-terminated path and an errbuf of ERRBUF_SIZE bytes, as the C API takes them.
+    let p = unsafe { pcap_open_offline(path.as_ptr(), errbuf.as_mut_ptr()) };
     if p.is_null() {
         assert!(errbuf[0] != 0, "a refused open says why");
         return;
@@ -68,7 +82,8 @@ fuzz_target!(|bytes: &[u8]| {
     let end = loop {
         let mut hdr: *mut PcapPkthdr = std::ptr::null_mut();
         let mut data: *const u8 = std::ptr::null();
-        let rc = pcap_next_ex(p, &mut hdr, &mut data);
+        // SAFETY: the open handle and out-pointers valid for the call.
+        let rc = unsafe { pcap_next_ex(p, &mut hdr, &mut data) };
         if rc != 1 {
             break rc;
         }
@@ -80,18 +95,24 @@ fuzz_target!(|bytes: &[u8]| {
         // SAFETY: as above; every byte is read, for the sanitizer to see.
         let packet = unsafe { std::slice::from_raw_parts(data, h.caplen as usize) };
         checksum = packet.iter().fold(checksum, |a, &b| a ^ b);
-        let fp = pcap_file(p);
-        assert!(!fp.is_null(), "a savefile has a stream: {}", message(pcap_geterr(p)));
+        // SAFETY: the open handle.
+        let fp = unsafe { pcap_file(p) };
+        // SAFETY: the open handle.
+        let why = || message(unsafe { pcap_geterr(p) });
+        assert!(!fp.is_null(), "a savefile has a stream: {}", why());
         // SAFETY: the library's open stream.
         let at = unsafe { libc::ftell(fp) };
         assert!(at > last && at as usize <= bytes.len(), "ftell {at} after {last}, file of {}", bytes.len());
         last = at;
-        assert!(pcap_bufsize(p) > 0);
+        // SAFETY: the open handle.
+        assert!(unsafe { pcap_bufsize(p) } > 0);
     };
     assert!(matches!(end, -1 | -2), "pcap_next_ex on a savefile ends with -1 or -2, not {end}");
     if end == -1 {
-        assert!(!message(pcap_geterr(p)).is_empty(), "a failed read says why");
+        // SAFETY: the open handle.
+        assert!(!message(unsafe { pcap_geterr(p) }).is_empty(), "a failed read says why");
     }
     std::hint::black_box(checksum);
-    pcap_close(p);
+    // SAFETY: the open handle, closed once.
+    unsafe { pcap_close(p) };
 });

@@ -35,9 +35,3 @@ mod read;
 mod savefile;
 mod sys;
 mod types;
-
-// The C API as Rust functions, for the fuzz targets (fuzz/fuzz_targets/pcap_offline.rs).
-pub use api::{pcap_close, pcap_next_ex, pcap_open_offline};
-pub use getters::{pcap_bufsize, pcap_file, pcap_geterr};
-pub use handle::Handle;
-pub use types::{PcapPkthdr, ERRBUF_SIZE};

@@ -93,7 +93,10 @@ impl Drop for ReadCall {
 }
 
 /// `pcap_close`: free the handle now, or, during a read on it, break the read
-/// and leave the freeing to it. Returns whether it was left.
+/// and leave the freeing to it. Returns whether it was left. (From another
+/// thread, a close that races with the read's return may find the read still
+/// counted and leave the handle to a read that has already looked: it stays
+/// allocated. libpcap frees a handle under a running read there.)
 ///
 /// # Safety
 /// `p` is a handle this library returned and did not close.
