@@ -37,6 +37,8 @@ miri: setup-nightly
 
 fuzz-smoke: setup-nightly
 	scripts/fuzz-smoke 30
+	scripts/fuzz-smoke 5 pcap_offline
+	scripts/fuzz-smoke 5 cbpf
 
 # Where cargo builds (CARGO_TARGET_DIR or target/), asked when a recipe needs it.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -50,8 +52,13 @@ pcap-lib: setup
 
 # tcpdump 4.99.3's own test suite, on the system libpcap and then on weir's:
 # every test stock libpcap passes must pass on weir. Then `weir run` with tcpdump,
-# the flow exporters offline (softflowd, nfpcapd), and live on the veth test bed
-# (tcpdump, weir run --locality, a nonblocking poll loop, softflowd and fprobe).
+# the flow exporters offline (softflowd, nfpcapd); the exported symbols and the
+# programs that need them (tcpreplay's tools, pcapy, pmacctd, argus); every
+# getter on savefiles and dead handles, libpcap's error words, pcap_file's
+# positions (getters.c over the corpus, argus, ettercap); pcap_close and thread
+# cancellation while a read waits (closeloop.c, cancel.c, ngrep, sipgrep,
+# ettercap); and live on the veth test bed (tcpdump, weir run --locality, a
+# nonblocking poll loop, softflowd and fprobe; live handles' getters, iftop).
 pcap-suite: pcap-lib
 	@mkdir -p target/pcap-suite
 	python3 tests/pcap-compat/tcpdump_suite.py -j 2 --json target/pcap-suite/stock.json
@@ -60,9 +67,14 @@ pcap-suite: pcap-lib
 	WEIR_BIN=$(TARGET_DIR)/release/weir python3 tests/pcap-compat/weir_run_check.py
 	python3 tests/pcap-compat/refilter_check.py --libdir $(TARGET_DIR)/weir-pcap
 	python3 tests/pcap-compat/exporters_check.py --libdir $(TARGET_DIR)/weir-pcap
+	python3 tests/pcap-compat/symbols_check.py --libdir $(TARGET_DIR)/weir-pcap
+	python3 tests/pcap-compat/handles_check.py --libdir $(TARGET_DIR)/weir-pcap -j 2
+	python3 tests/pcap-compat/teardown_check.py --libdir $(TARGET_DIR)/weir-pcap
 	@if [ "$$(id -u)" -eq 0 ]; then \
 		scripts/testbed --queues 2 -- python3 tests/pcap-compat/live_check.py \
-			--libdir $(TARGET_DIR)/weir-pcap --weir $(TARGET_DIR)/release/weir; \
+			--libdir $(TARGET_DIR)/weir-pcap --weir $(TARGET_DIR)/release/weir && \
+		scripts/testbed --queues 2 -- python3 tests/pcap-compat/live_handles_check.py \
+			--libdir $(TARGET_DIR)/weir-pcap; \
 	else echo "pcap-suite: live checks skipped (they need root for the veth test bed)"; fi
 
 test: unit miri fuzz-smoke pcap-suite

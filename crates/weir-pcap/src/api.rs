@@ -1,19 +1,24 @@
-//! The exported functions that open, configure and read a handle. Return codes
-//! and the meaning of each call follow libpcap 1.10's documentation
-//! (pcap(3PCAP) and the per-function pages).
+//! The exported functions that open, close and read a handle, set its filter
+//! and send on it (its getters and settings are [`crate::getters`]). Return
+//! codes and the meaning of each call follow libpcap 1.10's documentation
+//! (pcap(3PCAP) and the per-function pages) and, where that is silent,
+//! libpcap 1.10.3 itself.
 
-use crate::handle::{Got, Handle};
+use crate::cancel::NoCancel;
+use crate::handle::{Handle, Kind};
+use crate::read::{close_or_defer, Got, ReadCall};
 use crate::sys;
 use crate::types::*;
 use libc::{c_char, c_int, c_uint, FILE};
 use std::ffi::CStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// The handle behind a `pcap_t *`, or `None` for NULL.
 ///
 /// # Safety
 /// `p` is NULL or a pointer this library returned and did not close.
-unsafe fn handle<'a>(p: *mut Handle) -> Option<&'a Handle> {
+pub(crate) unsafe fn handle<'a>(p: *mut Handle) -> Option<&'a Handle> {
     // SAFETY: as the caller promises.
     unsafe { p.as_ref() }
 }
@@ -51,35 +56,39 @@ fn opened(r: Result<Box<Handle>, String>, errbuf: *mut c_char) -> *mut Handle {
     }
 }
 
+/// The file to read (`None`: standard input, libpcap's "-"), any bytes a path may hold.
 fn offline_path(fname: *const c_char) -> Result<Option<PathBuf>, String> {
-    match text(fname) {
-        None => Err("no file name given (NULL or not UTF-8)".into()),
-        Some("-") => Ok(None),
-        Some(f) => Ok(Some(PathBuf::from(f))),
+    if fname.is_null() {
+        return Err("A null pointer was supplied as the file name".into());
     }
+    // SAFETY: a non-NULL file name is a NUL-terminated string by the API's contract.
+    let bytes = unsafe { CStr::from_ptr(fname) }.to_bytes();
+    Ok((bytes != b"-").then(|| PathBuf::from(std::ffi::OsStr::from_bytes(bytes))))
 }
 
 fn precision_ok(precision: c_uint) -> Result<u32, String> {
     match precision {
         TSTAMP_PRECISION_MICRO | TSTAMP_PRECISION_NANO => Ok(precision),
-        other => Err(format!("unknown time stamp precision {other}")),
+        other => Err(format!("unknown time stamp resolution {other}")),
     }
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_open_offline_with_tstamp_precision(fname: *const c_char, precision: c_uint, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_offline_with_tstamp_precision(fname: *const c_char, precision: c_uint, errbuf: *mut c_char) -> *mut Handle {
+    let _nc = NoCancel::new();
     let r = precision_ok(precision).and_then(|prec| offline_path(fname).and_then(|p| Handle::open_offline(p, prec)));
     opened(r, errbuf)
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_open_offline(fname: *const c_char, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_offline(fname: *const c_char, errbuf: *mut c_char) -> *mut Handle {
     pcap_open_offline_with_tstamp_precision(fname, TSTAMP_PRECISION_MICRO, errbuf)
 }
 
 /// Reads the stream behind `fp` through its descriptor.
 #[no_mangle]
-pub extern "C" fn pcap_fopen_offline_with_tstamp_precision(fp: *mut FILE, precision: c_uint, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_fopen_offline_with_tstamp_precision(fp: *mut FILE, precision: c_uint, errbuf: *mut c_char) -> *mut Handle {
+    let _nc = NoCancel::new();
     if fp.is_null() {
         put_error(errbuf, "pcap_fopen_offline: NULL stream");
         return std::ptr::null_mut();
@@ -94,22 +103,24 @@ pub extern "C" fn pcap_fopen_offline_with_tstamp_precision(fp: *mut FILE, precis
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_fopen_offline(fp: *mut FILE, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_fopen_offline(fp: *mut FILE, errbuf: *mut c_char) -> *mut Handle {
     pcap_fopen_offline_with_tstamp_precision(fp, TSTAMP_PRECISION_MICRO, errbuf)
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_open_dead_with_tstamp_precision(linktype: c_int, snaplen: c_int, precision: c_uint) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_dead_with_tstamp_precision(linktype: c_int, snaplen: c_int, precision: c_uint) -> *mut Handle {
+    let _nc = NoCancel::new();
     into_raw(Handle::dead(linktype, snaplen, precision))
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_open_dead(linktype: c_int, snaplen: c_int) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_dead(linktype: c_int, snaplen: c_int) -> *mut Handle {
     pcap_open_dead_with_tstamp_precision(linktype, snaplen, TSTAMP_PRECISION_MICRO)
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_create(device: *const c_char, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_create(device: *const c_char, errbuf: *mut c_char) -> *mut Handle {
+    let _nc = NoCancel::new();
     let r = match text(device) {
         // libpcap's "any" device has no equivalent in weir's engine.
         None | Some("any") => Err("weir captures from one named interface; give its name (-i)".to_string()),
@@ -119,13 +130,15 @@ pub extern "C" fn pcap_create(device: *const c_char, errbuf: *mut c_char) -> *mu
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_activate(p: *mut Handle) -> c_int {
+pub extern "C-unwind" fn pcap_activate(p: *mut Handle) -> c_int {
+    let _nc = NoCancel::new();
     // SAFETY: p is a handle of ours.
     unsafe { handle(p) }.map_or(PCAP_ERROR, Handle::activate)
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_open_live(device: *const c_char, snaplen: c_int, promisc: c_int, to_ms: c_int, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_live(device: *const c_char, snaplen: c_int, promisc: c_int, to_ms: c_int, errbuf: *mut c_char) -> *mut Handle {
+    let _nc = NoCancel::new();
     let p = pcap_create(device, errbuf);
     // SAFETY: p is NULL or the handle just made.
     let Some(h) = (unsafe { handle(p) }) else { return p };
@@ -134,7 +147,6 @@ pub extern "C" fn pcap_open_live(device: *const c_char, snaplen: c_int, promisc:
         c.promisc = promisc != 0;
         c.timeout_ms = to_ms;
     });
-    h.snaplen.set(snaplen);
     let rc = h.activate();
     if rc < 0 {
         // SAFETY: the errbuf is the handle's own, NUL-terminated.
@@ -147,228 +159,19 @@ pub extern "C" fn pcap_open_live(device: *const c_char, snaplen: c_int, promisc:
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_close(p: *mut Handle) {
-    if !p.is_null() {
-        // SAFETY: p came from Box::into_raw here and is closed once, as libpcap requires.
-        drop(unsafe { Box::from_raw(p) });
+pub extern "C-unwind" fn pcap_close(p: *mut Handle) {
+    let _nc = NoCancel::new();
+    // SAFETY: p is NULL or a handle of ours, closed once by the caller, as libpcap requires.
+    if p.is_null() || unsafe { close_or_defer(p) } {
+        return;
     }
-}
-
-macro_rules! setter {
-    ($name:ident($arg:ident: $t:ty) => |$c:ident| $body:expr) => {
-        #[no_mangle]
-        pub extern "C" fn $name(p: *mut Handle, $arg: $t) -> c_int {
-            // SAFETY: p is a handle of ours.
-            unsafe { handle(p) }.map_or(PCAP_ERROR, |h| h.configure(|$c| $body))
-        }
-    };
-}
-
-setter!(pcap_set_promisc(on: c_int) => |c| c.promisc = on != 0);
-setter!(pcap_set_rfmon(on: c_int) => |c| c.rfmon = on != 0);
-setter!(pcap_set_timeout(ms: c_int) => |c| c.timeout_ms = ms);
-setter!(pcap_set_buffer_size(bytes: c_int) => |c| c.buffer_size = bytes);
-setter!(pcap_set_immediate_mode(on: c_int) => |c| c.immediate = on != 0);
-
-#[no_mangle]
-pub extern "C" fn pcap_set_snaplen(p: *mut Handle, snaplen: c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    let rc = h.configure(|c| c.snaplen = snaplen);
-    if rc == 0 {
-        h.snaplen.set(if snaplen <= 0 || snaplen > 262_144 { 262_144 } else { snaplen });
-    }
-    rc
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_can_set_rfmon(p: *mut Handle) -> c_int {
-    // SAFETY: p is a handle of ours.
-    match unsafe { handle(p) } {
-        Some(h) if h.is_activated() => PCAP_ERROR_ACTIVATED,
-        Some(_) => 0,
-        None => PCAP_ERROR,
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_set_tstamp_type(p: *mut Handle, kind: c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    if h.is_activated() {
-        return PCAP_ERROR_ACTIVATED;
-    }
-    // The kernel's time stamp is the only one weir offers.
-    if kind == TSTAMP_HOST {
-        0
-    } else {
-        PCAP_WARNING_TSTAMP_TYPE_NOTSUP
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_set_tstamp_precision(p: *mut Handle, precision: c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    if h.is_activated() {
-        return PCAP_ERROR_ACTIVATED;
-    }
-    match precision_ok(precision as c_uint) {
-        Ok(v) => {
-            h.precision.set(v);
-            0
-        }
-        Err(_) => PCAP_ERROR_TSTAMP_PRECISION_NOTSUP,
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_get_tstamp_precision(p: *mut Handle) -> c_int {
-    // SAFETY: p is a handle of ours.
-    unsafe { handle(p) }.map_or(PCAP_ERROR, |h| h.precision.get() as c_int)
-}
-
-/// A one-element array from `malloc`, freed by the matching `pcap_free_*`.
-fn malloc_one(value: c_int, out: *mut *mut c_int) -> c_int {
-    if out.is_null() {
-        return PCAP_ERROR;
-    }
-    // SAFETY: malloc of one int; checked for NULL before use; out is the caller's.
-    unsafe {
-        let a = libc::malloc(std::mem::size_of::<c_int>()).cast::<c_int>();
-        if a.is_null() {
-            return PCAP_ERROR;
-        }
-        *a = value;
-        *out = a;
-    }
-    1
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_list_tstamp_types(p: *mut Handle, out: *mut *mut c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    if unsafe { handle(p) }.is_none() {
-        return PCAP_ERROR;
-    }
-    malloc_one(TSTAMP_HOST, out)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_free_tstamp_types(list: *mut c_int) {
-    // SAFETY: the list came from malloc in pcap_list_tstamp_types (or is NULL).
-    unsafe { libc::free(list.cast()) }
-}
-
-/// `f` of an activated handle; libpcap's answers before activation or for NULL.
-fn activated(p: *mut Handle, f: impl FnOnce(&Handle) -> c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    match unsafe { handle(p) } {
-        Some(h) if !h.is_activated() => PCAP_ERROR_NOT_ACTIVATED,
-        Some(h) => f(h),
-        None => PCAP_ERROR,
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_list_datalinks(p: *mut Handle, out: *mut *mut c_int) -> c_int {
-    activated(p, |h| malloc_one(h.dlt.get(), out))
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_free_datalinks(list: *mut c_int) {
-    // SAFETY: the list came from malloc in pcap_list_datalinks (or is NULL).
-    unsafe { libc::free(list.cast()) }
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_set_datalink(p: *mut Handle, dlt: c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    if dlt == h.dlt.get() {
-        return 0;
-    }
-    // libpcap's words: a handle offers the one link type its source has.
-    let msg = match text(crate::delegate::pcap_datalink_val_to_name(dlt)) {
-        Some(name) => format!("{name} is not one of the DLTs supported by this device"),
-        None => format!("DLT {dlt} is not one of the DLTs supported by this device"),
-    };
-    h.set_error(&msg);
-    PCAP_ERROR
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_setdirection(p: *mut Handle, direction: c_int) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    if direction == PCAP_D_INOUT {
-        return 0;
-    }
-    h.set_error("capturing only one direction is not supported by weir; capture both and filter with 'inbound'/'outbound'");
-    PCAP_ERROR
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_datalink(p: *mut Handle) -> c_int {
-    activated(p, |h| h.dlt.get())
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_datalink_ext(p: *mut Handle) -> c_int {
-    pcap_datalink(p)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_snapshot(p: *mut Handle) -> c_int {
-    activated(p, |h| h.snaplen.get())
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_bufsize(p: *mut Handle) -> c_int {
-    pcap_snapshot(p)
-}
-
-/// weir hands packets over in host order, whatever the file's byte order was.
-#[no_mangle]
-pub extern "C" fn pcap_is_swapped(_p: *mut Handle) -> c_int {
-    0
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_major_version(_p: *mut Handle) -> c_int {
-    2
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_minor_version(_p: *mut Handle) -> c_int {
-    4
-}
-
-/// weir reads the file itself; there is no stdio stream to hand out.
-#[no_mangle]
-pub extern "C" fn pcap_file(p: *mut Handle) -> *mut FILE {
-    // SAFETY: p is a handle of ours.
-    unsafe { handle(p) }.map_or(std::ptr::null_mut(), Handle::file)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_geterr(p: *mut Handle) -> *mut c_char {
-    // SAFETY: p is a handle of ours.
-    unsafe { handle(p) }.map_or(std::ptr::null_mut(), Handle::errbuf)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_perror(p: *mut Handle, prefix: *const c_char) {
-    let msg = text(pcap_geterr(p)).unwrap_or("");
-    match text(prefix) {
-        Some(pre) => eprintln!("{pre}: {msg}"),
-        None => eprintln!("{msg}"),
-    }
+    // SAFETY: p came from Box::into_raw here, and no read is using it.
+    drop(unsafe { Box::from_raw(p) });
 }
 
 /// The version string, naming both weir and the libpcap it delegates to.
 #[no_mangle]
-pub extern "C" fn pcap_lib_version() -> *const c_char {
+pub extern "C-unwind" fn pcap_lib_version() -> *const c_char {
     static VERSION: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
     VERSION
         .get_or_init(|| {
@@ -380,26 +183,26 @@ pub extern "C" fn pcap_lib_version() -> *const c_char {
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_init(_opts: c_uint, _errbuf: *mut c_char) -> c_int {
+pub extern "C-unwind" fn pcap_init(_opts: c_uint, _errbuf: *mut c_char) -> c_int {
     0
 }
 
 // ---- reading ----
 
 #[no_mangle]
-pub extern "C" fn pcap_loop(p: *mut Handle, cnt: c_int, callback: Callback, user: *mut u8) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
+pub extern "C-unwind" fn pcap_loop(p: *mut Handle, cnt: c_int, callback: Callback, user: *mut u8) -> c_int {
+    let nc = NoCancel::new();
+    let Some((_call, h)) = ReadCall::enter(p) else { return PCAP_ERROR };
     let Some(cb) = callback else {
         h.set_error("pcap_loop: NULL callback");
         return PCAP_ERROR;
     };
     let mut n = 0;
     loop {
-        match h.read(true) {
+        match h.read(true, &nc) {
             Got::Packet(hdr, data) => {
                 // SAFETY: the caller's callback, with a header and data valid for the call.
-                unsafe { cb(user, &hdr, data) };
+                nc.callback(|| unsafe { cb(user, &hdr, data) });
                 n += 1;
                 if cnt > 0 && n >= cnt {
                     return 0;
@@ -407,47 +210,46 @@ pub extern "C" fn pcap_loop(p: *mut Handle, cnt: c_int, callback: Callback, user
             }
             Got::Idle => {}
             Got::End => return 0,
-            Got::Break => return PCAP_ERROR_BREAK,
-            Got::Error => return PCAP_ERROR,
+            other => return other.code(),
         }
     }
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_dispatch(p: *mut Handle, cnt: c_int, callback: Callback, user: *mut u8) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
+pub extern "C-unwind" fn pcap_dispatch(p: *mut Handle, cnt: c_int, callback: Callback, user: *mut u8) -> c_int {
+    let nc = NoCancel::new();
+    let Some((_call, h)) = ReadCall::enter(p) else { return PCAP_ERROR };
     let Some(cb) = callback else {
         h.set_error("pcap_dispatch: NULL callback");
         return PCAP_ERROR;
     };
     let mut n = 0;
     loop {
-        match h.read(n == 0) {
+        match h.read(n == 0, &nc) {
             Got::Packet(hdr, data) => {
                 // SAFETY: as in pcap_loop.
-                unsafe { cb(user, &hdr, data) };
+                nc.callback(|| unsafe { cb(user, &hdr, data) });
                 n += 1;
                 if cnt > 0 && n >= cnt {
                     return n;
                 }
             }
             Got::Idle | Got::End => return n,
-            Got::Break => return if n == 0 { PCAP_ERROR_BREAK } else { n },
-            Got::Error => return PCAP_ERROR,
+            Got::Break if n > 0 => return n,
+            other => return other.code(),
         }
     }
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_next_ex(p: *mut Handle, header: *mut *mut PcapPkthdr, data: *mut *const u8) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
+pub extern "C-unwind" fn pcap_next_ex(p: *mut Handle, header: *mut *mut PcapPkthdr, data: *mut *const u8) -> c_int {
+    let nc = NoCancel::new();
+    let Some((_call, h)) = ReadCall::enter(p) else { return PCAP_ERROR };
     if header.is_null() || data.is_null() {
         h.set_error("pcap_next_ex: NULL header or data pointer");
         return PCAP_ERROR;
     }
-    match h.read(true) {
+    match h.read(true, &nc) {
         Got::Packet(hdr, bytes) => {
             let kept = h.keep_header(hdr);
             // SAFETY: both out-pointers were checked non-NULL; they are the caller's.
@@ -457,14 +259,16 @@ pub extern "C" fn pcap_next_ex(p: *mut Handle, header: *mut *mut PcapPkthdr, dat
             }
             1
         }
-        Got::Idle => 0,
-        Got::End | Got::Break => PCAP_ERROR_BREAK,
-        Got::Error => PCAP_ERROR,
+        other => other.code(),
     }
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_next(p: *mut Handle, header: *mut PcapPkthdr) -> *const u8 {
+pub extern "C-unwind" fn pcap_next(p: *mut Handle, header: *mut PcapPkthdr) -> *const u8 {
+    // Entered here too: a close during the read must not free the kept
+    // header before it is copied out.
+    let _nc = NoCancel::new();
+    let Some((_call, _)) = ReadCall::enter(p) else { return std::ptr::null() };
     let mut hdr: *mut PcapPkthdr = std::ptr::null_mut();
     let mut data: *const u8 = std::ptr::null();
     if pcap_next_ex(p, &mut hdr, &mut data) != 1 || header.is_null() {
@@ -475,83 +279,27 @@ pub extern "C" fn pcap_next(p: *mut Handle, header: *mut PcapPkthdr) -> *const u
     data
 }
 
-/// Only sets a flag, so it may be called from a signal handler; a read
-/// waiting for packets looks at it at least every 50 ms.
+/// Only a flag and a descriptor write, so it may be called from a signal
+/// handler or another thread (see [`crate::read`]).
 #[no_mangle]
-pub extern "C" fn pcap_breakloop(p: *mut Handle) {
+pub extern "C-unwind" fn pcap_breakloop(p: *mut Handle) {
     // SAFETY: p is a handle of ours.
     if let Some(h) = unsafe { handle(p) } {
         h.request_break();
     }
 }
 
-#[no_mangle]
-pub extern "C" fn pcap_setnonblock(p: *mut Handle, on: c_int, errbuf: *mut c_char) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    let rc = h.set_nonblock(on != 0);
-    if rc < 0 {
-        put_error(errbuf, text(h.errbuf()).unwrap_or(""));
-    }
-    rc
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_getnonblock(p: *mut Handle, _errbuf: *mut c_char) -> c_int {
-    // SAFETY: p is a handle of ours.
-    unsafe { handle(p) }.map_or(PCAP_ERROR, |h| c_int::from(h.nonblock()))
-}
-
-/// An eventfd that turns readable when a read may find something (see
-/// `Handle::selectable_fd`).
-#[no_mangle]
-pub extern "C" fn pcap_get_selectable_fd(p: *mut Handle) -> c_int {
-    // SAFETY: p is a handle of ours.
-    unsafe { handle(p) }.map_or(PCAP_ERROR, Handle::selectable_fd)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_fileno(p: *mut Handle) -> c_int {
-    pcap_get_selectable_fd(p)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_get_required_select_timeout(p: *mut Handle) -> *const libc::timeval {
-    // SAFETY: p is a handle of ours.
-    unsafe { handle(p) }.and_then(Handle::select_timeout).map_or(std::ptr::null(), |tv| tv as *const libc::timeval)
-}
-
-#[no_mangle]
-pub extern "C" fn pcap_stats(p: *mut Handle, ps: *mut PcapStat) -> c_int {
-    // SAFETY: p is a handle of ours.
-    let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    if h.offline {
-        h.set_error("Statistics aren't available from savefiles");
-        return PCAP_ERROR;
-    }
-    if ps.is_null() {
-        h.set_error("pcap_stats: NULL pcap_stat");
-        return PCAP_ERROR;
-    }
-    // ps_recv: packets that passed the filter, whether read or dropped (as
-    // Linux libpcap counts); ps_drop: every packet weir lost, in the ring or
-    // for want of a cell.
-    let (recv, drop) = h.stats().map_or((0, 0), |t| (t.received - t.filtered, t.capture_drops + t.delivery_drops));
-    // SAFETY: ps was checked non-NULL; it is the caller's.
-    unsafe {
-        (*ps).ps_recv = recv as c_uint;
-        (*ps).ps_drop = drop as c_uint;
-        (*ps).ps_ifdrop = 0;
-    }
-    0
-}
-
 // ---- filters ----
 
 #[no_mangle]
-pub extern "C" fn pcap_compile(p: *mut Handle, prog: *mut BpfProgram, expr: *const c_char, optimize: c_int, netmask: u32) -> c_int {
+pub extern "C-unwind" fn pcap_compile(p: *mut Handle, prog: *mut BpfProgram, expr: *const c_char, optimize: c_int, netmask: u32) -> c_int {
+    let _nc = NoCancel::new();
     // SAFETY: p is a handle of ours.
     let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
+    if !h.is_activated() {
+        h.set_error("not-yet-activated pcap_t passed to pcap_compile");
+        return PCAP_ERROR;
+    }
     let sys = match sys::system() {
         Ok(s) => s,
         Err(e) => {
@@ -578,7 +326,7 @@ pub extern "C" fn pcap_compile(p: *mut Handle, prog: *mut BpfProgram, expr: *con
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_compile_nopcap(
+pub extern "C-unwind" fn pcap_compile_nopcap(
     snaplen: c_int,
     linktype: c_int,
     prog: *mut BpfProgram,
@@ -593,9 +341,18 @@ pub extern "C" fn pcap_compile_nopcap(
 }
 
 #[no_mangle]
-pub extern "C" fn pcap_setfilter(p: *mut Handle, prog: *mut BpfProgram) -> c_int {
+pub extern "C-unwind" fn pcap_setfilter(p: *mut Handle, prog: *mut BpfProgram) -> c_int {
+    let _nc = NoCancel::new();
     // SAFETY: p is a handle of ours.
     let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
+    match h.kind {
+        Kind::Dead => {
+            h.set_error("A filter cannot be set on a pcap_open_dead pcap_t");
+            return PCAP_ERROR;
+        }
+        Kind::Live if !h.is_activated() => return h.not_activated(),
+        _ => {}
+    }
     // SAFETY: a non-NULL program is the caller's `struct bpf_program`.
     let insns = match unsafe { prog.as_ref() } {
         Some(prog) if !prog.bf_insns.is_null() => {
@@ -653,10 +410,30 @@ fn send(h: &Handle, buf: *const u8, size: usize) -> Result<usize, String> {
     Ok(sent as usize)
 }
 
+/// libpcap's answer to sending on a handle that cannot send, if `h` is one.
+fn cannot_send(h: &Handle) -> Option<c_int> {
+    let msg = match h.kind {
+        Kind::Dead => "Packets can't be sent on a pcap_open_dead pcap_t",
+        Kind::Savefile => "Sending packets isn't supported on savefiles",
+        Kind::Live if !h.is_activated() => return Some(h.not_activated()),
+        Kind::Live => return None,
+    };
+    h.set_error(msg);
+    Some(PCAP_ERROR)
+}
+
 #[no_mangle]
-pub extern "C" fn pcap_inject(p: *mut Handle, buf: *const libc::c_void, size: usize) -> c_int {
+pub extern "C-unwind" fn pcap_inject(p: *mut Handle, buf: *const libc::c_void, size: usize) -> c_int {
+    let _nc = NoCancel::new();
     // SAFETY: p is a handle of ours.
     let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
+    if size == 0 || size > c_int::MAX as usize {
+        h.set_error(&format!("The number of bytes to be injected must be between 1 and {}", c_int::MAX));
+        return PCAP_ERROR;
+    }
+    if let Some(rc) = cannot_send(h) {
+        return rc;
+    }
     match send(h, buf.cast(), size) {
         Ok(n) => n as c_int,
         Err(e) => {
@@ -666,13 +443,20 @@ pub extern "C" fn pcap_inject(p: *mut Handle, buf: *const libc::c_void, size: us
     }
 }
 
+/// 0 unless sending fails with PCAP_ERROR: libpcap lets its other codes (a
+/// handle not activated) through as success, and so does weir.
 #[no_mangle]
-pub extern "C" fn pcap_sendpacket(p: *mut Handle, buf: *const u8, size: c_int) -> c_int {
-    if size < 0 {
+pub extern "C-unwind" fn pcap_sendpacket(p: *mut Handle, buf: *const u8, size: c_int) -> c_int {
+    let _nc = NoCancel::new();
+    if size <= 0 {
+        // SAFETY: p is a handle of ours.
+        if let Some(h) = unsafe { handle(p) } {
+            h.set_error("The number of bytes to be sent must be positive");
+        }
         return PCAP_ERROR;
     }
     match pcap_inject(p, buf.cast(), size as usize) {
-        n if n == size => 0,
-        _ => PCAP_ERROR,
+        PCAP_ERROR => PCAP_ERROR,
+        _ => 0,
     }
 }

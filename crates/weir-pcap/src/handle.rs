@@ -1,6 +1,10 @@
 //! What a `pcap_t` is here: a weir engine read by the caller's thread.
 //!
 //! The contract:
+//! - A handle is one of libpcap's three kinds ([`Kind`]): dead (compiles
+//!   filters, opens dump files), a savefile, or a live capture, created and
+//!   then activated. Each call answers as libpcap 1.10.3 answers it on that
+//!   kind of handle (the getters are in [`crate::getters`]).
 //! - A handle opens its source when it is opened (a file) or activated (an
 //!   interface), and starts capture at the first read.
 //! - Filters follow libpcap. On an interface, a filter set before reading is
@@ -16,30 +20,35 @@
 //!   libpcap promises; the engine's reader holds its chunk until then.
 //! - Functions a callback may call on its own handle (`pcap_breakloop`,
 //!   `pcap_stats`, `pcap_geterr`, the getters) touch only what reading does
-//!   not borrow. Reading from inside a callback is refused with an error.
+//!   not borrow. `pcap_close` during a read (from the callback, or from a
+//!   signal handler that interrupted the read) is carried out when the read
+//!   returns ([`crate::read`]).
 //! - Every drop is counted by the engine; `pcap_stats` reports its counters.
 
 use crate::env::Settings;
-use crate::savefile::{Moved, Savefile, PCAP_HEADER, RECORD_HEADER};
+use crate::errors;
+use crate::savefile::{Layout, Moved, Savefile};
 use crate::sys::{self, DeadHandle};
 use crate::types::*;
 use libc::c_char;
 use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use weir::engine::{Read, Reader};
 use weir::filter::Filter;
 use weir::ring::EventFd;
-use weir::source::file::format::TraceKind;
+use weir::source::file::format::{TraceHeader, TraceKind};
 use weir::source::{QueueRange, SourceSpec};
 use weir::stats::{Snapshot, StatsReader};
 use weir::{Engine, LinkType};
 
-/// Longest a read sleeps before looking at the break flag: `pcap_breakloop`
-/// from a signal handler may only set a flag, so this bounds how late it acts.
-const BREAK_CHECK: Duration = Duration::from_millis(50);
+/// `DLT_DOCSIS`: libpcap offers it on every Ethernet interface besides
+/// `DLT_EN10MB` (see [`Handle::datalinks`]).
+const DLT_DOCSIS: i32 = 143;
+/// libpcap's largest snapshot length, and the frame size of its TPACKET_V3
+/// ring, which `pcap_bufsize` reports for a live handle.
+pub const MAXIMUM_SNAPLEN: i32 = 262_144;
 
 /// How a live handle is set up between `pcap_create` and `pcap_activate`.
 #[derive(Clone, Debug)]
@@ -51,10 +60,21 @@ pub struct LiveConfig {
     pub timeout_ms: i32,
     pub buffer_size: i32,
     pub immediate: bool,
+    /// `pcap_set_protocol_linux`: 0 (libpcap's default) is every protocol.
+    pub protocol: i32,
 }
 
-enum Stage {
-    /// From `pcap_open_dead`: compiles filters, opens dump files, reads nothing.
+/// libpcap's kinds of `pcap_t`, which answer the same calls differently.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// From `pcap_open_dead`: activated from the start, reads nothing.
+    Dead,
+    Savefile,
+    /// From `pcap_create`: not activated until `pcap_activate` succeeds.
+    Live,
+}
+
+pub(crate) enum Stage {
     Dead,
     /// From `pcap_create`, not activated yet.
     Created(LiveConfig),
@@ -65,112 +85,116 @@ enum Stage {
     Ended,
 }
 
-struct State {
-    stage: Stage,
+pub(crate) struct State {
+    pub stage: Stage,
     /// The last filter `pcap_setfilter` set: an interface's engine starts with it.
-    filter: Option<Filter>,
+    pub filter: Option<Filter>,
     /// The filter applied here to each packet read: a file's filter, or one
     /// set on an interface while reading (see the module's contract).
-    here: Option<Filter>,
+    pub here: Option<Filter>,
     /// The system library's twin of this handle, for compiling and dumping.
     dead: Option<DeadHandle>,
-    timeout: Option<Duration>,
-    nonblock: bool,
+    pub timeout: Option<std::time::Duration>,
+    pub nonblock: bool,
 }
 
 /// One `pcap_t`.
 pub struct Handle {
     errbuf: UnsafeCell<[c_char; ERRBUF_SIZE]>,
-    break_loop: AtomicBool,
-    state: RefCell<State>,
+    pub(crate) break_loop: AtomicBool,
+    /// Calls of the reading functions in progress ([`crate::read::ReadCall`]).
+    pub(crate) reading: AtomicU32,
+    /// `pcap_close` was called during a read: the read closes the handle when it returns.
+    pub(crate) close_pending: AtomicBool,
+    pub(crate) state: RefCell<State>,
+    pub kind: Kind,
+    activated: Cell<bool>,
+    /// Activated in immediate mode (libpcap then sizes its buffer otherwise).
+    pub immediate: Cell<bool>,
     pub dlt: Cell<i32>,
     pub snaplen: Cell<i32>,
     pub precision: Cell<u32>,
-    pub offline: bool,
-    /// For a pcap (not pcapng) file: whether it stores nanoseconds. libpcap
-    /// hands such a file's timestamp fields over as the signed 32-bit values
-    /// they are (`struct pcap_timeval`), however odd; weir must too.
-    pcap_file_nano: Option<bool>,
+    /// A savefile's header, as libpcap reports it (version, byte order, ...).
+    pub trace: Option<TraceHeader>,
     /// The interface, for a live handle.
     pub device: Option<String>,
-    /// The file, for an offline handle (`None`: standard input).
-    path: Option<PathBuf>,
+    /// The file, for a savefile (`None`: standard input).
+    pub(crate) path: Option<PathBuf>,
     /// `pcap_file`'s stream (see [`crate::savefile`]).
     savefile: OnceCell<Savefile>,
+    /// Where records end in the file; `None` inside for input read only once.
+    layout: OnceCell<RefCell<Option<Layout>>>,
     /// Packets read from the engine (for a file, every record, whether the
-    /// filter passed it or not), and the logical offset of the next record.
-    records: Cell<u64>,
-    logical: Cell<i64>,
+    /// filter passed it or not).
+    pub(crate) records: Cell<u64>,
     pub settings: Settings,
     /// Packets (and their wire bytes) the filter rejected here, by queue number.
-    rejected: RefCell<Vec<(u64, u64)>>,
-    stats: OnceCell<StatsReader>,
+    pub(crate) rejected: RefCell<Vec<(u64, u64)>>,
+    pub(crate) stats: OnceCell<StatsReader>,
     /// The header of the packet `pcap_next_ex` handed out last.
-    hdr: UnsafeCell<PcapPkthdr>,
-    /// `pcap_get_selectable_fd`'s eventfd, made on first request; the reader
-    /// signals a duplicate of it.
-    selectable: OnceCell<EventFd>,
+    pub(crate) hdr: UnsafeCell<PcapPkthdr>,
+    /// The descriptor that turns readable when a read may find something:
+    /// `pcap_get_selectable_fd`'s, and the one a read itself sleeps on.
+    ready: OnceCell<EventFd>,
     /// `pcap_get_required_select_timeout`'s answer, which must outlive the call.
     select_tv: OnceCell<Option<libc::timeval>>,
 }
 
-/// What one read found.
-pub enum Got {
-    Packet(PcapPkthdr, *const u8),
-    /// Nothing within the timeout (live), or nothing now (nonblocking).
-    Idle,
-    /// The end of a file.
-    End,
-    Break,
-    Error,
-}
-
 impl Handle {
-    fn new(stage: Stage, dlt: i32, snaplen: i32, precision: u32, offline: bool, settings: Settings) -> Box<Handle> {
+    fn new(kind: Kind, stage: Stage, dlt: i32, snaplen: i32, precision: u32, settings: Settings) -> Box<Handle> {
         Box::new(Handle {
             errbuf: UnsafeCell::new([0; ERRBUF_SIZE]),
             break_loop: AtomicBool::new(false),
+            reading: AtomicU32::new(0),
+            close_pending: AtomicBool::new(false),
             state: RefCell::new(State { stage, filter: None, here: None, dead: None, timeout: None, nonblock: false }),
+            kind,
+            activated: Cell::new(kind != Kind::Live),
+            immediate: Cell::new(false),
             dlt: Cell::new(dlt),
             snaplen: Cell::new(snaplen),
             precision: Cell::new(precision),
-            offline,
-            pcap_file_nano: None,
+            trace: None,
             device: None,
             path: None,
             savefile: OnceCell::new(),
+            layout: OnceCell::new(),
             records: Cell::new(0),
             rejected: RefCell::new(Vec::new()),
-            logical: Cell::new(PCAP_HEADER),
             settings,
             stats: OnceCell::new(),
             hdr: UnsafeCell::new(PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: 0, len: 0 }),
-            selectable: OnceCell::new(),
+            ready: OnceCell::new(),
             select_tv: OnceCell::new(),
         })
     }
 
     pub fn dead(dlt: i32, snaplen: i32, precision: u32) -> Box<Handle> {
-        Handle::new(Stage::Dead, dlt, snaplen, precision, false, Settings::default())
+        Handle::new(Kind::Dead, Stage::Dead, dlt, snaplen, precision, Settings::default())
     }
 
     /// `pcap_open_offline` and its variants; `path` None is standard input.
+    /// Errors are in libpcap's words ([`crate::errors`]).
     pub fn open_offline(path: Option<PathBuf>, precision: u32) -> Result<Box<Handle>, String> {
         let settings = Settings::from_env()?;
-        let engine = Handle::file_engine(&settings, path.clone())?;
+        if let Some(msg) = path.as_deref().and_then(|p| errors::unopenable(p, &p.to_string_lossy())) {
+            return Err(msg);
+        }
+        let spec = SourceSpec::File { path: path.clone(), queues: QueueRange::single() };
+        let engine = settings.builder(spec).build().map_err(|e| errors::open_error(&e))?;
         let info = engine.info();
-        let (dlt, snaplen) = (info.link_type.dlt() as i32, info.snaplen as i32);
-        let pcap_file_nano = info.trace.as_ref().filter(|t| t.kind == TraceKind::Pcap).map(|t| t.nanosecond);
-        let mut h = Handle::new(Stage::Opened(Box::new(engine)), dlt, snaplen, precision, true, settings);
-        h.pcap_file_nano = pcap_file_nano;
+        let trace = info.trace.clone().ok_or("the file source gave no file header")?;
+        let (dlt, snapshot) = (info.link_type.dlt() as i32, trace.snapshot as i32);
+        let mut h = Handle::new(Kind::Savefile, Stage::Opened(Box::new(engine)), dlt, snapshot, precision, settings);
+        h.trace = Some(trace);
         h.path = path;
         Ok(h)
     }
 
-    fn file_engine(settings: &Settings, path: Option<PathBuf>) -> Result<Engine, String> {
-        let shown = path.as_ref().map_or_else(|| "-".to_string(), |p| p.display().to_string());
-        let spec = SourceSpec::File { path, queues: QueueRange::single() };
-        settings.builder(spec).build().map_err(|e| format!("{shown}: {e}"))
+    /// The file's engine again, to read it anew from the start.
+    fn file_engine(&self) -> Result<Engine, String> {
+        let spec = SourceSpec::File { path: self.path.clone(), queues: QueueRange::single() };
+        self.settings.builder(spec).build().map_err(|e| errors::open_error(&e))
     }
 
     /// `pcap_fopen_offline`: the handle closes `fp` at `pcap_close`, as libpcap does.
@@ -178,10 +202,26 @@ impl Handle {
         let _ = self.savefile.set(Savefile::adopt(fp));
     }
 
-    /// `pcap_file`: the savefile's stream, at the start of the next record;
-    /// null for a live or dead handle, as in libpcap.
+    /// For a pcap (not pcapng) file: whether it stores nanoseconds. libpcap
+    /// hands such a file's timestamp fields over as the signed 32-bit values
+    /// they are (`struct pcap_timeval`), however odd; weir must too.
+    pub(crate) fn pcap_file_nano(&self) -> Option<bool> {
+        self.trace.as_ref().filter(|t| t.kind == TraceKind::Pcap).map(|t| t.nanosecond)
+    }
+
+    /// Where libpcap's stream would stand now, and its buffer size, for a
+    /// savefile; `None` for input read only once.
+    fn layout_now(&self) -> Option<Result<(i64, u32), String>> {
+        let trace = self.trace.as_ref()?;
+        let cell = self.layout.get_or_init(|| RefCell::new(Layout::open(self.path.as_deref(), trace)));
+        let mut layout = cell.borrow_mut();
+        Some(layout.as_mut()?.after(self.records.get()))
+    }
+
+    /// `pcap_file`: the savefile's stream, where libpcap's would stand; null
+    /// for a live or dead handle, as in libpcap.
     pub fn file(&self) -> *mut libc::FILE {
-        if !self.offline {
+        if self.kind != Kind::Savefile {
             return std::ptr::null_mut();
         }
         let view = match self.savefile.get() {
@@ -194,12 +234,30 @@ impl Handle {
                 }
             },
         };
-        view.show(self.logical.get(), self.records.get())
+        let at = match self.layout_now() {
+            None => None,
+            Some(Ok((at, _))) => Some(at),
+            Some(Err(e)) => {
+                self.set_error(&format!("pcap_file: {e}"));
+                return std::ptr::null_mut();
+            }
+        };
+        view.show(at, self.records.get())
+    }
+
+    /// `pcap_bufsize` of a savefile: the buffer libpcap would have grown to
+    /// by the records read so far.
+    pub fn savefile_bufsize(&self) -> i32 {
+        let Some(trace) = &self.trace else { return 0 };
+        match self.layout_now() {
+            Some(Ok((_, bufsize))) => bufsize as i32,
+            _ => Layout::first_bufsize(trace) as i32,
+        }
     }
 
     /// Before a read: follow the caller if it moved `pcap_file`'s stream back
     /// (or on) to a record start it was told of.
-    fn follow_stream(&self, st: &mut State) -> Result<(), String> {
+    pub(crate) fn follow_stream(&self, st: &mut State) -> Result<(), String> {
         let Some(view) = self.savefile.get() else { return Ok(()) };
         let (packets, at) = match view.moved() {
             Moved::Not => return Ok(()),
@@ -215,11 +273,11 @@ impl Handle {
             // Abandoned, not ended: its counters are not the run's.
             drop(r.finish());
         }
-        let mut reader = self.start_reading(Handle::file_engine(&self.settings, self.path.clone())?, st)?;
+        let mut reader = self.start_reading(self.file_engine()?, st)?;
         // The engine filters nothing of a file: `packets` counts records.
         let mut skipped = 0;
         while skipped < packets {
-            match reader.next(BREAK_CHECK) {
+            match reader.next(crate::read::BREAK_CHECK) {
                 Read::Packet(_) => skipped += 1,
                 Read::Idle => {}
                 Read::End => break,
@@ -227,40 +285,53 @@ impl Handle {
         }
         st.stage = Stage::Reading(Box::new(reader));
         self.records.set(packets);
-        self.logical.set(at);
         view.settled(at);
         Ok(())
     }
 
-    /// Start capture (an interface with the filter set before reading),
-    /// signalling the selectable descriptor if the caller asked for one.
-    fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
-        engine.set_filter(if self.offline { None } else { st.filter.clone() });
+    /// Start capture (an interface with the filter set before reading), tied
+    /// to the handle's ready descriptor.
+    pub(crate) fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
+        engine.set_filter(if self.kind == Kind::Savefile { None } else { st.filter.clone() });
         let mut r = engine.start_reader().map_err(|e| e.to_string())?;
-        if let Some(fd) = self.selectable.get() {
-            fd.try_clone().and_then(|dup| r.attach_ready_fd(dup)).map_err(|e| format!("selectable descriptor: {e}"))?;
-        }
+        let tied = self.ready_fd().and_then(|fd| fd.try_clone()).and_then(|dup| r.attach_ready_fd(dup));
+        tied.map_err(|e| format!("the descriptor reads wait on: {e}"))?;
         Ok(r)
+    }
+
+    /// The ready descriptor, made on first use.
+    pub(crate) fn ready_fd(&self) -> std::io::Result<&EventFd> {
+        if let Some(fd) = self.ready.get() {
+            return Ok(fd);
+        }
+        let fd = EventFd::new()?;
+        Ok(self.ready.get_or_init(|| fd))
     }
 
     pub fn create(device: &str) -> Result<Box<Handle>, String> {
         let settings = Settings::from_env()?;
         let cfg = LiveConfig {
             device: device.to_string(),
-            snaplen: 262_144,
+            snaplen: MAXIMUM_SNAPLEN,
             promisc: false,
             rfmon: false,
             timeout_ms: 0,
             buffer_size: 0,
             immediate: false,
+            protocol: 0,
         };
-        let mut h = Handle::new(Stage::Created(cfg), LinkType::ETHERNET.dlt() as i32, 262_144, TSTAMP_PRECISION_MICRO, false, settings);
+        // libpcap's link type is 0 until activation (its handle is zeroed).
+        let mut h = Handle::new(Kind::Live, Stage::Created(cfg), 0, MAXIMUM_SNAPLEN, TSTAMP_PRECISION_MICRO, settings);
         h.device = Some(device.to_string());
         Ok(h)
     }
 
-    /// The configuration of a handle not yet activated, for the `pcap_set_*` calls.
+    /// The configuration of a handle not yet activated, for the `pcap_set_*`
+    /// calls; on another, libpcap's refusal.
     pub fn configure(&self, f: impl FnOnce(&mut LiveConfig)) -> i32 {
+        if self.refuse_if_activated() {
+            return PCAP_ERROR_ACTIVATED;
+        }
         let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
         match &mut st.stage {
             Stage::Created(cfg) => {
@@ -272,11 +343,28 @@ impl Handle {
     }
 
     pub fn is_activated(&self) -> bool {
-        self.state.try_borrow().map_or(true, |st| !matches!(st.stage, Stage::Created(_)))
+        self.activated.get()
+    }
+
+    /// libpcap's `pcap_check_activated`: true, with its message, on an activated handle.
+    pub fn refuse_if_activated(&self) -> bool {
+        if self.activated.get() {
+            self.set_error("can't perform  operation on activated capture");
+        }
+        self.activated.get()
+    }
+
+    /// libpcap's message for calls that need an activated handle.
+    pub fn not_activated(&self) -> i32 {
+        self.set_error("This handle hasn't been activated yet");
+        PCAP_ERROR_NOT_ACTIVATED
     }
 
     /// `pcap_activate`: open the interface through the engine.
     pub fn activate(&self) -> i32 {
+        if self.refuse_if_activated() {
+            return PCAP_ERROR_ACTIVATED;
+        }
         let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
         let Stage::Created(cfg) = &st.stage else { return PCAP_ERROR_ACTIVATED };
         let cfg = cfg.clone();
@@ -284,11 +372,18 @@ impl Handle {
             self.set_error(&format!("{}: monitor mode is not supported by weir", cfg.device));
             return PCAP_ERROR_RFMON_NOTSUP;
         }
+        if cfg.protocol != 0 && cfg.protocol != libc::ETH_P_ALL {
+            self.set_error(&format!(
+                "{}: weir captures every protocol (ETH_P_ALL); pcap_set_protocol_linux({:#06x}) is not supported, use a filter",
+                cfg.device, cfg.protocol
+            ));
+            return PCAP_ERROR;
+        }
         if !std::path::Path::new("/sys/class/net").join(&cfg.device).exists() || cfg.device.contains('/') {
             self.set_error(&format!("{}: No such device exists (weir opens interfaces of this network namespace)", cfg.device));
             return PCAP_ERROR_NO_SUCH_DEVICE;
         }
-        let snaplen = if cfg.snaplen <= 0 || cfg.snaplen > 262_144 { 262_144 } else { cfg.snaplen };
+        let snaplen = if cfg.snaplen <= 0 || cfg.snaplen > MAXIMUM_SNAPLEN { MAXIMUM_SNAPLEN } else { cfg.snaplen };
         let spec = SourceSpec::Live { kind: self.settings.source, iface: cfg.device.clone(), queues: self.settings.queues };
         let mut live = weir::source::LiveOptions { snaplen: snaplen as u32, promisc: cfg.promisc, ..Default::default() };
         let ring = &mut live.afpacket;
@@ -296,17 +391,19 @@ impl Handle {
             ring.block_count = (cfg.buffer_size as usize / ring.block_bytes).max(4);
         }
         if cfg.immediate {
-            ring.block_timeout = Duration::from_millis(1);
+            ring.block_timeout = std::time::Duration::from_millis(1);
         } else if cfg.timeout_ms > 0 {
-            ring.block_timeout = ring.block_timeout.min(Duration::from_millis(cfg.timeout_ms as u64));
+            ring.block_timeout = ring.block_timeout.min(std::time::Duration::from_millis(cfg.timeout_ms as u64));
         }
         let built = self.settings.builder(spec).live(live).build();
         match built {
             Ok(engine) => {
                 self.dlt.set(engine.info().link_type.dlt() as i32);
                 self.snaplen.set(snaplen);
-                st.timeout = (cfg.timeout_ms > 0 && !cfg.immediate).then(|| Duration::from_millis(cfg.timeout_ms as u64));
+                st.timeout = (cfg.timeout_ms > 0 && !cfg.immediate).then(|| std::time::Duration::from_millis(cfg.timeout_ms as u64));
                 st.stage = Stage::Opened(Box::new(engine));
+                self.activated.set(true);
+                self.immediate.set(cfg.immediate);
                 0
             }
             Err(e) => {
@@ -319,6 +416,30 @@ impl Handle {
                 }
             }
         }
+    }
+
+    /// The link types `pcap_list_datalinks` offers: libpcap's list for a
+    /// Linux interface adds DOCSIS to Ethernet (the same frames, for a link
+    /// to a cable modem termination system); every other handle offers its own.
+    pub fn datalinks(&self) -> Vec<i32> {
+        let own = self.dlt.get();
+        let ethernet = LinkType::ETHERNET.dlt() as i32;
+        if self.kind == Kind::Live && (own == ethernet || own == DLT_DOCSIS) {
+            vec![ethernet, DLT_DOCSIS]
+        } else {
+            vec![own]
+        }
+    }
+
+    /// `pcap_set_datalink` to one of [`datalinks`](Self::datalinks): only the
+    /// number changes, as in libpcap, and filters compiled from now on are
+    /// compiled for it.
+    pub fn switch_datalink(&self, dlt: i32) -> Result<(), String> {
+        let mut st = self.state.try_borrow_mut().map_err(|_| "called from inside a packet callback".to_string())?;
+        if self.dlt.replace(dlt) != dlt {
+            st.dead = None;
+        }
+        Ok(())
     }
 
     /// The system library's dead twin, made on first use.
@@ -341,7 +462,7 @@ impl Handle {
             }
         };
         let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
-        if self.offline {
+        if self.kind == Kind::Savefile {
             st.here = Some(filter.clone());
         } else if let Stage::Reading(r) = &st.stage {
             if let Err(e) = r.replace_filter(Some(filter.clone())) {
@@ -364,157 +485,6 @@ impl Handle {
         self.state.try_borrow().is_ok_and(|st| st.nonblock)
     }
 
-    pub fn request_break(&self) {
-        // Relaxed: a flag the reading thread polls; nothing else is published by it.
-        self.break_loop.store(true, Ordering::Relaxed);
-    }
-
-    /// Read one packet. `wait` false: a live handle returns `Idle` at once when
-    /// nothing is there (for `pcap_dispatch` after its first packet).
-    pub fn read(&self, wait: bool) -> Got {
-        let Ok(mut st) = self.state.try_borrow_mut() else {
-            self.busy();
-            return Got::Error;
-        };
-        if matches!(st.stage, Stage::Opened(_)) {
-            let Stage::Opened(engine) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!() };
-            match self.start_reading(*engine, &st) {
-                Ok(r) => {
-                    let _ = self.stats.set(r.stats_reader());
-                    st.stage = Stage::Reading(Box::new(r));
-                }
-                Err(e) => {
-                    self.set_error(&e);
-                    return Got::Error;
-                }
-            }
-        }
-        if let Err(e) = self.follow_stream(&mut st) {
-            self.set_error(&e);
-            return Got::Error;
-        }
-        let st = &mut *st;
-        let reader = match &mut st.stage {
-            Stage::Reading(r) => r,
-            Stage::Ended => return Got::End,
-            Stage::Dead => {
-                self.set_error("this handle was opened with pcap_open_dead and has no packets");
-                return Got::Error;
-            }
-            Stage::Created(_) => {
-                self.set_error("the capture has not been activated");
-                return Got::Error;
-            }
-            Stage::Opened(_) => unreachable!("started above"),
-        };
-        // A file never times out: its reader waits for the next block as long as it takes.
-        let limit = if self.offline {
-            None
-        } else if !wait || st.nonblock {
-            Some(Duration::ZERO)
-        } else {
-            st.timeout
-        };
-        // The clock is read only once a wait was in vain: a packet that is
-        // already there costs no clock read (as in weir's reader).
-        let mut until: Option<Instant> = None;
-        loop {
-            // Relaxed, as in `request_break`. A plain load first: the swap is
-            // a locked instruction, paid only when a break was asked for.
-            if self.break_loop.load(Ordering::Relaxed) && self.break_loop.swap(false, Ordering::Relaxed) {
-                return Got::Break;
-            }
-            let slice = match (limit, until) {
-                (None, _) => BREAK_CHECK,
-                (Some(l), None) => l.min(BREAK_CHECK),
-                (Some(_), Some(u)) => u.saturating_duration_since(Instant::now()).min(BREAK_CHECK),
-            };
-            match reader.next(slice) {
-                Read::Packet(p) => {
-                    self.records.set(self.records.get() + 1);
-                    self.logical.set(self.logical.get() + RECORD_HEADER + i64::from(p.caplen()));
-                    if st.here.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
-                        let mut rejected = self.rejected.borrow_mut();
-                        let q = usize::from(p.queue().0);
-                        if rejected.len() <= q {
-                            rejected.resize(q + 1, (0, 0));
-                        }
-                        rejected[q].0 += 1;
-                        rejected[q].1 += u64::from(p.wire_len());
-                        continue;
-                    }
-                    let (sec, frac) = self.timeval(p.ts_ns(), p.ts_carry());
-                    let hdr = PcapPkthdr {
-                        tv_sec: sec as libc::time_t,
-                        tv_usec: frac as libc::suseconds_t,
-                        caplen: p.caplen(),
-                        len: p.wire_len(),
-                    };
-                    return Got::Packet(hdr, p.data().as_ptr());
-                }
-                Read::Idle => {
-                    if let Some(l) = limit {
-                        // The first slice was waited already: the limit counts from its start.
-                        let u = *until.get_or_insert_with(|| Instant::now() + l.saturating_sub(slice));
-                        if Instant::now() >= u {
-                            return Got::Idle;
-                        }
-                    }
-                }
-                Read::End => {
-                    let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!("reading") };
-                    let report = r.finish();
-                    self.report(report.stats);
-                    return match report.errors.first().map(|e| e.to_string()) {
-                        Some(e) => {
-                            self.set_error(&e);
-                            Got::Error
-                        }
-                        None => Got::End,
-                    };
-                }
-            }
-        }
-    }
-
-    /// The timestamp as libpcap would hand it over: the seconds and fraction as
-    /// the record wrote them (uncarried, signed for a pcap file), in the
-    /// handle's precision.
-    fn timeval(&self, ns: u64, carry: u32) -> (i64, i64) {
-        const NS: u64 = 1_000_000_000;
-        let want_nano = self.precision.get() == TSTAMP_PRECISION_NANO;
-        match self.pcap_file_nano {
-            Some(file_nano) => {
-                // The reader's sum wraps as libpcap's signed fields do: as an i64 it is exact.
-                let ts = ns as i64;
-                let sec = ts.div_euclid(NS as i64) - i64::from(carry as i32);
-                let frac_ns = ts.wrapping_sub(sec.wrapping_mul(NS as i64));
-                let raw = if file_nano { frac_ns } else { frac_ns / 1000 };
-                // The fields are 32 bits in the file and signed in libpcap.
-                let (sec, raw) = (i64::from(sec as u32 as i32), i64::from(raw as u32 as i32));
-                let frac = match (file_nano, want_nano) {
-                    (false, true) => raw * 1000,
-                    (true, false) => raw / 1000,
-                    _ => raw,
-                };
-                (sec, frac)
-            }
-            None => {
-                let (sec, frac_ns) = (ns / NS, ns % NS);
-                (sec as i64, if want_nano { frac_ns as i64 } else { (frac_ns / 1000) as i64 })
-            }
-        }
-    }
-
-    /// Keep the header of the packet `pcap_next_ex` hands out until the next read.
-    pub fn keep_header(&self, hdr: PcapPkthdr) -> *mut PcapPkthdr {
-        let slot = self.hdr.get();
-        // SAFETY: only the reading thread writes the slot, between reads; the
-        // caller holds the previous pointer only until this read, as libpcap says.
-        unsafe { *slot = hdr };
-        slot
-    }
-
     /// The engine's counters, once capture started.
     pub fn stats(&self) -> Option<weir::stats::QueueStats> {
         self.stats.get().map(|s| s.read().total())
@@ -532,7 +502,7 @@ impl Handle {
 
     /// weir's report, if asked for, with the packets the filter rejected here
     /// moved from delivered (to this handle) to filtered.
-    fn report(&self, mut stats: Snapshot) {
+    pub(crate) fn report(&self, mut stats: Snapshot) {
         let rejected = self.rejected.borrow();
         for q in &mut stats.queues {
             let (n, bytes) = rejected.get(usize::from(q.queue.0)).copied().unwrap_or_default();
@@ -544,29 +514,25 @@ impl Handle {
         self.settings.report(&stats);
     }
 
-    /// `pcap_get_selectable_fd`: an eventfd, readable when a read may find a
-    /// packet or the end. Before capture starts it is readable, so that a
-    /// poller's first read starts capture.
+    /// `pcap_get_selectable_fd` of a savefile or an activated live handle:
+    /// the ready descriptor, readable when a read may find a packet or the
+    /// end. Before capture starts it is readable, so that a poller's first
+    /// read starts capture.
     pub fn selectable_fd(&self) -> i32 {
-        if let Some(fd) = self.selectable.get() {
-            return fd.as_raw_fd();
-        }
-        let Ok(mut st) = self.state.try_borrow_mut() else { return self.busy() };
-        let tied = EventFd::new().and_then(|fd| {
-            match &mut st.stage {
-                Stage::Reading(r) => r.attach_ready_fd(fd.try_clone()?)?,
-                _ => fd.signal(),
+        let Ok(st) = self.state.try_borrow() else { return self.busy() };
+        let reading = matches!(st.stage, Stage::Reading(_));
+        match self.ready_fd() {
+            Ok(fd) => {
+                if !reading {
+                    fd.signal();
+                }
+                fd.as_raw_fd()
             }
-            Ok(fd)
-        });
-        let fd = match tied {
-            Ok(fd) => fd,
             Err(e) => {
                 self.set_error(&format!("selectable descriptor: {e}"));
-                return PCAP_ERROR;
+                PCAP_ERROR
             }
-        };
-        self.selectable.get_or_init(|| fd).as_raw_fd()
+        }
     }
 
     /// `pcap_get_required_select_timeout`: with locality buffering, a poller
@@ -574,7 +540,7 @@ impl Handle {
     pub fn select_timeout(&self) -> Option<&libc::timeval> {
         self.select_tv
             .get_or_init(|| {
-                let d = self.settings.locality.filter(|_| !self.offline)?.quiet_after();
+                let d = self.settings.locality.filter(|_| self.kind == Kind::Live)?.quiet_after();
                 Some(libc::timeval { tv_sec: d.as_secs() as libc::time_t, tv_usec: d.subsec_micros() as libc::suseconds_t })
             })
             .as_ref()
@@ -596,7 +562,7 @@ impl Handle {
         self.errbuf.get().cast()
     }
 
-    fn busy(&self) -> i32 {
+    pub(crate) fn busy(&self) -> i32 {
         self.set_error("this pcap_t is being read: the call is not allowed from inside its own packet callback");
         PCAP_ERROR
     }

@@ -9,15 +9,29 @@
 //!   The compiler's neighbours (`bpf_dump`, name tables, the savefile writer,
 //!   interface lists) are the system library's own ([`delegate`]).
 //!
+//! Every exported function is `extern "C-unwind"`, and so is the packet
+//! callback's type: glibc cancels a thread (`pthread_cancel`) by unwinding its
+//! stack, and a program may cancel its capture thread while it is in weir's
+//! wait or in its own callback, or in the system library's code weir calls for
+//! it (writing a dump file). Unwinding must pass through weir's frames,
+//! dropping what they hold, as it passes through libpcap's C frames; an
+//! `extern "C"` function would abort the process instead. Where weir may be
+//! cancelled at all is [`cancel`]'s business.
+//!
 //! The whole crate is the C API, so it may use `unsafe`; every block says why
 //! it holds.
 
 #![allow(unsafe_code)]
 
 mod api;
+mod cancel;
+mod data;
 mod delegate;
 pub mod env;
+mod errors;
+mod getters;
 mod handle;
+mod read;
 mod savefile;
 mod sys;
 mod types;

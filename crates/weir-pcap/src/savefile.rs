@@ -1,32 +1,36 @@
 //! `pcap_file`: the `FILE *` libpcap reads a savefile through, which programs
-//! use to show progress (`ftell`) and to read again from a point they noted
+//! use to show progress and find the end (`ftell`, compared with the file's
+//! size, as ettercap does) and to read again from a point they noted
 //! (`pos = ftell(pcap_file(p)); pcap_next_ex(p, ..); fseek(pcap_file(p), pos, SEEK_SET)`,
 //! as nfpcapd does to learn the first timestamp).
 //!
 //! weir reads the file on its own capture thread, ahead of the application,
 //! so the stream is a view kept in step on request:
-//! - Each `pcap_file` call puts the stream at the handle's logical position,
-//!   where the next record starts, and remembers how many packets had been
-//!   records had been read there (the handle filters a file's records itself,
-//!   so it sees each one). For a pcap file the position is the exact byte
-//!   offset; for pcapng it is an estimate, still strictly increasing.
+//! - Each `pcap_file` call puts the stream where libpcap's would stand after
+//!   the records read so far: after the last one's record (pcap) or block
+//!   (pcapng, after any blocks before it), and before the first, after the
+//!   file header (pcap) or the first interface description block (pcapng).
+//!   [`Layout`] finds those offsets by walking the file again with weir's
+//!   parser, on a descriptor of its own, as far as the reads went; it also
+//!   gives the buffer size libpcap reports by then (`pcap_bufsize`). It
+//!   remembers how many records had been read there.
 //! - Before each read, a stream moved by the caller to a position it was told
 //!   means "read again from there": the handle restarts the file and skips to
-//!   that packet. Any other position is an error that names the offset.
+//!   that record. Any other position is an error that names the offset.
 //! - A stream the caller passed to `pcap_fopen_offline` is closed at
 //!   `pcap_close`, as libpcap does; standard input is never closed nor moved.
+//!   Input that cannot be read twice (a pipe) has no layout: its stream
+//!   cannot be positioned either, so `ftell` fails on it as it does in libpcap.
 
 use libc::FILE;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-
-/// Bytes of a classic pcap file header, where its first record starts.
-pub const PCAP_HEADER: i64 = 24;
-/// Bytes of a classic pcap record header.
-pub const RECORD_HEADER: i64 = 16;
+use weir::source::file::format::{Step, TraceHeader, TraceKind, Walker, MAX_RECORD_BYTES};
 
 extern "C" {
     static stdin: *mut FILE;
@@ -82,14 +86,16 @@ impl Savefile {
         Ok(Savefile::new(fp, true))
     }
 
-    /// Put the stream at `at`, where `packets` records have been read, and hand it over.
-    pub fn show(&self, at: i64, packets: u64) -> *mut FILE {
+    /// Put the stream at `at` (if known), where `packets` records have been
+    /// read, and hand it over.
+    pub fn show(&self, at: Option<i64>, packets: u64) -> *mut FILE {
         // SAFETY: fp is open for the life of this view.
-        if unsafe { libc::fseek(self.fp, at as libc::c_long, libc::SEEK_SET) } == 0 {
-            self.set_at.set(Some(at));
-            self.told.borrow_mut().insert(at, packets);
-        } else {
-            self.set_at.set(None);
+        match at.filter(|&at| unsafe { libc::fseek(self.fp, at as libc::c_long, libc::SEEK_SET) } == 0) {
+            Some(at) => {
+                self.set_at.set(Some(at));
+                self.told.borrow_mut().insert(at, packets);
+            }
+            None => self.set_at.set(None),
         }
         self.fp
     }
@@ -120,5 +126,150 @@ impl Drop for Savefile {
             // SAFETY: our stream (or the caller's, given to us as libpcap takes it), closed once.
             unsafe { libc::fclose(self.fp) };
         }
+    }
+}
+
+/// libpcap's first read buffer for a savefile: its minimum for pcapng, its
+/// maximum for pcap (smaller if the snapshot length is).
+const FIRST_BUFFER: u32 = 2048;
+/// Bytes asked of the file at a time while walking it.
+const READ_AHEAD: usize = 64 * 1024;
+
+/// A savefile walked with weir's parser, as far as the handle's reads went:
+/// where each record ends, and how large libpcap's read buffer is by then.
+pub struct Layout {
+    file: File,
+    header: TraceHeader,
+    walker: Walker,
+    /// Unconsumed file bytes; `window[0]` is at file offset `at`.
+    window: Vec<u8>,
+    at: u64,
+    eof: bool,
+    /// Whether the header step (pcap file header, first pcapng interface) was passed.
+    opened: bool,
+    packets: u64,
+    bufsize: u32,
+}
+
+impl Layout {
+    /// The layout of `path` (`None`: standard input, if it is a regular
+    /// file), or `None` for input that cannot be read a second time.
+    pub fn open(path: Option<&Path>, header: &TraceHeader) -> Option<Layout> {
+        let path = path.unwrap_or(Path::new("/dev/stdin"));
+        // A pipe opened again is the same pipe: reading it would take the packets.
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        let file = File::open(path).ok()?;
+        let mut layout = Layout {
+            file,
+            header: header.clone(),
+            walker: Walker::new(),
+            window: Vec::new(),
+            at: 0,
+            eof: false,
+            opened: false,
+            packets: 0,
+            bufsize: 0,
+        };
+        layout.rewind().ok()?;
+        Some(layout)
+    }
+
+    /// libpcap's buffer size for a savefile whose layout is unknown: what it
+    /// starts with.
+    pub fn first_bufsize(header: &TraceHeader) -> u32 {
+        match header.kind {
+            TraceKind::Pcap => header.snapshot.min(FIRST_BUFFER),
+            TraceKind::PcapNg => FIRST_BUFFER,
+        }
+    }
+
+    fn rewind(&mut self) -> std::io::Result<()> {
+        self.file.seek(SeekFrom::Start(0))?;
+        self.walker = Walker::new();
+        self.window.clear();
+        self.at = 0;
+        self.eof = false;
+        self.opened = false;
+        self.packets = 0;
+        self.bufsize = Layout::first_bufsize(&self.header);
+        Ok(())
+    }
+
+    /// After `packets` records were read: the offset where libpcap's stream
+    /// stands, and the size its buffer has grown to.
+    pub fn after(&mut self, packets: u64) -> Result<(i64, u32), String> {
+        if packets < self.packets {
+            self.rewind().map_err(|e| e.to_string())?;
+        }
+        let mut pos = 0;
+        while !self.opened || self.packets < packets {
+            let step = self.walker.next(&self.window[pos..], self.at, self.eof).map_err(|e| e.to_string())?;
+            let consumed = match step {
+                Step::Need { need } => {
+                    self.window.drain(..pos);
+                    pos = 0;
+                    self.fill(need).map_err(|e| e.to_string())?;
+                    continue;
+                }
+                Step::End => break,
+                Step::Header { consumed } => {
+                    self.opened = true;
+                    consumed
+                }
+                Step::Skip { consumed } => {
+                    if self.at == 0 {
+                        self.section_header(consumed);
+                    }
+                    consumed
+                }
+                Step::Packet(r) => {
+                    self.packets += 1;
+                    if self.header.kind == TraceKind::Pcap {
+                        self.grow_record(r.data.len() as u32);
+                    }
+                    r.consumed
+                }
+            };
+            pos += consumed;
+            self.at += consumed as u64;
+        }
+        self.window.drain(..pos);
+        Ok((self.at as i64, self.bufsize))
+    }
+
+    /// libpcap sizes a pcapng file's buffer to hold the first section
+    /// header block at least. It reallocates it for any larger block later
+    /// but never updates the size it reports, so that is all it says.
+    fn section_header(&mut self, len: usize) {
+        self.bufsize = self.bufsize.max(len as u32);
+    }
+
+    /// libpcap grows a pcap file's buffer to the next power of two above a
+    /// record's captured length, at most the snapshot length.
+    fn grow_record(&mut self, caplen: u32) {
+        if caplen > self.bufsize {
+            self.bufsize = caplen.next_power_of_two().min(self.header.snapshot);
+        }
+    }
+
+    /// Read until the window holds `need` bytes or the file ends.
+    fn fill(&mut self, need: usize) -> std::io::Result<()> {
+        let need = need.min(MAX_RECORD_BYTES);
+        while self.window.len() < need && !self.eof {
+            let have = self.window.len();
+            self.window.resize(have + READ_AHEAD.max(need - have), 0);
+            let n = loop {
+                match self.file.read(&mut self.window[have..]) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    other => break other,
+                }
+            };
+            let n = n.inspect_err(|_| self.window.truncate(have))?;
+            self.window.truncate(have + n);
+            self.eof = n == 0;
+        }
+        Ok(())
     }
 }

@@ -1,23 +1,29 @@
-//! The system libpcap's functions that weir delegates to: the filter compiler
-//! and everything around it (`bpf_dump`, `bpf_image`, the name tables), the
-//! savefile writer (`pcap_dump_*`), and the interface queries. weir reads
-//! packets; it does not re-implement what libpcap already does well and where
-//! programs depend on its exact output.
+//! The system libpcap, which weir delegates to: the filter compiler and
+//! everything around it (`bpf_dump`, `bpf_image`, `bpf_filter`, the name
+//! tables), the savefile writer (`pcap_dump_*`), and the interface queries.
+//! weir reads packets; it does not re-implement what libpcap already does well
+//! and where programs depend on its exact output.
+//!
+//! [`System`] holds the functions the shim calls on its own account (on a
+//! dead twin of a weir handle, see [`DeadHandle`]), loaded together; the
+//! functions passed through as they are ([`crate::delegate`]) are looked up
+//! one by one ([`System::symbol`]), so a libpcap that lacks one fails only
+//! that call.
 //!
 //! The library is the one weir's filter module found (by absolute path), opened
 //! again with `RTLD_LOCAL | RTLD_DEEPBIND` so its internal calls bind to itself,
 //! not to the same-named functions this library exports.
 
-use crate::types::{BpfProgram, PcapIf, PcapPkthdr, RawPcap};
-use libc::{c_char, c_int, c_long, c_uint, FILE};
+use crate::types::{BpfProgram, PcapIf, RawPcap};
+use libc::{c_char, c_int, c_uint, FILE};
 use std::sync::OnceLock;
 
 macro_rules! delegated {
     ($($field:ident : $name:literal => fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// Function pointers into the system libpcap.
         pub struct System {
-            $(pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
-            _lib: libloading::Library,
+            $(pub $field: unsafe extern "C-unwind" fn($($arg),*) $(-> $ret)?,)*
+            lib: libloading::Library,
         }
 
         fn load() -> Result<System, String> {
@@ -35,7 +41,7 @@ macro_rules! delegated {
                         .map_err(|_| format!("{}: no symbol {}", path.display(), $name))?;
                     *s
                 },)*
-                _lib: lib,
+                lib,
             })
         }
     };
@@ -46,31 +52,10 @@ delegated! {
     close: "pcap_close" => fn(*mut RawPcap);
     geterr: "pcap_geterr" => fn(*mut RawPcap) -> *mut c_char;
     compile: "pcap_compile" => fn(*mut RawPcap, *mut BpfProgram, *const c_char, c_int, u32) -> c_int;
-    freecode: "pcap_freecode" => fn(*mut BpfProgram);
-    offline_filter: "pcap_offline_filter" => fn(*const BpfProgram, *const PcapPkthdr, *const u8) -> c_int;
-    bpf_image: "bpf_image" => fn(*const crate::types::BpfInsn, c_int) -> *mut c_char;
-    bpf_dump: "bpf_dump" => fn(*const BpfProgram, c_int);
-    datalink_name_to_val: "pcap_datalink_name_to_val" => fn(*const c_char) -> c_int;
-    datalink_val_to_name: "pcap_datalink_val_to_name" => fn(c_int) -> *const c_char;
-    datalink_val_to_description: "pcap_datalink_val_to_description" => fn(c_int) -> *const c_char;
-    datalink_val_to_description_or_dlt: "pcap_datalink_val_to_description_or_dlt" => fn(c_int) -> *const c_char;
-    tstamp_type_name_to_val: "pcap_tstamp_type_name_to_val" => fn(*const c_char) -> c_int;
-    tstamp_type_val_to_name: "pcap_tstamp_type_val_to_name" => fn(c_int) -> *const c_char;
-    tstamp_type_val_to_description: "pcap_tstamp_type_val_to_description" => fn(c_int) -> *const c_char;
-    statustostr: "pcap_statustostr" => fn(c_int) -> *const c_char;
-    strerror: "pcap_strerror" => fn(c_int) -> *const c_char;
     findalldevs: "pcap_findalldevs" => fn(*mut *mut PcapIf, *mut c_char) -> c_int;
-    freealldevs: "pcap_freealldevs" => fn(*mut PcapIf);
-    lookupnet: "pcap_lookupnet" => fn(*const c_char, *mut u32, *mut u32, *mut c_char) -> c_int;
     dump_open: "pcap_dump_open" => fn(*mut RawPcap, *const c_char) -> *mut c_void_dumper;
     dump_open_append: "pcap_dump_open_append" => fn(*mut RawPcap, *const c_char) -> *mut c_void_dumper;
     dump_fopen: "pcap_dump_fopen" => fn(*mut RawPcap, *mut FILE) -> *mut c_void_dumper;
-    dump: "pcap_dump" => fn(*mut u8, *const PcapPkthdr, *const u8);
-    dump_file: "pcap_dump_file" => fn(*mut c_void_dumper) -> *mut FILE;
-    dump_ftell: "pcap_dump_ftell" => fn(*mut c_void_dumper) -> c_long;
-    dump_ftell64: "pcap_dump_ftell64" => fn(*mut c_void_dumper) -> i64;
-    dump_flush: "pcap_dump_flush" => fn(*mut c_void_dumper) -> c_int;
-    dump_close: "pcap_dump_close" => fn(*mut c_void_dumper);
 }
 
 /// The system libpcap's `pcap_dumper_t`, opaque here.
@@ -85,6 +70,18 @@ pub fn system() -> Result<&'static System, String> {
 }
 
 impl System {
+    /// The system library's function `name`, for the calls passed through as
+    /// they are ([`crate::delegate`]); `None` if this libpcap lacks it.
+    ///
+    /// # Safety
+    /// `F` is the function pointer type of `name`'s libpcap 1.10 prototype.
+    pub unsafe fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
+        let mut z = name.as_bytes().to_vec();
+        z.push(0);
+        // SAFETY: as the caller promises.
+        unsafe { self.lib.get::<F>(&z) }.ok().map(|s| *s)
+    }
+
     /// A dead handle of the system library for `dlt`, `snaplen` and precision,
     /// for the calls that need one (compiling, opening a dump file).
     pub fn dead(&'static self, dlt: c_int, snaplen: c_int, precision: c_uint) -> Result<DeadHandle, String> {

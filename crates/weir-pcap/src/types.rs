@@ -27,7 +27,7 @@ pub struct PcapIf {
 }
 
 /// `pcap_handler`.
-pub type Callback = Option<unsafe extern "C" fn(*mut u8, *const PcapPkthdr, *const u8)>;
+pub type Callback = Option<unsafe extern "C-unwind" fn(*mut u8, *const PcapPkthdr, *const u8)>;
 
 /// `PCAP_ERRBUF_SIZE`.
 pub const ERRBUF_SIZE: usize = 256;
@@ -48,3 +48,4 @@ pub const TSTAMP_PRECISION_NANO: u32 = 1;
 pub const TSTAMP_HOST: i32 = 0;
 
 pub const PCAP_D_INOUT: i32 = 0;
+pub const PCAP_D_OUT: i32 = 2;

@@ -120,6 +120,39 @@ fn a_truncated_trace_ends_with_its_error_after_the_whole_packets() {
 }
 
 #[test]
+fn records_from_a_pipe_are_delivered_while_its_writer_pauses() {
+    // A capture writing to a pipe (`tcpdump -w - | prog -r -`) pauses between
+    // packets: those written must come out without waiting for a block's worth.
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, fifo) = (dir.path().join("t.pcap"), dir.path().join("fifo"));
+    write_trace(&trace, 10);
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let bytes = std::fs::read(&trace).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            std::io::Write::write_all(&mut w, &bytes).unwrap();
+            // Held open, as a writer that has nothing more to say yet.
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        })
+    };
+    let mut r = reader(fifo.to_str().unwrap(), PoolConfig::default());
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut n = 0;
+    while n < 10 && Instant::now() < until {
+        if let Read::Packet(_) = r.next(Duration::from_millis(100)) {
+            n += 1;
+        }
+    }
+    assert_eq!(n, 10, "every record written, while the writer still holds the pipe open");
+    done_tx.send(()).unwrap();
+    writer.join().unwrap();
+    assert!(matches!(r.next(Duration::from_secs(10)), Read::End), "the end once the writer closes");
+}
+
+#[test]
 fn a_locality_reader_stopped_mid_batch_counts_the_rest_of_the_batch_unread() {
     use weir::locality::{BatchSize, LocalityConfig};
     let dir = tempfile::tempdir().unwrap();

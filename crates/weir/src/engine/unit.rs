@@ -56,9 +56,10 @@ pub trait CaptureUnit: Send + 'static {
 /// A source failed while capturing, or could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// Bad input: a malformed or truncated trace, with where it went wrong.
-    #[error("{what}")]
-    Malformed { what: String },
+    /// Bad input: a malformed or truncated trace (`file` names it), with
+    /// where it went wrong.
+    #[error("{file}: {error}")]
+    Malformed { file: String, error: crate::source::file::format::FormatError },
     /// The OS error is shown in the message, not chained as a source, so
     /// printing the chain does not repeat it.
     #[error("{what}: {error}")]

@@ -18,15 +18,7 @@ use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Where distributions put the real libpcap.
-const CANDIDATES: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu/libpcap.so.0.8",
-    "/usr/lib/aarch64-linux-gnu/libpcap.so.0.8",
-    "/lib/x86_64-linux-gnu/libpcap.so.0.8",
-    "/usr/lib64/libpcap.so.1",
-    "/usr/lib/libpcap.so.1",
-    "/usr/lib/libpcap.so.0.8",
-];
+include!("libpcap_paths.rs");
 
 /// libpcap's `PCAP_ERRBUF_SIZE`.
 pub const ERRBUF_SIZE: usize = 256;

@@ -106,9 +106,15 @@ impl Buf {
     }
 }
 
+/// The input, and whether a block waits to be filled from it (see [`fill`]).
+struct Source {
+    file: File,
+    regular: bool,
+}
+
 /// Reading before the capture thread starts (the header), then with read-ahead.
 enum Reader {
-    Direct(File),
+    Direct(Source),
     Ahead { rx: Receiver<Filled>, stop: Arc<AtomicBool> },
     Done,
 }
@@ -170,7 +176,7 @@ impl Input {
             label,
             cfg,
             arena,
-            reader: Reader::Direct(file),
+            reader: Reader::Direct(Source { file, regular: meta.is_file() }),
             buf: Buf::Empty,
             pos: 0,
             len: 0,
@@ -214,20 +220,19 @@ impl Input {
 
     /// Start reading ahead on a thread of its own, from where the header ended.
     pub fn start_read_ahead(&mut self) -> Result<(), SourceError> {
-        let Reader::Direct(file) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
+        let Reader::Direct(source) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
         if self.eof {
             return Ok(());
         }
         let (tx, rx) = sync_channel(AHEAD);
         let stop = Arc::new(AtomicBool::new(false));
         let ahead = ReadAhead {
-            file,
+            source,
             arena: Arc::clone(&self.arena),
             cfg: self.cfg,
             tx,
             stop: Arc::clone(&stop),
             offset: self.read_offset,
-            stream: self.stream,
             read_total: Arc::clone(&self.read_total),
         };
         std::thread::Builder::new()
@@ -277,15 +282,20 @@ impl Input {
 
     /// The next filled block, `Some(None)` at the end of input, `None` on a stop.
     fn next_filled(&mut self, sides: &mut [CaptureSide], ctl: &Control) -> Result<Option<Option<(BlockMut, usize)>>, SourceError> {
+        let mut ended = false;
         let filled = match &mut self.reader {
             Reader::Done => return Ok(Some(None)),
-            Reader::Direct(file) => {
-                let f = read_block(file, &self.arena, self.cfg, self.stream, self.read_offset, &self.label)?;
-                if let Filled::Block(_, n) = &f {
+            Reader::Direct(source) => {
+                let filled = read_block(source, &self.arena, self.cfg, self.read_offset, &self.label)?;
+                if let Filled::Block(_, n) = &filled {
                     // Relaxed: a count read after the run, once the threads are done with it.
                     self.read_total.fetch_add(*n as u64, Ordering::Relaxed);
                 }
-                f
+                // A regular file's read() comes back short only at its end: a
+                // small file is then read whole with its header, and no thread
+                // is started to read ahead what is not there.
+                ended = source.regular && matches!(filled, Filled::Block(_, n) if n < self.cfg.block_bytes);
+                filled
             }
             Reader::Ahead { rx, .. } => {
                 let mut flushed = false;
@@ -315,6 +325,9 @@ impl Input {
                 }
             }
         };
+        if ended {
+            self.reader = Reader::Done;
+        }
         match filled {
             Filled::Block(b, n) => {
                 self.read_offset += n as u64;
@@ -367,32 +380,28 @@ impl Drop for Input {
     }
 }
 
-/// Read one block from `file` on the calling thread. A block with no bytes means the end.
-fn read_block(
-    file: &mut File,
-    arena: &Arc<BlockArena>,
-    cfg: ReadConfig,
-    stream: bool,
-    offset: u64,
-    label: &str,
-) -> Result<Filled, SourceError> {
+/// Read one block from `source` on the calling thread. A block with no bytes means the end.
+fn read_block(source: &mut Source, arena: &Arc<BlockArena>, cfg: ReadConfig, offset: u64, label: &str) -> Result<Filled, SourceError> {
     // Before read-ahead starts the arena is untouched, so a block is always free.
     let mut block = arena.acquire().ok_or_else(|| SourceError::Invalid(format!("{label}: no free read block")))?;
-    match fill(file, &mut block.bytes()[cfg.headroom..], stream) {
+    match fill(source, &mut block.bytes()[cfg.headroom..]) {
         Ok(0) => Ok(Filled::End),
         Ok(n) => Ok(Filled::Block(block, n)),
         Err(e) => Err(SourceError::Io { what: format!("{label} at byte offset {offset}"), error: e }),
     }
 }
 
-/// read() until `dst` is full or the input ends, or for a stream until one
-/// read returns bytes; returns the bytes read (0 at the end).
-fn fill(file: &mut File, dst: &mut [u8], stream: bool) -> std::io::Result<usize> {
+/// read() into `dst`; returns the bytes read, 0 only at the end of input. A
+/// regular file is read until `dst` is full, to amortize the calls. Any other
+/// input (a pipe, a socket, a terminal) hands over what its first read()
+/// returned: its writer may pause, as a capture writing to a pipe does between
+/// packets, and the records already read must reach the application then, as
+/// libpcap delivers each record it has read, not once a block's worth came.
+fn fill(source: &mut Source, dst: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
-    while n < dst.len() {
-        match file.read(&mut dst[n..]) {
+    while n < dst.len() && (source.regular || n == 0) {
+        match source.file.read(&mut dst[n..]) {
             Ok(0) => break,
-            Ok(k) if stream => return Ok(k),
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -403,13 +412,12 @@ fn fill(file: &mut File, dst: &mut [u8], stream: bool) -> std::io::Result<usize>
 
 /// The read-ahead thread's state.
 struct ReadAhead {
-    file: File,
+    source: Source,
     arena: Arc<BlockArena>,
     cfg: ReadConfig,
     tx: SyncSender<Filled>,
     stop: Arc<AtomicBool>,
     offset: u64,
-    stream: bool,
     read_total: Arc<AtomicU64>,
 }
 
@@ -426,7 +434,7 @@ impl ReadAhead {
                     None => std::thread::sleep(FREE_WAIT),
                 }
             };
-            let msg = match fill(&mut self.file, &mut block.bytes()[self.cfg.headroom..], self.stream) {
+            let msg = match fill(&mut self.source, &mut block.bytes()[self.cfg.headroom..]) {
                 Ok(0) => Filled::End,
                 Ok(n) => {
                     self.offset += n as u64;

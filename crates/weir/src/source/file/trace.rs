@@ -18,7 +18,7 @@
 //! offset, after every packet before it was captured.
 
 use crate::memory::{Budget, Bytes, Plan};
-use super::format::{Step, TraceHeader, Walker};
+use super::format::{FormatError, Step, TraceHeader, Walker};
 use super::input::{Input, ReadConfig};
 use crate::engine::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::balance::{Route, Steering};
@@ -42,8 +42,8 @@ const TICK_CHECK_EVERY: u32 = 64;
 /// worker is not left waiting for packets that already arrived.
 const FLUSH_BEFORE_WAIT: Duration = Duration::from_millis(1);
 
-fn malformed(label: &str, e: impl std::fmt::Display) -> SourceError {
-    SourceError::Malformed { what: format!("{label}: {e}") }
+fn malformed(label: &str, error: FormatError) -> SourceError {
+    SourceError::Malformed { file: label.to_string(), error }
 }
 
 /// A trace opened and its header read, not yet capturing.
@@ -65,14 +65,16 @@ impl TraceSource {
             match walker.next(input.unread(), input.offset(), input.eof).map_err(|e| malformed(&input.label, e))? {
                 Step::Header { consumed } => {
                     input.advance(consumed);
-                    break walker.header().cloned().ok_or_else(|| malformed(&input.label, "the header could not be read"))?;
+                    // The walker sets the header before it says Header.
+                    break walker.header().cloned().ok_or_else(|| SourceError::Invalid(format!("{}: no header after the header step", input.label)))?;
                 }
                 Step::Need { need } => {
                     input.refill(need, &mut [], &no_stop)?;
                 }
                 Step::Skip { consumed } => input.advance(consumed),
+                // The walker reads the file header before any packet or the end.
                 Step::Packet(_) | Step::End => {
-                    return Err(malformed(&input.label, "no file header before the first packet or the end"))
+                    return Err(SourceError::Invalid(format!("{}: no file header before the first packet or the end", input.label)))
                 }
             }
         };

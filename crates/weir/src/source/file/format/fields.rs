@@ -13,6 +13,11 @@ pub(super) enum ByteOrder {
 }
 
 impl ByteOrder {
+    /// This machine's order: a file in the other one is "swapped" to libpcap.
+    pub(super) fn is_native(self) -> bool {
+        (self == ByteOrder::Little) == cfg!(target_endian = "little")
+    }
+
     #[inline(always)]
     pub(super) fn u16(self, b: [u8; 2]) -> u16 {
         match self {

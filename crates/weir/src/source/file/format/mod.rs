@@ -63,8 +63,18 @@ pub struct TraceHeader {
     pub link_type: LinkType,
     /// Snapshot length from the header (pcap) or the first IDB (pcapng; 0 means unlimited there).
     pub snaplen: u32,
+    /// The snapshot length libpcap reports (`pcap_snapshot`): `snaplen`, or the
+    /// link type's maximum when `snaplen` is 0 or above it.
+    pub snapshot: u32,
     /// True when the file stores nanosecond timestamps (pcap nsec magic; pcapng if_tsresol finer than µs).
     pub nanosecond: bool,
+    /// The format version: the pcap file header's, or the first section header's.
+    pub version: (u16, u16),
+    /// Whether the file (its first section, for pcapng) is in the other byte order than this machine.
+    pub swapped: bool,
+    /// The upper bits of a pcap header's link type field (FCS length; libpcap's
+    /// `pcap_datalink_ext`); 0 for pcapng.
+    pub link_type_ext: u32,
 }
 
 /// One packet record, relative to the `buf` passed to [`Walker::next`].

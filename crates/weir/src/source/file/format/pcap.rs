@@ -126,7 +126,10 @@ pub(super) fn open(magic: Magic, buf: &[u8], offset: u64, eof: bool) -> Result<O
     if magic.kuznetzov && dlt == DLT_EN10MB {
         // Patched libpcap captured in cooked mode and then prepended a fake
         // Ethernet header, so its records may exceed the snapshot by 14.
-        snapshot = snapshot.saturating_add(14).min(i32::MAX as u32);
+        // As libpcap: only where the sum still fits its int.
+        if snapshot <= i32::MAX as u32 - 14 {
+            snapshot += 14;
+        }
     }
     let libpcap_max = max_snaplen(dlt);
     Ok(Opening::Read(Reader {
@@ -134,7 +137,11 @@ pub(super) fn open(magic: Magic, buf: &[u8], offset: u64, eof: bool) -> Result<O
             kind: TraceKind::Pcap,
             link_type: LinkType(link_type),
             snaplen,
+            snapshot,
             nanosecond: magic.nanosecond,
+            version: (major, minor),
+            swapped: !magic.order.is_native(),
+            link_type_ext: h.u32::<LINKTYPE>() & !LINKTYPE_MASK,
         },
         order: magic.order,
         record_header_len: if magic.kuznetzov { KUZNETZOV_RECORD_HEADER_LEN } else { RECORD_HEADER_LEN },

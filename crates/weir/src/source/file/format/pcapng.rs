@@ -150,6 +150,8 @@ impl Interface {
 #[derive(Clone, Debug)]
 pub(super) struct Reader {
     order: ByteOrder,
+    /// The first section header's version, which libpcap reports.
+    version: (u16, u16),
     /// Known once the first interface description block has been read.
     pub(super) header: Option<TraceHeader>,
     /// The first interface's link type as written, and as libpcap numbers it.
@@ -194,6 +196,7 @@ pub(super) fn open(buf: &[u8], offset: u64, eof: bool) -> Result<Opening<(Reader
     }
     let reader = Reader {
         order,
+        version: (major, minor),
         header: None,
         first_link_type: 0,
         first_dlt: 0,
@@ -297,7 +300,11 @@ impl Reader {
                     kind: TraceKind::PcapNg,
                     link_type: LinkType(u32::from(link_type)),
                     snaplen,
+                    snapshot: self.snapshot,
                     nanosecond: interface.clock.finer_than_micro(),
+                    version: self.version,
+                    swapped: !self.order.is_native(),
+                    link_type_ext: 0,
                 });
                 Ok(Step::Header { consumed })
             }

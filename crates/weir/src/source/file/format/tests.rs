@@ -802,12 +802,30 @@ fn header_reports_the_file() {
     let pcap = header([pcap_header(BE, NANO, (2, 4), 0, 0x3000_0001), pcap_record(BE, 0, 0, 4, 4, b"abcd")].concat());
     assert_eq!(
         pcap,
-        TraceHeader { kind: TraceKind::Pcap, link_type: LinkType::ETHERNET, snaplen: 0, nanosecond: true }
+        TraceHeader {
+            kind: TraceKind::Pcap,
+            link_type: LinkType::ETHERNET,
+            snaplen: 0,
+            snapshot: 262_144,
+            nanosecond: true,
+            version: (2, 4),
+            swapped: cfg!(target_endian = "little"),
+            link_type_ext: 0x3000_0000,
+        }
     );
     let pcapng = header([shb(LE, 1, 0), idb(LE, 113, 96, &[tsresol(LE, 0x94)])].concat());
     assert_eq!(
         pcapng,
-        TraceHeader { kind: TraceKind::PcapNg, link_type: LinkType::LINUX_SLL, snaplen: 96, nanosecond: true }
+        TraceHeader {
+            kind: TraceKind::PcapNg,
+            link_type: LinkType::LINUX_SLL,
+            snaplen: 96,
+            snapshot: 96,
+            nanosecond: true,
+            version: (1, 0),
+            swapped: cfg!(target_endian = "big"),
+            link_type_ext: 0,
+        }
     );
     let micro = header(pcapng_file(BE, &[tsresol(BE, 6)], 0));
     assert!(!micro.nanosecond && micro.kind == TraceKind::PcapNg);
