@@ -2,8 +2,9 @@
 (the same lines in any order with locality buffering, which reorders across
 flows), and weir's counters, reported at exit, that add up to the packets
 tcpdump printed. Then a SIGTERM sent to weir run alone must reach the program,
-which stops as it chooses while weir run waits for it. Exit 1 on any
-difference."""
+which stops as it chooses while weir run waits for it; and a pool larger than
+the memory available is refused by the library with weir's message, which the
+program reports, instead of an abort. Exit 1 on any difference."""
 import os
 import re
 import signal
@@ -46,6 +47,19 @@ def sigterm_reaches_the_program():
     return ok
 
 
+def a_pool_beyond_memory_is_refused():
+    """WEIR_POOL (here through --pool) one chunk of 128 MiB more than what is
+    available holds: pcap_open_offline fails with the memory budget's message,
+    tcpdump prints it and exits 1. It used to abort the program (SIGABRT)."""
+    avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
+    pool = f"65536,{min(avail // (128 << 20) + 2, 1 << 20)}"
+    rc, out, err = tcpdump([str(WEIR), "run", "--pool", pool, "--"], TRACES[0])
+    ok = rc == 1 and "needs" in err and "available" in err and f"pool {pool}" in err and not out
+    print(f"{'ok  ' if ok else 'FAIL'} a pool of {pool} is refused before it is allocated: exit {rc} (want 1)"
+          f"{'' if ok else '; ' + err.strip()[-300:]}")
+    return ok
+
+
 def main():
     bad = 0
     for trace in TRACES:
@@ -64,7 +78,8 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} {trace} {' '.join(extra) or 'in order'}: {len(out)} lines, stock {len(stock)}"
                   f"{'' if counted else ', counters: ' + (total.group(0) if total else 'none reported')}")
     bad += not sigterm_reaches_the_program()
-    print(f"weir run: {len(TRACES) * 2 + 1 - bad} of {len(TRACES) * 2 + 1} checks passed")
+    bad += not a_pool_beyond_memory_is_refused()
+    print(f"weir run: {len(TRACES) * 2 + 2 - bad} of {len(TRACES) * 2 + 2} checks passed")
     return 1 if bad else 0
 
 

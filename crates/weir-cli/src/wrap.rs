@@ -86,6 +86,8 @@ pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
         cmd.env("WEIR_QUEUES", q);
     }
     if let Some(p) = &a.pool {
+        // Checked here as --pool is everywhere else; the library checks its memory.
+        p.parse::<weir::pool::PoolConfig>().map_err(|e| crate::exit::bad_input(anyhow::anyhow!("--pool {p:?}: {e}")))?;
         cmd.env("WEIR_POOL", p);
     }
     // weir run must outlive the program to print weir's counters. Ctrl-C
