@@ -168,9 +168,6 @@ fn check_room(args: &SynthArgs) -> anyhow::Result<()> {
 
 pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
     check_room(&args)?;
-    let mut memory = weir::memory::Plan::new();
-    memory.add(format!("open flows: {} (--flows) of about {BYTES_PER_OPEN_FLOW} bytes", args.flows), args.flows as u64 * BYTES_PER_OPEN_FLOW);
-    memory.check().map_err(bad_input)?;
     if args.flows == 0 || args.flows > MAX_FLOWS {
         return Err(bad_input(anyhow::anyhow!("--flows must be between 1 and {MAX_FLOWS}, not {}", args.flows)));
     }
@@ -184,6 +181,9 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
             args.packets
         )));
     }
+    let mut memory = weir::memory::Plan::new();
+    memory.add(format!("open flows: {} (--flows) of about {BYTES_PER_OPEN_FLOW} bytes", args.flows), (args.flows as u64).saturating_mul(BYTES_PER_OPEN_FLOW));
+    memory.check().map_err(bad_input)?;
     let started = Instant::now();
     let corpus = match &args.from {
         Some(dir) => {
