@@ -1,6 +1,6 @@
 # weir: the two entry points of the README, plus the pieces they are made of.
 #   make demo   build a realistic trace with `weir synth` and count it on 2 queues
-#   make test   the whole test suite (unit, corpus, CLI, Miri, a short fuzz run)
+#   make test   the whole test suite (module layers, unit, corpus, CLI, Miri, a short fuzz run)
 #   make bench  the benchmarks in bench/ (long; results in bench/results/)
 
 SHELL := /bin/bash
@@ -9,7 +9,7 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test setup setup-nightly build unit miri fuzz-smoke clippy bench clean pcap-lib pcap-suite
+.PHONY: demo test setup setup-nightly build layers unit miri fuzz-smoke clippy bench clean pcap-lib pcap-suite
 
 setup:
 	@scripts/setup
@@ -25,6 +25,10 @@ demo: build
 	$(WEIR) synth -o $(DEMO_TRACE) --packets 2000000 --flows 100000 --seed 1
 	$(WEIR) count $(DEMO_TRACE)@0-1
 	$(WEIR) count --json -f 'tcp port 443' $(DEMO_TRACE)
+
+# The library's top-level modules may only use modules below them: no cycle.
+layers:
+	scripts/module-graph --check
 
 unit: setup
 	$(CARGO) test --workspace
@@ -77,7 +81,7 @@ pcap-suite: pcap-lib
 			--libdir $(TARGET_DIR)/weir-pcap; \
 	else echo "pcap-suite: live checks skipped (they need root for the veth test bed)"; fi
 
-test: unit miri fuzz-smoke pcap-suite
+test: layers unit miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"
 
 bench: build

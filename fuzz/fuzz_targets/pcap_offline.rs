@@ -19,7 +19,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 use weir::filter::libpcap::{PcapPkthdr, ERRBUF_SIZE};
-use weir::source::file::format::MAX_CAPLEN;
+use weir::tracefile::MAX_CAPLEN;
 
 // weir's libpcap, linked in, called through its C API as a program calls it.
 extern crate pcap as _;

@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::source::file::format::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
+use weir::tracefile::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
 
 /// Everything a walk produced, positions absolute, for comparing chunkings.
 #[derive(Debug, PartialEq, Eq)]

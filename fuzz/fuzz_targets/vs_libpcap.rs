@@ -12,7 +12,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use weir::filter::libpcap::Libpcap;
-use weir::source::file::format::{FormatError, FormatErrorKind, Step, Walker};
+use weir::tracefile::{FormatError, FormatErrorKind, Step, Walker};
 
 /// DLT_ values whose packets libpcap rewrites or re-measures.
 const REWRITTEN: [u32; 6] = [113, 117, 189, 220, 239, 276];

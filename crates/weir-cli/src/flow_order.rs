@@ -106,7 +106,7 @@ impl FlowOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir::source::sim::workload::{Skewed, Workload};
+    use weir::sim::workload::{Skewed, Workload};
 
     #[test]
     fn order_changes_of_worker_and_overlap_are_counted_per_flow() {

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use weir::source::file::format::{Step, Walker};
+use weir::tracefile::{Step, Walker};
 use weir::source::SourceSpec;
 use weir::{Handler, Packet, QueueId};
 

@@ -1,5 +1,5 @@
 //! `weir sim`: the virtual-time model of a multi-queue NIC and its cores
-//! (`weir::source::sim`), and the two WireCAP experiments built on it.
+//! (`weir::sim`), and the two WireCAP experiments built on it.
 //!
 //! - `weir sim run`: one engine, one workload, one report (text or JSON).
 //! - `weir sim burst`: WireCAP's burst experiment: one queue, bursts of P
@@ -29,9 +29,9 @@ use std::str::FromStr;
 use weir::balance::ControllerConfig;
 use weir::pool::{OffloadThreshold, PoolConfig};
 use weir::rss::Rss;
-use weir::source::sim::workload::{Burst, Skewed, Timing, Trace, LINE_RATE_64B_10G};
+use weir::sim::workload::{Burst, Skewed, Timing, Trace, LINE_RATE_64B_10G};
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
-use weir::source::sim::{self, EngineKind, Mode, SimConfig, SimReport, Workload};
+use weir::sim::{self, EngineKind, Mode, SimConfig, SimReport, Workload};
 
 /// WireCAP's heavy application: about 38,800 packets/s per core.
 const HEAVY_NS: u64 = 25_773;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use testbed::TestBed;
 use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
-use weir::source::sim::workload::{Skewed, Workload};
+use weir::sim::workload::{Skewed, Workload};
 use weir::LinkType;
 
 /// Worker capacity with `--wait-us 100`.

@@ -280,7 +280,7 @@ fn corpus_shapes(dir: &Path) -> HashMap<(u8, u16), Vec<Shape>> {
     for f in all {
         type Building = ((Endpoint, Endpoint), Option<Endpoint>, u8, Vec<(Endpoint, u32, u32, Option<bool>)>);
         let mut flows: HashMap<(u8, Endpoint, Endpoint), Building> = HashMap::new();
-        let _ = weir::source::file::format::for_each_packet(&f, |h, r, data| {
+        let _ = weir::tracefile::for_each_packet(&f, |h, r, data| {
             let Some(weir::wire::link::Network::Ipv4(ip)) = weir::wire::link::network_layer(h.link_type, data) else { return };
             let Some((proto, src, dst, syn)) = ports_of(ip) else { return };
             let link = (data.len() - ip.len()) as u32;

@@ -12,7 +12,7 @@
 use std::io;
 use std::path::Path;
 use weir::engine::{BuildError, RunError, SourceError};
-use weir::source::file::format::{FormatError, FormatErrorKind, Item, TraceHeader};
+use weir::tracefile::{FormatError, FormatErrorKind, Item, TraceHeader};
 
 /// `pcap_open_offline`'s message for a file it cannot open: libpcap's
 /// fopen or its first fread failed. `None` when the file opens and reads.

@@ -38,10 +38,16 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 use weir::engine::{Read, Reader};
 use weir::filter::Filter;
 use weir::ring::EventFd;
-use weir::source::file::format::{TraceHeader, TraceKind};
+use weir::tracefile::{TraceHeader, TraceKind};
 use weir::source::{QueueRange, SourceSpec};
 use weir::stats::{Snapshot, StatsReader};
 use weir::{Engine, LinkType};
+
+/// Longest a read sleeps before looking at the break flag again. The flag is
+/// also signalled on the descriptor the read sleeps on, so this only bounds a
+/// break whose signal was drained when the reader re-armed the descriptor
+/// just before the read looked at the flag.
+pub const BREAK_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// `DLT_DOCSIS`: libpcap offers it on every Ethernet interface besides
 /// `DLT_EN10MB` (see [`Handle::datalinks`]).
@@ -277,7 +283,7 @@ impl Handle {
         // The engine filters nothing of a file: `packets` counts records.
         let mut skipped = 0;
         while skipped < packets {
-            match reader.next(crate::read::BREAK_CHECK) {
+            match reader.next(BREAK_CHECK) {
                 Read::Packet(_) => skipped += 1,
                 Read::Idle => {}
                 Read::End => break,

@@ -19,18 +19,13 @@
 //!   the read in progress holds the reader.
 
 use crate::cancel::NoCancel;
-use crate::handle::{Handle, Kind, Stage};
+use crate::handle::{Handle, Kind, Stage, BREAK_CHECK};
 use crate::types::*;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use weir::engine::Read;
 
-/// Longest a read sleeps before looking at the break flag again. The flag is
-/// also signalled on the descriptor the read sleeps on, so this only bounds a
-/// break whose signal was drained when the reader re-armed the descriptor
-/// just before the read looked at the flag.
-pub const BREAK_CHECK: Duration = Duration::from_millis(50);
 
 /// What one read found.
 pub enum Got {

@@ -30,7 +30,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use weir::source::file::format::{Step, TraceHeader, TraceKind, Walker, MAX_RECORD_BYTES};
+use weir::tracefile::{Step, TraceHeader, TraceKind, Walker, MAX_RECORD_BYTES};
 
 extern "C" {
     static stdin: *mut FILE;

@@ -10,6 +10,11 @@
 //!
 //! - [`source`]: where packets come from: trace files (split into queues by [`rss`]),
 //!   AF_PACKET and AF_XDP interfaces.
+//! - [`capture`]: the contract every source keeps with the engine (capture
+//!   units, the stop request, source errors), below both.
+//! - [`tracefile`]: the pcap and pcapng record parser.
+//! - [`sim`]: a virtual-time model of a multi-queue NIC and its cores, driving
+//!   the same pools, offloading and rebalancing as the live engine.
 //! - [`pool`]: the R chunks of M cells of one queue, and their state machine.
 //! - [`ring`]: the lock-free single-producer single-consumer queues between stages.
 //! - [`engine`]: capture threads, workers, stats and the clean stop.
@@ -41,6 +46,7 @@
 //! Every block carries a `// SAFETY:` comment.
 
 pub mod balance;
+pub mod capture;
 pub mod engine;
 pub mod filter;
 pub mod flowtable;
@@ -51,11 +57,13 @@ pub mod pool;
 pub mod privileges;
 pub mod ring;
 pub mod rss;
+pub mod sim;
 pub mod sink;
 pub mod stats;
 pub mod source;
+pub mod tracefile;
 pub mod tx;
 pub mod wire;
 
-pub use engine::{Engine, EngineBuilder, Handler, Report};
-pub use packet::{LinkType, Packet, QueueId};
+pub use engine::{Engine, EngineBuilder, Report};
+pub use packet::{Handler, LinkType, Packet, QueueId};

@@ -1,6 +1,7 @@
 //! The packet as the application sees it, and the identifiers that travel with it.
 //!
-//! A [`Packet`] borrows its bytes from a chunk that the worker holds; it is valid
+//! A [`Handler`] receives each delivered packet. A [`Packet`] borrows its bytes
+//! from a chunk that the worker holds; it is valid
 //! only for the duration of the handler call that receives it. Timestamps are
 //! nanoseconds since the Unix epoch, exactly as the source gave them.
 
@@ -126,5 +127,21 @@ impl<'a> Packet<'a> {
     /// The queue the packet was captured on.
     pub fn queue(&self) -> QueueId {
         self.queue
+    }
+}
+
+/// The application: called once per delivered packet, on the worker thread of
+/// the packet's queue. One handler per queue, so it needs no locking.
+pub trait Handler: Send + 'static {
+    fn packet(&mut self, packet: &Packet<'_>);
+}
+
+impl<F> Handler for F
+where
+    F: FnMut(&Packet<'_>) + Send + 'static,
+{
+    #[inline]
+    fn packet(&mut self, packet: &Packet<'_>) {
+        self(packet)
     }
 }

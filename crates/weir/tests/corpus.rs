@@ -11,7 +11,7 @@ mod support;
 use std::path::Path;
 use support::{corpus_root, files_under, libpcap_trace, looks_like_trace, walk, walk_whole, SplitMix, Trace};
 use weir::filter::libpcap::Libpcap;
-use weir::source::file::format::{for_each_packet, FormatErrorKind, ReadError};
+use weir::tracefile::{for_each_packet, FormatErrorKind, ReadError};
 
 #[derive(Default)]
 struct Tally {

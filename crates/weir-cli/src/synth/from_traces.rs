@@ -28,7 +28,7 @@ use rand::Rng;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use weir::source::file::format::for_each_packet;
+use weir::tracefile::for_each_packet;
 use weir::wire::link::{network_layer, Network};
 
 /// One endpoint: address and port.

@@ -24,7 +24,7 @@
 //! what it dropped, published by the queue's capture thread ([`Rebalance::publish`]).
 
 use super::{BalanceCounters, Controller, ControllerConfig, Move, QueueSample, SteeringStats};
-use crate::engine::{CaptureUnit, Control, SourceError};
+use crate::capture::{CaptureUnit, Control, SourceError};
 use crate::pool::CaptureSide;
 use crate::rss::IndirectionTable;
 use crate::QueueId;

@@ -16,46 +16,28 @@
 //! `in_flight = 0`.
 
 pub mod affinity;
-mod control;
 mod reader;
 pub(crate) mod sys;
-mod unit;
 
+pub use crate::capture::{Progress, SourceError, SourceInfo, StopHandle, StopReason};
 pub use affinity::{CpuPlan, Placement};
-pub use control::{Control, StopHandle, StopReason};
 pub use reader::{Read, Reader, ReaderReport};
-pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
 
 use crate::balance;
+use crate::capture::{CaptureUnit, Control};
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
 use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
-use crate::{LinkType, Packet, QueueId};
+use crate::{Handler, LinkType, QueueId};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a worker sleeps on an empty capture queue before looking again.
 const WORKER_IDLE: Duration = Duration::from_millis(100);
-
-/// The application: called once per delivered packet, on the worker thread of
-/// the packet's queue. One handler per queue, so it needs no locking.
-pub trait Handler: Send + 'static {
-    fn packet(&mut self, packet: &Packet<'_>);
-}
-
-impl<F> Handler for F
-where
-    F: FnMut(&Packet<'_>) + Send + 'static,
-{
-    #[inline]
-    fn packet(&mut self, packet: &Packet<'_>) {
-        self(packet)
-    }
-}
 
 /// Why an engine could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -33,8 +33,6 @@ mod stage;
 pub use stage::run;
 pub(crate) use stage::QUIET;
 
-use crate::wire::{ip_proto, FlowTuple};
-use crate::LinkType;
 use std::time::Duration;
 
 /// Most packets one batch may gather.
@@ -116,55 +114,6 @@ impl LocalityConfig {
         const FRAME: usize = 1518;
         (2 * self.batch.get()).saturating_mul(FRAME).saturating_mul(queues.max(1)).div_ceil(block_bytes.max(1)).saturating_add(8)
     }
-}
-
-/// The key a packet is delivered by: min(src port, dst port) of a TCP or UDP
-/// packet, `None` for every other packet.
-#[inline]
-pub fn sort_key(link: LinkType, frame: &[u8]) -> Option<u16> {
-    match untagged_ipv4_key(link, frame) {
-        Some(key) => key,
-        None => general_key(link, frame),
-    }
-}
-
-/// Every link type, VLAN tags, IPv6 and its extension headers: through the
-/// flow tuple.
-fn general_key(link: LinkType, frame: &[u8]) -> Option<u16> {
-    let t = FlowTuple::parse(link, frame)?;
-    match t.protocol() {
-        ip_proto::TCP | ip_proto::UDP => t.ports().map(|p| p.min_port()),
-        _ => None,
-    }
-}
-
-/// The common case read in place, `None` when the frame is not untagged
-/// Ethernet carrying IPv4. The stage runs this once per packet on the worker,
-/// and building a whole [`FlowTuple`] (addresses included) cost more than the
-/// rest of the stage together; the tests hold it to [`general_key`]'s answer.
-#[inline]
-fn untagged_ipv4_key(link: LinkType, frame: &[u8]) -> Option<Option<u16>> {
-    use crate::wire::{ethertype, field};
-    const IP: usize = field::ethernet::HEADER_LEN;
-    if link != LinkType::ETHERNET || frame.len() < IP {
-        return None;
-    }
-    if u16::from_be_bytes([frame[12], frame[13]]) != ethertype::IPV4 {
-        return None;
-    }
-    let ip = &frame[IP..];
-    let Some(&first) = ip.first() else { return Some(None) };
-    let header_len = usize::from(first & 0x0f) * 4;
-    if first >> 4 != 4 || header_len < field::ipv4::MIN_HEADER_LEN || ip.len() < header_len {
-        return Some(None);
-    }
-    let frag = u16::from_be_bytes([ip[6], ip[7]]) & field::ipv4::MF_AND_OFFSET_MASK;
-    let proto = ip[field::ipv4::PROTOCOL];
-    if frag != 0 || !(proto == ip_proto::TCP || proto == ip_proto::UDP) || ip.len() < header_len + field::l4::PORTS_LEN {
-        return Some(None);
-    }
-    let l4 = &ip[header_len..];
-    Some(Some(u16::from_be_bytes([l4[0], l4[1]]).min(u16::from_be_bytes([l4[2], l4[3]]))))
 }
 
 /// Lists: one per port, and one for packets without a key.

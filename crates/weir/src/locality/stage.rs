@@ -8,7 +8,7 @@
 //! their way back) while the application runs, instead of after it.
 
 use super::{LocalityConfig, PortIndex};
-use crate::engine::Handler;
+use crate::Handler;
 use crate::pool::{HeldChunk, Next, WorkerSide};
 use crate::LinkType;
 use std::time::{Duration, Instant};

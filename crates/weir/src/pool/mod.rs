@@ -257,7 +257,7 @@ impl Pool {
             for i in 0..count {
                 // SAFETY: as the caller promises, i < count.
                 let p = unsafe { self.packet(idx, i) };
-                f(i as u32, crate::locality::sort_key(link, p.data()));
+                f(i as u32, crate::wire::sort_key(link, p.data()));
             }
         }
     }
@@ -821,7 +821,7 @@ impl CaptureSide {
         unsafe {
             let cell = &mut *c.get();
             let frame = std::slice::from_raw_parts(cell.data, cell.caplen as usize);
-            cell.key = key_code(crate::locality::sort_key(link, frame));
+            cell.key = key_code(crate::wire::sort_key(link, frame));
         }
     }
 
@@ -1221,7 +1221,7 @@ impl<'w> HeldChunk<'w> {
     }
 
     /// Call `f` with each packet's cell number and locality key
-    /// ([`crate::locality::sort_key`]) on `link`, in cell order. The capture
+    /// ([`crate::wire::sort_key`]) on `link`, in cell order. The capture
     /// thread computed the keys when the pool was made with `sort_keys`; else
     /// they are computed here.
     #[inline]

@@ -489,7 +489,7 @@ proptest! {
             f[34..36].copy_from_slice(&sport.to_be_bytes());
             f[36..38].copy_from_slice(&dport.to_be_bytes());
             f.truncate(f.len() - cut.min(f.len()));
-            want.push(crate::locality::sort_key(LinkType::ETHERNET, &f));
+            want.push(crate::wire::sort_key(LinkType::ETHERNET, &f));
             cap.push_copy(&f, f.len() as u32, n as u64).unwrap();
             if n % flush_every == flush_every - 1 {
                 cap.flush();

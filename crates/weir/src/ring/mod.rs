@@ -16,10 +16,12 @@
 //! - A side that waits is woken by the other side's next push/pop, by a close, or
 //!   by [`Consumer::wake_handle`]/[`Producer::wake_handle`] from any thread.
 
+mod eventfd;
 mod ready_fd;
 mod spsc;
 mod wait;
 
-pub use ready_fd::{EventFd, ReadyFd};
+pub use eventfd::EventFd;
+pub use ready_fd::ReadyFd;
 pub use spsc::{channel, Capacity, Consumer, Producer};
 pub use wait::WakeHandle;

@@ -9,7 +9,7 @@
 //! so an unpark that lands before the park is not lost either.
 
 use crossbeam_utils::sync::{Parker, Unparker};
-use super::ready_fd::EventFd;
+use super::eventfd::EventFd;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

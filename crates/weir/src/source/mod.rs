@@ -2,7 +2,7 @@
 //!
 //! A source is named by a [`SourceSpec`] (`trace.pcap@0-3`), opened into a
 //! [`Source`] that knows its link type and queues, and then turned into capture
-//! units (see [`crate::engine::CaptureUnit`]) once the filter is compiled.
+//! units (see [`crate::capture::CaptureUnit`]) once the filter is compiled.
 //!
 //! - [`file`]: pcap and pcapng traces, split into queues by RSS, paced or at top speed.
 //! - [`afpacket`]: TPACKET_V3 rings, one socket per queue in a fanout group.
@@ -13,7 +13,6 @@ pub mod afxdp;
 pub mod file;
 mod live;
 pub mod pacing;
-pub mod sim;
 mod spec;
 
 pub use live::{ifindex, rx_queues, AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, ZeroCopy};
@@ -21,7 +20,7 @@ pub use live::{ifindex, rx_queues, AfPacketOptions, AfXdpOptions, Fanout, LiveOp
 pub use pacing::Pacing;
 pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError, MAX_QUEUES};
 
-use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
+use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::FilterSwitch;
 use std::sync::Arc;
 

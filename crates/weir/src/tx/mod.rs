@@ -33,7 +33,7 @@
 
 mod sys;
 
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use crate::privileges::{self, Operation};
 use crate::source::LiveOptions;
 use std::io;

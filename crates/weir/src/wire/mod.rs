@@ -4,7 +4,7 @@
 //! buffer holds the whole fixed header; after that no accessor can panic. Header
 //! offsets are named in [`field`] and nowhere else. The views never copy and never
 //! allocate: they are what the capture path uses to find a flow's 5-tuple for RSS
-//! and, later, the ports for locality buffering.
+//! and the key locality buffering delivers by ([`sort_key`]).
 //!
 //! Written by hand rather than with etherparse because this runs once per packet on
 //! the capture thread, needs only a handful of fields, and must accept anything
@@ -12,10 +12,12 @@
 
 pub mod flow;
 pub mod ip;
+mod key;
 pub mod link;
 
 pub use flow::{FlowTuple, L4Ports};
 pub use ip::{Ipv4Packet, Ipv6Packet};
+pub use key::sort_key;
 pub use link::network_layer;
 
 /// A header was shorter than its fixed part.

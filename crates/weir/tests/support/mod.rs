@@ -12,7 +12,7 @@ pub mod frames;
 
 use std::path::{Path, PathBuf};
 use weir::filter::libpcap::Libpcap;
-use weir::source::file::format::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
+use weir::tracefile::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
 
 /// `../shared/corpus`, or `None` (after saying so) when this checkout has none.
 pub fn corpus_root() -> Option<PathBuf> {

@@ -79,7 +79,7 @@ mod unit;
 
 pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};
 
-use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
+use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::{BpfInsn, Filter};
 use crate::memory::{Budget, Bytes, Plan};
 use crate::source::{ifindex, rx_queues, AfPacketOptions, CaptureOptions, Fanout, LiveOptions, Pacing, QueueRange, Source};

@@ -39,7 +39,7 @@ use super::steer::{BucketSteering, BUCKETS};
 use super::sys::{self, Frame, ReadyBlock, Ring};
 use crate::balance::threaded::{hand_over, BucketTable, Incoming, Rebalance, Transit, DONE, FENCED, FENCING};
 use crate::balance::{Parked, ParkingLot, SteeringStats};
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use crate::pool::{CaptureSide, Fence};
 use crate::rss::{BucketCount, IndirectionTable, Rss};
 use crate::{LinkType, QueueId};

@@ -43,7 +43,7 @@
 //!   (`-Z`) can no longer make them unless the kernel allows unprivileged BPF.
 
 use super::sys::PacketSocket;
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use crate::source::live::bpf::{bpf_error, io_error};
 use crate::source::Fanout;
 use crate::QueueId;

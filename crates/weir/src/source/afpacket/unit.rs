@@ -33,7 +33,7 @@
 use super::rebalance::{QueueRole, TICK};
 use super::sys::{BadFrame, PacketSocket, ReadyBlock, Ring, Walked};
 use super::Shared;
-use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
+use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::pool::CaptureSide;
 use crate::QueueId;
 use std::collections::VecDeque;

@@ -38,7 +38,7 @@ mod sys;
 mod unit;
 mod xsk;
 
-use crate::engine::{CaptureUnit, Progress, SourceError, SourceInfo};
+use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::memory::{Budget, Bytes, Plan};
 use crate::source::{ifindex, rx_queues, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
 use crate::{LinkType, QueueId};

@@ -17,7 +17,7 @@
 //!   or on SIGKILL, the kernel detaches the program.
 
 use super::sys::{self, XdpMode};
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 pub use crate::source::live::bpf::denied;
 use crate::source::live::bpf::{bpf_error, chain, os_error};
 use aya::maps::{MapData, XskMap};

@@ -44,7 +44,7 @@
 use super::xsk::Xsk;
 use crate::balance::threaded::{hand_over, BucketTable, Incoming, Rebalance, Transit, DONE, FENCED, FENCING, PARKING, TICK};
 use crate::balance::SteeringStats;
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use crate::pool::{CaptureSide, Fence, FrameArena};
 use crate::ring::{channel, Capacity, Consumer, Producer};
 use crate::rss::{BucketCount, IndirectionTable, Rss};

@@ -29,7 +29,7 @@ use super::program::XdpProgram;
 use super::rebalance::{QueueRole, Received};
 use super::sys::{Promiscuous, XdpStatistics};
 use super::xsk::Xsk;
-use crate::engine::{CaptureUnit, Control, SourceError, StopReason};
+use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::filter::FilterWatch;
 use crate::pool::{CaptureSide, FrameArena, NoCell};
 use crate::QueueId;

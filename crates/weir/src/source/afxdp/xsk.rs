@@ -20,7 +20,7 @@
 use super::program::denied;
 use super::ring::{FillRing, RxRing};
 use super::sys::{self, RingKind, XdpDesc, XdpStatistics, XskFd};
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use crate::pool::{CaptureSide, FrameArena};
 use crate::source::{AfXdpOptions, ZeroCopy};
 use crate::QueueId;

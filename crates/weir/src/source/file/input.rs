@@ -20,8 +20,8 @@
 //! partial record, blocks read ahead) is counted ([`Input::unreached`]),
 //! since unlike a file's rest it cannot be read again.
 
-use super::format::MAX_RECORD_BYTES;
-use crate::engine::{Control, SourceError};
+use crate::tracefile::MAX_RECORD_BYTES;
+use crate::capture::{Control, SourceError};
 use crate::pool::{BlockArena, BlockMut, BlockRef, CaptureSide};
 use std::fs::File;
 use std::io::Read;

@@ -1,10 +1,9 @@
 //! Trace files: pcap and pcapng, read sequentially and split into queues.
 //!
-//! - [`format`]: the record parser, identical in what it accepts to libpcap.
+//! - [`crate::tracefile`] parses the records, accepting what libpcap accepts.
 //! - `input`: reading ahead into blocks on a thread of its own.
 //! - `trace`: the source and its capture unit.
 
-pub mod format;
 mod input;
 mod trace;
 

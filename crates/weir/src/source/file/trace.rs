@@ -18,9 +18,9 @@
 //! offset, after every packet before it was captured.
 
 use crate::memory::{Budget, Bytes, Plan};
-use super::format::{FormatError, Step, TraceHeader, Walker};
+use crate::tracefile::{FormatError, Step, TraceHeader, Walker};
 use super::input::{Input, ReadConfig};
-use crate::engine::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
+use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::balance::{Route, Steering};
 use crate::filter::{Filter, FilterWatch};
 use crate::pool::{BlockRef, CaptureSide, NoCell};

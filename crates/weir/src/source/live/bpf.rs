@@ -2,7 +2,7 @@
 //! every cause, the OS error kind kept, and the capability named when the
 //! kernel refused. Shared by the AF_XDP program and the AF_PACKET fanout program.
 
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use std::error::Error;
 use std::io;
 

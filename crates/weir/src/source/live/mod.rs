@@ -4,7 +4,7 @@
 pub(crate) mod bpf;
 pub(crate) mod sys;
 
-use crate::engine::SourceError;
+use crate::capture::SourceError;
 use crate::source::afpacket::SteeringId;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! addressed in 198.18.0.0/15. Everything is a pure function of the arguments
 //! and the seed.
 
-use crate::source::file::format::{for_each_packet, ReadError};
+use crate::tracefile::{for_each_packet, ReadError};
 use crate::LinkType;
 use std::path::Path;
 

@@ -16,7 +16,7 @@
 //! everything read before it was captured. Dropping the sides flushes them and
 //! closes the capture queues, which is how the workers learn the unit is done.
 
-use super::control::Control;
+use super::Control;
 use crate::pool::CaptureSide;
 use crate::{LinkType, QueueId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +35,7 @@ pub struct SourceInfo {
     pub iface: Option<String>,
     /// The file's header, for trace sources (its format and precision matter to
     /// callers that must hand timestamps over as libpcap does).
-    pub trace: Option<crate::source::file::format::TraceHeader>,
+    pub trace: Option<crate::tracefile::TraceHeader>,
     /// What the user should know about how it was opened (a stale XDP program
     /// replaced, say); the library never prints, the caller shows these.
     pub notes: Vec<String>,
@@ -59,7 +59,7 @@ pub enum SourceError {
     /// Bad input: a malformed or truncated trace (`file` names it), with
     /// where it went wrong.
     #[error("{file}: {error}")]
-    Malformed { file: String, error: crate::source::file::format::FormatError },
+    Malformed { file: String, error: crate::tracefile::FormatError },
     /// The OS error is shown in the message, not chained as a source, so
     /// printing the chain does not repeat it.
     #[error("{what}: {error}")]

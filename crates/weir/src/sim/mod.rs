@@ -1,6 +1,7 @@
-//! The `sim` source: a discrete-event, virtual-time model of a multi-queue NIC
+//! The simulator: a discrete-event, virtual-time model of a multi-queue NIC
 //! and of the cores that serve it, driving weir's own pool, offload and
-//! rebalance code through a clock the model owns.
+//! rebalance code through a clock the model owns. It stands beside the
+//! sources, not among them: it runs no capture threads and no engine.
 //!
 //! What is modelled:
 //!
