@@ -1,6 +1,6 @@
 # weir: the two entry points of the README, plus the pieces they are made of.
 #   make demo   build a realistic trace with `weir synth` and count it on 2 queues
-#   make test   the whole test suite (module layers, unit, corpus, CLI, Miri, a short fuzz run)
+#   make test   the whole test suite (module layers, format and clippy, unit, corpus, CLI, Miri, a short fuzz run)
 #   make bench  the benchmarks in bench/ (long; results in bench/results/)
 
 SHELL := /bin/bash
@@ -9,7 +9,7 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test setup setup-nightly build layers unit miri fuzz-smoke clippy bench clean pcap-lib pcap-suite
+.PHONY: demo test setup setup-nightly build layers style unit miri fuzz-smoke bench clean pcap-lib pcap-suite
 
 setup:
 	@scripts/setup
@@ -30,11 +30,15 @@ demo: build
 layers:
 	scripts/module-graph --check
 
+# One format for the tree (rustfmt.toml), and clippy with warnings as errors
+# (the workspace's lints deny an unsafe block without a SAFETY comment).
+style: setup
+	$(CARGO) fmt --all --check
+	cd fuzz && $(CARGO) fmt --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
 unit: setup
 	$(CARGO) test --workspace
-
-clippy: setup
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 miri: setup-nightly
 	PROPTEST_CASES=8 MIRIFLAGS=-Zmiri-disable-isolation $(CARGO) +nightly miri test -p weir --lib -- ring:: pool::
@@ -81,7 +85,7 @@ pcap-suite: pcap-lib
 			--libdir $(TARGET_DIR)/weir-pcap; \
 	else echo "pcap-suite: live checks skipped (they need root for the veth test bed)"; fi
 
-test: layers unit miri fuzz-smoke pcap-suite
+test: layers style unit miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"
 
 bench: build

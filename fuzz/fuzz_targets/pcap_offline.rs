@@ -13,8 +13,8 @@
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use libc::{c_char, c_int, c_void, FILE};
+use libfuzzer_sys::fuzz_target;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;

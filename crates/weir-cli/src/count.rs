@@ -4,8 +4,8 @@
 //! final figures are the workers' own counts, checked against the engine's
 //! per-queue `delivered` counter so a miscount in either is caught.
 
-use crate::exit::out;
 use crate::exit::bad_input;
+use crate::exit::out;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use anyhow::bail;
 use clap::Args;
@@ -100,12 +100,25 @@ pub(crate) fn print_table<H>(cmd: &str, report: &Report<H>, title: &str, total: 
     out!("weir {cmd}: {title}");
     out!(
         "{:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
-        "queue", "received", "delivered", "filtered", "capture_drops", "delivery_drops", "in_flight", "bytes"
+        "queue",
+        "received",
+        "delivered",
+        "filtered",
+        "capture_drops",
+        "delivery_drops",
+        "in_flight",
+        "bytes"
     );
     let row = |name: String, q: &QueueStats| {
         out!(
             "{name:>6} {:>12} {:>12} {:>10} {:>13} {:>14} {:>9} {:>14}",
-            q.received, q.delivered, q.filtered, q.capture_drops, q.delivery_drops, q.in_flight, q.delivered_bytes
+            q.received,
+            q.delivered,
+            q.filtered,
+            q.capture_drops,
+            q.delivery_drops,
+            q.in_flight,
+            q.delivered_bytes
         )
     };
     for q in &report.stats.queues {

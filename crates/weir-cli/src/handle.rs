@@ -26,9 +26,9 @@
 //! packet by packet across workers, that flows are processed whole and in order
 //! (see [`crate::flow_order`]) and reports it.
 
-use crate::exit::out;
 use crate::count::{finish, json_report, print_table};
 use crate::exit::bad_input;
+use crate::exit::out;
 use crate::flow_order::FlowOrder;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use anyhow::bail;
@@ -286,7 +286,11 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
             out!(
                 "flow order: {} flows, {} changed worker ({} packets on another worker than their flow's previous one), \
                  {} reorder events, {} packets begun while their flow was on another worker",
-                c.flows, c.flows_changed_worker, c.worker_changes, c.reorder_events, c.concurrent
+                c.flows,
+                c.flows_changed_worker,
+                c.worker_changes,
+                c.reorder_events,
+                c.concurrent
             );
         }
         match cost {

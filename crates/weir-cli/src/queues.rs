@@ -30,9 +30,9 @@
 //! origin, which fixes the bin boundaries, is agreed on once through an atomic.
 //! The bins are merged after the run.
 
-use crate::exit::out;
 use crate::count::{finish, print_table};
 use crate::exit::bad_input;
+use crate::exit::out;
 use crate::run::{run_to_end, SourceArgs};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
@@ -44,8 +44,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use weir::tracefile::{Step, Walker};
 use weir::source::SourceSpec;
+use weir::tracefile::{Step, Walker};
 use weir::{Handler, Packet, QueueId};
 
 /// Where the plot's font is looked for unless WEIR_FONT names another file.
@@ -330,13 +330,7 @@ pub fn run(args: QueuesArgs) -> anyhow::Result<ExitCode> {
              not in the bins; a larger --bin-ms covers a longer span"
         );
     }
-    out!(
-        "wrote {} ({} bins of {} ms) and {}",
-        csv_path.display(),
-        table.rows(),
-        args.bin_ms,
-        png_path.display()
-    );
+    out!("wrote {} ({} bins of {} ms) and {}", csv_path.display(), table.rows(), args.bin_ms, png_path.display());
     finish(&report)
 }
 

@@ -19,8 +19,8 @@
 //! before the trace is opened, so the trace is read with USER's rights (as
 //! tcpdump writes files after `-Z`).
 
-use crate::exit::out;
 use crate::exit::bad_input;
+use crate::exit::out;
 use crate::run::{human_rate, SourceArgs};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
@@ -547,11 +547,17 @@ impl Summary<'_> {
         );
         out!(
             "  not sent  {} filtered out, {} read ahead when stopped, {} after an error, {} still queued",
-            t.filtered, o.halted, o.unsent, tx.queued
+            t.filtered,
+            o.halted,
+            o.unsent,
+            tx.queued
         );
         out!(
             "  ring      {} slots of {} bytes: {} waits for a free slot, {} busy hand-overs",
-            self.shape.0, self.shape.1, tx.ring_full_waits, tx.device_busy
+            self.shape.0,
+            self.shape.1,
+            tx.ring_full_waits,
+            tx.device_busy
         );
         out!("  running as uid {} gid {}; {}", self.identity.uid[1], self.identity.gid[1], self.stop);
     }

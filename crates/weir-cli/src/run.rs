@@ -226,8 +226,7 @@ impl SourceArgs {
     /// beside the engine: checked with the engine's memory, before either is allocated.
     pub fn engine_with_memory(&self, app: weir::memory::Plan) -> anyhow::Result<Engine> {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
-        let spec: weir::source::SourceSpec =
-            self.source.parse().map_err(|e| spec_error(&self.source, e))?;
+        let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| spec_error(&self.source, e))?;
         let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
         if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), kernel_table) {
             // Moving a bucket is a bpf(2) call on every controller tick, which Debian's

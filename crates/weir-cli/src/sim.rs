@@ -17,8 +17,8 @@
 //! with offloading above T). The experiments run their engines on the machine's
 //! cores in parallel; every run is deterministic.
 
-use crate::exit::out;
 use crate::exit::bad_input;
+use crate::exit::out;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -30,8 +30,8 @@ use weir::balance::ControllerConfig;
 use weir::pool::{OffloadThreshold, PoolConfig};
 use weir::rss::Rss;
 use weir::sim::workload::{Burst, Skewed, Timing, Trace, LINE_RATE_64B_10G};
-use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::sim::{self, EngineKind, Mode, SimConfig, SimReport, Workload};
+use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 
 /// WireCAP's heavy application: about 38,800 packets/s per core.
 const HEAVY_NS: u64 = 25_773;
@@ -73,7 +73,10 @@ impl FromStr for EngineSpec {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let nums = |t: &str| -> Result<Vec<usize>, String> {
-            t.split([',', ':']).filter(|x| !x.is_empty()).map(|x| x.parse::<usize>().map_err(|_| format!("engine {s:?}: {x:?} is not a number"))).collect()
+            t.split([',', ':'])
+                .filter(|x| !x.is_empty())
+                .map(|x| x.parse::<usize>().map_err(|_| format!("engine {s:?}: {x:?} is not a number")))
+                .collect()
         };
         let pool = |v: &[usize]| PoolConfig::new(v[0], v[1]).map_err(|e| format!("engine {s:?}: {e}"));
         let threshold = |t: usize| OffloadThreshold::new(u8::try_from(t).unwrap_or(0)).map_err(|e| format!("engine {s:?}: {e}"));
@@ -82,7 +85,11 @@ impl FromStr for EngineSpec {
             EngineKind::RingOnly { descriptors: v.first().copied().unwrap_or(1024) }
         } else if let Some(rest) = s.strip_prefix("copy-buffer") {
             let v = nums(rest)?;
-            EngineKind::CopyBuffer { descriptors: v.first().copied().unwrap_or(1024), slots: v.get(1).copied().unwrap_or(10_240), copy_ns: COPY_NS }
+            EngineKind::CopyBuffer {
+                descriptors: v.first().copied().unwrap_or(1024),
+                slots: v.get(1).copied().unwrap_or(10_240),
+                copy_ns: COPY_NS,
+            }
         } else if let Some(rest) = s.strip_prefix("B-") {
             let v = nums(rest)?;
             if v.len() != 2 {
@@ -230,7 +237,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The workload of `weir sim run` or `imbalance`: offered at `load` of `queues` workers of `cost_ns`.
-fn workload(burst: Option<u64>, skewed: Option<(u64, u32, f64)>, trace: Option<&PathBuf>, queues: u16, cost_ns: u64, load: f64, seed: u64) -> anyhow::Result<Box<dyn Workload>> {
+fn workload(
+    burst: Option<u64>,
+    skewed: Option<(u64, u32, f64)>,
+    trace: Option<&PathBuf>,
+    queues: u16,
+    cost_ns: u64,
+    load: f64,
+    seed: u64,
+) -> anyhow::Result<Box<dyn Workload>> {
     let pps = load * f64::from(queues) * 1e9 / cost_ns as f64;
     if let Some(p) = burst {
         return Ok(Box::new(Burst::new(p, LINE_RATE_64B_10G, 1024).map_err(|e| bad_input(anyhow::anyhow!(e)))?));
@@ -410,7 +425,8 @@ fn write_csv(prefix: &std::path::Path, text: &str) -> anyhow::Result<PathBuf> {
 }
 
 fn burst(a: BurstArgs) -> anyhow::Result<ExitCode> {
-    let engines: Vec<EngineSpec> = a.engines.iter().map(|e| e.parse().map_err(|e: String| bad_input(anyhow::anyhow!(e)))).collect::<anyhow::Result<_>>()?;
+    let engines: Vec<EngineSpec> =
+        a.engines.iter().map(|e| e.parse().map_err(|e: String| bad_input(anyhow::anyhow!(e)))).collect::<anyhow::Result<_>>()?;
     if a.bursts.is_empty() || a.bursts.contains(&0) {
         return Err(bad_input(anyhow::anyhow!("--bursts: give burst sizes above 0")));
     }
@@ -455,7 +471,8 @@ fn imbalance(mut a: ImbalanceArgs) -> anyhow::Result<ExitCode> {
         format!("rebalance-{pool},50"),
         format!("rebalance-{pool},80"),
     ];
-    let engines: Vec<EngineSpec> = names.iter().map(|e| e.parse().map_err(|e: String| bad_input(anyhow::anyhow!(e)))).collect::<anyhow::Result<_>>()?;
+    let engines: Vec<EngineSpec> =
+        names.iter().map(|e| e.parse().map_err(|e: String| bad_input(anyhow::anyhow!(e)))).collect::<anyhow::Result<_>>()?;
     // Check the inputs once, and say how skewed the offered load is.
     let mut probe = workload(None, Some((a.packets, a.flows, a.zipf)), a.trace.as_ref(), a.queues, a.cost_ns, a.load, a.seed)?;
     let rss = Rss::new(probe.link_type(), a.queues);

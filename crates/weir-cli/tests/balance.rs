@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::TestBed;
 use weir::rss::Rss;
-use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::sim::workload::{Skewed, Workload};
+use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
 /// Worker capacity with `--wait-us 100`.

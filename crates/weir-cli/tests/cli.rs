@@ -24,7 +24,8 @@ fn text(b: &[u8]) -> String {
 /// `n` UDP and TCP packets between a few hosts, sizes varying; returns (path, total wire bytes).
 fn trace(dir: &Path, name: &str, n: u32) -> (PathBuf, u64) {
     let path = dir.join(name);
-    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
     let mut bytes = 0;
     for i in 0..n {
         let udp = i % 3 == 0;

@@ -67,7 +67,12 @@ fn handle_delivers_every_packet_to_the_work_on_two_queues() {
     let out = run(&["handle", "-x", "3", "-f", "udp", &src]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
-    assert!(s.contains("weir sim run --engine B-256,128 --burst 100000 --cost-ns ") && s.contains("ns/packet") && s.contains(&format!("{PACKETS} packets")), "{s}");
+    assert!(
+        s.contains("weir sim run --engine B-256,128 --burst 100000 --cost-ns ")
+            && s.contains("ns/packet")
+            && s.contains(&format!("{PACKETS} packets")),
+        "{s}"
+    );
 }
 
 #[test]

@@ -181,7 +181,9 @@ fn flows_idle_past_the_timeout_end_in_packet_time_and_are_counted() {
     let records = |out: &str| -> Vec<(String, u64, u64)> {
         out.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .map(|v| (v["flow"].as_str().unwrap().to_string(), v["packets"].as_u64().unwrap(), v["first_ns"].as_u64().unwrap() / 1_000_000_000))
+            .map(|v| {
+                (v["flow"].as_str().unwrap().to_string(), v["packets"].as_u64().unwrap(), v["first_ns"].as_u64().unwrap() / 1_000_000_000)
+            })
             .collect()
     };
     let (out, summary) = inspect_json(dir.path(), t, &["--work", "flows", "--idle-timeout", "10"]);

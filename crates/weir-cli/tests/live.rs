@@ -21,7 +21,8 @@ fn text(b: &[u8]) -> String {
 fn trace(dir: &Path, tb: &TestBed, n: u32) -> (PathBuf, Vec<Vec<u8>>) {
     let net: Vec<u8> = tb.tx_ip.split('.').take(3).map(|o| o.parse().unwrap()).collect();
     let path = dir.join("live.pcap");
-    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
     let mut frames = Vec::new();
     for i in 0..n {
         let flow = i % 97;
@@ -51,13 +52,8 @@ fn trace(dir: &Path, tb: &TestBed, n: u32) -> (PathBuf, Vec<Vec<u8>>) {
 
 /// Start a weir command in the capturing namespace and wait until it listens.
 fn start(tb: &TestBed, args: &[&str]) -> Child {
-    let mut child = tb
-        .in_rx(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("weir starts");
+    let mut child =
+        tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("weir starts");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -155,7 +151,8 @@ fn bucket_fanout_splits_live_traffic_as_the_trace_source_splits_the_file() {
     let child = start(&tb, &["count", "--json", "--fanout", "buckets", &format!("afpacket:{}@0-1", tb.rx_if)]);
     send(&tb, &t);
     let live: serde_json::Value = serde_json::from_str(&stop(child)).unwrap();
-    let per_queue = |v: &serde_json::Value| v["queues"].as_array().unwrap().iter().map(|q| q["delivered"].as_u64().unwrap()).collect::<Vec<_>>();
+    let per_queue =
+        |v: &serde_json::Value| v["queues"].as_array().unwrap().iter().map(|q| q["delivered"].as_u64().unwrap()).collect::<Vec<_>>();
     assert_eq!(live["received"], frames.len(), "{live}");
     assert_eq!(per_queue(&live), per_queue(&file), "live {live}\nfile {file}");
     assert!(per_queue(&live).iter().all(|&n| n > 0), "one queue got everything: {live}");

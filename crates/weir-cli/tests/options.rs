@@ -28,9 +28,27 @@ const HANG: Duration = Duration::from_secs(60);
 /// Options that take a value which is not a number (paths, names, modes,
 /// expressions); they are covered by the tests of what they name.
 const TEXT: &[&str] = &[
-    "--filter", "--pool", "--cpus", "--balance", "--netns", "--fanout", "--zero-copy", "--user", "--write", "--format",
-    "--interface", "--output", "--from", "--rules", "--automaton", "--work", "--source", "--lib", "--engine",
-    "--engines", "--trace",
+    "--filter",
+    "--pool",
+    "--cpus",
+    "--balance",
+    "--netns",
+    "--fanout",
+    "--zero-copy",
+    "--user",
+    "--write",
+    "--format",
+    "--interface",
+    "--output",
+    "--from",
+    "--rules",
+    "--automaton",
+    "--work",
+    "--source",
+    "--lib",
+    "--engine",
+    "--engines",
+    "--trace",
 ];
 
 struct Case {
@@ -45,8 +63,19 @@ struct Case {
 }
 
 const SOURCE_NUMERIC: &[&str] = &[
-    "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms", "--snaplen", "--block-kib",
-    "--blocks", "--block-timeout", "--frame-size", "--ring-size",
+    "--count",
+    "--duration",
+    "--pps",
+    "--mbps",
+    "--speed",
+    "--locality",
+    "--locality-timeout-ms",
+    "--snaplen",
+    "--block-kib",
+    "--blocks",
+    "--block-timeout",
+    "--frame-size",
+    "--ring-size",
 ];
 
 fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
@@ -63,9 +92,23 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["record"],
             base: engine(&["-w", &out("r.pcap")]),
             numeric: &[
-                "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms", "--snaplen",
-                "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size", "--file-size", "--rotate-seconds",
-                "--file-packets", "--max-files",
+                "--count",
+                "--duration",
+                "--pps",
+                "--mbps",
+                "--speed",
+                "--locality",
+                "--locality-timeout-ms",
+                "--snaplen",
+                "--block-kib",
+                "--blocks",
+                "--block-timeout",
+                "--frame-size",
+                "--ring-size",
+                "--file-size",
+                "--rotate-seconds",
+                "--file-packets",
+                "--max-files",
             ],
             text: &[],
         },
@@ -73,8 +116,20 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["replay"],
             base: engine(&["-o", "weirnosuchif0"]),
             numeric: &[
-                "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms", "--snaplen",
-                "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size", "--loop",
+                "--count",
+                "--duration",
+                "--pps",
+                "--mbps",
+                "--speed",
+                "--locality",
+                "--locality-timeout-ms",
+                "--snaplen",
+                "--block-kib",
+                "--blocks",
+                "--block-timeout",
+                "--frame-size",
+                "--ring-size",
+                "--loop",
             ],
             text: &[],
         },
@@ -88,8 +143,21 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["handle"],
             base: engine(&["-q"]),
             numeric: &[
-                "--times", "--wait-us", "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms",
-                "--snaplen", "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size",
+                "--times",
+                "--wait-us",
+                "--count",
+                "--duration",
+                "--pps",
+                "--mbps",
+                "--speed",
+                "--locality",
+                "--locality-timeout-ms",
+                "--snaplen",
+                "--block-kib",
+                "--blocks",
+                "--block-timeout",
+                "--frame-size",
+                "--ring-size",
             ],
             text: &[],
         },
@@ -97,8 +165,21 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
             numeric: &[
-                "--group-rules", "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms",
-                "--snaplen", "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size", "--max-flows",
+                "--group-rules",
+                "--count",
+                "--duration",
+                "--pps",
+                "--mbps",
+                "--speed",
+                "--locality",
+                "--locality-timeout-ms",
+                "--snaplen",
+                "--block-kib",
+                "--blocks",
+                "--block-timeout",
+                "--frame-size",
+                "--ring-size",
+                "--max-flows",
                 "--idle-timeout",
             ],
             text: &[],
@@ -107,8 +188,20 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["queues"],
             base: engine(&["-q", "-o", &out("q")]),
             numeric: &[
-                "--bin-ms", "--count", "--duration", "--pps", "--mbps", "--speed", "--locality", "--locality-timeout-ms", "--snaplen",
-                "--block-kib", "--blocks", "--block-timeout", "--frame-size", "--ring-size",
+                "--bin-ms",
+                "--count",
+                "--duration",
+                "--pps",
+                "--mbps",
+                "--speed",
+                "--locality",
+                "--locality-timeout-ms",
+                "--snaplen",
+                "--block-kib",
+                "--blocks",
+                "--block-timeout",
+                "--frame-size",
+                "--ring-size",
             ],
             text: &[],
         },
@@ -170,14 +263,7 @@ fn with(base: &[String], opt: &str, value: &str) -> Vec<String> {
 /// Exit code (None for a signal), stderr, and whether it had to be killed.
 fn run(cmd: &[&str], args: &[String]) -> (Option<i32>, String, bool) {
     let err = tempfile::NamedTempFile::new().unwrap();
-    let mut child = weir()
-        .args(cmd)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err.reopen().unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = weir().args(cmd).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err.reopen().unwrap()).spawn().unwrap();
     let until = Instant::now() + HANG;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -207,7 +293,8 @@ fn every_numeric_option_refuses_or_survives_extreme_values() {
     // (`true`) never loads it, so the system's serves.
     let lib = dir.path().join("lib");
     std::fs::create_dir(&lib).unwrap();
-    let system = ["/usr/lib/x86_64-linux-gnu/libpcap.so.0.8", "/usr/lib/libpcap.so.0.8"].into_iter().map(PathBuf::from).find(|p| p.exists());
+    let system =
+        ["/usr/lib/x86_64-linux-gnu/libpcap.so.0.8", "/usr/lib/libpcap.so.0.8"].into_iter().map(PathBuf::from).find(|p| p.exists());
     std::os::unix::fs::symlink(system.unwrap_or_else(|| trace.clone()), lib.join("libpcap.so.0.8")).unwrap();
 
     let cases = cases(dir.path(), trace.to_str().unwrap(), &lib);
@@ -274,7 +361,8 @@ fn the_reported_values_are_refused_by_name() {
     let t = trace.to_str().unwrap();
     let out = dir.path().join("o.pcap");
     let o = out.to_str().unwrap();
-    for cmd in [&["count", t][..], &["record", t, "-w", o], &["inspect", t, "--group-rules", "4"], &["handle", t], &["queues", t, "-o", o]] {
+    for cmd in [&["count", t][..], &["record", t, "-w", o], &["inspect", t, "--group-rules", "4"], &["handle", t], &["queues", t, "-o", o]]
+    {
         for (opt, v) in [("-d", "18446744073709551615"), ("-d", "1e19"), ("--speed", "1e-300"), ("--mbps", "1e-300"), ("--pps", "1e-300")] {
             let r = weir().args(cmd).args([opt, v]).stdin(Stdio::null()).output().unwrap();
             let err = String::from_utf8_lossy(&r.stderr);

@@ -27,7 +27,8 @@ fn text(b: &[u8]) -> String {
 /// `n` UDP packets of varying sizes.
 fn trace(dir: &Path, n: u32) -> PathBuf {
     let path = dir.join("in.pcap");
-    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
     for i in 0..n {
         let f = frame(i, 60 + (i as usize * 53) % 1400);
         w.write_packet(1_600_000_000_000_000_000 + u64::from(i) * 1_000_000, &f, f.len() as u32).unwrap();

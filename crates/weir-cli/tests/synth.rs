@@ -78,7 +78,13 @@ fn dissect_checked(frame: &[u8]) -> Pkt {
         Some(TransportSlice::Udp(u)) => {
             let uh = u.to_header();
             assert_eq!(uh.checksum, uh.calc_checksum_ipv4_raw(h.source, h.destination, u.payload()).unwrap(), "UDP checksum");
-            Pkt { proto: 17, src: (h.source, uh.source_port), dst: (h.destination, uh.destination_port), tcp: None, payload_len: u.payload().len() as u32 }
+            Pkt {
+                proto: 17,
+                src: (h.source, uh.source_port),
+                dst: (h.destination, uh.destination_port),
+                tcp: None,
+                payload_len: u.payload().len() as u32,
+            }
         }
         other => panic!("unexpected transport {other:?}"),
     }
@@ -377,7 +383,10 @@ fn the_summary_says_what_the_file_shows() {
         let (path, err) = make(dir.path(), "s.pcap", &["-n", &n.to_string(), "-c", &c.to_string()]);
         let (flows, peak, mean) = shown(&libpcap_read(&path));
         assert_eq!(peak == c, reaches, "{n} packets, {c} flows: peak {peak}");
-        assert!(err.contains(&format!("wrote {n} packets, {flows} flows (peak concurrency {peak}), ")), "{flows} flows, peak {peak}: {err}");
+        assert!(
+            err.contains(&format!("wrote {n} packets, {flows} flows (peak concurrency {peak}), ")),
+            "{flows} flows, peak {peak}: {err}"
+        );
         assert!(err.contains(&format!("... ({flows} flows)")), "the service mix counts the file's flows: {err}");
         let said: f64 = err.split("mean ").nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
         assert!((said - mean).abs() <= 1.0, "mean concurrency {said}, the file shows {mean:.1}");
@@ -438,7 +447,19 @@ fn help_explains_every_option_and_default() {
     let r = Command::new(env!("CARGO_BIN_EXE_weir")).args(["synth", "--help"]).output().unwrap();
     let help = text(&r.stdout);
     assert!(r.status.success());
-    for s in ["--output", "--packets", "--flows", "--seed", "--format", "--nanos", "--mbps", "--from", "--snaplen", "198.18.0.0/16", "198.19.0.0/16"] {
+    for s in [
+        "--output",
+        "--packets",
+        "--flows",
+        "--seed",
+        "--format",
+        "--nanos",
+        "--mbps",
+        "--from",
+        "--snaplen",
+        "198.18.0.0/16",
+        "198.19.0.0/16",
+    ] {
         assert!(help.contains(s), "help mentions {s}: {help}");
     }
     for d in ["[default: 1000000]", "[default: 10000]", "[default: 1]", "[default: pcap]", "[default: 1000]", "[default: 262144]"] {

@@ -74,7 +74,11 @@ fn precision_ok(precision: c_uint) -> Result<u32, String> {
 }
 
 #[no_mangle]
-pub extern "C-unwind" fn pcap_open_offline_with_tstamp_precision(fname: *const c_char, precision: c_uint, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_offline_with_tstamp_precision(
+    fname: *const c_char,
+    precision: c_uint,
+    errbuf: *mut c_char,
+) -> *mut Handle {
     let _nc = NoCancel::new();
     let r = precision_ok(precision).and_then(|prec| offline_path(fname).and_then(|p| Handle::open_offline(p, prec)));
     opened(r, errbuf)
@@ -137,7 +141,13 @@ pub extern "C-unwind" fn pcap_activate(p: *mut Handle) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C-unwind" fn pcap_open_live(device: *const c_char, snaplen: c_int, promisc: c_int, to_ms: c_int, errbuf: *mut c_char) -> *mut Handle {
+pub extern "C-unwind" fn pcap_open_live(
+    device: *const c_char,
+    snaplen: c_int,
+    promisc: c_int,
+    to_ms: c_int,
+    errbuf: *mut c_char,
+) -> *mut Handle {
     let _nc = NoCancel::new();
     let p = pcap_create(device, errbuf);
     // SAFETY: p is NULL or the handle just made.

@@ -38,9 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 use weir::engine::{Read, Reader};
 use weir::filter::Filter;
 use weir::ring::EventFd;
-use weir::tracefile::{TraceHeader, TraceKind};
 use weir::source::{QueueRange, SourceSpec};
 use weir::stats::{Snapshot, StatsReader};
+use weir::tracefile::{TraceHeader, TraceKind};
 use weir::{Engine, LinkType};
 
 /// Longest a read sleeps before looking at the break flag again. The flag is

@@ -26,7 +26,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use weir::engine::Read;
 
-
 /// What one read found.
 pub enum Got {
     Packet(PcapPkthdr, *const u8),

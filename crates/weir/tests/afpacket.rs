@@ -319,8 +319,7 @@ fn a_kernel_filter_delivers_exactly_the_udp_packets_truncated_to_snaplen() {
     assert!(!udp.is_empty() && udp.len() < sent.len());
     let snaplen = 96;
     let live = LiveOptions { snaplen: snaplen as u32, ..opts(&tb) };
-    let engine =
-        Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live).filter("udp").build().unwrap();
+    let engine = Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live).filter("udp").build().unwrap();
     let running = engine.start(|_| Seen::new(&frames, snaplen)).unwrap();
     send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
     stop_after(&running, udp.len() as u64);
@@ -612,15 +611,14 @@ fn bucket_fanout_steers_each_flow_by_its_bucket_and_counts_it() {
     let sent = frames_of(&flows, 0..4000, &mut rng, 300);
     // One in five tagged: the kernel takes the tag out before the program runs,
     // weir puts it back, and weir's RSS skips it; the bucket must not change.
-    let frames: Vec<Vec<u8>> =
-        sent.iter().enumerate().map(|(i, s)| if i % 5 == 0 { tagged(&s.bytes, (i % 4095) as u16 | 0x2000) } else { s.bytes.clone() }).collect();
+    let frames: Vec<Vec<u8>> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, s)| if i % 5 == 0 { tagged(&s.bytes, (i % 4095) as u16 | 0x2000) } else { s.bytes.clone() })
+        .collect();
     let frames = Arc::new(frames);
-    let engine = Engine::builder()
-        .source(&format!("afpacket:{}@0-1", tb.rx_if))
-        .unwrap()
-        .live(bucket_opts(&tb.rx_ns, &steering))
-        .build()
-        .unwrap();
+    let engine =
+        Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(bucket_opts(&tb.rx_ns, &steering)).build().unwrap();
     assert_eq!(steering.queues(), [QueueId(0), QueueId(1)], "opening binds the table to the capture");
     let table = steering.table().unwrap();
     assert!(table.iter().enumerate().all(|(b, q)| usize::from(q.0) == b % 2), "the table starts as bucket b → queue b mod 2");
@@ -705,12 +703,8 @@ fn outgoing_packets_are_steered_by_the_same_buckets() {
     let frames: Vec<Vec<u8>> =
         sent.iter().enumerate().map(|(i, s)| if i % 4 == 0 { tagged(&s.bytes, (i % 4095) as u16) } else { s.bytes.clone() }).collect();
     let frames = Arc::new(frames);
-    let engine = Engine::builder()
-        .source(&format!("afpacket:{}@0-1", tb.tx_if))
-        .unwrap()
-        .live(bucket_opts(&tb.tx_ns, &steering))
-        .build()
-        .unwrap();
+    let engine =
+        Engine::builder().source(&format!("afpacket:{}@0-1", tb.tx_if)).unwrap().live(bucket_opts(&tb.tx_ns, &steering)).build().unwrap();
     let table = steering.table().unwrap();
     let running = engine.start(|_| Seen::new(&frames, usize::MAX)).unwrap();
     send(&tb, dir.path(), &frames.iter().map(Vec::as_slice).collect::<Vec<_>>());

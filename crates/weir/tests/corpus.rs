@@ -67,9 +67,7 @@ fn check_file(root: &Path, path: &Path, max_steps: &[u64], rng: &mut SplitMix, t
     if let Some(diff) = expected.difference(&walked.trace) {
         tally.failures.push(format!("{name}: libpcap vs weir: {diff}"));
     }
-    if bytes.starts_with(&[0x1F, 0x8B])
-        && !matches!(walked.error.as_ref().map(|e| &e.kind), Some(FormatErrorKind::Gzip))
-    {
+    if bytes.starts_with(&[0x1F, 0x8B]) && !matches!(walked.error.as_ref().map(|e| &e.kind), Some(FormatErrorKind::Gzip)) {
         tally.failures.push(format!("{name}: gzip file not reported as such: {:?}", walked.error));
     }
     // The file-reading convenience must agree with the walker it wraps.
@@ -78,10 +76,7 @@ fn check_file(root: &Path, path: &Path, max_steps: &[u64], rng: &mut SplitMix, t
     match (&read, &walked.error) {
         (Ok((_, n)), None) if *n as usize == walked.trace.packets.len() && count == walked.trace.packets.len() => {}
         (Err(ReadError::Format { error, .. }), Some(e)) if error == e && count == walked.trace.packets.len() => {}
-        _ => tally.failures.push(format!(
-            "{name}: for_each_packet gave {read:?} after {count} packets, the walker {:?}",
-            walked.error
-        )),
+        _ => tally.failures.push(format!("{name}: for_each_packet gave {read:?} after {count} packets, the walker {:?}", walked.error)),
     }
     for &max_step in max_steps {
         let chunked = walk(&bytes, |_, _| (rng.next() % max_step) as usize + 1);
@@ -89,10 +84,9 @@ fn check_file(root: &Path, path: &Path, max_steps: &[u64], rng: &mut SplitMix, t
             tally.failures.push(format!("{name}: one buffer vs steps of up to {max_step} bytes: {diff}"));
         }
         if chunked.error != walked.error || chunked.header != walked.header {
-            tally.failures.push(format!(
-                "{name}: steps of up to {max_step} bytes end in {:?}, one buffer in {:?}",
-                chunked.error, walked.error
-            ));
+            tally
+                .failures
+                .push(format!("{name}: steps of up to {max_step} bytes end in {:?}, one buffer in {:?}", chunked.error, walked.error));
         }
     }
     tally.add(&expected);

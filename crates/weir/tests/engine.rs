@@ -5,11 +5,11 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use support::frames::{Frame, Rng};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use support::frames::{Frame, Rng};
 use weir::engine::{RunError, StopReason};
 use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
@@ -52,7 +52,13 @@ fn write_trace(dir: &Path, name: &str, format: FileFormat, packets: u32, flows: 
     let tuples: Vec<Endpoints> = (0..flows)
         .map(|_| {
             let r = rng.next();
-            ([198, 18, (r >> 8) as u8, r as u8], [198, 19, (r >> 16) as u8, (r >> 24) as u8], 1024 + (r >> 32) as u16 % 60000, [80, 443, 53, 22][(r >> 50) as usize % 4], r >> 60 == 0)
+            (
+                [198, 18, (r >> 8) as u8, r as u8],
+                [198, 19, (r >> 16) as u8, (r >> 24) as u8],
+                1024 + (r >> 32) as u16 % 60000,
+                [80, 443, 53, 22][(r >> 50) as usize % 4],
+                r >> 60 == 0,
+            )
         })
         .collect();
     let path = dir.join(name);
@@ -67,7 +73,11 @@ fn write_trace(dir: &Path, name: &str, format: FileFormat, packets: u32, flows: 
         } else {
             let (a, b, sp, dp, udp) = tuples[(r >> 8) as usize % flows];
             let reply = (r >> 40) & 1 == 1;
-            let f = if reply { frame(b, a, dp, sp, udp, seq, (r >> 20) as usize % 1400) } else { frame(a, b, sp, dp, udp, seq, (r >> 20) as usize % 1400) };
+            let f = if reply {
+                frame(b, a, dp, sp, udp, seq, (r >> 20) as usize % 1400)
+            } else {
+                frame(a, b, sp, dp, udp, seq, (r >> 20) as usize % 1400)
+            };
             truth.push(Some(FlowTuple::parse(LinkType::ETHERNET, &f).unwrap().canonical()));
             f
         };
@@ -102,7 +112,14 @@ fn every_packet_once_in_order_with_flows_on_one_queue() {
     for (format, queues) in [(FileFormat::Pcap, 1u16), (FileFormat::Pcap, 4), (FileFormat::PcapNg, 3)] {
         let (path, truth) = write_trace(dir.path(), &format!("t{queues}.trace"), format, 20_000, 300, 7 + u64::from(queues));
         let name = format!("{}@0-{}", path.display(), queues - 1);
-        let report = Engine::builder().source(&name).unwrap().pool(PoolConfig::new(16, 4).unwrap()).build().unwrap().run(|_| Seen::default()).unwrap();
+        let report = Engine::builder()
+            .source(&name)
+            .unwrap()
+            .pool(PoolConfig::new(16, 4).unwrap())
+            .build()
+            .unwrap()
+            .run(|_| Seen::default())
+            .unwrap();
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.stop, StopReason::EndOfInput);
 
@@ -214,7 +231,14 @@ fn packet_limit_delivers_exactly_n_across_queues() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = write_trace(dir.path(), "t.pcap", FileFormat::Pcap, 10_000, 100, 13);
     for limit in [1u64, 999, 10_000, 20_000] {
-        let report = Engine::builder().source(&format!("{}@0-1", path.display())).unwrap().packet_limit(limit).build().unwrap().run(|_| Seen::default()).unwrap();
+        let report = Engine::builder()
+            .source(&format!("{}@0-1", path.display()))
+            .unwrap()
+            .packet_limit(limit)
+            .build()
+            .unwrap()
+            .run(|_| Seen::default())
+            .unwrap();
         let t = report.stats.total();
         assert_eq!(t.delivered, limit.min(10_000), "limit {limit}");
         assert_eq!(t.in_flight, 0);
@@ -228,7 +252,14 @@ fn packet_limit_delivers_exactly_n_across_queues() {
 fn filter_counts_what_it_rejects() {
     let dir = tempfile::tempdir().unwrap();
     let (path, truth) = write_trace(dir.path(), "t.pcap", FileFormat::Pcap, 8_000, 40, 17);
-    let report = Engine::builder().source(&format!("{}@0-1", path.display())).unwrap().filter("tcp").build().unwrap().run(|_| Seen::default()).unwrap();
+    let report = Engine::builder()
+        .source(&format!("{}@0-1", path.display()))
+        .unwrap()
+        .filter("tcp")
+        .build()
+        .unwrap()
+        .run(|_| Seen::default())
+        .unwrap();
     let t = report.stats.total();
     let tcp = truth.iter().filter(|f| f.is_some_and(|f| f.protocol() == 6)).count() as u64;
     assert_eq!(t.delivered, tcp);
@@ -305,6 +336,9 @@ fn a_panicking_handler_is_reported_and_the_run_ends() {
         .unwrap();
     assert!(boom.load(Ordering::Relaxed));
     assert_eq!(report.stop, StopReason::Failed);
-    assert!(report.errors.iter().any(|e| matches!(e, RunError::HandlerPanicked { queue: QueueId(1), message } if message == "application bug")));
+    assert!(report
+        .errors
+        .iter()
+        .any(|e| matches!(e, RunError::HandlerPanicked { queue: QueueId(1), message } if message == "application bug")));
     assert!(report.stats.queues.iter().all(|q| q.balanced()));
 }

@@ -28,8 +28,7 @@ const TINY: ReadConfig = ReadConfig { block_bytes: 700, headroom: 100, blocks: 8
 /// queues are concatenated (exact order only means something with one queue).
 fn engine_trace(path: &Path, queues: u16, reading: ReadConfig) -> Trace {
     let name = format!("file:{}@0-{}", path.display(), queues - 1);
-    let engine =
-        Engine::builder().source(&name).unwrap().pool(PoolConfig::new(4, 2).unwrap()).trace_reading(reading).build();
+    let engine = Engine::builder().source(&name).unwrap().pool(PoolConfig::new(4, 2).unwrap()).trace_reading(reading).build();
     let engine = match engine {
         Ok(e) => e,
         Err(e) => return Trace { open: Err(e.to_string()), packets: Vec::new(), end: Ok(()) },

@@ -12,9 +12,9 @@ use support::frames::{Frame, Rng};
 use weir::balance::Mode;
 use weir::engine::Read;
 use weir::locality::{BatchSize, LocalityConfig};
-use weir::wire::sort_key;
 use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
+use weir::wire::sort_key;
 use weir::{Engine, LinkType, Packet, QueueId};
 
 const PACKETS: u32 = 6_000;

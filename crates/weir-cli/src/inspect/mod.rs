@@ -33,15 +33,15 @@ mod records;
 mod rules;
 mod spill;
 
-use crate::exit::out;
 use crate::count::finish;
 use crate::exit::bad_input;
+use crate::exit::out;
 use crate::run::{human_rate, run_to_end, SourceArgs};
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use anyhow::{anyhow, Context};
+use clap::{Args, ValueEnum};
 use records::{AlertRecord, FlowRecord};
 use spill::Spill;
-use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -415,7 +415,10 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let mut app = Plan::new();
     if let Some(l) = &layout {
         let source = if args.rules.is_some() { "--rules" } else { "--group-rules" };
-        app.add(format!("{:?} automata of {} rules ({source}; at most)", args.automaton, rules.as_ref().map_or(0, Vec::len)), l.memory_bound(args.automaton));
+        app.add(
+            format!("{:?} automata of {} rules ({source}; at most)", args.automaton, rules.as_ref().map_or(0, Vec::len)),
+            l.memory_bound(args.automaton),
+        );
     }
     app.add(
         format!("flow tables of {} flows (--max-flows)", args.max_flows),

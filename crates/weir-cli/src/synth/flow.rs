@@ -52,7 +52,9 @@ enum Ctl {
     SynAck,
     HandshakeAck,
     /// `first`: the closer's FIN; otherwise the peer's answering FIN.
-    Fin { first: bool },
+    Fin {
+        first: bool,
+    },
     LastAck,
     Rst,
     /// The server's RST|ACK to a SYN nobody listens for.
@@ -384,7 +386,8 @@ impl Flow {
     fn ip(&mut self, from: Side) -> Ipv4Fields {
         let i = ix(from);
         self.ip_id[i] = self.ip_id[i].wrapping_add(1);
-        let (src, dst) = if from == Side::Client { (self.ctx.client_ip, self.ctx.server_ip) } else { (self.ctx.server_ip, self.ctx.client_ip) };
+        let (src, dst) =
+            if from == Side::Client { (self.ctx.client_ip, self.ctx.server_ip) } else { (self.ctx.server_ip, self.ctx.client_ip) };
         let df = match self.transport {
             Transport::Tcp => true,
             Transport::Udp { acks, .. } => acks,
@@ -467,7 +470,15 @@ impl Flow {
             self.window[ix(from)]
         };
         let ip = self.ip(from);
-        let fields = TcpFields { src_port: self.ports[ix(from)], dst_port: self.ports[ix(from.other())], seq, ack, flags, window, options: &opts[..n] };
+        let fields = TcpFields {
+            src_port: self.ports[ix(from)],
+            dst_port: self.ports[ix(from.other())],
+            seq,
+            ack,
+            flags,
+            window,
+            options: &opts[..n],
+        };
         let len = data.map_or(0, |d| d.2);
         build_tcp(out, self.macs(from), &ip, &fields, len, |buf| {
             if let Some((body, off, _)) = data {
@@ -503,7 +514,8 @@ impl Flow {
                 self.seq[ix(from)] = me.wrapping_add(1);
                 let next = if first {
                     // The peer's application closes too once it reads the end of stream.
-                    let at = if other == Side::Server { ts + self.rtt + self.close_delay } else { ts + self.ack_latency[0] + self.close_delay };
+                    let at =
+                        if other == Side::Server { ts + self.rtt + self.close_delay } else { ts + self.ack_latency[0] + self.close_delay };
                     Pending { ts: at, from: other, ctl: Ctl::Fin { first: false } }
                 } else {
                     let at = if other == Side::Client { ts + self.ack_latency[0] } else { ts + self.rtt };
@@ -538,7 +550,9 @@ impl Flow {
                 let body = payload::build(Msg::Web(WebMsg::QuicData), &self.ctx, u32::MAX - self.acks_sent, 0, QUIC_ACK_LEN, from);
                 let ip = self.ip(from);
                 let len = body.len() as usize;
-                build_udp(out, self.macs(from), &ip, (self.ports[ix(from)], self.ports[ix(from.other())]), len, |buf| body.fill(pools, 0, buf));
+                build_udp(out, self.macs(from), &ip, (self.ports[ix(from)], self.ports[ix(from.other())]), len, |buf| {
+                    body.fill(pools, 0, buf)
+                });
             }
         }
     }
@@ -558,7 +572,9 @@ impl Flow {
             }
             Transport::Udp { .. } => {
                 let ip = self.ip(from);
-                build_udp(out, self.macs(from), &ip, (self.ports[ix(from)], self.ports[ix(other)]), len, |buf| s.body.fill(pools, s.off, buf));
+                build_udp(out, self.macs(from), &ip, (self.ports[ix(from)], self.ports[ix(other)]), len, |buf| {
+                    s.body.fill(pools, s.off, buf)
+                });
             }
         }
         self.covered(from, peer);

@@ -185,13 +185,7 @@ impl Corpus {
         b.last_rel = rel;
         let at = self.arena.len();
         self.arena.extend_from_slice(ip);
-        let pkt = Pkt {
-            rel_ns: rel,
-            at,
-            len: ip.len() as u32,
-            ip_wire_len: wire_len.max(data.len() as u32) - link_len,
-            to_server: false,
-        };
+        let pkt = Pkt { rel_ns: rel, at, len: ip.len() as u32, ip_wire_len: wire_len.max(data.len() as u32) - link_len, to_server: false };
         b.pkts.push((pkt, src));
     }
 

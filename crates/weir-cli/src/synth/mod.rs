@@ -182,7 +182,10 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
         )));
     }
     let mut memory = weir::memory::Plan::new();
-    memory.add(format!("open flows: {} (--flows) of about {BYTES_PER_OPEN_FLOW} bytes", args.flows), (args.flows as u64).saturating_mul(BYTES_PER_OPEN_FLOW));
+    memory.add(
+        format!("open flows: {} (--flows) of about {BYTES_PER_OPEN_FLOW} bytes", args.flows),
+        (args.flows as u64).saturating_mul(BYTES_PER_OPEN_FLOW),
+    );
     memory.check().map_err(bad_input)?;
     let started = Instant::now();
     let corpus = match &args.from {

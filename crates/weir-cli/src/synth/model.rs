@@ -22,7 +22,10 @@ pub enum Transport {
     Tcp,
     /// `max_payload` bytes per datagram; `acks`: the receiver answers every second
     /// datagram (QUIC), otherwise datagrams are only requests and answers.
-    Udp { max_payload: u16, acks: bool },
+    Udp {
+        max_payload: u16,
+        acks: bool,
+    },
 }
 
 /// The conversation pattern of a service.
@@ -210,7 +213,10 @@ pub enum Os {
 }
 
 const CLIENT_STACKS: &[(u32, Stack)] = &[
-    (45, Stack { ttl: 128, syn_window: 64_240, window_scale: 8, timestamps: false, mss: 1460, os: Os::Windows, ephemeral: (49_152, 65_535) }),
+    (
+        45,
+        Stack { ttl: 128, syn_window: 64_240, window_scale: 8, timestamps: false, mss: 1460, os: Os::Windows, ephemeral: (49_152, 65_535) },
+    ),
     (25, Stack { ttl: 64, syn_window: 65_535, window_scale: 6, timestamps: true, mss: 1460, os: Os::Apple, ephemeral: (49_152, 65_535) }),
     (30, Stack { ttl: 64, syn_window: 64_240, window_scale: 7, timestamps: true, mss: 1460, os: Os::Linux, ephemeral: (32_768, 60_999) }),
 ];
@@ -258,20 +264,7 @@ pub fn plan_service(rng: &mut FlowRng, seed: u64, service: usize) -> Plan {
     };
     let server_name = vocab::host(rng, u64::from(server_host), subs);
     let (turns, close) = conversation(rng, s);
-    Plan {
-        service,
-        client_host,
-        server_host,
-        client_port,
-        server_port,
-        client,
-        server,
-        server_hops,
-        rtt_ns,
-        turns,
-        close,
-        server_name,
-    }
+    Plan { service, client_host, server_host, client_port, server_port, client, server, server_hops, rtt_ns, turns, close, server_name }
 }
 
 fn server_stack(r: &mut FlowRng) -> Stack {
@@ -520,7 +513,13 @@ fn conversation(rng: &mut FlowRng, s: &Service) -> (Vec<Turn>, Close) {
             for i in 0..transactions(rng, 2.0) {
                 c.txn = i;
                 let (q, a) = if udp { (rng.gen_range(40..1200), rng.gen_range(40..1400)) } else { (request_size(rng), response_size(rng)) };
-                let first = if i == 0 && !server_first { Gap::Next } else if i == 0 { Gap::Reply } else { Gap::Think };
+                let first = if i == 0 && !server_first {
+                    Gap::Next
+                } else if i == 0 {
+                    Gap::Reply
+                } else {
+                    Gap::Think
+                };
                 c.say(Cl, first, Msg::Opaque, q);
                 c.say(Sv, Gap::Reply, Msg::Opaque, a);
             }

@@ -6,8 +6,8 @@ use super::flow::Generator;
 use super::from_traces::{readdress, Corpus, Replayer};
 use super::model::{self, response_size, SERVICES};
 use super::packet::{
-    build_tcp, build_udp, fold, internet_checksum, l4_checksum, pseudo_header_sum, sum_words, tcp_flags, update_checksum,
-    Ipv4Fields, TcpFields, PROTO_TCP, PROTO_UDP,
+    build_tcp, build_udp, fold, internet_checksum, l4_checksum, pseudo_header_sum, sum_words, tcp_flags, update_checksum, Ipv4Fields,
+    TcpFields, PROTO_TCP, PROTO_UDP,
 };
 use super::payload::session::{LineProto, SessionMsg};
 use super::payload::udp::UdpMsg;
@@ -198,7 +198,13 @@ fn tcp_flows_keep_their_books_for_every_service() {
             }
             let sent = check_tcp(&pkts);
             let last = pkts.last().unwrap().tcp.unwrap().0;
-            closes.insert(if pkts.len() == 2 { "refused" } else if last & tcp_flags::FIN != 0 || last == tcp_flags::ACK { "fin" } else { "rst" });
+            closes.insert(if pkts.len() == 2 {
+                "refused"
+            } else if last & tcp_flags::FIN != 0 || last == tcp_flags::ACK {
+                "fin"
+            } else {
+                "rst"
+            });
             if pkts.len() > 2 {
                 assert!(!sent[0].is_empty() && !sent[1].is_empty(), "{}: both sides talk", s.name);
                 let fins = pkts.iter().filter(|p| p.tcp.unwrap().0 & tcp_flags::FIN != 0).count();
@@ -235,7 +241,15 @@ fn checksums_agree_with_etherparse_and_rfc1624() {
         rng.fill(&mut payload[..]);
         let ip = Ipv4Fields { src: [198, 18, 1, 2], dst: [198, 19, 3, 4], ttl: 64, id: rng.gen(), dont_fragment: true, dscp: 0 };
         let opts = [1, 1, 8, 10, 1, 2, 3, 4, 5, 6, 7, 8];
-        let tcp = TcpFields { src_port: 50_000, dst_port: 443, seq: rng.gen(), ack: rng.gen(), flags: tcp_flags::ACK, window: 501, options: &opts };
+        let tcp = TcpFields {
+            src_port: 50_000,
+            dst_port: 443,
+            seq: rng.gen(),
+            ack: rng.gen(),
+            flags: tcp_flags::ACK,
+            window: 501,
+            options: &opts,
+        };
         let mut frame = Vec::new();
         build_tcp(&mut frame, ([2; 6], [2; 6]), &ip, &tcp, len, |b| b.copy_from_slice(&payload));
         parse(&frame);
@@ -261,7 +275,15 @@ fn checksums_agree_with_etherparse_and_rfc1624() {
 /// A TCP frame between two arbitrary hosts, as a captured packet would be.
 fn sample_tcp(rng: &mut FlowRng, len: usize) -> Vec<u8> {
     let ip = Ipv4Fields { src: [10, 1, 2, 3], dst: [172, 16, 9, 9], ttl: 57, id: rng.gen(), dont_fragment: true, dscp: 0 };
-    let tcp = TcpFields { src_port: 41_000, dst_port: 8080, seq: rng.gen(), ack: rng.gen(), flags: tcp_flags::ACK | tcp_flags::PSH, window: 1000, options: &[] };
+    let tcp = TcpFields {
+        src_port: 41_000,
+        dst_port: 8080,
+        seq: rng.gen(),
+        ack: rng.gen(),
+        flags: tcp_flags::ACK | tcp_flags::PSH,
+        window: 1000,
+        options: &[],
+    };
     let mut frame = Vec::new();
     let mut payload = vec![0u8; len];
     rng.fill(&mut payload[..]);
@@ -444,7 +466,8 @@ fn http_messages_are_well_formed_and_agree() {
             assert!(req.contains(" HTTP/1.1\r\nHost: www.tidalcrest.com\r\nUser-Agent: "));
             let head_end = req.find("\r\n\r\n").unwrap() + 4;
             assert_eq!(req.len() - head_end, upload as usize);
-            let resp = whole(&payload::build(Msg::Web(WebMsg::HttpResponse { download }), &c, 2 * txn + 1, txn, 9000, Side::Server), &pools);
+            let resp =
+                whole(&payload::build(Msg::Web(WebMsg::HttpResponse { download }), &c, 2 * txn + 1, txn, 9000, Side::Server), &pools);
             let head_end = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
             let head = String::from_utf8(resp[..head_end].to_vec()).unwrap();
             assert!(head.starts_with("HTTP/1.1 "));
@@ -572,7 +595,9 @@ fn scheduler_holds_concurrency_and_time_order_deterministically() {
 
 /// Write frames (Ethernet) to a pcap file.
 fn write_pcap(path: &std::path::Path, frames: &[(u64, Vec<u8>, u32)]) {
-    let mut w = TraceWriter::new(std::fs::File::create(path).unwrap(), FileFormat::Pcap, weir::LinkType::ETHERNET, 65_535, TsPrecision::Nano).unwrap();
+    let mut w =
+        TraceWriter::new(std::fs::File::create(path).unwrap(), FileFormat::Pcap, weir::LinkType::ETHERNET, 65_535, TsPrecision::Nano)
+            .unwrap();
     for (ts, f, wire) in frames {
         w.write_packet(*ts, f, *wire).unwrap();
     }
@@ -617,7 +642,13 @@ fn corpus_groups_real_files_into_flows_and_copies_keep_them() {
         (T0 + 50, arp, 0),
         (T0 + 3_000_000, udp.clone(), 0),
     ];
-    let frames: Vec<_> = frames.into_iter().map(|(t, f, w)| { let w = if w == 0 { f.len() as u32 } else { w }; (t, f, w) }).collect();
+    let frames: Vec<_> = frames
+        .into_iter()
+        .map(|(t, f, w)| {
+            let w = if w == 0 { f.len() as u32 } else { w };
+            (t, f, w)
+        })
+        .collect();
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     write_pcap(&dir.path().join("sub/a.pcap"), &frames);
     write_pcap(&dir.path().join("b.pcap"), &frames[2..3]);

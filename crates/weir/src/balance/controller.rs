@@ -149,7 +149,13 @@ impl Controller {
     /// Take one tick's samples (one per queue) and the packets each bucket
     /// received in it; return the moves to make. `movable(b)` is false for a
     /// bucket that is still moving.
-    pub fn tick(&mut self, samples: &[QueueSample], bucket_arrivals: &[u32], table: &IndirectionTable, movable: impl Fn(usize) -> bool) -> Vec<Move> {
+    pub fn tick(
+        &mut self,
+        samples: &[QueueSample],
+        bucket_arrivals: &[u32],
+        table: &IndirectionTable,
+        movable: impl Fn(usize) -> bool,
+    ) -> Vec<Move> {
         let n = self.capacity.len();
         debug_assert_eq!(samples.len(), n);
         debug_assert_eq!(bucket_arrivals.len(), table.len());
@@ -183,8 +189,7 @@ impl Controller {
             load[usize::from(table.queue_of_bucket(b))] += rate(b);
         }
         // Spare capacity of every queue that is not itself overloaded.
-        let mut spare: Vec<f64> =
-            (0..n).map(|q| if self.overloaded_for[q] == 0 { cap(q) - load[q] } else { f64::NEG_INFINITY }).collect();
+        let mut spare: Vec<f64> = (0..n).map(|q| if self.overloaded_for[q] == 0 { cap(q) - load[q] } else { f64::NEG_INFINITY }).collect();
         for (hot, &hot_load) in load.iter().enumerate() {
             if self.overloaded_for[hot] < self.cfg.persist_ticks || self.cooldown[hot] > 0 {
                 continue;

@@ -162,7 +162,12 @@ impl Steering {
                 self.last_served[q] = s.served_packets();
                 let dropped = s.dropped_packets() - self.last_dropped[q];
                 self.last_dropped[q] = s.dropped_packets();
-                QueueSample { arrivals: self.queue_arrivals[q], served, backlog: s.backlog_packets() + s.attached_packets() as u64, dropped }
+                QueueSample {
+                    arrivals: self.queue_arrivals[q],
+                    served,
+                    backlog: s.backlog_packets() + s.attached_packets() as u64,
+                    dropped,
+                }
             })
             .collect();
         let in_transit = &self.in_transit;

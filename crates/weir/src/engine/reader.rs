@@ -130,8 +130,15 @@ impl Deadline {
 impl Reader {
     pub(super) fn new(mut l: Launched) -> Reader {
         let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
-        let batch =
-            l.locality.map(|cfg| Batch { cfg, link: l.info.link_type, held: Vec::new(), index: PortIndex::new(), since: None, last: Instant::now(), pos: None });
+        let batch = l.locality.map(|cfg| Batch {
+            cfg,
+            link: l.info.link_type,
+            held: Vec::new(),
+            index: PortIndex::new(),
+            since: None,
+            last: Instant::now(),
+            pos: None,
+        });
         Reader {
             ctl: l.ctl,
             counters: l.counters,

@@ -75,9 +75,8 @@ impl Filter {
     /// is refused as [`FilterError::Invalid`].
     pub fn compile(expr: &str, link: crate::LinkType, snaplen: u32) -> Result<Filter, FilterError> {
         let lib = libpcap::Libpcap::system()?;
-        let insns = lib
-            .compile(expr, link.dlt(), snaplen, true)
-            .map_err(|message| FilterError::Compile { expr: expr.to_owned(), message })?;
+        let insns =
+            lib.compile(expr, link.dlt(), snaplen, true).map_err(|message| FilterError::Compile { expr: expr.to_owned(), message })?;
         let mut filter = Filter::from_program(&insns)?;
         filter.expression = Some(expr.into());
         Ok(filter)

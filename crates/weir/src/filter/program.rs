@@ -208,10 +208,7 @@ pub fn decode(insns: &[BpfInsn]) -> Result<Box<[Op]>, Rejection> {
         return Err(Rejection::new(0, "the program is empty"));
     }
     if insns.len() > MAX_INSNS {
-        return Err(Rejection::new(
-            MAX_INSNS,
-            format!("the program has {} instructions, more than the limit of {MAX_INSNS}", insns.len()),
-        ));
+        return Err(Rejection::new(MAX_INSNS, format!("the program has {} instructions, more than the limit of {MAX_INSNS}", insns.len())));
     }
     let ops = insns
         .iter()
@@ -228,9 +225,7 @@ pub fn decode(insns: &[BpfInsn]) -> Result<Box<[Op]>, Rejection> {
 fn decode_one(at: usize, insn: &BpfInsn, len: usize) -> Result<Op, String> {
     use code::*;
     let k = insn.k;
-    let slot = || {
-        Slot::new(k).ok_or_else(|| format!("scratch memory index {k} is out of range (M[0] to M[{}])", MEMWORDS - 1))
-    };
+    let slot = || Slot::new(k).ok_or_else(|| format!("scratch memory index {k} is out of range (M[0] to M[{}])", MEMWORDS - 1));
     let nonzero = |what: &str| NonZeroU32::new(k).ok_or_else(|| format!("{what} by the constant 0"));
     // `at < len <= MAX_INSNS`, so these sums cannot overflow and fit a Target once below `len`.
     let target = |offset: usize| {

@@ -200,8 +200,7 @@ fn alu_with_a_constant() {
 #[test]
 fn alu_with_x() {
     let a = 0x8765_4321;
-    let codes =
-        [ALU_ADD_X, ALU_SUB_X, ALU_MUL_X, ALU_DIV_X, ALU_MOD_X, ALU_AND_X, ALU_OR_X, ALU_XOR_X, ALU_LSH_X, ALU_RSH_X];
+    let codes = [ALU_ADD_X, ALU_SUB_X, ALU_MUL_X, ALU_DIV_X, ALU_MOD_X, ALU_AND_X, ALU_OR_X, ALU_XOR_X, ALU_LSH_X, ALU_RSH_X];
     let xs = [0, 1, 7, 31, 32, 33, 0x8000_0000, u32::MAX];
     for code in codes {
         for x in xs {
@@ -528,11 +527,10 @@ const MISC: &str = "\
 
 /// Every opcode weir runs, for the random program generator.
 const ALL_CODES: [u16; 49] = [
-    LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_W_IND, LD_H_IND, LD_B_IND, LD_W_LEN, LD_IMM, LD_MEM, LDX_IMM, LDX_MEM, LDX_W_LEN,
-    LDX_MSH_B, ST, STX, ALU_ADD_K, ALU_SUB_K, ALU_MUL_K, ALU_DIV_K, ALU_OR_K, ALU_AND_K, ALU_LSH_K, ALU_RSH_K,
-    ALU_MOD_K, ALU_XOR_K, ALU_ADD_X, ALU_SUB_X, ALU_MUL_X, ALU_DIV_X, ALU_OR_X, ALU_AND_X, ALU_LSH_X, ALU_RSH_X,
-    ALU_MOD_X, ALU_XOR_X, ALU_NEG, JMP_JA, JMP_JEQ_K, JMP_JGT_K, JMP_JGE_K, JMP_JSET_K, JMP_JEQ_X, JMP_JGT_X,
-    JMP_JGE_X, JMP_JSET_X, RET_K, RET_A, MISC_TAX, MISC_TXA,
+    LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_W_IND, LD_H_IND, LD_B_IND, LD_W_LEN, LD_IMM, LD_MEM, LDX_IMM, LDX_MEM, LDX_W_LEN, LDX_MSH_B, ST, STX,
+    ALU_ADD_K, ALU_SUB_K, ALU_MUL_K, ALU_DIV_K, ALU_OR_K, ALU_AND_K, ALU_LSH_K, ALU_RSH_K, ALU_MOD_K, ALU_XOR_K, ALU_ADD_X, ALU_SUB_X,
+    ALU_MUL_X, ALU_DIV_X, ALU_OR_X, ALU_AND_X, ALU_LSH_X, ALU_RSH_X, ALU_MOD_X, ALU_XOR_X, ALU_NEG, JMP_JA, JMP_JEQ_K, JMP_JGT_K,
+    JMP_JGE_K, JMP_JSET_K, JMP_JEQ_X, JMP_JGT_X, JMP_JGE_X, JMP_JSET_X, RET_K, RET_A, MISC_TAX, MISC_TXA,
 ];
 
 /// Constants that mostly land inside small packets, with the edges mixed in.
@@ -554,8 +552,7 @@ fn arb_insn() -> impl Strategy<Value = (u16, u32, u8, u8)> {
 /// A valid program: every scratch word written first (libpcap leaves them
 /// uninitialised), then `body` made valid in place, then a return.
 fn valid_program(init: &[u32; MEMWORDS], x: u32, body: &[(u16, u32, u8, u8)], ret_a: bool) -> Vec<BpfInsn> {
-    let mut prog: Vec<BpfInsn> =
-        init.iter().enumerate().flat_map(|(i, &v)| [stmt(LD_IMM, v), stmt(ST, i as u32)]).collect();
+    let mut prog: Vec<BpfInsn> = init.iter().enumerate().flat_map(|(i, &v)| [stmt(LD_IMM, v), stmt(ST, i as u32)]).collect();
     prog.push(stmt(LDX_IMM, x));
     prog.push(stmt(LD_IMM, 0));
     let len = prog.len() + body.len() + 1;
@@ -649,18 +646,16 @@ proptest! {
 /// Ethernet/802.1Q/IPv6/UDP, and Ethernet/IPv6/hop-by-hop/UDP.
 const TEMPLATES: [&[u8]; 3] = [
     &[
-        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, 0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0,
-        0, 2, 0x30, 0x39, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x20, 0, 0, 0, 0, 0,
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, 0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x30, 0x39, 0,
+        80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x20, 0, 0, 0, 0, 0,
     ],
     &[
-        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0, 5, 0x86, 0xdd, 0x60, 0, 0, 0, 0, 12, 17, 64, 1, 2, 3, 4,
-        5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 0x30, 0x39,
-        0, 53, 0, 12, 0, 0, 0, 0, 0, 0,
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0, 5, 0x86, 0xdd, 0x60, 0, 0, 0, 0, 12, 17, 64, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+        11, 12, 13, 14, 15, 16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 0x30, 0x39, 0, 53, 0, 12, 0, 0, 0, 0, 0, 0,
     ],
     &[
-        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x86, 0xdd, 0x60, 0, 0, 0, 0, 20, 0, 64, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-        11, 12, 13, 14, 15, 16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0x30,
-        0x39, 0, 53, 0, 12, 0, 0, 0, 0, 0, 0,
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x86, 0xdd, 0x60, 0, 0, 0, 0, 20, 0, 64, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+        16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0x30, 0x39, 0, 53, 0, 12, 0, 0, 0, 0, 0, 0,
     ],
 ];
 

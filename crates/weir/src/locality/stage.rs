@@ -8,8 +8,8 @@
 //! their way back) while the application runs, instead of after it.
 
 use super::{LocalityConfig, PortIndex};
-use crate::Handler;
 use crate::pool::{HeldChunk, Next, WorkerSide};
+use crate::Handler;
 use crate::LinkType;
 use std::time::{Duration, Instant};
 

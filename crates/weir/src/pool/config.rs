@@ -114,10 +114,8 @@ impl std::str::FromStr for PoolConfig {
     type Err = PoolConfigError;
 
     fn from_str(s: &str) -> Result<Self, PoolConfigError> {
-        let (m, r) = s
-            .split_once(',')
-            .and_then(|(m, r)| Some((m.trim().parse().ok()?, r.trim().parse().ok()?)))
-            .ok_or(PoolConfigError::Syntax)?;
+        let (m, r) =
+            s.split_once(',').and_then(|(m, r)| Some((m.trim().parse().ok()?, r.trim().parse().ok()?))).ok_or(PoolConfigError::Syntax)?;
         PoolConfig::new(m, r)
     }
 }

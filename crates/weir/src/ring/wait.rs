@@ -8,8 +8,8 @@
 //! park, or the waker sees `sleeping` and unparks. Parking has token semantics,
 //! so an unpark that lands before the park is not lost either.
 
-use crossbeam_utils::sync::{Parker, Unparker};
 use super::eventfd::EventFd;
+use crossbeam_utils::sync::{Parker, Unparker};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

@@ -94,7 +94,10 @@ impl SimConfig {
         // The weir engine's pools are real ones: they must fit like a capture's.
         if let EngineKind::Weir { pool, .. } = &engine {
             let mut budget = Budget::new(pool.capacity());
-            budget.per_queue(format!("pools: {} chunks (pool {},{})", pool.chunks().get(), pool.cells().get(), pool.chunks().get()), pool.memory_bytes());
+            budget.per_queue(
+                format!("pools: {} chunks (pool {},{})", pool.chunks().get(), pool.cells().get(), pool.chunks().get()),
+                pool.memory_bytes(),
+            );
             budget.check(usize::from(queues), Plan::new()).map_err(|e| format!("sim: {e}"))?;
         }
         Ok(SimConfig { queues, cost_ns, engine, flush_ns: 1_000_000, tick_ns: 10_000_000 })

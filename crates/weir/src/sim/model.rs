@@ -171,7 +171,8 @@ impl Model<'_> {
             let at = c.t0 + cost * c.next.min(c.count) as u64;
             (at, Event::Core(w))
         });
-        let flushes = self.first_at.iter().enumerate().filter_map(|(q, f)| f.map(|t| (t.saturating_add(self.cfg.flush_ns), Event::Flush(q))));
+        let flushes =
+            self.first_at.iter().enumerate().filter_map(|(q, f)| f.map(|t| (t.saturating_add(self.cfg.flush_ns), Event::Flush(q))));
         let tick = (self.steering.is_some() && self.busy()).then_some((self.next_tick, Event::Tick));
         cores.chain(flushes).chain(tick).min()
     }

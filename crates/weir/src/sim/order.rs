@@ -70,7 +70,8 @@ mod tests {
 
     #[test]
     fn counts_reorders_and_worker_changes() {
-        let flow = |n: u8| FlowTuple::parse(crate::LinkType::ETHERNET, &super::super::workload::test_frame(u32::from(n))).unwrap().canonical();
+        let flow =
+            |n: u8| FlowTuple::parse(crate::LinkType::ETHERNET, &super::super::workload::test_frame(u32::from(n))).unwrap().canonical();
         let mut c = OrderCheck::default();
         c.see(flow(1), 0, 0);
         c.see(flow(1), 2, 1); // flow 1 moves to worker 1

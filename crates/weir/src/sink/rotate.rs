@@ -201,8 +201,8 @@ impl RotatingWriter {
     }
 
     fn name_for(&self, pattern: &str, has_conversion: bool, has_seq: bool, ts_ns: u64) -> PathBuf {
-        let when: DateTime<Utc> = DateTime::from_timestamp((ts_ns / 1_000_000_000) as i64, (ts_ns % 1_000_000_000) as u32)
-            .unwrap_or_default();
+        let when: DateTime<Utc> =
+            DateTime::from_timestamp((ts_ns / 1_000_000_000) as i64, (ts_ns % 1_000_000_000) as u32).unwrap_or_default();
         let mut name = when.format(pattern).to_string().replace(SEQ, &self.seq.to_string());
         let needs_seq = self.policy.rotates() && !has_conversion && !has_seq;
         if needs_seq || self.used.contains(&PathBuf::from(&name)) {
@@ -261,7 +261,8 @@ impl RotatingWriter {
             syncable(file.sync_data()).map_err(io_err)?;
             if matches!(self.target, Target::Pattern { .. }) {
                 let dir = directory_of(&path);
-                syncable(File::open(dir).and_then(|d| d.sync_all())).map_err(|source| RotateError::Io { path: dir.to_path_buf(), source })?;
+                syncable(File::open(dir).and_then(|d| d.sync_all()))
+                    .map_err(|source| RotateError::Io { path: dir.to_path_buf(), source })?;
             }
         }
         Ok(())
@@ -416,10 +417,7 @@ mod tests {
             w.write_packet(base + t * S, &[1; 64], 64).unwrap();
         }
         let files = w.finish().unwrap();
-        assert_eq!(
-            names(&files, dir.path()),
-            ["t-20240101-000030.pcapng", "t-20240101-000100.pcapng", "t-20240101-000205.pcapng"]
-        );
+        assert_eq!(names(&files, dir.path()), ["t-20240101-000030.pcapng", "t-20240101-000100.pcapng", "t-20240101-000205.pcapng"]);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, So
         SourceSpec::Live { kind: LiveKind::AfPacket, iface, queues } => {
             afpacket::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget)
         }
-        SourceSpec::Live { kind: LiveKind::AfXdp, iface, queues } => afxdp::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget),
+        SourceSpec::Live { kind: LiveKind::AfXdp, iface, queues } => {
+            afxdp::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget)
+        }
     }
 }

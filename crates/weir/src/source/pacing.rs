@@ -128,9 +128,7 @@ mod tests {
     fn offsets(p: Pacing, pkts: &[(u64, u32)]) -> Vec<f64> {
         let mut pacer = Pacer::new(p);
         let first = pacer.due(pkts[0].0, pkts[0].1).unwrap();
-        std::iter::once(0.0)
-            .chain(pkts[1..].iter().map(|&(t, l)| (pacer.due(t, l).unwrap() - first).as_secs_f64()))
-            .collect()
+        std::iter::once(0.0).chain(pkts[1..].iter().map(|&(t, l)| (pacer.due(t, l).unwrap() - first).as_secs_f64())).collect()
     }
 
     #[test]

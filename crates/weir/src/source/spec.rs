@@ -85,9 +85,7 @@ impl FromStr for QueueRange {
     type Err = SpecError;
 
     fn from_str(s: &str) -> Result<Self, SpecError> {
-        let num = |t: &str| {
-            t.parse::<u16>().map_err(|_| SpecError::Range(format!("{s:?}: queue numbers are 0 to {}", MAX_QUEUES - 1)))
-        };
+        let num = |t: &str| t.parse::<u16>().map_err(|_| SpecError::Range(format!("{s:?}: queue numbers are 0 to {}", MAX_QUEUES - 1)));
         match s.split_once('-') {
             Some((a, b)) => QueueRange::new(num(a)?, num(b)?),
             None => {
@@ -256,7 +254,10 @@ mod tests {
             ("nosuchif0@0-3".into(), Err(SpecError::NotFound("nosuchif0".into()))),
             ("lo".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "lo".into(), queues: None })),
             ("lo@0".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "lo".into(), queues: Some(QueueRange::single()) })),
-            ("afxdp:lo@0-1".into(), Ok(SourceSpec::Live { kind: LiveKind::AfXdp, iface: "lo".into(), queues: Some(QueueRange::new(0, 1).unwrap()) })),
+            (
+                "afxdp:lo@0-1".into(),
+                Ok(SourceSpec::Live { kind: LiveKind::AfXdp, iface: "lo".into(), queues: Some(QueueRange::new(0, 1).unwrap()) }),
+            ),
             ("afpacket:inanotherns0".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "inanotherns0".into(), queues: None })),
             ("afpacket:a/b".into(), Err(SpecError::BadInterface("a/b".into()))),
             ("afpacket:waytoolonginterfacename".into(), Err(SpecError::BadInterface("waytoolonginterfacename".into()))),

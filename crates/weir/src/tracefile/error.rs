@@ -75,9 +75,7 @@ pub enum FormatErrorKind {
     Truncated { item: Item, have: usize, need: u64 },
     #[error("packet record claims {caplen} captured bytes, more than the {max} maximum for link type {link_type}")]
     CaplenOverMaximum { caplen: u32, max: u32, link_type: u32 },
-    #[error(
-        "{item} claims {caplen} captured bytes, more than the {MAX_CAPLEN} weir holds (libpcap's limit here is {allowed})"
-    )]
+    #[error("{item} claims {caplen} captured bytes, more than the {MAX_CAPLEN} weir holds (libpcap's limit here is {allowed})")]
     CaplenOverWeirLimit { item: Item, caplen: u32, allowed: u32 },
     #[error("section header block has byte-order magic {found:#010x}, neither 0x1a2b3c4d nor its byte swap")]
     BadByteOrderMagic { found: u32 },

@@ -183,8 +183,7 @@ impl Walker {
             if !eof {
                 return Ok(Step::Need { need: MAGIC_LEN });
             }
-            let kind =
-                FormatErrorKind::TruncatedFileHeader { item: Item::PcapFileHeader, have: buf.len(), need: MAGIC_LEN };
+            let kind = FormatErrorKind::TruncatedFileHeader { item: Item::PcapFileHeader, have: buf.len(), need: MAGIC_LEN };
             return Err(FormatError::at(offset, kind));
         };
         if let Some(magic) = pcap::Magic::parse(magic) {
@@ -205,11 +204,7 @@ impl Walker {
                 Opening::Need(need) => Step::Need { need },
             });
         }
-        let kind = if magic.starts_with(&GZIP_MAGIC) {
-            FormatErrorKind::Gzip
-        } else {
-            FormatErrorKind::UnknownFormat { magic }
-        };
+        let kind = if magic.starts_with(&GZIP_MAGIC) { FormatErrorKind::Gzip } else { FormatErrorKind::UnknownFormat { magic } };
         Err(FormatError::at(offset, kind))
     }
 }

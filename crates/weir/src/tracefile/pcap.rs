@@ -101,11 +101,7 @@ pub(super) struct Reader {
 pub(super) fn open(magic: Magic, buf: &[u8], offset: u64, eof: bool) -> Result<Opening<Reader>, FormatError> {
     let Some(h) = Fixed::<FILE_HEADER_LEN>::new(buf, magic.order) else {
         if eof {
-            let kind = FormatErrorKind::TruncatedFileHeader {
-                item: Item::PcapFileHeader,
-                have: buf.len(),
-                need: FILE_HEADER_LEN,
-            };
+            let kind = FormatErrorKind::TruncatedFileHeader { item: Item::PcapFileHeader, have: buf.len(), need: FILE_HEADER_LEN };
             return Err(FormatError::at(offset, kind));
         }
         return Ok(Opening::Need(FILE_HEADER_LEN));
@@ -157,8 +153,7 @@ pub(super) fn open(magic: Magic, buf: &[u8], offset: u64, eof: bool) -> Result<O
 impl Reader {
     #[inline]
     pub(super) fn next(&self, buf: &[u8], offset: u64, eof: bool) -> Result<Step, FormatError> {
-        let Some(h) = Fixed::<RECORD_HEADER_LEN>::new(buf, self.order).filter(|_| buf.len() >= self.record_header_len)
-        else {
+        let Some(h) = Fixed::<RECORD_HEADER_LEN>::new(buf, self.order).filter(|_| buf.len() >= self.record_header_len) else {
             return self.short(buf, offset, eof, Item::PcapRecordHeader, self.record_header_len);
         };
         let (mut caplen, mut wire_len) = (h.u32::<CAPLEN>(), h.u32::<WIRE_LEN>());

@@ -177,10 +177,7 @@ pub(super) fn open(buf: &[u8], offset: u64, eof: bool) -> Result<Opening<(Reader
     } else if found.swap_bytes() == BYTE_ORDER_MAGIC {
         (ByteOrder::Big, length.swap_bytes())
     } else {
-        return Err(FormatError::at(
-            offset.saturating_add(SHB_MAGIC as u64),
-            FormatErrorKind::BadByteOrderMagic { found },
-        ));
+        return Err(FormatError::at(offset.saturating_add(SHB_MAGIC as u64), FormatErrorKind::BadByteOrderMagic { found }));
     };
     if !(SHB_MIN_LEN..=SHB_MAX_LEN).contains(&length) {
         return Err(FormatError::at(offset, FormatErrorKind::SectionHeaderLength { length }));
@@ -207,12 +204,7 @@ pub(super) fn open(buf: &[u8], offset: u64, eof: bool) -> Result<Opening<(Reader
     Ok(Opening::Read((reader, total)))
 }
 
-fn short_section_header(
-    buf: &[u8],
-    offset: u64,
-    eof: bool,
-    need: usize,
-) -> Result<Opening<(Reader, usize)>, FormatError> {
+fn short_section_header(buf: &[u8], offset: u64, eof: bool, need: usize) -> Result<Opening<(Reader, usize)>, FormatError> {
     if eof {
         let kind = FormatErrorKind::TruncatedFileHeader { item: Item::Block(SHB), have: buf.len(), need };
         return Err(FormatError::at(offset, kind));
@@ -308,9 +300,7 @@ impl Reader {
                 });
                 Ok(Step::Header { consumed })
             }
-            EPB | SPB | PB => {
-                Err(FormatError::at(offset, FormatErrorKind::PacketBeforeInterface { block: Item::Block(block_type) }))
-            }
+            EPB | SPB | PB => Err(FormatError::at(offset, FormatErrorKind::PacketBeforeInterface { block: Item::Block(block_type) })),
             _ => Ok(Step::Skip { consumed }),
         }
     }
@@ -319,8 +309,7 @@ impl Reader {
     fn later_interface(&mut self, content: &[u8], offset: u64) -> Result<(), FormatError> {
         let (link_type, snaplen) = self.interface_fixed(content, offset)?;
         if u32::from(link_type) != self.first_dlt {
-            let kind =
-                FormatErrorKind::LinkTypeMismatch { link_type, first: self.first_link_type, first_dlt: self.first_dlt };
+            let kind = FormatErrorKind::LinkTypeMismatch { link_type, first: self.first_link_type, first_dlt: self.first_dlt };
             return Err(FormatError::at(offset.saturating_add(IDB_LINKTYPE as u64), kind));
         }
         if effective_snapshot(self.first_dlt, snaplen) != self.snapshot {
@@ -354,14 +343,10 @@ impl Reader {
             let padded = (usize::from(length) + 3) & !3;
             let Some(value) = rest.get(OPTION_HEADER_LEN..OPTION_HEADER_LEN + padded) else {
                 let remaining = rest.len() - OPTION_HEADER_LEN;
-                return Err(FormatError::at(
-                    here,
-                    FormatErrorKind::OptionOverrun { block, code, length, padded, remaining },
-                ));
+                return Err(FormatError::at(here, FormatErrorKind::OptionOverrun { block, code, length, padded, remaining }));
             };
-            let wrong_length = |option: &'static str, expected: u16| {
-                FormatError::at(here, FormatErrorKind::OptionLength { option, length, expected })
-            };
+            let wrong_length =
+                |option: &'static str, expected: u16| FormatError::at(here, FormatErrorKind::OptionLength { option, length, expected });
             let duplicate = |option: &'static str| FormatError::at(here, FormatErrorKind::DuplicateOption { option });
             match code {
                 OPT_ENDOFOPT if length != 0 => {
@@ -375,8 +360,8 @@ impl Reader {
                     if tsresol.is_some() {
                         return Err(duplicate("if_tsresol"));
                     }
-                    let clock = Clock::from_tsresol(value)
-                        .ok_or_else(|| FormatError::at(here, FormatErrorKind::TsresolTooFine { value }))?;
+                    let clock =
+                        Clock::from_tsresol(value).ok_or_else(|| FormatError::at(here, FormatErrorKind::TsresolTooFine { value }))?;
                     tsresol = Some(clock);
                 }
                 IF_TSOFFSET => {
@@ -409,10 +394,7 @@ impl Reader {
         }
         let major = f.u16::<SHB_MAJOR>();
         if major != 1 {
-            return Err(FormatError::at(
-                offset.saturating_add(SHB_MAJOR as u64),
-                FormatErrorKind::PcapngMajorVersion { major },
-            ));
+            return Err(FormatError::at(offset.saturating_add(SHB_MAJOR as u64), FormatErrorKind::PcapngMajorVersion { major }));
         }
         self.interfaces.clear();
         Ok(())
@@ -455,8 +437,7 @@ impl Reader {
         data_start: usize,
     ) -> Result<Step, FormatError> {
         let Some(interface) = self.interfaces.get(id as usize) else {
-            let kind =
-                FormatErrorKind::UnknownInterface { block: Item::Block(block_type), id, count: self.interfaces.len() };
+            let kind = FormatErrorKind::UnknownInterface { block: Item::Block(block_type), id, count: self.interfaces.len() };
             return Err(FormatError::at(offset, kind));
         };
         let room = content.len() - data_start;
@@ -482,12 +463,7 @@ impl Reader {
 
     /// The fixed part of a block, or an error if the block is too short for it.
     #[inline(always)]
-    fn fixed<'a, const N: usize>(
-        &self,
-        block_type: u32,
-        content: &'a [u8],
-        offset: u64,
-    ) -> Result<Fixed<'a, N>, FormatError> {
+    fn fixed<'a, const N: usize>(&self, block_type: u32, content: &'a [u8], offset: u64) -> Result<Fixed<'a, N>, FormatError> {
         Fixed::<N>::new(content, self.order).ok_or_else(|| {
             let kind = FormatErrorKind::FixedPartTooShort {
                 block: Item::Block(block_type),

@@ -14,10 +14,7 @@ const READ_CHUNK: usize = 1024 * 1024;
 /// Read a whole file sequentially and call `f` for every packet with the
 /// header, the record and its captured bytes. Returns the header and the number
 /// of packets, or the first error (with the packets before it already passed to `f`).
-pub fn for_each_packet(
-    path: &Path,
-    mut f: impl FnMut(&TraceHeader, &Record, &[u8]),
-) -> Result<(TraceHeader, u64), ReadError> {
+pub fn for_each_packet(path: &Path, mut f: impl FnMut(&TraceHeader, &Record, &[u8])) -> Result<(TraceHeader, u64), ReadError> {
     let io_error = |error| ReadError::Io { path: path.to_path_buf(), error };
     let format_error = |error: FormatError| ReadError::Format { path: path.to_path_buf(), error };
     let mut file = File::open(path).map_err(io_error)?;

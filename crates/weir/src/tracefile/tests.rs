@@ -292,14 +292,12 @@ fn pcap_rules_match_libpcap() {
         ),
         case(
             "native-order times are signed",
-            [pcap_header(LE, MICRO, (2, 4), 65535, ETHERNET), pcap_record(LE, u32::MAX, u32::MAX, 4, 4, b"abcd")]
-                .concat(),
+            [pcap_header(LE, MICRO, (2, 4), 65535, ETHERNET), pcap_record(LE, u32::MAX, u32::MAX, 4, 4, b"abcd")].concat(),
             Expect::Packets(1),
         ),
         case(
             "byte-swapped times are unsigned",
-            [pcap_header(BE, MICRO, (2, 4), 65535, ETHERNET), pcap_record(BE, u32::MAX, u32::MAX, 4, 4, b"abcd")]
-                .concat(),
+            [pcap_header(BE, MICRO, (2, 4), 65535, ETHERNET), pcap_record(BE, u32::MAX, u32::MAX, 4, 4, b"abcd")].concat(),
             Expect::Packets(1),
         ),
         case(
@@ -327,56 +325,28 @@ fn pcap_rules_match_libpcap() {
             pcap_header(LE, MICRO, (1, 0), 65535, 1),
             Expect::Refused(|k| matches!(k, K::ArchaicPcapVersion { .. })),
         ),
-        case(
-            "version 2.5",
-            pcap_header(LE, MICRO, (2, 5), 65535, 1),
-            Expect::Refused(|k| matches!(k, K::UnsupportedPcapVersion { .. })),
-        ),
-        case(
-            "version 3.0",
-            pcap_header(BE, MICRO, (3, 0), 65535, 1),
-            Expect::Refused(|k| matches!(k, K::UnsupportedPcapVersion { .. })),
-        ),
-        case(
-            "version 2.0 swaps lengths",
-            [pcap_header(LE, MICRO, (2, 0), 65535, 1), old_rec(LE, 40, 60)].concat(),
-            Expect::Packets(1),
-        ),
-        case(
-            "DG/UX 543.0 swaps lengths",
-            [pcap_header(BE, MICRO, (543, 0), 65535, 1), old_rec(BE, 40, 60)].concat(),
-            Expect::Packets(1),
-        ),
+        case("version 2.5", pcap_header(LE, MICRO, (2, 5), 65535, 1), Expect::Refused(|k| matches!(k, K::UnsupportedPcapVersion { .. }))),
+        case("version 3.0", pcap_header(BE, MICRO, (3, 0), 65535, 1), Expect::Refused(|k| matches!(k, K::UnsupportedPcapVersion { .. }))),
+        case("version 2.0 swaps lengths", [pcap_header(LE, MICRO, (2, 0), 65535, 1), old_rec(LE, 40, 60)].concat(), Expect::Packets(1)),
+        case("DG/UX 543.0 swaps lengths", [pcap_header(BE, MICRO, (543, 0), 65535, 1), old_rec(BE, 40, 60)].concat(), Expect::Packets(1)),
         case(
             "version 2.3 swaps only implausible lengths",
             [pcap_header(LE, MICRO, (2, 3), 65535, 1), rec(LE, 40, 60), old_rec(LE, 40, 60)].concat(),
             Expect::Packets(2),
         ),
-        case(
-            "543.1",
-            pcap_header(LE, MICRO, (543, 1), 65535, 1),
-            Expect::Refused(|k| matches!(k, K::UnsupportedPcapVersion { .. })),
-        ),
+        case("543.1", pcap_header(LE, MICRO, (543, 1), 65535, 1), Expect::Refused(|k| matches!(k, K::UnsupportedPcapVersion { .. }))),
         case(
             "FCS bits above the link type",
             [pcap_header(LE, MICRO, (2, 4), 65535, 0x3000_0001), rec(LE, 20, 20)].concat(),
             Expect::Packets(1),
         ),
-        case(
-            "reserved link type bits",
-            [pcap_header(LE, MICRO, (2, 4), 65535, 0x0200_0065), rec(LE, 20, 20)].concat(),
-            Expect::Packets(1),
-        ),
+        case("reserved link type bits", [pcap_header(LE, MICRO, (2, 4), 65535, 0x0200_0065), rec(LE, 20, 20)].concat(), Expect::Packets(1)),
         case(
             "caplen over snaplen is cut",
             [pcap_header(LE, MICRO, (2, 4), 64, 1), rec(LE, 100, 100), rec(LE, 10, 10)].concat(),
             Expect::Packets(2),
         ),
-        case(
-            "snaplen 0 means the maximum",
-            [pcap_header(LE, MICRO, (2, 4), 0, 1), rec(LE, 3000, 3000)].concat(),
-            Expect::Packets(1),
-        ),
+        case("snaplen 0 means the maximum", [pcap_header(LE, MICRO, (2, 4), 0, 1), rec(LE, 3000, 3000)].concat(), Expect::Packets(1)),
         case(
             "snaplen beyond int means the maximum",
             [pcap_header(BE, MICRO, (2, 4), 0x8000_0000, 101), rec(BE, 3000, 3000)].concat(),
@@ -384,12 +354,7 @@ fn pcap_rules_match_libpcap() {
         ),
         case(
             "caplen over the maximum",
-            [
-                pcap_header(LE, MICRO, (2, 4), 0, 1),
-                rec(LE, 20, 20),
-                Out::new(LE).u32(0).u32(0).u32(262_145).u32(262_145).bytes,
-            ]
-            .concat(),
+            [pcap_header(LE, MICRO, (2, 4), 0, 1), rec(LE, 20, 20), Out::new(LE).u32(0).u32(0).u32(262_145).u32(262_145).bytes].concat(),
             Expect::Stops(1, |k| matches!(k, K::CaplenOverMaximum { caplen: 262_145, max: 262_144, .. })),
         ),
         case(
@@ -404,8 +369,7 @@ fn pcap_rules_match_libpcap() {
         ),
         case(
             "truncated Kuznetzov record header",
-            [pcap_header(LE, KUZNETZOV, (2, 4), 100, 1), Out::new(LE).u32(0).u32(0).u32(4).u32(4).u32(0).bytes]
-                .concat(),
+            [pcap_header(LE, KUZNETZOV, (2, 4), 100, 1), Out::new(LE).u32(0).u32(0).u32(4).u32(4).u32(0).bytes].concat(),
             Expect::Stops(0, |k| matches!(k, K::Truncated { item: Item::PcapRecordHeader, have: 20, need: 24 })),
         ),
         case(
@@ -419,22 +383,14 @@ fn pcap_rules_match_libpcap() {
             Expect::Stops(0, |k| matches!(k, K::Truncated { .. })),
         ),
         case("empty file", Vec::new(), Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { have: 0, .. }))),
-        case(
-            "three bytes",
-            vec![0xD4, 0xC3, 0xB2],
-            Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { have: 3, .. })),
-        ),
+        case("three bytes", vec![0xD4, 0xC3, 0xB2], Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { have: 3, .. }))),
         case(
             "truncated file header",
             pcap_header(LE, MICRO, (2, 4), 65535, 1)[..20].to_vec(),
             Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { item: Item::PcapFileHeader, have: 20, need: 24 })),
         ),
         case("gzip", vec![0x1F, 0x8B, 0x08, 0x00, 0, 0, 0, 0, 0, 3], Expect::Refused(|k| matches!(k, K::Gzip))),
-        case(
-            "text",
-            b"hello, world\n".to_vec(),
-            Expect::Refused(|k| matches!(k, K::UnknownFormat { magic: [b'h', b'e', b'l', b'l'] })),
-        ),
+        case("text", b"hello, world\n".to_vec(), Expect::Refused(|k| matches!(k, K::UnknownFormat { magic: [b'h', b'e', b'l', b'l'] }))),
         case(
             "Navtel magic is not pcap",
             pcap_header(LE, 0xA12B_3C4D, (2, 4), 65535, 1),
@@ -446,27 +402,21 @@ fn pcap_rules_match_libpcap() {
 #[test]
 fn pcapng_section_rules_match_libpcap() {
     use FormatErrorKind as K;
-    let long_shb =
-        block(LE, 0x0A0D_0D0A, &Out::new(LE).u32(0x1A2B_3C4D).u16(1).u16(0).u64(0).raw(&[0; 2_000_000]).bytes);
+    let long_shb = block(LE, 0x0A0D_0D0A, &Out::new(LE).u32(0x1A2B_3C4D).u16(1).u16(0).u64(0).raw(&[0; 2_000_000]).bytes);
     let unaligned_shb = {
         let mut b = Out::new(LE).u32(0x0A0D_0D0A).u32(30).u32(0x1A2B_3C4D).u16(1).u16(0).u64(0).raw(&[0, 0]).bytes;
         b.extend(30u32.to_le_bytes());
         b
     };
     // 0x00010100 bytes long: the same number in either byte order.
-    let palindromic_shb =
-        block(BE, 0x0A0D_0D0A, &Out::new(BE).u32(0x1A2B_3C4D).u16(1).u16(0).u64(0).raw(&[0; 0x0001_0100 - 28]).bytes);
+    let palindromic_shb = block(BE, 0x0A0D_0D0A, &Out::new(BE).u32(0x1A2B_3C4D).u16(1).u16(0).u64(0).raw(&[0; 0x0001_0100 - 28]).bytes);
     let mut bad_trailer_shb = shb(BE, 1, 0);
     let at = bad_trailer_shb.len() - 1;
     bad_trailer_shb[at] ^= 0x40;
     check(vec![
         case("little-endian", pcapng_file(LE, &[], 3), Expect::Packets(3)),
         case("big-endian", pcapng_file(BE, &[], 3), Expect::Packets(3)),
-        case(
-            "version 1.2",
-            [shb(LE, 1, 2), idb(LE, 1, 0, &[]), epb(LE, 0, 1, 4, 4, b"abcd")].concat(),
-            Expect::Packets(1),
-        ),
+        case("version 1.2", [shb(LE, 1, 2), idb(LE, 1, 0, &[]), epb(LE, 0, 1, 4, 4, b"abcd")].concat(), Expect::Packets(1)),
         case(
             "version 1.1",
             [shb(LE, 1, 1), idb(LE, 1, 0, &[])].concat(),
@@ -484,26 +434,14 @@ fn pcapng_section_rules_match_libpcap() {
         ),
         case("section header over 1 MiB", long_shb, Expect::Refused(|k| matches!(k, K::SectionHeaderLength { .. }))),
         case("unaligned first section header", [unaligned_shb, idb(LE, 1, 0, &[])].concat(), Expect::Packets(0)),
-        case(
-            "first section header trailer is not checked",
-            [bad_trailer_shb, idb(BE, 1, 0, &[])].concat(),
-            Expect::Packets(0),
-        ),
+        case("first section header trailer is not checked", [bad_trailer_shb, idb(BE, 1, 0, &[])].concat(), Expect::Packets(0)),
         case(
             "bad byte-order magic",
             Out::new(LE).u32(0x0A0D_0D0A).u32(28).u32(0x1A2B_3C4E).u16(1).u16(0).u64(0).u32(28).bytes,
             Expect::Refused(|k| matches!(k, K::BadByteOrderMagic { found: 0x1A2B_3C4E })),
         ),
-        case(
-            "section header cut short",
-            shb(LE, 1, 0)[..20].to_vec(),
-            Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { .. })),
-        ),
-        case(
-            "only the block type",
-            shb(LE, 1, 0)[..8].to_vec(),
-            Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { .. })),
-        ),
+        case("section header cut short", shb(LE, 1, 0)[..20].to_vec(), Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { .. }))),
+        case("only the block type", shb(LE, 1, 0)[..8].to_vec(), Expect::Refused(|k| matches!(k, K::TruncatedFileHeader { .. }))),
         case("no interface", shb(LE, 1, 0), Expect::Refused(|k| matches!(k, K::NoInterface))),
         case(
             "packet before any interface",
@@ -517,8 +455,7 @@ fn pcapng_section_rules_match_libpcap() {
         ),
         case(
             "blocks before the first interface are skipped, a section header too",
-            [shb(LE, 1, 0), block(LE, 0x99, b"junk"), shb(LE, 7, 7), idb(LE, 1, 0, &[]), epb(LE, 0, 1, 4, 4, b"abcd")]
-                .concat(),
+            [shb(LE, 1, 0), block(LE, 0x99, b"junk"), shb(LE, 7, 7), idb(LE, 1, 0, &[]), epb(LE, 0, 1, 4, 4, b"abcd")].concat(),
             Expect::Packets(1),
         ),
         case(
@@ -574,14 +511,8 @@ fn pcapng_block_rules_match_libpcap() {
     check(vec![
         case(
             "unknown, statistics, name resolution and custom blocks are skipped",
-            [
-                base(),
-                block(LE, 0x1234_5678, &[1, 2, 3]),
-                block(LE, 5, &[0; 20]),
-                block(LE, 4, &[0; 8]),
-                block(LE, 0xBAD, &[9; 12]),
-            ]
-            .concat(),
+            [base(), block(LE, 0x1234_5678, &[1, 2, 3]), block(LE, 5, &[0; 20]), block(LE, 4, &[0; 8]), block(LE, 0xBAD, &[9; 12])]
+                .concat(),
             Expect::Packets(1),
         ),
         case(
@@ -599,11 +530,7 @@ fn pcapng_block_rules_match_libpcap() {
             [base(), Out::new(LE).u32(0x77).u32(0x0200_0000).u32(0).bytes].concat(),
             Expect::Stops(1, |k| matches!(k, K::BlockTooLong { length: 0x0200_0000, .. })),
         ),
-        case(
-            "trailer differs from header",
-            [base(), bad_trailer].concat(),
-            Expect::Stops(1, |k| matches!(k, K::TrailerMismatch { .. })),
-        ),
+        case("trailer differs from header", [base(), bad_trailer].concat(), Expect::Stops(1, |k| matches!(k, K::TrailerMismatch { .. }))),
         case(
             "truncated block",
             [base(), epb(LE, 0, 5, 4, 4, b"abcd")[..20].to_vec()].concat(),
@@ -638,20 +565,7 @@ fn pcapng_block_rules_match_libpcap() {
             "options after the packet are ignored",
             [
                 base(),
-                block(
-                    LE,
-                    6,
-                    &Out::new(LE)
-                        .u32(0)
-                        .u32(0)
-                        .u32(5)
-                        .u32(4)
-                        .u32(4)
-                        .raw(b"abcd")
-                        .raw(&opt(LE, 1, b"hi"))
-                        .raw(&[0xFF; 8])
-                        .bytes,
-                ),
+                block(LE, 6, &Out::new(LE).u32(0).u32(0).u32(5).u32(4).u32(4).raw(b"abcd").raw(&opt(LE, 1, b"hi")).raw(&[0xFF; 8]).bytes),
             ]
             .concat(),
             Expect::Packets(2),
@@ -668,8 +582,7 @@ fn pcapng_block_rules_match_libpcap() {
         ),
         case(
             "simple packet blocks are cut to the snapshot length",
-            [shb(LE, 1, 0), idb(LE, 1, 32, &[tsoffset(LE, 100)]), spb(LE, 30, &payload(30)), spb(LE, 50, &payload(32))]
-                .concat(),
+            [shb(LE, 1, 0), idb(LE, 1, 32, &[tsoffset(LE, 100)]), spb(LE, 30, &payload(30)), spb(LE, 50, &payload(32))].concat(),
             Expect::Packets(2),
         ),
         case(
@@ -689,10 +602,8 @@ fn pcapng_block_rules_match_libpcap() {
 fn pcapng_interface_rules_match_libpcap() {
     use FormatErrorKind as K;
     let one = |le, options: &[Vec<u8>]| pcapng_file(le, options, 2);
-    let raw_twice =
-        [shb(LE, 1, 0), idb(LE, 101, 0, &[]), idb(LE, 101, 0, &[]), epb(LE, 0, 1, 20, 20, &payload(20))].concat();
-    let raw_then_dlt =
-        [shb(LE, 1, 0), idb(LE, 101, 0, &[]), idb(LE, 12, 0, &[]), epb(LE, 1, 1, 20, 20, &payload(20))].concat();
+    let raw_twice = [shb(LE, 1, 0), idb(LE, 101, 0, &[]), idb(LE, 101, 0, &[]), epb(LE, 0, 1, 20, 20, &payload(20))].concat();
+    let raw_then_dlt = [shb(LE, 1, 0), idb(LE, 101, 0, &[]), idb(LE, 12, 0, &[]), epb(LE, 1, 1, 20, 20, &payload(20))].concat();
     check(vec![
         case("nanoseconds", one(LE, &[tsresol(LE, 9)]), Expect::Packets(2)),
         case("milliseconds", one(BE, &[tsresol(BE, 3)]), Expect::Packets(2)),
@@ -707,21 +618,13 @@ fn pcapng_interface_rules_match_libpcap() {
         case("2^-30", one(LE, &[tsresol(LE, 0x9E)]), Expect::Packets(2)),
         case("2^-40 wraps like libpcap", one(LE, &[tsresol(LE, 0xA8)]), Expect::Packets(2)),
         case("2^-63", one(LE, &[tsresol(LE, 0xBF)]), Expect::Packets(2)),
-        case(
-            "2^-64",
-            one(LE, &[tsresol(LE, 0xC0)]),
-            Expect::Refused(|k| matches!(k, K::TsresolTooFine { value: 0xC0 })),
-        ),
+        case("2^-64", one(LE, &[tsresol(LE, 0xC0)]), Expect::Refused(|k| matches!(k, K::TsresolTooFine { value: 0xC0 }))),
         case(
             "if_tsresol of length 2",
             one(LE, &[opt(LE, 9, &[6, 0])]),
             Expect::Refused(|k| matches!(k, K::OptionLength { option: "if_tsresol", length: 2, expected: 1 })),
         ),
-        case(
-            "two if_tsresol",
-            one(LE, &[tsresol(LE, 6), tsresol(LE, 6)]),
-            Expect::Refused(|k| matches!(k, K::DuplicateOption { .. })),
-        ),
+        case("two if_tsresol", one(LE, &[tsresol(LE, 6), tsresol(LE, 6)]), Expect::Refused(|k| matches!(k, K::DuplicateOption { .. }))),
         case("if_tsoffset", one(BE, &[tsoffset(BE, 1_000_000)]), Expect::Packets(2)),
         case("negative if_tsoffset", one(LE, &[tsoffset(LE, (-5i64) as u64), tsresol(LE, 9)]), Expect::Packets(2)),
         case(
@@ -729,16 +632,8 @@ fn pcapng_interface_rules_match_libpcap() {
             one(LE, &[opt(LE, 14, &[0; 4])]),
             Expect::Refused(|k| matches!(k, K::OptionLength { option: "if_tsoffset", length: 4, expected: 8 })),
         ),
-        case(
-            "two if_tsoffset",
-            one(LE, &[tsoffset(LE, 1), tsoffset(LE, 1)]),
-            Expect::Refused(|k| matches!(k, K::DuplicateOption { .. })),
-        ),
-        case(
-            "other options",
-            one(LE, &[opt(LE, 2, b"eth0"), opt(LE, 3, b"x"), opt(LE, 12, b"Linux 6")]),
-            Expect::Packets(2),
-        ),
+        case("two if_tsoffset", one(LE, &[tsoffset(LE, 1), tsoffset(LE, 1)]), Expect::Refused(|k| matches!(k, K::DuplicateOption { .. }))),
+        case("other options", one(LE, &[opt(LE, 2, b"eth0"), opt(LE, 3, b"x"), opt(LE, 12, b"Linux 6")]), Expect::Packets(2)),
         case("options end at opt_endofopt", one(LE, &[end_of_options(LE), tsresol(LE, 200)]), Expect::Packets(2)),
         case(
             "opt_endofopt with a length",
@@ -887,12 +782,8 @@ fn valid_files() -> Vec<Vec<u8>> {
         pcap_file(LE, 5),
         pcap_file(BE, 3),
         [pcap_header(LE, KUZNETZOV, (2, 4), 40, ETHERNET), kuznetzov_record(LE, 1, 60, 60, &payload(60))].concat(),
-        [
-            pcap_header(BE, NANO, (2, 3), 30, 101),
-            pcap_record(BE, 1, 2, 10, 40, &payload(10)),
-            pcap_record(BE, 1, 2, 40, 35, &payload(35)),
-        ]
-        .concat(),
+        [pcap_header(BE, NANO, (2, 3), 30, 101), pcap_record(BE, 1, 2, 10, 40, &payload(10)), pcap_record(BE, 1, 2, 40, 35, &payload(35))]
+            .concat(),
         pcapng_file(LE, &[tsresol(LE, 9)], 4),
         [
             pcapng_file(BE, &[tsresol(BE, 0x94), tsoffset(BE, 7)], 2),

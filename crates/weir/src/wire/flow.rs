@@ -75,10 +75,7 @@ impl FlowTuple {
 }
 
 fn ports(proto: u8, l4: &[u8]) -> Option<L4Ports> {
-    let carries_ports = matches!(
-        proto,
-        ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP | ip_proto::DCCP | ip_proto::UDPLITE
-    );
+    let carries_ports = matches!(proto, ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP | ip_proto::DCCP | ip_proto::UDPLITE);
     if !carries_ports || l4.len() < field::l4::PORTS_LEN {
         return None;
     }

@@ -39,7 +39,11 @@ pub fn network_layer(link: LinkType, data: &[u8]) -> Option<Network<'_>> {
                 u32::from_be_bytes(family)
             } else {
                 let le = u32::from_le_bytes(family);
-                if le < 256 { le } else { u32::from_be_bytes(family) }
+                if le < 256 {
+                    le
+                } else {
+                    u32::from_be_bytes(family)
+                }
             };
             let rest = &data[field::null::HEADER_LEN..];
             match fam {

@@ -59,6 +59,14 @@ impl Frame {
 
     /// The other direction of the same flow.
     pub fn reply(&self) -> Frame {
-        Frame { dst_mac: self.dst_mac, src_mac: self.src_mac, src: self.dst, dst: self.src, sport: self.dport, dport: self.sport, udp: self.udp }
+        Frame {
+            dst_mac: self.dst_mac,
+            src_mac: self.src_mac,
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            udp: self.udp,
+        }
     }
 }

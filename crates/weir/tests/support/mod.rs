@@ -89,8 +89,7 @@ impl Trace {
             (Err(e), Ok(_)) => return Some(format!("only the second opened it; the first said: {e}")),
             _ => {}
         }
-        if let Some(i) = (0..self.packets.len().min(other.packets.len())).find(|&i| self.packets[i] != other.packets[i])
-        {
+        if let Some(i) = (0..self.packets.len().min(other.packets.len())).find(|&i| self.packets[i] != other.packets[i]) {
             let (a, b) = (&self.packets[i], &other.packets[i]);
             return Some(format!(
                 "packet {i} differs: ts {} vs {}, wire_len {} vs {}, caplen {} vs {}",
@@ -103,13 +102,7 @@ impl Trace {
             ));
         }
         if self.packets.len() != other.packets.len() {
-            return Some(format!(
-                "{} vs {} packets (ends: {:?} vs {:?})",
-                self.packets.len(),
-                other.packets.len(),
-                self.end,
-                other.end
-            ));
+            return Some(format!("{} vs {} packets (ends: {:?} vs {:?})", self.packets.len(), other.packets.len(), self.end, other.end));
         }
         match (&self.end, &other.end) {
             (Ok(()), Err(e)) => Some(format!("only the second stopped with an error: {e}")),
@@ -186,11 +179,7 @@ pub fn walk(bytes: &[u8], mut grow: impl FnMut(usize, usize) -> usize) -> Walked
         match step {
             Step::Need { need } => {
                 assert!(!eof, "Need at end of input");
-                assert!(
-                    need > window.len() && need <= MAX_RECORD_BYTES,
-                    "unsatisfiable Need {need} with {} bytes",
-                    window.len()
-                );
+                assert!(need > window.len() && need <= MAX_RECORD_BYTES, "unsatisfiable Need {need} with {} bytes", window.len());
                 limit = (limit + grow(need, window.len()).max(1)).min(bytes.len());
             }
             Step::End => {

@@ -16,7 +16,11 @@ use rand::Rng;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SessionMsg {
     /// Step `step` of part `part` (0 prologue, 1 repeated transaction, 2 epilogue) of a line script.
-    Line { proto: LineProto, part: u8, step: u8 },
+    Line {
+        proto: LineProto,
+        part: u8,
+        step: u8,
+    },
     SshBanner,
     SshKexInit,
     SshEcdhInit,
@@ -367,8 +371,25 @@ fn resp_reply(head: String, t: &mut FlowRng, size: u64, rng: &mut FlowRng) -> Bo
 fn ssh_banner(ctx: &FlowCtx, side: Side) -> Vec<u8> {
     let mut r = ctx.rng(FLOW_STREAM + 3);
     let s: &str = match side {
-        Side::Server => pick(&mut r, &["SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3", "SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.6", "SSH-2.0-OpenSSH_9.6", "SSH-2.0-dropbear_2022.83"]),
-        Side::Client => pick(&mut r, &["SSH-2.0-OpenSSH_9.6", "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3", "SSH-2.0-PuTTY_Release_0.80", "SSH-2.0-paramiko_3.4.0", "SSH-2.0-Go"]),
+        Side::Server => pick(
+            &mut r,
+            &[
+                "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3",
+                "SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.6",
+                "SSH-2.0-OpenSSH_9.6",
+                "SSH-2.0-dropbear_2022.83",
+            ],
+        ),
+        Side::Client => pick(
+            &mut r,
+            &[
+                "SSH-2.0-OpenSSH_9.6",
+                "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3",
+                "SSH-2.0-PuTTY_Release_0.80",
+                "SSH-2.0-paramiko_3.4.0",
+                "SSH-2.0-Go",
+            ],
+        ),
     };
     format!("{s}\r\n").into_bytes()
 }
@@ -410,7 +431,8 @@ fn ssh_kexinit(side: Side, rng: &mut FlowRng) -> Vec<u8> {
 }
 
 /// SPNEGO negTokenInit offering NTLMSSP only: what a standalone Samba or Windows server advertises.
-const SPNEGO_INIT: &[u8] = b"\x60\x1c\x06\x06\x2b\x06\x01\x05\x05\x02\xa0\x12\x30\x10\xa0\x0e\x30\x0c\x06\x0a\x2b\x06\x01\x04\x01\x82\x37\x02\x02\x0a";
+const SPNEGO_INIT: &[u8] =
+    b"\x60\x1c\x06\x06\x2b\x06\x01\x05\x05\x02\xa0\x12\x30\x10\xa0\x0e\x30\x0c\x06\x0a\x2b\x06\x01\x04\x01\x82\x37\x02\x02\x0a";
 
 /// Windows FILETIME: 100 ns ticks since 1601.
 fn filetime(unix_ns: u64) -> u64 {
@@ -481,7 +503,8 @@ fn smb_session_setup(ctx: &FlowCtx, side: Side, rng: &mut FlowRng) -> Vec<u8> {
             ntlm.extend_from_slice(&[10, 0, 0x63, 0x45, 0, 0, 0, 0x0f]);
         }
         Side::Server => {
-            let domain: Vec<u8> = ctx.server_name.split('.').nth(1).unwrap_or("WORKGROUP").to_uppercase().encode_utf16().flat_map(u16::to_le_bytes).collect();
+            let domain: Vec<u8> =
+                ctx.server_name.split('.').nth(1).unwrap_or("WORKGROUP").to_uppercase().encode_utf16().flat_map(u16::to_le_bytes).collect();
             ntlm.extend_from_slice(&[2, 0, 0, 0]);
             ntlm.extend_from_slice(&(domain.len() as u16).to_le_bytes());
             ntlm.extend_from_slice(&(domain.len() as u16).to_le_bytes());
@@ -630,11 +653,25 @@ fn sql(ctx: &FlowCtx, txn: u32) -> String {
     let table = pick(&mut t, &["users", "orders", "products", "sessions", "events", "wp_posts", "invoices"]);
     match t.gen_range(0..6) {
         0 => format!("SELECT id, name, email, created_at FROM {table} WHERE id = {}", t.gen_range(1..10_000_000)),
-        1 => format!("SELECT * FROM {table} WHERE status = '{}' ORDER BY created_at DESC LIMIT {}", pick(&mut t, &["active", "pending", "shipped"]), t.gen_range(10..500)),
+        1 => format!(
+            "SELECT * FROM {table} WHERE status = '{}' ORDER BY created_at DESC LIMIT {}",
+            pick(&mut t, &["active", "pending", "shipped"]),
+            t.gen_range(10..500)
+        ),
         2 => format!("UPDATE {table} SET updated_at = NOW(), hits = hits + 1 WHERE id = {}", t.gen_range(1..10_000_000)),
-        3 => format!("INSERT INTO {table} (user_id, kind, payload) VALUES ({}, '{}', '{{\"v\":{}}}')", t.gen_range(1..100_000), pick(&mut t, WORDS), t.gen_range(0..1000)),
+        3 => format!(
+            "INSERT INTO {table} (user_id, kind, payload) VALUES ({}, '{}', '{{\"v\":{}}}')",
+            t.gen_range(1..100_000),
+            pick(&mut t, WORDS),
+            t.gen_range(0..1000)
+        ),
         4 => format!("SELECT COUNT(*) FROM {table} WHERE created_at > '2024-0{}-01'", t.gen_range(1..10)),
-        _ => format!("SELECT o.id, o.total, u.email FROM orders o JOIN users u ON u.id = o.user_id WHERE o.id IN ({}, {}, {})", t.gen_range(1..999_999), t.gen_range(1..999_999), t.gen_range(1..999_999)),
+        _ => format!(
+            "SELECT o.id, o.total, u.email FROM orders o JOIN users u ON u.id = o.user_id WHERE o.id IN ({}, {}, {})",
+            t.gen_range(1..999_999),
+            t.gen_range(1..999_999),
+            t.gen_range(1..999_999)
+        ),
     }
 }
 
@@ -670,7 +707,12 @@ fn mysql_result(size: u64, rng: &mut FlowRng) -> Body {
 fn pg_startup(ctx: &FlowCtx) -> Vec<u8> {
     let mut f = ctx.rng(FLOW_STREAM);
     let mut v = vec![0, 0, 0, 0, 0, 3, 0, 0];
-    for (k, val) in [("user", pick(&mut f, &["app", "postgres", "grafana", "django"])), ("database", pick(&mut f, &["app", "metrics", "inventory"])), ("application_name", "psql"), ("client_encoding", "UTF8")] {
+    for (k, val) in [
+        ("user", pick(&mut f, &["app", "postgres", "grafana", "django"])),
+        ("database", pick(&mut f, &["app", "metrics", "inventory"])),
+        ("application_name", "psql"),
+        ("client_encoding", "UTF8"),
+    ] {
         v.extend_from_slice(k.as_bytes());
         v.push(0);
         v.extend_from_slice(val.as_bytes());
@@ -691,7 +733,13 @@ fn pg_message(v: &mut Vec<u8>, tag: u8, body: &[u8]) {
 fn pg_ready(rng: &mut FlowRng) -> Vec<u8> {
     let mut v = Vec::new();
     pg_message(&mut v, b'R', &[0, 0, 0, 0]);
-    for (k, val) in [("server_version", "15.6 (Debian 15.6-0+deb12u1)"), ("server_encoding", "UTF8"), ("client_encoding", "UTF8"), ("DateStyle", "ISO, MDY"), ("TimeZone", "Etc/UTC")] {
+    for (k, val) in [
+        ("server_version", "15.6 (Debian 15.6-0+deb12u1)"),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("DateStyle", "ISO, MDY"),
+        ("TimeZone", "Etc/UTC"),
+    ] {
         let mut b = k.as_bytes().to_vec();
         b.push(0);
         b.extend_from_slice(val.as_bytes());

@@ -69,8 +69,9 @@ impl DnsTxn {
             _ => host(r, site_n, WEB_SUBDOMAINS),
         };
         let rcode = *weighted(r, &[(930, 0u8), (60, 3), (10, 2)]);
-        let cname = (matches!(qtype, 1 | 28) && r.gen_bool(0.3))
-            .then(|| format!("{}.{}.{}", pick(r, WORDS), pick(r, &["edgekey", "cdn", "lb", "global"]), site(zipf_index(r, 50) as u64 + 900_000)));
+        let cname = (matches!(qtype, 1 | 28) && r.gen_bool(0.3)).then(|| {
+            format!("{}.{}.{}", pick(r, WORDS), pick(r, &["edgekey", "cdn", "lb", "global"]), site(zipf_index(r, 50) as u64 + 900_000))
+        });
         let answers = if qtype == 12 || qtype == 5 { 1 } else { *weighted(r, &[(50, 1usize), (25, 2), (15, 4), (10, 8)]) };
         DnsTxn { id: r.gen(), name, qtype, edns: r.gen_bool(0.7), rcode, cname, answers, addr_seed: r.gen() }
     }
@@ -147,7 +148,11 @@ fn dns(t: &DnsTxn, answer_rng: Option<&mut FlowRng>) -> Vec<u8> {
                     }
                     16 => {
                         let txt = if t.name.starts_with("_dmarc") {
-                            format!("v=DMARC1; p={}; rua=mailto:dmarc@{}", pick(r, &["none", "quarantine", "reject"]), site(addr.gen_range(0..DNS_SITES as u64)))
+                            format!(
+                                "v=DMARC1; p={}; rua=mailto:dmarc@{}",
+                                pick(r, &["none", "quarantine", "reject"]),
+                                site(addr.gen_range(0..DNS_SITES as u64))
+                            )
                         } else {
                             format!("v=spf1 include:_spf.{} ~all", site(addr.gen_range(0..DNS_SITES as u64)))
                         };
@@ -266,7 +271,9 @@ fn snmp(ctx: &FlowCtx, reply: bool, t: &mut FlowRng) -> Vec<u8> {
             vec![0x05, 0x00]
         } else {
             match oid[6] {
-                1 if oid[7] == 1 => ber(0x04, format!("Linux {} 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 x86_64", ctx.server_name).as_bytes()),
+                1 if oid[7] == 1 => {
+                    ber(0x04, format!("Linux {} 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 x86_64", ctx.server_name).as_bytes())
+                }
                 1 if oid[7] == 5 => ber(0x04, ctx.server_name.as_bytes()),
                 1 => ber(0x43, &t.gen_range(1_000u32..400_000_000).to_be_bytes()),
                 _ => ber(0x41, &t.gen::<u32>().to_be_bytes()),
@@ -323,7 +330,9 @@ fn sip(ctx: &FlowCtx, reply: bool, t: &mut FlowRng) -> Vec<u8> {
     } else {
         format!("{method} sip:{domain} SIP/2.0\r\nVia: {via}\r\nMax-Forwards: 70\r\n")
     };
-    s.push_str(&format!("From: <sip:{user}@{domain}>;tag={tag}\r\nTo: <sip:{user}@{domain}>\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\n"));
+    s.push_str(&format!(
+        "From: <sip:{user}@{domain}>;tag={tag}\r\nTo: <sip:{user}@{domain}>\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\n"
+    ));
     s.push_str(&format!("Contact: <sip:{user}@{}.{}.{}.{}:5060>\r\n", c[0], c[1], c[2], c[3]));
     s.push_str(if reply { "Server: Asterisk PBX 20.5.0\r\n" } else { "User-Agent: Linphone/5.2.0 (belle-sip/5.2.0)\r\n" });
     if method == "REGISTER" {

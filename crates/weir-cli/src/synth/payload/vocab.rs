@@ -10,16 +10,14 @@ use crate::synth::rng::{mix64, pick, zipf_index, FlowRng};
 use rand::Rng;
 
 pub const WORDS: &[&str] = &[
-    "amber", "anchor", "apex", "arrow", "atlas", "aurora", "azure", "badger", "beacon", "birch", "blue", "bolt",
-    "bright", "brook", "canyon", "cedar", "cinder", "cipher", "citrus", "cloud", "cobalt", "comet", "coral",
-    "crest", "crimson", "delta", "drift", "ember", "falcon", "fern", "flint", "forge", "fox", "frost", "garnet",
-    "glacier", "granite", "harbor", "hawk", "hazel", "helix", "heron", "indigo", "iris", "jade", "juniper",
-    "kestrel", "lagoon", "lantern", "lark", "lemon", "linden", "lotus", "lumen", "lynx", "maple", "marble",
-    "meadow", "mesa", "meteor", "mint", "mosaic", "nebula", "north", "nova", "oak", "onyx", "orbit", "orchid",
-    "otter", "pearl", "pine", "pixel", "plaza", "polar", "prairie", "prism", "quartz", "quill", "raven", "reef",
-    "ridge", "river", "robin", "ruby", "saffron", "sage", "sierra", "signal", "silver", "slate", "solar",
-    "spruce", "stone", "summit", "swift", "tango", "tidal", "timber", "topaz", "trail", "tundra", "umber",
-    "vale", "vector", "velvet", "violet", "vista", "willow", "wren", "zenith", "zephyr",
+    "amber", "anchor", "apex", "arrow", "atlas", "aurora", "azure", "badger", "beacon", "birch", "blue", "bolt", "bright", "brook",
+    "canyon", "cedar", "cinder", "cipher", "citrus", "cloud", "cobalt", "comet", "coral", "crest", "crimson", "delta", "drift", "ember",
+    "falcon", "fern", "flint", "forge", "fox", "frost", "garnet", "glacier", "granite", "harbor", "hawk", "hazel", "helix", "heron",
+    "indigo", "iris", "jade", "juniper", "kestrel", "lagoon", "lantern", "lark", "lemon", "linden", "lotus", "lumen", "lynx", "maple",
+    "marble", "meadow", "mesa", "meteor", "mint", "mosaic", "nebula", "north", "nova", "oak", "onyx", "orbit", "orchid", "otter", "pearl",
+    "pine", "pixel", "plaza", "polar", "prairie", "prism", "quartz", "quill", "raven", "reef", "ridge", "river", "robin", "ruby",
+    "saffron", "sage", "sierra", "signal", "silver", "slate", "solar", "spruce", "stone", "summit", "swift", "tango", "tidal", "timber",
+    "topaz", "trail", "tundra", "umber", "vale", "vector", "velvet", "violet", "vista", "willow", "wren", "zenith", "zephyr",
 ];
 
 const TLDS: &[(u32, &str)] = &[
@@ -67,8 +65,25 @@ pub fn host(rng: &mut impl Rng, n: u64, subs: &[&str]) -> String {
 /// A plausible URL path with an optional query string.
 pub fn url_path(rng: &mut impl Rng) -> String {
     const DIRS: &[&str] = &[
-        "", "api/v1", "api/v2", "static/js", "static/css", "assets/img", "images", "products", "blog", "news",
-        "search", "account", "cart", "video", "docs", "wp-content/uploads", "cdn-cgi", "graphql", "media",
+        "",
+        "api/v1",
+        "api/v2",
+        "static/js",
+        "static/css",
+        "assets/img",
+        "images",
+        "products",
+        "blog",
+        "news",
+        "search",
+        "account",
+        "cart",
+        "video",
+        "docs",
+        "wp-content/uploads",
+        "cdn-cgi",
+        "graphql",
+        "media",
     ];
     const EXTS: &[&str] = &["", ".html", ".js", ".css", ".png", ".jpg", ".json", ".svg", ".woff2", ".php", ".mp4"];
     let dir = pick(rng, DIRS);
@@ -124,8 +139,8 @@ pub const HTTP_SERVERS: &[(u32, &str)] = &[
 ];
 
 pub const FIRST_NAMES: &[&str] = &[
-    "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "niaj", "olivia",
-    "peggy", "rupert", "sybil", "trent", "victor", "walter", "yuki", "zoe", "omar", "lena", "marco", "priya",
+    "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "niaj", "olivia", "peggy", "rupert",
+    "sybil", "trent", "victor", "walter", "yuki", "zoe", "omar", "lena", "marco", "priya",
 ];
 
 /// A mailbox like `carol.ridge@falconridge.com`.
@@ -148,10 +163,7 @@ pub fn sentence(rng: &mut impl Rng, words: std::ops::Range<usize>) -> String {
 
 /// RFC 7231 IMF-fixdate for a timestamp in ns since the epoch.
 pub fn http_date(ts_ns: u64) -> String {
-    chrono::DateTime::from_timestamp((ts_ns / 1_000_000_000) as i64, 0)
-        .unwrap_or_default()
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string()
+    chrono::DateTime::from_timestamp((ts_ns / 1_000_000_000) as i64, 0).unwrap_or_default().format("%a, %d %b %Y %H:%M:%S GMT").to_string()
 }
 
 /// Lower-case hex of `n` random bytes.

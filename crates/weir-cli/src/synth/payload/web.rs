@@ -18,8 +18,12 @@ use rand::Rng;
 /// large, so the request asks for a file rather than a page.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum WebMsg {
-    HttpRequest { download: bool },
-    HttpResponse { download: bool },
+    HttpRequest {
+        download: bool,
+    },
+    HttpResponse {
+        download: bool,
+    },
     TlsClientHello,
     /// ServerHello, ChangeCipherSpec, then `size` bytes of encrypted handshake.
     TlsServerHello,
@@ -89,24 +93,96 @@ struct ContentKind {
 }
 
 const PAGE_KINDS: &[(u32, ContentKind)] = &[
-    (30, ContentKind { mime: "text/html; charset=utf-8", ext: "", magic: b"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">", tail: Tail::Text, foot: b"</body></html>\n" }),
+    (
+        30,
+        ContentKind {
+            mime: "text/html; charset=utf-8",
+            ext: "",
+            magic: b"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+            tail: Tail::Text,
+            foot: b"</body></html>\n",
+        },
+    ),
     (14, ContentKind { mime: "application/javascript", ext: ".js", magic: b"\"use strict\";", tail: Tail::Text, foot: b"\n" }),
     (8, ContentKind { mime: "text/css", ext: ".css", magic: b"@charset \"UTF-8\";\n", tail: Tail::Text, foot: b"\n" }),
     (14, ContentKind { mime: "application/json", ext: ".json", magic: b"{\"data\":[", tail: Tail::Text, foot: b"\"]}" }),
-    (14, ContentKind { mime: "image/jpeg", ext: ".jpg", magic: b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00", tail: Tail::Opaque, foot: b"\xff\xd9" }),
-    (10, ContentKind { mime: "image/png", ext: ".png", magic: b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", tail: Tail::Opaque, foot: b"\x00\x00\x00\x00IEND\xaeB`\x82" }),
+    (
+        14,
+        ContentKind {
+            mime: "image/jpeg",
+            ext: ".jpg",
+            magic: b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00",
+            tail: Tail::Opaque,
+            foot: b"\xff\xd9",
+        },
+    ),
+    (
+        10,
+        ContentKind {
+            mime: "image/png",
+            ext: ".png",
+            magic: b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+            tail: Tail::Opaque,
+            foot: b"\x00\x00\x00\x00IEND\xaeB`\x82",
+        },
+    ),
     (3, ContentKind { mime: "image/gif", ext: ".gif", magic: b"GIF89a", tail: Tail::Opaque, foot: b"\x3b" }),
     (4, ContentKind { mime: "font/woff2", ext: ".woff2", magic: b"wOF2\x00\x01\x00\x00", tail: Tail::Opaque, foot: b"" }),
-    (3, ContentKind { mime: "image/svg+xml", ext: ".svg", magic: b"<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 24 24\">", tail: Tail::Text, foot: b"</svg>\n" }),
+    (
+        3,
+        ContentKind {
+            mime: "image/svg+xml",
+            ext: ".svg",
+            magic: b"<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 24 24\">",
+            tail: Tail::Text,
+            foot: b"</svg>\n",
+        },
+    ),
 ];
 
 const DOWNLOAD_KINDS: &[(u32, ContentKind)] = &[
-    (40, ContentKind { mime: "video/mp4", ext: ".mp4", magic: b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00isomiso2avc1mp41", tail: Tail::Opaque, foot: b"" }),
+    (
+        40,
+        ContentKind {
+            mime: "video/mp4",
+            ext: ".mp4",
+            magic: b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00isomiso2avc1mp41",
+            tail: Tail::Opaque,
+            foot: b"",
+        },
+    ),
     (15, ContentKind { mime: "application/zip", ext: ".zip", magic: b"PK\x03\x04\x14\x00\x08\x00\x08\x00", tail: Tail::Opaque, foot: b"" }),
     (15, ContentKind { mime: "application/octet-stream", ext: ".bin", magic: b"\x7fELF\x02\x01\x01\x00", tail: Tail::Opaque, foot: b"" }),
-    (10, ContentKind { mime: "application/x-debian-package", ext: ".deb", magic: b"!<arch>\ndebian-binary   ", tail: Tail::Opaque, foot: b"" }),
-    (10, ContentKind { mime: "application/gzip", ext: ".tar.gz", magic: b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", tail: Tail::Opaque, foot: b"" }),
-    (10, ContentKind { mime: "application/pdf", ext: ".pdf", magic: b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", tail: Tail::Opaque, foot: b"\n%%EOF\n" }),
+    (
+        10,
+        ContentKind {
+            mime: "application/x-debian-package",
+            ext: ".deb",
+            magic: b"!<arch>\ndebian-binary   ",
+            tail: Tail::Opaque,
+            foot: b"",
+        },
+    ),
+    (
+        10,
+        ContentKind {
+            mime: "application/gzip",
+            ext: ".tar.gz",
+            magic: b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",
+            tail: Tail::Opaque,
+            foot: b"",
+        },
+    ),
+    (
+        10,
+        ContentKind {
+            mime: "application/pdf",
+            ext: ".pdf",
+            magic: b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n",
+            tail: Tail::Opaque,
+            foot: b"\n%%EOF\n",
+        },
+    ),
 ];
 
 const STATUSES: &[(u32, (u16, &str))] = &[
@@ -120,7 +196,8 @@ const STATUSES: &[(u32, (u16, &str))] = &[
     (10, (403, "Forbidden")),
 ];
 
-const LANGUAGES: &[&str] = &["en-US,en;q=0.9", "en-GB,en;q=0.8", "de-DE,de;q=0.9,en;q=0.8", "fr-FR,fr;q=0.9", "ja,en-US;q=0.9", "es-ES,es;q=0.9"];
+const LANGUAGES: &[&str] =
+    &["en-US,en;q=0.9", "en-GB,en;q=0.8", "de-DE,de;q=0.9,en;q=0.8", "fr-FR,fr;q=0.9", "ja,en-US;q=0.9", "es-ES,es;q=0.9"];
 
 fn txn(ctx: &FlowCtx, txn: u32, download: bool) -> Txn {
     let mut r = ctx.rng(TXN_STREAM + u64::from(txn));
@@ -130,13 +207,21 @@ fn txn(ctx: &FlowCtx, txn: u32, download: bool) -> Txn {
         path.truncate(q);
     }
     if download {
-        path = format!("/downloads/{}-{}.{}.{}{}", pick(&mut r, WORDS), r.gen_range(1..12), r.gen_range(0..40), r.gen_range(0..9), kind.ext);
+        path =
+            format!("/downloads/{}-{}.{}.{}{}", pick(&mut r, WORDS), r.gen_range(1..12), r.gen_range(0..40), r.gen_range(0..9), kind.ext);
     } else {
         path.push_str(kind.ext);
     }
     let status = weighted(&mut r, STATUSES).0;
     let agent = *weighted(&mut vocab_rng(ctx), USER_AGENTS);
-    let cookie = r.gen_bool(0.4).then(|| format!("sid={}; _ga=GA1.2.{}.{}", vocab::hex_token(&mut r, 16), r.gen_range(100_000_000..999_999_999u32), r.gen_range(1_600_000_000..1_720_000_000u32)));
+    let cookie = r.gen_bool(0.4).then(|| {
+        format!(
+            "sid={}; _ga=GA1.2.{}.{}",
+            vocab::hex_token(&mut r, 16),
+            r.gen_range(100_000_000..999_999_999u32),
+            r.gen_range(1_600_000_000..1_720_000_000u32)
+        )
+    });
     let language = pick(&mut vocab_rng(ctx), LANGUAGES);
     Txn { path, kind, status, agent, cookie, language }
 }
@@ -227,8 +312,11 @@ fn http_response(ctx: &FlowCtx, n: u32, download: bool, size: u64, rng: &mut Flo
 }
 
 /// TLS cipher suites and extension orders of two common client stacks.
-const CHROME_SUITES: &[u16] = &[0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8, 0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035];
-const FIREFOX_SUITES: &[u16] = &[0x1301, 0x1303, 0x1302, 0xc02b, 0xc02f, 0xcca9, 0xcca8, 0xc02c, 0xc030, 0xc00a, 0xc009, 0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035];
+const CHROME_SUITES: &[u16] =
+    &[0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8, 0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035];
+const FIREFOX_SUITES: &[u16] = &[
+    0x1301, 0x1303, 0x1302, 0xc02b, 0xc02f, 0xcca9, 0xcca8, 0xc02c, 0xc030, 0xc00a, 0xc009, 0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035,
+];
 const SIG_ALGS: &[u16] = &[0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501, 0x0806, 0x0601];
 
 fn grease(rng: &mut impl Rng) -> u16 {

@@ -442,7 +442,8 @@ mod tests {
 
     fn frames() -> Vec<(String, Vec<u8>)> {
         let (a4, b4) = ([198, 18, 0, 1], [198, 19, 7, 200]);
-        let (a6, b6) = ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 9, 0, 0, 0, 0, 0, 0, 0xab, 0, 0, 2]);
+        let (a6, b6) =
+            ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 9, 0, 0, 0, 0, 0, 0, 0xab, 0, 0, 2]);
         let p = ports(40000, 443);
         let v4 = |proto, frag, opts, l4: &[u8]| ether(&[], 0x0800, &ipv4(proto, frag, opts, a4, b4, l4));
         let v6 = |next, rest: &[u8]| ether(&[], 0x86dd, &ipv6(next, a6, b6, rest));

@@ -197,13 +197,8 @@ pub(super) fn test_run(program: BorrowedFd<'_>, frame: &[u8]) -> io::Result<u32>
     }
     const _: () = assert!(size_of::<TestRun>() == 80);
     let len = u32::try_from(frame.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
-    let mut attr = TestRun {
-        prog_fd: program.as_raw_fd() as u32,
-        data_size_in: len,
-        data_in: frame.as_ptr() as u64,
-        repeat: 1,
-        ..TestRun::default()
-    };
+    let mut attr =
+        TestRun { prog_fd: program.as_raw_fd() as u32, data_size_in: len, data_in: frame.as_ptr() as u64, repeat: 1, ..TestRun::default() };
     // SAFETY: `attr` is a valid, fully initialized (no implicit padding) prefix of
     // `union bpf_attr` of the size passed; the kernel reads `frame` (live, of the
     // length given) and writes only `retval`, `data_size_out` and `duration`.
@@ -241,9 +236,8 @@ impl PacketSocket {
     fn set<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
         // SAFETY: `value` points to a live `T` of exactly the length passed, read by
         // the kernel during the call only.
-        let rc = unsafe {
-            libc::setsockopt(self.fd.as_raw_fd(), level, name, (value as *const T).cast(), size_of::<T>() as libc::socklen_t)
-        };
+        let rc =
+            unsafe { libc::setsockopt(self.fd.as_raw_fd(), level, name, (value as *const T).cast(), size_of::<T>() as libc::socklen_t) };
         check(rc).map(drop)
     }
 
@@ -309,11 +303,7 @@ impl PacketSocket {
         addr.sll_ifindex = ifindex as libc::c_int;
         // SAFETY: `addr` is a valid sockaddr_ll of the length passed.
         let rc = unsafe {
-            libc::bind(
-                self.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
+            libc::bind(self.fd.as_raw_fd(), (&addr as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as libc::socklen_t)
         };
         check(rc).map(drop)
     }
@@ -385,9 +375,8 @@ impl PacketSocket {
         let len = block_bytes as usize * block_count as usize;
         // SAFETY: mapping the socket's ring, whose size is exactly `len`, shared
         // with the kernel; no address hint. The result is checked.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd.as_raw_fd(), 0)
-        };
+        let p =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd.as_raw_fd(), 0) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

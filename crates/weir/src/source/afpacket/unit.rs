@@ -98,17 +98,7 @@ impl QueueUnit {
         shared: Arc<Shared>,
         balance: Option<QueueRole>,
     ) -> QueueUnit {
-        QueueUnit {
-            queue,
-            label,
-            socket,
-            ring,
-            _shared: shared,
-            walk: None,
-            held: VecDeque::new(),
-            balance,
-            next_stats: Instant::now(),
-        }
+        QueueUnit { queue, label, socket, ring, _shared: shared, walk: None, held: VecDeque::new(), balance, next_stats: Instant::now() }
     }
 
     /// Longest sleep: a stop request is seen within it, and under rebalancing a move too.

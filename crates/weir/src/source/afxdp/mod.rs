@@ -183,10 +183,10 @@ impl Source for AfXdpSource {
         // whose frames then go back to the queue that received them.
         let grouped = n > 1 && (rebalance.is_some() || opts.balance.offload().is_some());
         let group = match grouped {
-            true => Some(crate::pool::FrameArena::new(frames * n, xdp.frame_size).map_err(|error| SourceError::Io {
-                what: format!("{iface}: mapping the shared UMEM of {n} queues"),
-                error,
-            })?),
+            true => Some(
+                crate::pool::FrameArena::new(frames * n, xdp.frame_size)
+                    .map_err(|error| SourceError::Io { what: format!("{iface}: mapping the shared UMEM of {n} queues"), error })?,
+            ),
             false => None,
         };
         let mut xsks: Vec<Xsk> = Vec::with_capacity(n);

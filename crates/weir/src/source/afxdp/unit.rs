@@ -98,7 +98,16 @@ impl XskUnit {
         let zero_copy = xsk.is_zero_copy();
         let umem = Arc::clone(xsk.umem());
         let label = format!("afxdp:{iface}@{}", xsk.queue().0);
-        XskUnit { xsk, umem, _attachment: attachment, filter, snaplen: snaplen as usize, drops: KernelDrops::new(zero_copy), balance, label }
+        XskUnit {
+            xsk,
+            umem,
+            _attachment: attachment,
+            filter,
+            snaplen: snaplen as usize,
+            drops: KernelDrops::new(zero_copy),
+            balance,
+            label,
+        }
     }
 
     /// Take back the frames of recycled chunks and top the fill ring up.

@@ -20,9 +20,9 @@
 //! partial record, blocks read ahead) is counted ([`Input::unreached`]),
 //! since unlike a file's rest it cannot be read again.
 
-use crate::tracefile::MAX_RECORD_BYTES;
 use crate::capture::{Control, SourceError};
 use crate::pool::{BlockArena, BlockMut, BlockRef, CaptureSide};
+use crate::tracefile::MAX_RECORD_BYTES;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;

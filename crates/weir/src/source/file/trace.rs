@@ -17,16 +17,16 @@
 //! A malformed record ends the run with an error naming the file and byte
 //! offset, after every packet before it was captured.
 
-use crate::memory::{Budget, Bytes, Plan};
-use crate::tracefile::{FormatError, Step, TraceHeader, Walker};
 use super::input::{Input, ReadConfig};
-use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::balance::{Route, Steering};
+use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::filter::{Filter, FilterWatch};
+use crate::memory::{Budget, Bytes, Plan};
 use crate::pool::{BlockRef, CaptureSide, NoCell};
 use crate::rss::Rss;
 use crate::source::pacing::{self, Pacer};
 use crate::source::{CaptureOptions, QueueRange, Source};
+use crate::tracefile::{FormatError, Step, TraceHeader, Walker};
 use crate::QueueId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,7 +66,10 @@ impl TraceSource {
                 Step::Header { consumed } => {
                     input.advance(consumed);
                     // The walker sets the header before it says Header.
-                    break walker.header().cloned().ok_or_else(|| SourceError::Invalid(format!("{}: no header after the header step", input.label)))?;
+                    break walker
+                        .header()
+                        .cloned()
+                        .ok_or_else(|| SourceError::Invalid(format!("{}: no header after the header step", input.label)))?;
                 }
                 Step::Need { need } => {
                     input.refill(need, &mut [], &no_stop)?;
@@ -228,10 +231,8 @@ impl TraceUnit {
             }
             // One load per record, like the stop check: a replaced filter judges the next record on.
             self.filter.changed();
-            let step = self
-                .walker
-                .next(self.input.unread(), self.input.offset(), self.input.eof)
-                .map_err(|e| malformed(&self.input.label, e))?;
+            let step =
+                self.walker.next(self.input.unread(), self.input.offset(), self.input.eof).map_err(|e| malformed(&self.input.label, e))?;
             match step {
                 Step::Packet(rec) => {
                     let start = self.input.pos;

@@ -25,13 +25,7 @@ pub struct LiveOptions {
 
 impl Default for LiveOptions {
     fn default() -> Self {
-        LiveOptions {
-            snaplen: 262_144,
-            promisc: true,
-            netns: None,
-            afpacket: AfPacketOptions::default(),
-            afxdp: AfXdpOptions::default(),
-        }
+        LiveOptions { snaplen: 262_144, promisc: true, netns: None, afpacket: AfPacketOptions::default(), afxdp: AfXdpOptions::default() }
     }
 }
 

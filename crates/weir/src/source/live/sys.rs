@@ -15,7 +15,8 @@ pub fn in_netns<T>(ns: &Path, f: impl FnOnce() -> T) -> io::Result<T> {
     let path = if ns.components().count() == 1 { Path::new("/var/run/netns").join(ns) } else { PathBuf::from(ns) };
     let target = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("network namespace {}: {e}", path.display())))?;
     let home = File::open("/proc/thread-self/ns/net")?;
-    setns(&target).map_err(|e| io::Error::new(e.kind(), format!("entering network namespace {}: {e} (needs CAP_SYS_ADMIN)", path.display())))?;
+    setns(&target)
+        .map_err(|e| io::Error::new(e.kind(), format!("entering network namespace {}: {e} (needs CAP_SYS_ADMIN)", path.display())))?;
     let out = f();
     setns(&home).map_err(|e| io::Error::new(e.kind(), format!("returning from network namespace {}: {e}", path.display())))?;
     Ok(out)
