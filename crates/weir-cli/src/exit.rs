@@ -7,6 +7,8 @@
 use std::fmt;
 use std::io::Write;
 use std::process::ExitCode;
+use weir::engine::BuildError;
+use weir::{Setting, SettingError};
 
 /// Marks an error as the user's input being wrong: exit code 2.
 #[derive(Debug)]
@@ -26,6 +28,37 @@ pub fn bad_input(e: impl Into<anyhow::Error>) -> anyhow::Error {
 }
 
 pub const BAD_INPUT: u8 = 2;
+
+/// How `weir` names a setting the library's errors are about: by its flag.
+fn flag(s: Setting) -> &'static str {
+    match s {
+        Setting::Pool => "--pool",
+        Setting::Cpus => "--cpus",
+        Setting::Pacing => "--pps/--mbps/--speed",
+        Setting::Fanout => "--fanout",
+        Setting::Locality => "--locality",
+        Setting::Balance => "--balance",
+        Setting::FlowTable => "--max-flows",
+        Setting::Queues => "the source's @queues",
+        // No flag of its own: the library's words.
+        other => other.name(),
+    }
+}
+
+/// A refused setting, said with its flag: bad input.
+pub fn setting_error(e: &SettingError) -> anyhow::Error {
+    bad_input(anyhow::anyhow!("{}: {}", flag(e.setting), e.problem))
+}
+
+/// An engine that could not be built: a setting said with its flag, other bad
+/// input exits 2, the rest 1.
+pub fn build_error(e: BuildError) -> anyhow::Error {
+    match e.setting_error() {
+        Some(s) => setting_error(s),
+        None if e.is_bad_input() => bad_input(e),
+        None => anyhow::Error::new(e),
+    }
+}
 
 pub fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {

@@ -314,7 +314,7 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
 /// trace at `path`. `weir sim --cost-from-handle` calibrates its model with it.
 pub fn measure_cost(path: &std::path::Path, times: u32) -> anyhow::Result<f64> {
     let spec = weir::source::SourceSpec::File { path: Some(path.to_path_buf()), queues: weir::source::QueueRange::single() };
-    let engine = weir::Engine::builder().source_spec(spec).build()?;
+    let engine = weir::Engine::builder().source_spec(spec).build().map_err(crate::exit::build_error)?;
     let info = engine.info().clone();
     let filter = Filter::compile(DEFAULT_FILTER, info.link_type, info.snaplen)?;
     let report = engine.run(|_q| Work::new(filter.clone(), times))?;

@@ -2,7 +2,7 @@
 //! Ctrl-C, the once-a-second status and the progress bar.
 
 use crate::args;
-use crate::exit::bad_input;
+use crate::exit::{bad_input, build_error, setting_error};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -163,7 +163,7 @@ pub struct LiveArgs {
 
 impl LiveArgs {
     pub fn options(&self) -> anyhow::Result<LiveOptions> {
-        let fanout: Fanout = self.fanout.parse().map_err(|e: String| bad_input(anyhow::anyhow!(e)))?;
+        let fanout: Fanout = self.fanout.parse().map_err(|e| setting_error(&e))?;
         let zero_copy = match self.zero_copy.as_str() {
             "auto" => ZeroCopy::Auto,
             "on" => ZeroCopy::On,
@@ -200,7 +200,7 @@ impl SourceArgs {
             (_, _, Some(v)) => Pacing::Speed(v),
             _ => Pacing::TopSpeed,
         };
-        p.checked().map_err(|e| bad_input(anyhow::anyhow!(e)))
+        p.checked().map_err(|e| setting_error(&e))
     }
 
     /// `--pool` when given: without it the engine picks (and raises the default
@@ -212,7 +212,7 @@ impl SourceArgs {
 
     fn locality_config(&self) -> anyhow::Result<Option<weir::locality::LocalityConfig>> {
         let Some(b) = self.locality else { return Ok(None) };
-        let batch = weir::locality::BatchSize::new(b).map_err(|e| bad_input(anyhow::anyhow!("--locality {b}: {e}")))?;
+        let batch = weir::locality::BatchSize::new(b).map_err(|e| setting_error(&e))?;
         let timeout = Duration::from_millis(self.locality_timeout_ms);
         Ok(Some(weir::locality::LocalityConfig { batch, timeout, double_buffer: self.locality_double }))
     }
@@ -225,7 +225,7 @@ impl SourceArgs {
     /// [`engine`](Self::engine) for an application that will allocate `app`
     /// beside the engine: checked with the engine's memory, before either is allocated.
     pub fn engine_with_memory(&self, app: weir::memory::Plan) -> anyhow::Result<Engine> {
-        let balance: weir::balance::Mode = self.balance.parse().map_err(|e: String| bad_input(anyhow::anyhow!("--balance: {e}")))?;
+        let balance: weir::balance::Mode = self.balance.parse().map_err(|e| setting_error(&e))?;
         let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| spec_error(&self.source, e))?;
         let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
         if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), kernel_table) {
@@ -249,7 +249,7 @@ impl SourceArgs {
             b = b.pool(p);
         }
         if let Some(c) = &self.cpus {
-            b = b.cpus(c.parse::<CpuPlan>().map_err(|e| bad_input(anyhow::anyhow!(e)))?);
+            b = b.cpus(c.parse::<CpuPlan>().map_err(|e| setting_error(&e))?);
         }
         if let Some(f) = &self.filter {
             b = b.filter(f.clone());
@@ -260,7 +260,7 @@ impl SourceArgs {
         if let Some(d) = self.duration {
             b = b.time_limit(d);
         }
-        let engine = b.build().map_err(|e| if e.is_bad_input() { bad_input(e) } else { anyhow::Error::new(e) })?;
+        let engine = b.build().map_err(build_error)?;
         for note in &engine.info().notes {
             eprintln!("weir: {note}");
         }

@@ -302,3 +302,31 @@ fn every_error_says_its_cause_once() {
         assert!(err.matches("(os error").count() <= 1, "weir {args:?} repeats its OS error: {err}");
     }
 }
+
+/// The library names the setting an error is about; weir says it with its flag,
+/// once, and exits 2 (the libpcap library says the same with its variables).
+#[test]
+fn a_refused_setting_is_named_by_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, _) = trace(dir.path(), "t.pcap", 20);
+    let t = t.to_str().unwrap();
+    let second = format!("{t}@1");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["count", "--cpus", "4096", t], "weir: --cpus: CPU 4096 is not available to this process"),
+        (vec!["count", "--cpus", "2-1", t], "weir: --cpus: \"2-1\": expected `auto` or a list"),
+        (
+            vec!["count", "--locality", "481", "--pool", "32,16", t],
+            "weir: --locality: a batch of 481 packets needs more than the pool's 16 chunks",
+        ),
+        (vec!["count", "--balance", "offload:100", t], "weir: --balance: offload threshold 100%: must be from 1 to 99"),
+        (vec!["count", "--fanout", "rr", t], "weir: --fanout: \"rr\": expected hash, cpu, qm, lb or buckets"),
+        (vec!["count", "--balance", "rebalance", &second], "weir: --balance: rebalancing moves buckets between every queue"),
+    ];
+    for (args, said) in cases {
+        let out = run(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "weir {args:?}: {err}");
+        assert!(err.starts_with(said), "weir {args:?} should say {said:?}: {err}");
+        assert_eq!(err.matches("--").count(), said.matches("--").count(), "weir {args:?} names one flag: {err}");
+    }
+}

@@ -51,7 +51,7 @@ impl Settings {
         let mut s = Settings::default();
         if let Some(v) = var("WEIR_LOCALITY").filter(|v| v != "0" && v != "off") {
             let n: u32 = v.parse().map_err(|_| format!("WEIR_LOCALITY={v}: expected a batch size in packets, or 0 for off"))?;
-            let mut cfg = LocalityConfig::new(BatchSize::new(n).map_err(|e| format!("WEIR_LOCALITY={v}: {e}"))?);
+            let mut cfg = LocalityConfig::new(BatchSize::new(n).map_err(|e| format!("WEIR_LOCALITY={v}: {}", e.problem))?);
             if let Some(t) = var("WEIR_LOCALITY_TIMEOUT_MS") {
                 let ms: u64 = t.parse().map_err(|_| format!("WEIR_LOCALITY_TIMEOUT_MS={t}: expected milliseconds"))?;
                 cfg.timeout = Duration::from_millis(ms.max(1));

@@ -9,10 +9,12 @@
 //! limits) there are no libpcap words, and weir's own message is given,
 //! without the file name.
 
+use crate::types::{PCAP_ERROR, PCAP_ERROR_NO_SUCH_DEVICE, PCAP_ERROR_PERM_DENIED};
 use std::io;
 use std::path::Path;
-use weir::engine::{BuildError, RunError, SourceError};
+use weir::engine::{BuildError, RunError, SourceError, SourceErrorKind};
 use weir::tracefile::{FormatError, FormatErrorKind, Item, TraceHeader};
+use weir::Setting;
 
 /// `pcap_open_offline`'s message for a file it cannot open: libpcap's
 /// fopen or its first fread failed. `None` when the file opens and reads.
@@ -40,7 +42,42 @@ pub fn open_error(e: &BuildError) -> String {
     match e {
         BuildError::Source(SourceError::Malformed { error, .. }) => at_open(error).unwrap_or_else(|| error.kind.to_string()),
         BuildError::Source(SourceError::Io { error, .. }) => format!("error reading dump file: {}", strerror(error)),
-        other => other.to_string(),
+        other => said(other),
+    }
+}
+
+/// `pcap_activate`'s message and code for a live capture that could not start:
+/// libpcap's codes for a refused privilege and a missing device, by the kind
+/// of the source's error.
+pub fn activate_error(e: &BuildError) -> (String, i32) {
+    match e {
+        BuildError::Source(s) => match s.kind() {
+            SourceErrorKind::NoSuchDevice => {
+                ("No such device exists (weir opens interfaces of this network namespace)".into(), PCAP_ERROR_NO_SUCH_DEVICE)
+            }
+            SourceErrorKind::Permission => (said(e), PCAP_ERROR_PERM_DENIED),
+            _ => (said(e), PCAP_ERROR),
+        },
+        _ => (said(e), PCAP_ERROR),
+    }
+}
+
+/// How the library's users set weir's settings: by environment variable,
+/// where there is one; otherwise in weir's words.
+fn variable(s: Setting) -> &'static str {
+    match s {
+        Setting::Pool => "WEIR_POOL",
+        Setting::Locality => "WEIR_LOCALITY",
+        Setting::Queues => "WEIR_QUEUES",
+        other => other.name(),
+    }
+}
+
+/// An error, a refused setting named by its variable.
+fn said(e: &BuildError) -> String {
+    match e.setting_error() {
+        Some(s) => format!("{}: {}", variable(s.setting), s.problem),
+        None => e.to_string(),
     }
 }
 
@@ -166,4 +203,47 @@ fn when_read(error: &FormatError, header: Option<&TraceHeader>) -> Option<String
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir::engine::CpuPlan;
+    use weir::locality::{BatchSize, LocalityConfig};
+    use weir::pool::PoolConfig;
+    use weir::source::{QueueRange, SourceSpec};
+
+    /// A setting the engine refuses is said with the variable that set it, never
+    /// with a flag of weir's command line; one without a variable in weir's words.
+    #[test]
+    fn a_refused_setting_is_named_by_its_variable() {
+        // Refused before the source is opened: the file need not exist.
+        let spec = || SourceSpec::File { path: Some("never-opened.pcap".into()), queues: QueueRange::single() };
+        let builder = || weir::Engine::builder().source_spec(spec());
+        let small = builder()
+            .pool(PoolConfig::new(32, 16).unwrap())
+            .locality(Some(LocalityConfig::new(BatchSize::new(481).unwrap())))
+            .build()
+            .err()
+            .expect("a batch the pool cannot hold");
+        let said = open_error(&small);
+        assert!(said.starts_with("WEIR_LOCALITY: a batch of 481 packets"), "{said}");
+        assert!(!said.contains("--"), "{said}");
+        let cpus = builder().cpus(CpuPlan::List(vec![4096])).build().err().expect("a CPU that is not there");
+        let said = open_error(&cpus);
+        assert!(said.starts_with("CPU list: CPU 4096 is not available"), "{said}");
+        let (said, code) = activate_error(&cpus);
+        assert_eq!((said.starts_with("CPU list:"), code), (true, PCAP_ERROR), "{said}");
+    }
+
+    /// pcap_activate's codes come from the kind of the source's error, not its text.
+    #[test]
+    fn activation_codes_follow_the_kind_of_error() {
+        let missing = weir::Engine::builder().source("afpacket:weirnope0").unwrap().build().err().expect("no such interface");
+        assert_eq!(activate_error(&missing).1, PCAP_ERROR_NO_SUCH_DEVICE, "{missing}");
+        let denied = BuildError::Source(SourceError::Io { what: "opening".into(), error: io::Error::from_raw_os_error(libc::EPERM) });
+        assert_eq!(activate_error(&denied).1, PCAP_ERROR_PERM_DENIED);
+        let busy = BuildError::Source(SourceError::Io { what: "attaching".into(), error: io::Error::from_raw_os_error(libc::EBUSY) });
+        assert_eq!(activate_error(&busy).1, PCAP_ERROR);
+    }
 }

@@ -385,10 +385,6 @@ impl Handle {
             ));
             return PCAP_ERROR;
         }
-        if !std::path::Path::new("/sys/class/net").join(&cfg.device).exists() || cfg.device.contains('/') {
-            self.set_error(&format!("{}: No such device exists (weir opens interfaces of this network namespace)", cfg.device));
-            return PCAP_ERROR_NO_SUCH_DEVICE;
-        }
         let snaplen = if cfg.snaplen <= 0 || cfg.snaplen > MAXIMUM_SNAPLEN { MAXIMUM_SNAPLEN } else { cfg.snaplen };
         let spec = SourceSpec::Live { kind: self.settings.source, iface: cfg.device.clone(), queues: self.settings.queues };
         let mut live = weir::source::LiveOptions { snaplen: snaplen as u32, promisc: cfg.promisc, ..Default::default() };
@@ -413,13 +409,9 @@ impl Handle {
                 0
             }
             Err(e) => {
-                let msg = e.to_string();
-                self.set_error(&format!("{}: {msg}", cfg.device));
-                if msg.contains("Operation not permitted") || msg.contains("ermission denied") {
-                    PCAP_ERROR_PERM_DENIED
-                } else {
-                    PCAP_ERROR
-                }
+                let (message, code) = errors::activate_error(&e);
+                self.set_error(&format!("{}: {message}", cfg.device));
+                code
             }
         }
     }

@@ -30,6 +30,7 @@
 //! and one in the slot it names, where a general-purpose map with separate
 //! control bytes and slot numbers costs three.
 
+use crate::{Setting, SettingError};
 use std::hash::{BuildHasher, Hash, RandomState};
 
 /// Slot number meaning "none" in the recency list.
@@ -44,9 +45,9 @@ pub struct TableLimits {
 
 impl TableLimits {
     /// At least one flow, fewer than 2^32 − 1; an idle timeout in ns of packet time.
-    pub fn new(max_flows: usize, idle_timeout_ns: u64) -> Result<TableLimits, String> {
+    pub fn new(max_flows: usize, idle_timeout_ns: u64) -> Result<TableLimits, SettingError> {
         if max_flows == 0 || max_flows >= NIL as usize {
-            return Err(format!("a flow table holds 1 to {} flows, not {max_flows}", NIL - 1));
+            return Err(SettingError::new(Setting::FlowTable, format!("holds 1 to {} flows, not {max_flows}", NIL - 1)));
         }
         Ok(TableLimits { max_flows, idle_timeout_ns })
     }

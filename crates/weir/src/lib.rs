@@ -22,6 +22,7 @@
 //! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
 //! - [`wire`]: zero-copy views over packet headers.
 //! - [`memory`]: the budget every capture is checked against before it allocates.
+//! - [`setting`]: the settings errors are about, named for each front end to word.
 //! - [`flowtable`]: a flow table of bounded size, aged in packet time.
 //! - [`sink`]: pcap and pcapng writers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
@@ -57,6 +58,7 @@ pub mod pool;
 pub mod privileges;
 pub mod ring;
 pub mod rss;
+pub mod setting;
 pub mod sim;
 pub mod sink;
 pub mod source;
@@ -67,3 +69,4 @@ pub mod wire;
 
 pub use engine::{Engine, EngineBuilder, Report};
 pub use packet::{Handler, LinkType, Packet, QueueId};
+pub use setting::{Setting, SettingError};

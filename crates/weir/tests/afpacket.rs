@@ -529,7 +529,7 @@ fn bad_interfaces_options_and_pacing_are_refused_clearly() {
     let engine = paced.build().unwrap();
     assert_eq!(engine.info().queues.len(), 2, "no range: one queue per RX queue of the device");
     let e = engine.start(|_| |_: &Packet<'_>| {}).err().expect("paced live capture started").to_string();
-    assert!(e.contains("pace trace files, not live interfaces"), "{e}");
+    assert!(e.contains("only trace files can be paced, not live interfaces"), "{e}");
 }
 
 /// Run by `without_cap_net_raw_the_error_names_it` in a child without CAP_NET_RAW.

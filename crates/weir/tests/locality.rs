@@ -181,7 +181,8 @@ fn a_batch_the_pool_cannot_hold_is_refused() {
         .err()
         .expect("refused");
     assert!(e.is_bad_input(), "{e}");
-    assert!(e.to_string().contains("raise R"), "{e}");
+    assert_eq!(e.setting_error().map(|s| s.setting), Some(weir::Setting::Locality), "{e}");
+    assert!(e.to_string().contains("a pool of 32,"), "{e}");
 }
 
 /// A pool the caller did not give is raised to hold two batches and a chunk, so
@@ -210,7 +211,7 @@ fn an_unset_pool_is_raised_to_hold_two_batches_and_a_given_one_is_kept() {
         let b = Engine::builder().source(path.to_str().unwrap()).unwrap().pool(PoolConfig::new(256, r).unwrap());
         b.locality(Some(l)).build().unwrap().info().notes.clone()
     };
-    assert!(notes(127).iter().any(|n| n.contains("--pool 256,251")), "{:?}", notes(127));
+    assert!(notes(127).iter().any(|n| n.contains("a pool of 256,251")), "{:?}", notes(127));
     assert!(notes(251).is_empty(), "{:?}", notes(251));
 }
 

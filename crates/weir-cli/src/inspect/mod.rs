@@ -449,7 +449,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let link = engine.info().link_type;
     let queues = engine.info().queues.len().max(1);
     let per_queue = (args.max_flows as usize).div_ceil(queues);
-    let limits = TableLimits::new(per_queue, idle_timeout_ns).map_err(|e| bad_input(anyhow!("--max-flows: {e}")))?;
+    let limits = TableLimits::new(per_queue, idle_timeout_ns).map_err(|e| crate::exit::setting_error(&e))?;
     // Made before the run so the memory reported is what was allocated.
     let mut workers: Vec<Inspector> = (0..queues)
         .map(|_| Inspector {

@@ -27,6 +27,7 @@
 //! a queue never seen saturated is credited with the mean of those that were.
 
 use crate::rss::IndirectionTable;
+use crate::{Setting, SettingError};
 
 /// Tuning of the controller, checked by [`ControllerConfig::new`].
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -52,12 +53,12 @@ impl Default for ControllerConfig {
 }
 
 impl ControllerConfig {
-    pub fn new(persist_ticks: u32, cooldown_ticks: u32, headroom: f64) -> Result<Self, String> {
+    pub fn new(persist_ticks: u32, cooldown_ticks: u32, headroom: f64) -> Result<Self, SettingError> {
         if persist_ticks == 0 {
-            return Err("rebalance: persist ticks must be at least 1".into());
+            return Err(SettingError::new(Setting::Balance, "rebalancing's persist ticks must be at least 1"));
         }
         if !(headroom > 0.0 && headroom <= 1.0) {
-            return Err(format!("rebalance: headroom {headroom} must be in (0, 1]"));
+            return Err(SettingError::new(Setting::Balance, format!("rebalancing's headroom {headroom} must be in (0, 1]")));
         }
         Ok(ControllerConfig { persist_ticks, cooldown_ticks, headroom, ..ControllerConfig::default() })
     }

@@ -31,6 +31,7 @@ pub use park::{Parked, ParkingLot, PARK_LIMIT};
 pub use steer::{Route, Steering, SteeringStats};
 
 use crate::pool::OffloadThreshold;
+use crate::{Setting, SettingError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How an engine meets imbalance between its queues.
@@ -46,18 +47,24 @@ pub enum Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = String;
+    type Err = SettingError;
 
     /// `basic`, `offload:T`, `rebalance` or `rebalance:T` (T in percent).
-    fn from_str(s: &str) -> Result<Self, String> {
-        let threshold =
-            |t: &str| t.parse::<u8>().map_err(|_| format!("balance mode {s:?}: {t:?} is not a percentage")).and_then(OffloadThreshold::new);
+    fn from_str(s: &str) -> Result<Self, SettingError> {
+        let threshold = |t: &str| {
+            t.parse::<u8>()
+                .map_err(|_| SettingError::new(Setting::Balance, format!("{s:?}: {t:?} is not a percentage")))
+                .and_then(OffloadThreshold::new)
+        };
         match s.split_once(':') {
             None if s == "basic" => Ok(Mode::Basic),
             None if s == "rebalance" => Ok(Mode::Rebalance { controller: ControllerConfig::default(), offload: None }),
             Some(("offload", t)) => Ok(Mode::Advanced(threshold(t)?)),
             Some(("rebalance", t)) => Ok(Mode::Rebalance { controller: ControllerConfig::default(), offload: Some(threshold(t)?) }),
-            _ => Err(format!("balance mode {s:?}: use basic, offload:T, rebalance or rebalance:T (T a percentage from 1 to 99)")),
+            _ => Err(SettingError::new(
+                Setting::Balance,
+                format!("{s:?}: use basic, offload:T, rebalance or rebalance:T (T a percentage from 1 to 99)"),
+            )),
         }
     }
 }

@@ -23,4 +23,4 @@ pub mod control;
 pub mod unit;
 
 pub use control::{Control, StopHandle, StopReason};
-pub use unit::{CaptureUnit, Progress, SourceError, SourceInfo};
+pub use unit::{CaptureUnit, Progress, SourceError, SourceErrorKind, SourceInfo};

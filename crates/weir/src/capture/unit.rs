@@ -69,12 +69,52 @@ pub enum SourceError {
     /// The configuration would need more memory than may be used (see [`crate::memory`]).
     #[error(transparent)]
     Memory(#[from] crate::memory::MemoryError),
+    /// A setting the source cannot take (pacing a live interface, say).
+    #[error(transparent)]
+    Setting(#[from] crate::SettingError),
+    /// The network interface is not in this network namespace.
+    #[error("no network interface {iface:?} here")]
+    NoSuchDevice { iface: String },
+}
+
+/// What kind of failure a [`SourceError`] is, for callers that act on it
+/// rather than print it (libpcap's library answers `PCAP_ERROR_PERM_DENIED`
+/// or `PCAP_ERROR_NO_SUCH_DEVICE`; a supervisor may retry what is busy).
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SourceErrorKind {
+    /// The system refused a privilege (a capability, a file's permissions).
+    Permission,
+    /// No such interface.
+    NoSuchDevice,
+    /// Something else holds what the source needs (an XDP program, a queue).
+    Busy,
+    /// The caller's input: a malformed trace, a bad name, a refused setting.
+    BadInput,
+    /// More memory than may be used.
+    Memory,
+    /// Any other failure of the system.
+    Other,
 }
 
 impl SourceError {
     /// True when the error is in what the user gave us (exit code 2 in the CLI).
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, SourceError::Malformed { .. } | SourceError::Invalid(_) | SourceError::Memory(_))
+        matches!(self.kind(), SourceErrorKind::BadInput | SourceErrorKind::NoSuchDevice | SourceErrorKind::Memory)
+    }
+
+    pub fn kind(&self) -> SourceErrorKind {
+        match self {
+            SourceError::Malformed { .. } | SourceError::Invalid(_) | SourceError::Setting(_) => SourceErrorKind::BadInput,
+            SourceError::Memory(_) => SourceErrorKind::Memory,
+            SourceError::NoSuchDevice { .. } => SourceErrorKind::NoSuchDevice,
+            SourceError::Io { error, .. } => match error.kind() {
+                std::io::ErrorKind::PermissionDenied => SourceErrorKind::Permission,
+                std::io::ErrorKind::ResourceBusy => SourceErrorKind::Busy,
+                _ if error.raw_os_error() == Some(libc::ENODEV) => SourceErrorKind::NoSuchDevice,
+                _ => SourceErrorKind::Other,
+            },
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! - a list `0,2,4-5`: taken in order, two per queue (capture, worker), wrapping.
 //! - none (the default): the scheduler decides.
 
+use crate::{Setting, SettingError};
 use std::fmt;
 
 /// How the user asked for threads to be placed.
@@ -21,15 +22,15 @@ pub enum CpuPlan {
 }
 
 impl std::str::FromStr for CpuPlan {
-    type Err = String;
+    type Err = SettingError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SettingError> {
         if s == "auto" {
             return Ok(CpuPlan::Auto);
         }
         let mut cpus = Vec::new();
         for part in s.split(',') {
-            let bad = || format!("--cpus {s:?}: expected `auto` or a list like 0,2,4-7");
+            let bad = || SettingError::new(Setting::Cpus, format!("{s:?}: expected `auto` or a list like 0,2,4-7"));
             match part.split_once('-') {
                 Some((a, b)) => {
                     let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);

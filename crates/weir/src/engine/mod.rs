@@ -19,7 +19,7 @@ pub mod affinity;
 mod reader;
 pub(crate) mod sys;
 
-pub use crate::capture::{Progress, SourceError, SourceInfo, StopHandle, StopReason};
+pub use crate::capture::{Progress, SourceError, SourceErrorKind, SourceInfo, StopHandle, StopReason};
 pub use affinity::{CpuPlan, Placement};
 pub use reader::{Read, Reader, ReaderReport};
 
@@ -31,7 +31,7 @@ use crate::memory::{Budget, Bytes, Plan};
 use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
-use crate::{Handler, LinkType, QueueId};
+use crate::{Handler, LinkType, QueueId, Setting, SettingError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,12 +51,10 @@ pub enum BuildError {
     /// Its message names the expression, so it needs no prefix.
     #[error(transparent)]
     Filter(#[from] FilterError),
-    #[error("--cpus: CPU {cpu} is not available to this process (allowed: {allowed:?})")]
-    Cpu { cpu: usize, allowed: Vec<usize> },
-    #[error("rebalancing: {0}")]
-    Balance(String),
-    #[error("locality buffering: {0}")]
-    Locality(String),
+    /// A setting refused, or settings that contradict each other: the front
+    /// end names the setting its own way (see [`crate::setting`]).
+    #[error(transparent)]
+    Setting(#[from] SettingError),
 }
 
 impl BuildError {
@@ -66,7 +64,15 @@ impl BuildError {
             BuildError::NoSource | BuildError::Spec(_) => true,
             BuildError::Source(e) => e.is_bad_input(),
             BuildError::Filter(e) => !matches!(e, FilterError::Library(_)),
-            BuildError::Cpu { .. } | BuildError::Balance(_) | BuildError::Locality(_) => true,
+            BuildError::Setting(_) => true,
+        }
+    }
+
+    /// The setting the error is about, if it is about one (here or in the source).
+    pub fn setting_error(&self) -> Option<&SettingError> {
+        match self {
+            BuildError::Setting(e) | BuildError::Source(SourceError::Setting(e)) => Some(e),
+            _ => None,
         }
     }
 }
@@ -213,13 +219,15 @@ impl EngineBuilder {
             if !self.pool_set {
                 self.pool = ChunkCount::new(two.max(self.pool.chunks().get()))
                     .and_then(|r| PoolConfig::with_bytes(self.pool.cells(), r, self.pool.chunk_bytes()))
-                    .map_err(|e| BuildError::Locality(format!("a batch of {} packets: no pool holds two: {e}", l.batch.get())))?;
+                    .map_err(|e| {
+                        SettingError::new(Setting::Locality, format!("a batch of {} packets: no pool holds two: {e}", l.batch.get()))
+                    })?;
             }
             let r = self.pool.chunks().get();
             if r < two {
                 pool_note = Some(format!(
                     "the pool ({m},{r}) holds fewer than two locality batches of {} packets, so capture waits while a batch \
-                     is delivered; --pool {m},{two} (or no --pool) lets it go on",
+                     is delivered; a pool of {m},{two} (or the default pool) lets it go on",
                     l.batch.get()
                 ));
             }
@@ -227,12 +235,16 @@ impl EngineBuilder {
             // least one chunk to fill meanwhile, or capture and worker wait on each other
             // until the timeout every batch.
             if l.batch.get() > (r - 1) * m {
-                return Err(BuildError::Locality(format!(
-                    "a batch of {} packets needs more than the pool's {r} chunks of {m} cells less one; \
-                     raise R (--pool {m},{}) or lower the batch",
-                    l.batch.get(),
-                    l.batch.get().div_ceil(m) + 1
-                )));
+                return Err(SettingError::new(
+                    Setting::Locality,
+                    format!(
+                        "a batch of {} packets needs more than the pool's {r} chunks of {m} cells less one; \
+                         a pool of {m},{} or a smaller batch fits",
+                        l.batch.get(),
+                        l.batch.get().div_ceil(m) + 1
+                    ),
+                )
+                .into());
             }
             if let (SourceSpec::File { queues, .. }, false) = (&spec, self.trace_reading_set) {
                 self.open.trace.blocks = self.open.trace.blocks.max(l.trace_blocks(self.open.trace.block_bytes, queues.len()));
@@ -241,10 +253,14 @@ impl EngineBuilder {
         if self.balance.controller().is_some() {
             match &spec {
                 SourceSpec::File { queues, .. } if queues.len() != usize::from(queues.total()) => {
-                    return Err(BuildError::Balance(format!(
-                        "buckets move between every queue of the split, so it needs all of them opened (@0-{})",
-                        queues.total() - 1
-                    )))
+                    return Err(SettingError::new(
+                        Setting::Balance,
+                        format!(
+                            "rebalancing moves buckets between every queue of the split, so it needs all of them opened (@0-{})",
+                            queues.total() - 1
+                        ),
+                    )
+                    .into())
                 }
                 SourceSpec::File { .. } => {}
                 SourceSpec::Live { kind: LiveKind::AfPacket, .. } => {
@@ -255,9 +271,14 @@ impl EngineBuilder {
                         Fanout::Buckets(_) => {}
                         Fanout::Hash => *fanout = Fanout::Buckets(None),
                         other => {
-                            return Err(BuildError::Balance(format!(
-                                "afpacket moves buckets through weir's bucket table (--fanout buckets), and {other} fanout has none"
-                            )))
+                            return Err(SettingError::new(
+                                Setting::Fanout,
+                                format!(
+                                    "rebalancing moves afpacket's buckets through weir's bucket table (buckets fanout), \
+                                     and {other} fanout has none"
+                                ),
+                            )
+                            .into())
                         }
                     }
                 }
@@ -268,7 +289,9 @@ impl EngineBuilder {
         let allowed = sys::allowed_cpus();
         if let CpuPlan::List(list) = &self.cpus {
             if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {
-                return Err(BuildError::Cpu { cpu, allowed });
+                return Err(
+                    SettingError::new(Setting::Cpus, format!("CPU {cpu} is not available to this process (allowed: {allowed:?})")).into()
+                );
             }
         }
         self.open.budget = self.memory(&raised);

@@ -33,6 +33,7 @@ mod stage;
 pub use stage::run;
 pub(crate) use stage::QUIET;
 
+use crate::{Setting, SettingError};
 use std::time::Duration;
 
 /// Most packets one batch may gather.
@@ -43,9 +44,9 @@ pub const MAX_BATCH: u32 = 1 << 22;
 pub struct BatchSize(u32);
 
 impl BatchSize {
-    pub fn new(n: u32) -> Result<Self, String> {
+    pub fn new(n: u32) -> Result<Self, SettingError> {
         if n == 0 || n > MAX_BATCH {
-            return Err(format!("locality batch of {n} packets: must be from 1 to {MAX_BATCH}"));
+            return Err(SettingError::new(Setting::Locality, format!("a batch of {n} packets: must be from 1 to {MAX_BATCH}")));
         }
         Ok(BatchSize(n))
     }

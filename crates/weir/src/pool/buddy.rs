@@ -19,6 +19,7 @@
 use super::{Link, Pool, WorkerSide};
 use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
 use crate::stats::QueueCounters;
+use crate::{Setting, SettingError};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,11 +30,11 @@ use std::sync::Arc;
 pub struct OffloadThreshold(u8);
 
 impl OffloadThreshold {
-    pub fn new(percent: u8) -> Result<Self, String> {
+    pub fn new(percent: u8) -> Result<Self, SettingError> {
         if (1..=99).contains(&percent) {
             Ok(OffloadThreshold(percent))
         } else {
-            Err(format!("offload threshold {percent}%: must be from 1 to 99"))
+            Err(SettingError::new(Setting::Balance, format!("offload threshold {percent}%: must be from 1 to 99")))
         }
     }
 

@@ -11,6 +11,7 @@
 
 use crate::wire::FlowTuple;
 use crate::{LinkType, QueueId};
+use crate::{Setting, SettingError};
 
 /// Length of a Toeplitz key: enough for the 36-byte IPv6 4-tuple.
 pub const KEY_LEN: usize = 40;
@@ -105,9 +106,12 @@ pub struct BucketCount(usize);
 impl BucketCount {
     pub const DEFAULT: BucketCount = BucketCount(512);
 
-    pub fn new(n: usize) -> Result<Self, String> {
+    pub fn new(n: usize) -> Result<Self, SettingError> {
         if n < 512 || !n.is_power_of_two() || n > 1 << 16 {
-            return Err(format!("indirection table size {n}: must be a power of two from 512 to 65536"));
+            return Err(SettingError::new(
+                Setting::Queues,
+                format!("indirection table size {n}: must be a power of two from 512 to 65536"),
+            ));
         }
         Ok(BucketCount(n))
     }

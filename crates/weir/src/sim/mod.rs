@@ -40,8 +40,9 @@ mod order;
 mod peers;
 pub mod workload;
 
-use crate::memory::{Budget, Plan};
+use crate::memory::{Budget, MemoryError, Plan};
 use crate::pool::PoolConfig;
+use crate::{Setting, SettingError};
 
 pub use order::OrderStats;
 pub use workload::{Arrival, Workload};
@@ -76,18 +77,31 @@ pub struct SimConfig {
     pub tick_ns: u64,
 }
 
+/// Why a simulation could not be set up or run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// The weir engine's pools are real ones, checked like a capture's.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error("simulation: cannot allocate the pools: {0}")]
+    Alloc(std::io::Error),
+}
+
 impl SimConfig {
-    pub fn new(queues: u16, cost_ns: u64, engine: EngineKind) -> Result<Self, String> {
+    pub fn new(queues: u16, cost_ns: u64, engine: EngineKind) -> Result<Self, SimError> {
+        let bad = |problem: String| Err(SettingError::new(Setting::Simulation, problem).into());
         if queues == 0 || queues > 64 {
-            return Err(format!("sim: {queues} queues: must be from 1 to 64"));
+            return bad(format!("{queues} queues: must be from 1 to 64"));
         }
         if cost_ns == 0 {
-            return Err("sim: the per-packet cost must be at least 1 ns".into());
+            return bad("the per-packet cost must be at least 1 ns".into());
         }
         match &engine {
-            EngineKind::RingOnly { descriptors } if *descriptors == 0 => return Err("sim: a ring needs at least one descriptor".into()),
+            EngineKind::RingOnly { descriptors } if *descriptors == 0 => return bad("a ring needs at least one descriptor".into()),
             EngineKind::CopyBuffer { descriptors, slots, copy_ns } if *descriptors == 0 || *slots == 0 || *copy_ns == 0 => {
-                return Err("sim: the copy-buffer engine needs descriptors, slots and a copy cost above 0".into())
+                return bad("the copy-buffer engine needs descriptors, slots and a copy cost above 0".into())
             }
             _ => {}
         }
@@ -98,7 +112,7 @@ impl SimConfig {
                 format!("pools: {} chunks (pool {},{})", pool.chunks().get(), pool.cells().get(), pool.chunks().get()),
                 pool.memory_bytes(),
             );
-            budget.check(usize::from(queues), Plan::new()).map_err(|e| format!("sim: {e}"))?;
+            budget.check(usize::from(queues), Plan::new())?;
         }
         Ok(SimConfig { queues, cost_ns, engine, flush_ns: 1_000_000, tick_ns: 10_000_000 })
     }
@@ -142,7 +156,7 @@ impl SimReport {
 
 /// Run one simulation of `workload` to the end and until every packet is
 /// finished; an error only when the weir engine's pools cannot be allocated.
-pub fn run(cfg: &SimConfig, workload: &mut dyn Workload) -> Result<SimReport, String> {
+pub fn run(cfg: &SimConfig, workload: &mut dyn Workload) -> Result<SimReport, SimError> {
     match &cfg.engine {
         EngineKind::RingOnly { descriptors } => Ok(peers::ring_only(cfg, *descriptors, workload)),
         EngineKind::CopyBuffer { descriptors, slots, copy_ns } => Ok(peers::copy_buffer(cfg, *descriptors, *slots, *copy_ns, workload)),

@@ -17,7 +17,7 @@
 //! - a controller tick every `tick_ns` in rebalance mode, while work remains.
 
 use super::order::OrderCheck;
-use super::{Mode, SimConfig, SimReport, Workload};
+use super::{Mode, SimConfig, SimError, SimReport, Workload};
 use crate::balance::{Route, Steering};
 use crate::pool::{link_buddies, work_queue_pair, CaptureSide, ChunkToken, PoolConfig, WorkerSide};
 use crate::rss::Rss;
@@ -61,7 +61,7 @@ struct Model<'c> {
     end_ns: u64,
 }
 
-pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Workload) -> Result<SimReport, String> {
+pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Workload) -> Result<SimReport, SimError> {
     let n = usize::from(cfg.queues);
     let counters: Vec<Arc<QueueCounters>> = (0..n).map(|q| Arc::new(QueueCounters::new(QueueId(q as u16)))).collect();
     let pairs = counters
@@ -69,7 +69,7 @@ pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Wo
         .enumerate()
         .map(|(q, c)| work_queue_pair(QueueId(q as u16), pool, Arc::clone(c), None))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("sim: cannot allocate the pools: {e}"))?;
+        .map_err(SimError::Alloc)?;
     let (mut caps, mut works): (Vec<CaptureSide>, Vec<WorkerSide>) = pairs.into_iter().unzip();
     let rss = Rss::new(w.link_type(), cfg.queues);
     if let Some(t) = mode.offload().filter(|_| n > 1) {

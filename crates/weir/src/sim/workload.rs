@@ -12,7 +12,7 @@
 //! and the seed.
 
 use crate::tracefile::{for_each_packet, ReadError};
-use crate::LinkType;
+use crate::{LinkType, Setting, SettingError};
 use std::path::Path;
 
 /// One packet reaching the NIC.
@@ -69,9 +69,9 @@ pub struct Burst {
 }
 
 impl Burst {
-    pub fn new(packets: u64, pps: f64, flows: u32) -> Result<Self, String> {
+    pub fn new(packets: u64, pps: f64, flows: u32) -> Result<Self, SettingError> {
         if !(pps > 0.0 && pps.is_finite()) {
-            return Err(format!("burst rate {pps} packets/s: must be above 0"));
+            return Err(SettingError::new(Setting::Simulation, format!("burst rate {pps} packets/s: must be above 0")));
         }
         let flows = flows.max(1);
         Ok(Burst { packets, gap_ns: 1e9 / pps, sent: 0, frames: (0..flows).map(frame).collect() })
@@ -131,12 +131,13 @@ pub struct Skewed {
 }
 
 impl Skewed {
-    pub fn new(packets: u64, flows: u32, exponent: f64, pps: f64, seed: u64) -> Result<Self, String> {
+    pub fn new(packets: u64, flows: u32, exponent: f64, pps: f64, seed: u64) -> Result<Self, SettingError> {
+        let bad = |problem: String| Err(SettingError::new(Setting::Simulation, problem));
         if flows == 0 {
-            return Err("skewed workload: needs at least one flow".into());
+            return bad("a skewed workload needs at least one flow".into());
         }
         if !(exponent >= 0.0 && exponent.is_finite() && pps > 0.0 && pps.is_finite()) {
-            return Err(format!("skewed workload: exponent {exponent} and rate {pps} must be finite, the rate above 0"));
+            return bad(format!("a skewed workload's exponent {exponent} and rate {pps} must be finite, the rate above 0"));
         }
         let weights: Vec<f64> = (1..=flows).map(|k| 1.0 / f64::from(k).powf(exponent)).collect();
         let total: f64 = weights.iter().sum();

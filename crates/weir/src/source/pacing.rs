@@ -10,6 +10,7 @@
 //! due is a capture drop. A source that falls behind schedule sends what is due at
 //! once and does not try to catch up by dropping.
 
+use crate::{Setting, SettingError};
 use std::time::{Duration, Instant};
 
 /// Sleeping is only precise to tens of microseconds; the rest is spun.
@@ -37,12 +38,12 @@ const FARTHEST_SECS: f64 = 1e12;
 
 impl Pacing {
     /// Reject rates outside their range (zero, negative, not finite among them).
-    pub fn checked(self) -> Result<Pacing, String> {
+    pub fn checked(self) -> Result<Pacing, SettingError> {
         let check = |what: &str, v: f64, (lo, hi): (f64, f64)| {
             if v.is_finite() && (lo..=hi).contains(&v) {
                 Ok(self)
             } else {
-                Err(format!("a pacing of {v} {what} is out of range: must be from {lo} to {hi}"))
+                Err(SettingError::new(Setting::Pacing, format!("{v} {what} is out of range: must be from {lo} to {hi}")))
             }
         };
         match self {

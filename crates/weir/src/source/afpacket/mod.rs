@@ -82,8 +82,8 @@ pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::{BpfInsn, Filter};
 use crate::memory::{Budget, Bytes, Plan};
-use crate::source::{ifindex, rx_queues, AfPacketOptions, CaptureOptions, Fanout, LiveOptions, Pacing, QueueRange, Source};
-use crate::{LinkType, QueueId};
+use crate::source::{ifindex, rx_queues, AfPacketOptions, CaptureOptions, Fanout, LiveOptions, QueueRange, Source};
+use crate::{LinkType, QueueId, Setting, SettingError};
 use std::io;
 use std::sync::Arc;
 use sys::PacketSocket;
@@ -410,9 +410,7 @@ impl Source for AfPacketSource {
     }
 
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
-        if opts.pacing != Pacing::TopSpeed {
-            return Err(SourceError::Invalid("--pps/--mbps/--speed pace trace files, not live interfaces".into()));
-        }
+        super::live::refuse_pacing(opts.pacing)?;
         let label = |q: u16| format!("afpacket:{}@{q}", self.iface);
         // Every member: (queue, socket), capturing sockets first.
         let members: Vec<(u16, &PacketSocket)> =
@@ -461,10 +459,14 @@ impl Source for AfPacketSource {
                 Some(crate::balance::threaded::Rebalance::new(table, self.info.queues.len(), cfg, opts.balance_counters))
             }
             (Some(_), None) => {
-                return Err(SourceError::Invalid(format!(
-                    "{}: rebalancing moves buckets through weir's bucket table, so it needs --fanout buckets (this capture uses {} fanout)",
-                    self.info.name, self.fanout
-                )))
+                return Err(SettingError::new(
+                    Setting::Fanout,
+                    format!(
+                        "{}: rebalancing moves buckets through weir's bucket table, so it needs buckets fanout (this capture uses {})",
+                        self.info.name, self.fanout
+                    ),
+                )
+                .into())
             }
         };
         let shared = Arc::new(Shared { _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(), _steering: self.steering });

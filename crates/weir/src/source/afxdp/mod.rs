@@ -153,9 +153,7 @@ impl Source for AfXdpSource {
     }
 
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
-        if opts.pacing.is_paced() {
-            return Err(SourceError::Invalid("--pps/--mbps/--speed pace trace files, not live interfaces".into()));
-        }
+        super::live::refuse_pacing(opts.pacing)?;
         let frames = opts.pool.capacity();
         let ring = self.opts.ring_size as usize;
         if frames <= ring {

@@ -23,6 +23,7 @@
 use crate::capture::{Control, SourceError};
 use crate::pool::{BlockArena, BlockMut, BlockRef, CaptureSide};
 use crate::tracefile::MAX_RECORD_BYTES;
+use crate::{Setting, SettingError};
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
@@ -50,9 +51,12 @@ impl Default for ReadConfig {
 }
 
 impl ReadConfig {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SettingError> {
         if self.block_bytes == 0 || self.blocks < 4 {
-            return Err(format!("trace reading needs blocks of at least 1 byte and at least 4 of them, not {self:?}"));
+            return Err(SettingError::new(
+                Setting::TraceReading,
+                format!("needs blocks of at least 1 byte and at least 4 of them, not {self:?}"),
+            ));
         }
         Ok(())
     }
@@ -151,7 +155,7 @@ fn opening(label: String, error: std::io::Error) -> SourceError {
 
 impl Input {
     pub fn open(path: Option<&Path>, cfg: ReadConfig) -> Result<(Input, Option<u64>), SourceError> {
-        cfg.check().map_err(SourceError::Invalid)?;
+        cfg.check()?;
         let (label, file) = match path {
             Some(p) => {
                 let f = File::open(p).map_err(|e| opening(p.display().to_string(), e))?;

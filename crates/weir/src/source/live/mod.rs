@@ -6,6 +6,8 @@ pub(crate) mod sys;
 
 use crate::capture::SourceError;
 use crate::source::afpacket::SteeringId;
+use crate::source::Pacing;
+use crate::{Setting, SettingError};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -54,16 +56,16 @@ pub enum Fanout {
 }
 
 impl std::str::FromStr for Fanout {
-    type Err = String;
+    type Err = SettingError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SettingError> {
         match s {
             "hash" => Ok(Fanout::Hash),
             "cpu" => Ok(Fanout::Cpu),
             "qm" => Ok(Fanout::QueueMapping),
             "lb" => Ok(Fanout::LoadBalance),
             "buckets" | "ebpf" => Ok(Fanout::Buckets(None)),
-            _ => Err(format!("fanout mode {s:?}: expected hash, cpu, qm, lb or buckets")),
+            _ => Err(SettingError::new(Setting::Fanout, format!("{s:?}: expected hash, cpu, qm, lb or buckets"))),
         }
     }
 }
@@ -79,6 +81,14 @@ impl std::fmt::Display for Fanout {
             Fanout::Buckets(_) => "buckets",
         })
     }
+}
+
+/// Live interfaces deliver packets as they come: pacing is for trace files.
+pub(crate) fn refuse_pacing(pacing: Pacing) -> Result<(), SettingError> {
+    if pacing.is_paced() {
+        return Err(SettingError::new(Setting::Pacing, "only trace files can be paced, not live interfaces"));
+    }
+    Ok(())
 }
 
 /// AF_PACKET (TPACKET_V3) ring and fanout.
@@ -163,7 +173,11 @@ pub fn rx_queues(iface: &str) -> Result<u16, SourceError> {
 
 /// The index of `iface` in the calling thread's namespace.
 pub fn ifindex(iface: &str) -> Result<u32, SourceError> {
-    sys::ifindex(iface).map_err(|e| SourceError::Invalid(e.to_string()))
+    sys::ifindex(iface).map_err(|error| match error.raw_os_error() {
+        Some(libc::ENODEV) => SourceError::NoSuchDevice { iface: iface.to_string() },
+        _ if error.kind() == std::io::ErrorKind::InvalidInput => SourceError::Invalid(error.to_string()),
+        _ => SourceError::Io { what: format!("looking up interface {iface:?}"), error },
+    })
 }
 
 #[cfg(test)]
@@ -178,6 +192,7 @@ mod tests {
         }
         assert_eq!("ebpf".parse::<Fanout>(), Ok(Fanout::Buckets(None)), "ebpf names the same mode");
         let err = "rr".parse::<Fanout>().unwrap_err();
-        assert!(err.contains("expected hash, cpu, qm, lb or buckets"), "{err}");
+        assert_eq!(err.setting, crate::Setting::Fanout);
+        assert!(err.problem.contains("expected hash, cpu, qm, lb or buckets"), "{err}");
     }
 }

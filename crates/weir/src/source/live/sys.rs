@@ -61,8 +61,7 @@ pub fn ifindex(iface: &str) -> io::Result<u32> {
     let mut req = ifreq(iface)?;
     // SAFETY: SIOCGIFINDEX reads ifr_name and writes ifr_ifindex of `req`.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFINDEX, &mut req) } != 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("no network interface {iface:?} here ({e})")));
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel filled the ifindex member of the union.
     Ok(unsafe { req.ifr_ifru.ifru_ifindex } as u32)
