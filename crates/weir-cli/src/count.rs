@@ -165,16 +165,9 @@ pub(crate) fn json_report<H>(report: &Report<H>, name: &str, link: String, total
         .queues
         .iter()
         .map(|q| {
-            json!({
-                "queue": q.queue.0,
-                "received": q.received,
-                "delivered": q.delivered,
-                "filtered": q.filtered,
-                "capture_drops": q.capture_drops,
-                "delivery_drops": q.delivery_drops,
-                "in_flight": q.in_flight,
-                "bytes": q.delivered_bytes,
-            })
+            let mut o = serde_json::Map::from_iter([("queue".to_string(), json!(q.queue.0))]);
+            o.extend(q.fields().map(|(k, v)| (k.to_string(), json!(v))));
+            serde_json::Value::Object(o)
         })
         .collect();
     let secs = report.elapsed.as_secs_f64();

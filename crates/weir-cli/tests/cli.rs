@@ -73,6 +73,13 @@ fn count_json_has_the_promised_fields() {
         for k in ["received", "delivered", "filtered", "capture_drops", "delivery_drops"] {
             assert!(q[k].is_u64(), "queue field {k} missing: {q}");
         }
+        // The one shape of a queue's counters, as WEIR_STATS_FILE writes them.
+        let mut keys: Vec<&str> = q.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut want = vec!["queue"];
+        want.extend(weir::stats::QueueStats::default().fields().map(|(k, _)| k));
+        keys.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(keys, want, "{q}");
         assert_eq!(q["received"], q["delivered"]);
         sum += q["delivered"].as_u64().unwrap();
     }

@@ -95,18 +95,8 @@ impl Settings {
         let Some((path, file)) = &self.stats_file else { return };
         let mut out = String::new();
         let line = |q: &weir::stats::QueueStats, name: String| {
-            format!(
-                "{{\"pid\":{},\"queue\":{name},\"received\":{},\"delivered\":{},\"filtered\":{},\"capture_drops\":{},\"delivery_drops\":{},\"unread\":{},\"in_flight\":{},\"received_bytes\":{}}}\n",
-                std::process::id(),
-                q.received,
-                q.delivered,
-                q.filtered,
-                q.capture_drops,
-                q.delivery_drops,
-                q.unread,
-                q.in_flight,
-                q.received_bytes
-            )
+            let fields: String = q.fields().iter().map(|(k, v)| format!(",\"{k}\":{v}")).collect();
+            format!("{{\"pid\":{},\"queue\":{name}{fields}}}\n", std::process::id())
         };
         for q in &stats.queues {
             out.push_str(&line(q, q.queue.0.to_string()));

@@ -47,6 +47,25 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// Every counter with its name, in the order reports print them: the one
+    /// shape of a queue's statistics, for `weir --json` and the libpcap
+    /// library's `WEIR_STATS_FILE` alike.
+    pub fn fields(&self) -> [(&'static str, u64); 11] {
+        [
+            ("received", self.received),
+            ("delivered", self.delivered),
+            ("filtered", self.filtered),
+            ("capture_drops", self.capture_drops),
+            ("delivery_drops", self.delivery_drops),
+            ("unread", self.unread),
+            ("in_flight", self.in_flight),
+            ("received_bytes", self.received_bytes),
+            ("delivered_bytes", self.delivered_bytes),
+            ("bad_recycles", self.bad_recycles),
+            ("offloaded", self.offloaded),
+        ]
+    }
+
     /// True when the accounting identity holds.
     pub fn balanced(&self) -> bool {
         self.received == self.delivered + self.filtered + self.capture_drops + self.delivery_drops + self.unread + self.in_flight

@@ -41,6 +41,7 @@ use std::sync::Arc;
 
 pub use libpcap::BpfInsn;
 pub use program::MAX_INSNS;
+pub(crate) use program::{code, SKF_AD_OFF};
 pub use switch::{FilterSwitch, FilterWatch};
 
 use program::Op;

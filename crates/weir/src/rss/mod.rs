@@ -99,18 +99,23 @@ fn key_window(key: &[u8; KEY_LEN], start: usize) -> u32 {
     })
 }
 
-/// Number of hash buckets in an indirection table: a power of two, at least 512.
+/// Buckets of an indirection table unless told otherwise, and of each queue's
+/// table in the live sources' steering: `WEIR_BUCKETS` in `ebpf/weir_fanout.c`
+/// is the same number.
+pub const BUCKETS: usize = 512;
+
+/// Number of hash buckets in an indirection table: a power of two, at least [`BUCKETS`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BucketCount(usize);
 
 impl BucketCount {
-    pub const DEFAULT: BucketCount = BucketCount(512);
+    pub const DEFAULT: BucketCount = BucketCount(BUCKETS);
 
     pub fn new(n: usize) -> Result<Self, SettingError> {
-        if n < 512 || !n.is_power_of_two() || n > 1 << 16 {
+        if n < BUCKETS || !n.is_power_of_two() || n > 1 << 16 {
             return Err(SettingError::new(
                 Setting::Queues,
-                format!("indirection table size {n}: must be a power of two from 512 to 65536"),
+                format!("indirection table size {n}: must be a power of two from {BUCKETS} to 65536"),
             ));
         }
         Ok(BucketCount(n))

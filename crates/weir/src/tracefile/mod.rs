@@ -48,6 +48,9 @@ pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 /// Largest caplen any [`Record`] can have: libpcap's `MAXIMUM_SNAPLEN`.
 pub const MAX_CAPLEN: usize = linktype::MAXIMUM_SNAPLEN as usize;
 
+/// Timestamps are nanoseconds; both formats store seconds and a fraction.
+const NS_PER_SEC: u64 = 1_000_000_000;
+
 /// The two container formats.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TraceKind {

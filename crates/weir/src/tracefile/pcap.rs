@@ -12,7 +12,7 @@
 use super::error::{FormatError, FormatErrorKind, Item};
 use super::fields::{ByteOrder, Fixed};
 use super::linktype::{dlt_of, effective_snapshot, max_snaplen};
-use super::{Opening, Record, Step, TraceHeader, TraceKind, MAX_CAPLEN};
+use super::{Opening, Record, Step, TraceHeader, TraceKind, MAX_CAPLEN, NS_PER_SEC};
 use crate::LinkType;
 
 /// Magic numbers as read in the file's own byte order.
@@ -40,7 +40,6 @@ const CAPLEN: usize = 8;
 const WIRE_LEN: usize = 12;
 
 const DLT_EN10MB: u32 = 1;
-const NS_PER_SEC: u64 = 1_000_000_000;
 
 /// How a version stores the captured and wire lengths.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@
 use super::error::{FormatError, FormatErrorKind, Item};
 use super::fields::{ByteOrder, Fixed};
 use super::linktype::{dlt_of, effective_snapshot, max_snaplen};
-use super::{Opening, Record, Step, TraceHeader, TraceKind, MAX_CAPLEN, MAX_RECORD_BYTES};
+use super::{Opening, Record, Step, TraceHeader, TraceKind, MAX_CAPLEN, MAX_RECORD_BYTES, NS_PER_SEC};
 use crate::LinkType;
 
 /// Block types.
@@ -79,7 +79,6 @@ const INITIAL_MAX_BLOCK: u32 = 16 * 1024 * 1024;
 /// Room libpcap allows for options beside a largest packet.
 const MAX_OPTIONS_LEN: u32 = 128 * 1024;
 
-const NS_PER_SEC: u64 = 1_000_000_000;
 const US_PER_SEC: u64 = 1_000_000;
 
 /// How one interface's timestamp units become nanoseconds.

@@ -321,12 +321,10 @@ fn set_up(s: &PacketSocket, shape: RingShape, opts: &LiveOptions, ifindex: u32, 
     Ok(ring)
 }
 
-// Classic BPF (linux/bpf_common.h, linux/filter.h, linux/if_packet.h).
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_LD_IMM: u16 = 0x00;
-const BPF_JEQ_K: u16 = 0x15;
-const BPF_RET_K: u16 = 0x06;
-const SKF_AD_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+// The opcodes are the filter's (linux/filter.h); the ancillary offset and the
+// packet type are linux/filter.h's and linux/if_packet.h's.
+use crate::filter::code::{JMP_JEQ_K as BPF_JEQ_K, LD_IMM as BPF_LD_IMM, LD_W_ABS as BPF_LD_W_ABS, RET_K as BPF_RET_K};
+const SKF_AD_PKTTYPE: u32 = crate::filter::SKF_AD_OFF + 4;
 const PACKET_OUTGOING: u32 = 4;
 
 fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {

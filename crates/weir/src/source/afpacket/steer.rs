@@ -56,9 +56,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-/// Buckets of a table: `WEIR_BUCKETS` in `ebpf/weir_fanout.c`, and
-/// [`BucketCount::DEFAULT`](crate::rss::BucketCount::DEFAULT).
-pub const BUCKETS: usize = 512;
+pub use crate::rss::BUCKETS;
 
 /// The program's name in the kernel (its C function).
 const PROGRAM_NAME: &str = "weir_fanout";

@@ -54,8 +54,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Buckets of each RX queue's table (the size of [`Rss`]'s table).
-pub const BUCKETS: usize = 512;
+pub use crate::rss::BUCKETS;
 
 /// Most queues one capture can rebalance: the controller's table must fit
 /// [`BucketCount`].
