@@ -10,36 +10,29 @@
 //! one by one ([`System::symbol`]), so a libpcap that lacks one fails only
 //! that call.
 //!
-//! The library is the one weir's filter module found (by absolute path), opened
-//! again with `RTLD_LOCAL | RTLD_DEEPBIND` so its internal calls bind to itself,
-//! not to the same-named functions this library exports.
+//! The library is the one weir's filter module loaded (by absolute path, with
+//! `RTLD_LOCAL | RTLD_DEEPBIND` so its internal calls bind to itself, not to
+//! the same-named functions this library exports): one load per process.
 
 use crate::types::{BpfProgram, PcapIf, RawPcap};
 use libc::{c_char, c_int, c_uint, FILE};
 use std::sync::OnceLock;
+use weir::filter::libpcap::Libpcap;
 
 macro_rules! delegated {
     ($($field:ident : $name:literal => fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// Function pointers into the system libpcap.
         pub struct System {
             $(pub $field: unsafe extern "C-unwind" fn($($arg),*) $(-> $ret)?,)*
-            lib: libloading::Library,
+            lib: &'static Libpcap,
         }
 
         fn load() -> Result<System, String> {
-            let found = weir::filter::libpcap::Libpcap::system().map_err(|e| e.to_string())?;
-            let path = found.path().to_path_buf();
-            let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
-            // SAFETY: loading libpcap runs only its ELF constructors; the path is absolute.
-            let lib = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            let lib: libloading::Library = lib.into();
+            let lib = Libpcap::system().map_err(|e| e.to_string())?;
             Ok(System {
                 $($field: {
                     // SAFETY: the type given matches the libpcap 1.10 prototype of the symbol.
-                    let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                        .map_err(|_| format!("{}: no symbol {}", path.display(), $name))?;
-                    *s
+                    unsafe { lib.symbol($name) }.ok_or_else(|| format!("{}: no symbol {}", lib.path().display(), $name))?
                 },)*
                 lib,
             })
@@ -76,10 +69,8 @@ impl System {
     /// # Safety
     /// `F` is the function pointer type of `name`'s libpcap 1.10 prototype.
     pub unsafe fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
-        let mut z = name.as_bytes().to_vec();
-        z.push(0);
         // SAFETY: as the caller promises.
-        unsafe { self.lib.get::<F>(&z) }.ok().map(|s| *s)
+        unsafe { self.lib.symbol(name) }
     }
 
     /// A dead handle of the system library for `dlt`, `snaplen` and precision,

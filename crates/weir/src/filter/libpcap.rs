@@ -85,7 +85,7 @@ type LibVersion = unsafe extern "C" fn() -> *const c_char;
 /// The functions weir takes from the system libpcap.
 pub struct Libpcap {
     path: PathBuf,
-    _lib: libloading::Library,
+    lib: libloading::Library,
     open_dead: OpenDead,
     compile: Compile,
     freecode: Freecode,
@@ -142,13 +142,26 @@ impl Libpcap {
             datalink: sym!("pcap_datalink"),
             lib_version: sym!("pcap_lib_version"),
             path,
-            _lib: lib,
+            lib,
         })
     }
 
     /// Where the library was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The library's function `name`, for callers that pass calls through to
+    /// the system libpcap (weir's libpcap-compatible library): one load of the
+    /// library for the whole process. `None` if this libpcap lacks it.
+    ///
+    /// # Safety
+    /// `F` is the function pointer type of `name`'s libpcap 1.10 prototype.
+    pub unsafe fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
+        let mut z = name.as_bytes().to_vec();
+        z.push(0);
+        // SAFETY: as the caller promises.
+        unsafe { self.lib.get::<F>(&z) }.ok().map(|s| *s)
     }
 
     /// `pcap_lib_version()`.
