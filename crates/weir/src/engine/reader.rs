@@ -26,7 +26,7 @@
 
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
 use crate::filter::{Filter, FilterSwitch};
-use crate::locality::{LocalityConfig, PortIndex, QUIET};
+use crate::locality::{Batch, LocalityConfig};
 use crate::pool::{self, ChunkToken, WorkerSide};
 use crate::ring::{EventFd, ReadyFd};
 use crate::stats::{QueueCounters, Snapshot, StatsReader};
@@ -70,19 +70,14 @@ struct Held {
     len: usize,
 }
 
-/// A locality batch being gathered or handed out.
-struct Batch {
+/// Locality buffering on the reader: the batch (chunks of every queue, held
+/// by (worker side, token)), gathered and handed out by the same rule as the
+/// push workers' ([`crate::locality`]).
+struct Sorted {
     cfg: LocalityConfig,
     link: LinkType,
-    /// (worker side, chunk) of every chunk the batch holds.
-    held: Vec<(usize, ChunkToken)>,
-    /// (chunk in `held`, cell in that chunk).
-    index: PortIndex<(u32, u32)>,
-    /// When its first chunk came; `None` while handing out.
-    since: Option<Instant>,
-    /// When its latest chunk came.
-    last: Instant,
-    /// Next entry of `index.sorted()` to hand out, while handing out.
+    batch: Batch<(usize, ChunkToken)>,
+    /// Next entry of the delivery order to hand out, while handing out.
     pos: Option<usize>,
 }
 
@@ -95,7 +90,7 @@ pub struct Reader {
     info: SourceInfo,
     started: Instant,
     held: Option<Held>,
-    batch: Option<Batch>,
+    batch: Option<Sorted>,
     /// The side the next look for a chunk starts at.
     turn: usize,
     errors: Vec<RunError>,
@@ -130,15 +125,7 @@ impl Deadline {
 impl Reader {
     pub(super) fn new(mut l: Launched) -> Reader {
         let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
-        let batch = l.locality.map(|cfg| Batch {
-            cfg,
-            link: l.info.link_type,
-            held: Vec::new(),
-            index: PortIndex::new(),
-            since: None,
-            last: Instant::now(),
-            pos: None,
-        });
+        let batch = l.locality.map(|cfg| Sorted { cfg, link: l.info.link_type, batch: Batch::new(), pos: None });
         Reader {
             ctl: l.ctl,
             counters: l.counters,
@@ -220,7 +207,7 @@ impl Reader {
     /// calling [`next`](Self::next) again: with locality buffering, a batch
     /// gathering from a source gone quiet is handed out only by a call.
     pub fn select_timeout(&self) -> Option<Duration> {
-        self.batch.as_ref().map(|b| b.cfg.quiet_after())
+        self.batch.as_ref().map(|s| s.cfg.quiet_after())
     }
 
     /// The next packet, waiting up to `timeout` for one.
@@ -233,7 +220,7 @@ impl Reader {
                 _ => {
                     // What the reader's own waits wake for; the starved mark
                     // matters only to a batch that is gathering.
-                    let gathering = self.batch.as_ref().is_some_and(|b| b.since.is_some());
+                    let gathering = self.batch.as_ref().is_some_and(|b| b.batch.is_gathering());
                     ready.rearm(|| pool::any_ready(&self.sides, gathering));
                 }
             }
@@ -273,23 +260,22 @@ impl Reader {
     /// when none is being handed out.
     fn next_sorted(&mut self, deadline: &mut Deadline) -> Result<(usize, ChunkToken, usize), Read<'static>> {
         loop {
-            let b = self.batch.as_mut().expect("next_sorted runs with a batch");
-            if let Some(pos) = b.pos {
-                if let Some(&(slot, cell)) = b.index.sorted().get(pos) {
-                    b.pos = Some(pos + 1);
-                    let (side, token) = b.held[slot as usize];
+            let s = self.batch.as_mut().expect("next_sorted runs with a batch");
+            if let Some(pos) = s.pos {
+                let (order, held) = s.batch.order();
+                if let Some(&(slot, cell)) = order.get(pos) {
+                    s.pos = Some(pos + 1);
+                    let (side, token) = held[slot as usize];
                     return Ok((side, token, cell as usize));
                 }
                 // Every packet of the batch is out: only now may its chunks go back.
-                b.pos = None;
-                for (side, token) in b.held.drain(..) {
+                s.pos = None;
+                for (side, token) in s.batch.release() {
                     let _ = self.sides[side].recycle_raw(token);
                 }
                 continue;
             }
-            let full = b.index.len() >= b.cfg.batch.get();
-            let aged = b.since.is_some_and(|t| t.elapsed() >= b.cfg.timeout);
-            if full || aged {
+            if s.batch.is_due(&s.cfg) {
                 self.hand_out_batch();
                 continue;
             }
@@ -297,24 +283,24 @@ impl Reader {
                 self.add_to_batch(side, token);
                 continue;
             }
-            let b = self.batch.as_ref().expect("batch");
-            if b.since.is_some() && b.last.elapsed() >= QUIET {
+            let s = self.batch.as_ref().expect("batch");
+            if s.batch.is_gathering() && s.batch.is_quiet() {
                 // Quiet since its last chunk, e.g. while a nonblocking caller polled.
                 self.hand_out_batch();
                 continue;
             }
-            let Some(since) = b.since else {
+            if !s.batch.is_gathering() {
                 // Nothing held: wait for a first chunk as in capture order.
                 self.wait_or_end(deadline)?;
                 continue;
-            };
+            }
             if self.sides.iter().all(WorkerSide::is_closed) {
                 self.hand_out_batch();
                 continue;
             }
             // Held packets wait for more at most until the batch times out, QUIET
             // passes without a chunk, or a source says it waits for their memory.
-            let batch_left = b.cfg.timeout.saturating_sub(since.elapsed()).min(QUIET);
+            let batch_left = s.batch.wait_left(&s.cfg);
             let caller_left = deadline.left();
             pool::wait_any(&self.sides, batch_left.min(caller_left), true);
             if self.sides.iter().any(|s| s.backlog() > 0) {
@@ -329,28 +315,22 @@ impl Reader {
     }
 
     fn add_to_batch(&mut self, side: usize, token: ChunkToken) {
-        let b = self.batch.as_mut().expect("batch");
+        let s = self.batch.as_mut().expect("batch");
         let Ok(chunk) = self.sides[side].raw_chunk(token) else { return };
-        if b.since.is_none() {
+        if !s.batch.is_gathering() {
             // A mark from before this batch is about memory since recycled.
-            self.sides.iter().for_each(|s| {
-                s.take_starved();
+            self.sides.iter().for_each(|w| {
+                w.take_starved();
             });
-            b.since = Some(Instant::now());
         }
-        b.last = Instant::now();
-        let slot = b.held.len() as u32;
-        let index = &mut b.index;
-        index.reserve(chunk.len());
-        chunk.for_each_sort_key(b.link, |cell, key| index.push(key, (slot, cell)));
-        b.held.push((side, token));
+        let link = s.link;
+        s.batch.add((side, token), chunk.len(), |_, index, slot| chunk.for_each_sort_key(link, |cell, key| index.push(key, (slot, cell))));
     }
 
     fn hand_out_batch(&mut self) {
-        let b = self.batch.as_mut().expect("batch");
-        b.index.sort();
-        b.pos = Some(0);
-        b.since = None;
+        let s = self.batch.as_mut().expect("batch");
+        s.batch.hand_out();
+        s.pos = Some(0);
     }
 
     /// Take a chunk from the next queue that has one: (side, token, packets).
@@ -416,23 +396,25 @@ impl Reader {
         if let Some(h) = self.held.take() {
             self.release_unread(h.side, h.token, h.next..h.len);
         }
-        if let Some(mut b) = self.batch.take() {
+        if let Some(mut s) = self.batch.take() {
             // Handing out: what is left of the sorted order is unread. Gathering:
             // nothing of the batch was handed out.
-            let mut unread = vec![Vec::new(); b.held.len()];
-            match b.pos {
+            let (order, held) = s.batch.order();
+            let mut unread = vec![Vec::new(); held.len()];
+            match s.pos {
                 Some(out) => {
-                    for &(slot, cell) in &b.index.sorted()[out..] {
+                    for &(slot, cell) in &order[out..] {
                         unread[slot as usize].push(cell as usize);
                     }
                 }
                 None => {
-                    for (cells, &(side, token)) in unread.iter_mut().zip(&b.held) {
+                    for (cells, &(side, token)) in unread.iter_mut().zip(held) {
                         cells.extend(0..self.sides[side].raw_chunk(token).map_or(0, |c| c.len()));
                     }
                 }
             }
-            for ((side, token), cells) in b.held.drain(..).zip(unread) {
+            let held: Vec<(usize, ChunkToken)> = s.batch.release().collect();
+            for ((side, token), cells) in held.into_iter().zip(unread) {
                 self.release_cells_unread(side, token, &cells);
             }
         }

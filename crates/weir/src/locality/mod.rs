@@ -28,10 +28,11 @@
 //! The heart of weir, so written here: a sort would cost O(B log B) and a copy,
 //! where this index costs O(B) and no copy.
 
+mod batch;
 mod stage;
 
+pub(crate) use batch::{Batch, QUIET};
 pub use stage::run;
-pub(crate) use stage::QUIET;
 
 use crate::{Setting, SettingError};
 use std::time::Duration;
