@@ -15,12 +15,13 @@
 //! read without synchronization ([`WorkerLoad`]), which is enough for a choice
 //! that only balances load: a stale level sends one chunk to a worse buddy,
 //! never loses or duplicates one.
+//!
+//! This file holds what both sides of a group read: the load of each worker
+//! and the capture side's offloading state. [`super::link_buddies`] joins the
+//! sides; the worker's end of a link is `BuddyIn`, with the worker side.
 
-use super::{Link, Pool, WorkerSide};
-use crate::ring::{self, Capacity, Consumer, Producer, WakeHandle};
-use crate::stats::QueueCounters;
+use crate::ring::{Consumer, Producer, WakeHandle};
 use crate::{Setting, SettingError};
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -137,52 +138,6 @@ impl Offload {
 
     pub(super) fn any_returned(&self) -> bool {
         self.buddies.iter().any(|b| !b.back.is_empty())
-    }
-}
-
-/// The worker's end of one buddy link: chunks of the buddy's pool.
-pub(super) struct BuddyIn {
-    pub(super) link: Link,
-    pub(super) take: RefCell<Consumer<u32>>,
-}
-
-/// Join the queues of `captures` and `workers` (the same queues in the same
-/// order) into one buddy group offloading above `threshold`.
-///
-/// # Panics
-/// If the two lists differ in length or order, or a side is already in a group:
-/// both are programming errors of the engine, not conditions of the input.
-pub fn link_buddies(captures: &mut [super::CaptureSide], workers: &mut [WorkerSide], threshold: OffloadThreshold) {
-    assert_eq!(captures.len(), workers.len(), "a buddy group needs the capture side and worker of every queue");
-    for (c, w) in captures.iter().zip(workers.iter()) {
-        assert_eq!(c.queue(), w.queue(), "capture sides and workers must be in the same order");
-        assert!(c.offload.is_none() && w.inbox.is_empty(), "queue {} is already in a buddy group", c.queue().0);
-    }
-    let n = captures.len();
-    for (q, capture) in captures.iter_mut().enumerate() {
-        let pool: Arc<Pool> = Arc::clone(&capture.pool);
-        let counters: Arc<QueueCounters> = Arc::clone(&capture.counters);
-        let owner_bell = capture.recycled.wake_handle();
-        let r = pool.chunks();
-        let mut outs = Vec::with_capacity(n.saturating_sub(1));
-        for (b, worker) in workers.iter_mut().enumerate() {
-            if b == q {
-                continue;
-            }
-            let (give, take) = ring::channel::<u32>(Capacity::at_least(r));
-            let (back_tx, back) = ring::channel::<u32>(Capacity::at_least(r));
-            outs.push(BuddyOut { give, back, load: Arc::clone(&worker.load), bell: worker.wake_handle() });
-            worker.inbox.push(BuddyIn {
-                link: Link {
-                    pool: Arc::clone(&pool),
-                    counters: Arc::clone(&counters),
-                    recycle: RefCell::new(back_tx),
-                    owner_bell: Some(owner_bell.clone()),
-                },
-                take: RefCell::new(take),
-            });
-        }
-        capture.offload = Some(Offload { threshold, buddies: outs });
     }
 }
 
