@@ -70,9 +70,7 @@ const NEEDS: &str = "CAP_BPF (or CAP_SYS_ADMIN)";
 /// The object built by build.rs; aligned because the ELF reader needs it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_fanout.o"));
 
-/// Which table a [`Fanout::Buckets`] capture uses: the id of a [`BucketSteering`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SteeringId(u64);
+pub use crate::source::live::SteeringId;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Every table alive, by id, so a capture opened with a [`SteeringId`] finds its

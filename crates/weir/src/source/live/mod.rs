@@ -5,7 +5,6 @@ pub(crate) mod bpf;
 pub(crate) mod sys;
 
 use crate::capture::SourceError;
-use crate::source::afpacket::SteeringId;
 use crate::source::Pacing;
 use crate::{Setting, SettingError};
 use std::path::PathBuf;
@@ -54,6 +53,11 @@ pub enum Fanout {
     /// the caller holds ([`BucketSteering::fanout`](crate::source::afpacket::BucketSteering::fanout)).
     Buckets(Option<SteeringId>),
 }
+
+/// Which table a [`Fanout::Buckets`] capture uses: the id of a
+/// [`BucketSteering`](crate::source::afpacket::BucketSteering).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SteeringId(pub(crate) u64);
 
 impl std::str::FromStr for Fanout {
     type Err = SettingError;
