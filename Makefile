@@ -30,12 +30,16 @@ demo: build
 layers:
 	scripts/module-graph --check
 
-# One format for the tree (rustfmt.toml), and clippy with warnings as errors
-# (the workspace's lints deny an unsafe block without a SAFETY comment).
+# One format for the tree (rustfmt.toml), clippy with warnings as errors
+# (the workspace's lints deny an unsafe block without a SAFETY comment), and
+# documentation whose every link resolves. The weir binary is documented on
+# its own: it shares the library's name.
 style: setup
 	$(CARGO) fmt --all --check
 	cd fuzz && $(CARGO) fmt --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --lib
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p weir-cli --no-deps --bins
 
 unit: setup
 	$(CARGO) test --workspace

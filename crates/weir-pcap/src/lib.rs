@@ -4,10 +4,10 @@
 //! - Reading goes through weir: files through its trace reader, interfaces
 //!   through its engine (AF_PACKET by default, AF_XDP with
 //!   `WEIR_SOURCE=afxdp`), several queues read by the program's one thread,
-//!   locality buffering with `WEIR_LOCALITY` (see [`env`]).
+//!   locality buffering with `WEIR_LOCALITY` (see `env.rs`).
 //! - Filters are compiled by the system libpcap and run by weir's interpreter.
 //!   The compiler's neighbours (`bpf_dump`, name tables, the savefile writer,
-//!   interface lists) are the system library's own ([`delegate`]).
+//!   interface lists) are the system library's own (`delegate.rs`).
 //!
 //! Every exported function is `extern "C-unwind"`, and so is the packet
 //! callback's type: glibc cancels a thread (`pthread_cancel`) by unwinding its
@@ -16,7 +16,7 @@
 //! it (writing a dump file). Unwinding must pass through weir's frames,
 //! dropping what they hold, as it passes through libpcap's C frames; an
 //! `extern "C"` function would abort the process instead. Where weir may be
-//! cancelled at all is [`cancel`]'s business.
+//! cancelled at all is `cancel.rs`'s business.
 //!
 //! The whole crate is the C API, so it may use `unsafe`; every block says why
 //! it holds.

@@ -27,6 +27,38 @@
 //! - [`sink`]: pcap and pcapng writers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
 //!
+//! # Where a packet goes
+//!
+//! From a trace: [`source::file`]'s capture unit (`source/file/trace.rs`)
+//! reads blocks ahead (`input.rs`), walks their records with [`tracefile`],
+//! picks the queue by [`rss`] and puts each packet in a cell of that queue's
+//! pool through its [`pool::CaptureSide`] (`pool/capture.rs`: by reference
+//! into the read block, no copy). From an interface, [`source::afpacket`]'s
+//! unit (`source/afpacket/unit.rs`) does the same from the kernel's ring
+//! blocks, [`source::afxdp`]'s from UMEM frames. A full chunk goes over the
+//! capture queue ([`ring`]) to the queue's worker, which the [`engine`] runs
+//! (`engine/mod.rs`, `worker_loop`): it holds the chunk
+//! ([`pool::WorkerSide`], `pool/worker.rs`), hands each packet to the
+//! application's [`Handler`], and recycles the chunk. With locality
+//! buffering, the worker gathers a [`locality`] batch first
+//! (`locality/batch.rs`) and delivers it sorted by port (`locality/stage.rs`).
+//! A caller that pulls packets instead (libpcap, C) reads the same chunks and
+//! batches through [`engine::Reader`] (`engine/reader.rs`). Every packet is
+//! counted once in [`stats`]: received, then delivered, filtered, dropped
+//! (capture or delivery) or unread.
+//!
+//! # Adding a stage
+//!
+//! A stage that works on captured packets runs on the worker side, between
+//! the chunk and the handler, where the worker owns its queue and needs no
+//! lock: write it as the locality stage is written (a module of its own that
+//! takes a [`pool::WorkerSide`] and a [`Handler`], and holds chunks as long as
+//! it needs their packets), and call it from `worker_loop` and from the
+//! reader. Work that must see every packet before it takes a cell (a filter,
+//! a cutoff) belongs in the capture unit, through [`capture::CaptureUnit`].
+//! `scripts/module-graph` shows which modules a new one may use: only those
+//! below it.
+//!
 //! A monitoring program in a few lines:
 //!
 //! ```no_run

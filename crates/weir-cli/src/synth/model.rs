@@ -1,7 +1,7 @@
 //! The built-in traffic model: which services flows go to, how big they are, and
 //! what each side says in what order.
 //!
-//! [`SERVICES`] is the one table of the mix. [`plan`] draws a flow: its service,
+//! [`SERVICES`] is the one table of the mix. [`plan_service`] draws a flow: its service,
 //! client and server hosts, host stack profiles, round-trip time, and a [`Plan`]
 //! of turns (who speaks, what, how much) ending in a FIN, RST or refused
 //! connection. Sizes are heavy-tailed: response bodies are log-normal for most

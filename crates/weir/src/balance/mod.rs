@@ -12,7 +12,7 @@
 //! recycled, then handed to the new queue ahead of anything newer. From then on
 //! the bucket is the new queue's, and the old worker has nothing of it left.
 //! Live captures, with a capture thread per queue, run the same controller and
-//! the same fence split across those threads ([`threaded`]): AF_PACKET keeps
+//! the same fence split across those threads (`threaded.rs`): AF_PACKET keeps
 //! the table in the kernel (`source::afpacket`'s `rebalance` module), AF_XDP in
 //! the capture threads (`source::afxdp`'s).
 //!

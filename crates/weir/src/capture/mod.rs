@@ -7,11 +7,11 @@
 //!      └── stops them through Control ◄─────────┘ CaptureSide (crate::pool)
 //! ```
 //!
-//! - [`unit`]: a [`CaptureUnit`] fills the pools of its queues and counts every
+//! - [`unit`](mod@unit): a [`CaptureUnit`] fills the pools of its queues and counts every
 //!   packet once; [`SourceInfo`] is what the engine learns before capture
 //!   starts; [`SourceError`] is how a source fails; [`Progress`] is how far a
 //!   finite input has been read.
-//! - [`control`]: the stop request every unit watches ([`Control`]), the
+//! - [`control`](mod@control): the stop request every unit watches ([`Control`]), the
 //!   application's handle on it ([`StopHandle`]) and why a run ended
 //!   ([`StopReason`]).
 //!

@@ -9,7 +9,7 @@
 //!
 //! Two kinds of arena. One we own ([`BlockArena::new`]): a block at count zero
 //! is free and [`BlockArena::acquire`] hands it out for filling. One shared with
-//! the kernel ([`BlockArena::over_mapping`], a TPACKET_V3 ring): the kernel fills
+//! the kernel (`BlockArena::over_mapping`, a TPACKET_V3 ring): the kernel fills
 //! blocks, the capture unit [`adopt`](BlockArena::adopt)s a block the kernel has
 //! handed over, and gives it back only once [`is_unheld`](BlockArena::is_unheld)
 //! says every chunk holding its packets was recycled.

@@ -7,7 +7,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// An eventfd, nonblocking and closed on exec: what a [`ReadyFd`] signals.
+/// An eventfd, nonblocking and closed on exec: what a [`ReadyFd`](super::ReadyFd) signals.
 /// The type stands for the kind of descriptor, so a caller that wants to
 /// keep its own duplicate (one valid before a reader exists and after it is
 /// gone) makes it here and hands a [`try_clone`](Self::try_clone) over.

@@ -31,7 +31,7 @@
 //! wall clock, no thread and no randomness outside the workload's seed.
 //!
 //! The cells carry each packet's arrival index as its timestamp, so the order
-//! check ([`order`]) can tell, as each packet is processed, whether a later
+//! check (`order.rs`) can tell, as each packet is processed, whether a later
 //! packet of its flow was processed first (a reorder event) and whether its flow
 //! changed worker. Flows are told apart by their canonical 5-tuple.
 

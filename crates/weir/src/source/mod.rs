@@ -4,7 +4,7 @@
 //! [`Source`] that knows its link type and queues, and then turned into capture
 //! units (see [`crate::capture::CaptureUnit`]) once the filter is compiled.
 //!
-//! - [`file`]: pcap and pcapng traces, split into queues by RSS, paced or at top speed.
+//! - [`file`](mod@file): pcap and pcapng traces, split into queues by RSS, paced or at top speed.
 //! - [`afpacket`]: TPACKET_V3 rings, one socket per queue in a fanout group.
 //! - [`afxdp`]: one AF_XDP socket per RX queue over a UMEM that is the pool.
 

@@ -7,27 +7,27 @@
 //!   the sockets, holds the interface promiscuous if asked (through a membership
 //!   that the kernel drops when weir ends, however it ends), and loads and
 //!   attaches weir's XDP program (`ebpf/weir_xdp.c`) as
-//!   [`program`] describes: a stale weir program is replaced, anyone else's is
+//!   `program.rs` describes: a stale weir program is replaced, anyone else's is
 //!   an error unless `replace_foreign`, nothing is ever stacked.
 //! - [`Source::into_units`] gives each queue a UMEM of the pool's R×M frames
 //!   (more than the RX ring holds, or the pool could never absorb a burst the
 //!   ring cannot), binds its socket (zero-copy where the options and the driver
 //!   allow, copy mode otherwise), registers it in the program's XSKMAP, and
 //!   returns one capture unit per queue. A packet's cell points into the UMEM
-//!   frame the kernel wrote: no copy in weir. Frame accounting is in [`xsk`].
+//!   frame the kernel wrote: no copy in weir. Frame accounting is in `xsk.rs`.
 //! - The program steers a packet to the socket of its RX queue, or lets it pass
 //!   up the stack when that queue is not captured.
 //! - The user's filter runs in user space on the capture thread; packets it
 //!   rejects are counted as filtered and their frames reused at once.
 //! - Kernel drops are read from XDP_STATISTICS and counted as capture or
-//!   delivery drops (see [`unit`]); nothing is lost uncounted.
+//!   delivery drops (see `unit.rs`); nothing is lost uncounted.
 //! - Detach is the kernel's: the program hangs on a bpf_link whose only
 //!   descriptor weir holds, so it leaves the interface when the last unit (or
 //!   the unopened source) is dropped, when weir exits, and when it is killed.
 //! - Under offloading or rebalancing the sockets share one UMEM, each queue's
 //!   share of it R×M frames and its fill ring fed only from its share.
 //!   Rebalancing's capture threads steer buckets between queues over it (see
-//!   [`rebalance`]).
+//!   `rebalance.rs`).
 //! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
 //!   the kernel's headroom.
 
