@@ -14,8 +14,9 @@
 //!   passed the old one; libpcap does the same to the packets already in its
 //!   ring. A file's filter is applied here, record by record, so a new one
 //!   judges exactly the records not yet read, as in libpcap, and `pcap_file`
-//!   positions stay exact. Packets rejected here are counted as filtered in
-//!   weir's report, in the queue that captured them.
+//!   positions stay exact. Packets rejected here are told to the engine's
+//!   reader ([`weir::engine::Reader::reject_last`]), which counts them as
+//!   filtered in the queue that captured them: one tally, the engine's.
 //! - A packet handed out stays valid until the next read on the handle, as
 //!   libpcap promises; the engine's reader holds its chunk until then.
 //! - Functions a callback may call on its own handle (`pcap_breakloop`,
@@ -39,7 +40,7 @@ use weir::engine::{Read, Reader};
 use weir::filter::Filter;
 use weir::ring::EventFd;
 use weir::source::{QueueRange, SourceSpec};
-use weir::stats::{Snapshot, StatsReader};
+use weir::stats::StatsReader;
 use weir::tracefile::{TraceHeader, TraceKind};
 use weir::{Engine, LinkType};
 
@@ -134,8 +135,6 @@ pub struct Handle {
     /// filter passed it or not).
     pub(crate) records: Cell<u64>,
     pub settings: Settings,
-    /// Packets (and their wire bytes) the filter rejected here, by queue number.
-    pub(crate) rejected: RefCell<Vec<(u64, u64)>>,
     pub(crate) stats: OnceCell<StatsReader>,
     /// The header of the packet `pcap_next_ex` handed out last.
     pub(crate) hdr: UnsafeCell<PcapPkthdr>,
@@ -166,7 +165,6 @@ impl Handle {
             savefile: OnceCell::new(),
             layout: OnceCell::new(),
             records: Cell::new(0),
-            rejected: RefCell::new(Vec::new()),
             settings,
             stats: OnceCell::new(),
             hdr: UnsafeCell::new(PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: 0, len: 0 }),
@@ -494,22 +492,8 @@ impl Handle {
         let stage = std::mem::replace(&mut st.stage, Stage::Ended);
         if let Stage::Reading(r) = stage {
             let report = r.finish();
-            self.report(report.stats);
+            self.settings.report(&report.stats);
         }
-    }
-
-    /// weir's report, if asked for, with the packets the filter rejected here
-    /// moved from delivered (to this handle) to filtered.
-    pub(crate) fn report(&self, mut stats: Snapshot) {
-        let rejected = self.rejected.borrow();
-        for q in &mut stats.queues {
-            let (n, bytes) = rejected.get(usize::from(q.queue.0)).copied().unwrap_or_default();
-            debug_assert!(n <= q.delivered, "rejected only what was delivered here");
-            q.delivered -= n;
-            q.delivered_bytes = q.delivered_bytes.saturating_sub(bytes);
-            q.filtered += n;
-        }
-        self.settings.report(&stats);
     }
 
     /// `pcap_get_selectable_fd` of a savefile or an activated live handle:

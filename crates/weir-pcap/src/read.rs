@@ -193,13 +193,8 @@ impl Handle {
                 Read::Packet(p) => {
                     self.records.set(self.records.get() + 1);
                     if st.here.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
-                        let mut rejected = self.rejected.borrow_mut();
-                        let q = usize::from(p.queue().0);
-                        if rejected.len() <= q {
-                            rejected.resize(q + 1, (0, 0));
-                        }
-                        rejected[q].0 += 1;
-                        rejected[q].1 += u64::from(p.wire_len());
+                        // The engine counts it filtered, in the queue that captured it.
+                        reader.reject_last();
                         continue;
                     }
                     let (sec, frac) = self.timeval(p.ts_ns(), p.ts_carry());
@@ -235,7 +230,7 @@ impl Handle {
                 Read::End => {
                     let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!("reading") };
                     let report = r.finish();
-                    self.report(report.stats);
+                    self.settings.report(&report.stats);
                     return match report.errors.first().map(|e| crate::errors::read_error(e, self.trace.as_ref())) {
                         Some(e) => {
                             self.set_error(&e);

@@ -9,11 +9,15 @@
 //! The capture thread owns `received`, `filtered`, `capture_drops`,
 //! `delivery_drops` and `captured` (packets placed in cells); it publishes them
 //! together under a sequence lock, always before the chunk that holds the
-//! captured packets is handed to the worker. The worker owns `delivered` and
-//! `unread`, which it raises when it releases a chunk: `unread` counts packets
-//! captured for an application that stopped reading before it took them (a
-//! pulling reader closed mid-chunk, as `pcap_close` does); a worker that runs
-//! to the end delivers everything. A reader takes `delivered` first and the
+//! captured packets is handed to the worker. The worker owns `delivered`,
+//! `unread` and the packets it rejected, which it raises when it releases a
+//! chunk: `unread` counts packets captured for an application that stopped
+//! reading before it took them (a pulling reader closed mid-chunk, as
+//! `pcap_close` does); rejected packets are captured ones a filter turned away
+//! as they were handed out (a pulling reader's caller judging packets itself,
+//! as libpcap's library does with a savefile's filter), reported with the
+//! capture thread's `filtered`. A worker that runs to the end delivers
+//! everything else. A reader takes `delivered` first and the
 //! capture-side group second, so it never sees more delivered than captured, and
 //! `in_flight = captured - delivered` is never negative. The identity therefore
 //! holds at every read, not just at the end; what the stages count separately
@@ -130,6 +134,8 @@ pub struct QueueCounters {
     delivered: AtomicU64,
     delivered_bytes: AtomicU64,
     unread: AtomicU64,
+    /// Captured, then turned away by a filter as they were handed out.
+    rejected: AtomicU64,
     bad_recycles: AtomicU64,
 }
 
@@ -149,6 +155,7 @@ impl QueueCounters {
             delivered: z(),
             delivered_bytes: z(),
             unread: z(),
+            rejected: z(),
             bad_recycles: z(),
         }
     }
@@ -190,6 +197,13 @@ impl QueueCounters {
         self.unread.fetch_add(packets, Ordering::Release);
     }
 
+    /// Record packets a worker released because a filter turned them away as
+    /// they were handed out: filtered, not delivered.
+    pub fn add_rejected(&self, packets: u64) {
+        // Release, as in `add_delivered`.
+        self.rejected.fetch_add(packets, Ordering::Release);
+    }
+
     pub fn add_bad_recycle(&self) {
         self.bad_recycles.fetch_add(1, Ordering::Relaxed);
     }
@@ -203,6 +217,8 @@ impl QueueCounters {
         // Acquire, as for `delivered`: both are released packets, read before the
         // capture side's group.
         let unread = self.unread.load(Ordering::Acquire);
+        // Acquire, as for `unread`.
+        let rejected = self.rejected.load(Ordering::Acquire);
         let t = loop {
             // Acquire pairs with the final Release store in `publish`.
             let s1 = self.seq.load(Ordering::Acquire);
@@ -225,16 +241,17 @@ impl QueueCounters {
                 break t;
             }
         };
-        debug_assert!(delivered + unread <= t.captured, "worker released more than was captured");
+        let released = delivered + unread + rejected;
+        debug_assert!(released <= t.captured, "worker released more than was captured");
         QueueStats {
             queue: self.queue,
             received: t.received,
             delivered,
-            filtered: t.filtered,
+            filtered: t.filtered + rejected,
             capture_drops: t.capture_drops,
             delivery_drops: t.delivery_drops,
             unread,
-            in_flight: t.captured.saturating_sub(delivered + unread),
+            in_flight: t.captured.saturating_sub(released),
             received_bytes: t.received_bytes,
             delivered_bytes,
             bad_recycles: self.bad_recycles.load(Ordering::Relaxed),

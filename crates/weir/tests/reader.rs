@@ -170,6 +170,55 @@ fn a_locality_reader_stopped_mid_batch_counts_the_rest_of_the_batch_unread() {
     assert!(t.balanced() && t.in_flight == 0, "{t:?}");
 }
 
+/// A caller that judges packets itself tells the reader, which counts them
+/// filtered in the queue that captured them, with their bytes, in capture order
+/// and in a locality batch, read to the end or stopped midway: one tally, and the
+/// identity holds with nothing in flight.
+#[test]
+fn packets_the_caller_rejects_are_counted_filtered_by_the_engine() {
+    use weir::locality::{BatchSize, LocalityConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    write_trace(&path, 6_000);
+    let batch = LocalityConfig { batch: BatchSize::new(500).unwrap(), timeout: Duration::from_secs(30), double_buffer: false };
+    for (locality, stop_after) in [(None, None), (Some(batch), None), (None, Some(2_500)), (Some(batch), Some(2_500))] {
+        let source = format!("{}@0-1", path.display());
+        let b = Engine::builder().source(&source).unwrap().pool(PoolConfig::new(64, 40).unwrap()).locality(locality);
+        let mut r = b.build().unwrap().start_reader().unwrap();
+        let (mut kept, mut rejected, mut rejected_bytes) = (0u64, [0u64; 2], 0u64);
+        let mut handed = 0;
+        while stop_after.is_none_or(|n| handed < n) {
+            let (queue, udp, len) = match r.next(Duration::from_secs(10)) {
+                Read::Packet(p) => (usize::from(p.queue().0), p.data()[23] == 17, u64::from(p.wire_len())),
+                Read::Idle => panic!("a trace never idles for 10 s"),
+                Read::End => break,
+            };
+            handed += 1;
+            if udp {
+                r.reject_last();
+                r.reject_last(); // a second call for the same packet does nothing
+                rejected[queue] += 1;
+                rejected_bytes += len;
+            } else {
+                kept += 1;
+            }
+        }
+        let rep = r.finish();
+        let what = format!("locality {}, stopped after {stop_after:?}", locality.is_some());
+        for q in &rep.stats.queues {
+            assert_eq!(q.filtered, rejected[usize::from(q.queue.0)], "{what}: queue {}: {q:?}", q.queue);
+        }
+        let t = rep.stats.total();
+        assert_eq!(t.delivered, kept, "{what}: {t:?}");
+        assert!(t.balanced() && t.in_flight == 0, "{what}: {t:?}");
+        assert!(t.received_bytes - t.delivered_bytes >= rejected_bytes, "{what}: rejected bytes are not delivered: {t:?}");
+        if stop_after.is_none() {
+            assert_eq!((t.filtered, t.unread), (2_000, 0), "{what}: every third packet is UDP: {t:?}");
+            assert_eq!(t.received_bytes - t.delivered_bytes, rejected_bytes, "{what}: {t:?}");
+        }
+    }
+}
+
 /// Whether `fd` turns readable within `ms` milliseconds (poll(2)).
 #[allow(unsafe_code)]
 fn readable(fd: RawFd, ms: i32) -> bool {

@@ -20,6 +20,10 @@
 //!   by the next `next` that finds nothing. A locality batch that waits for
 //!   more is handed out after [`Reader::select_timeout`] without a chunk, so a
 //!   poller must wake at least that often.
+//! - A caller that judges packets itself (libpcap's library applies a
+//!   savefile's filter record by record) says so with
+//!   [`Reader::reject_last`]: the packet is counted filtered, not delivered,
+//!   in the queue that captured it. The engine keeps the one tally.
 //! - Closing ([`Reader::finish`], or dropping the reader) stops capture.
 //!   Every packet captured and not handed out is counted `unread`, so the
 //!   stats identity holds with nothing in flight.
@@ -27,7 +31,7 @@
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
 use crate::filter::{Filter, FilterSwitch};
 use crate::locality::{Batch, LocalityConfig};
-use crate::pool::{self, ChunkToken, WorkerSide};
+use crate::pool::{self, ChunkToken, Kept, WorkerSide};
 use crate::ring::{EventFd, ReadyFd};
 use crate::stats::{QueueCounters, Snapshot, StatsReader};
 use crate::{LinkType, Packet};
@@ -68,6 +72,17 @@ struct Held {
     token: ChunkToken,
     next: usize,
     len: usize,
+    /// Packets of it the caller turned away, and their wire bytes.
+    rejected: (usize, u64),
+}
+
+/// Where the packet handed out last is, for [`Reader::reject_last`].
+#[derive(Copy, Clone)]
+enum Last {
+    /// In the chunk held in capture order.
+    InOrder { wire_len: u32 },
+    /// In the locality batch's chunk of this slot.
+    Sorted { slot: u32, wire_len: u32 },
 }
 
 /// Locality buffering on the reader: the batch (chunks of every queue, held
@@ -79,6 +94,8 @@ struct Sorted {
     batch: Batch<(usize, ChunkToken)>,
     /// Next entry of the delivery order to hand out, while handing out.
     pos: Option<usize>,
+    /// Per chunk of the batch: packets the caller turned away, and their bytes.
+    rejected: Vec<(usize, u64)>,
 }
 
 /// Every queue's packets, pulled on the caller's thread. `Send`, not `Sync`.
@@ -97,6 +114,7 @@ pub struct Reader {
     closed: bool,
     ready: Option<ReadyFd>,
     filter: FilterSwitch,
+    last: Option<Last>,
 }
 
 /// How long a call to `next` may still wait. The clock is read only once a
@@ -125,7 +143,7 @@ impl Deadline {
 impl Reader {
     pub(super) fn new(mut l: Launched) -> Reader {
         let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
-        let batch = l.locality.map(|cfg| Sorted { cfg, link: l.info.link_type, batch: Batch::new(), pos: None });
+        let batch = l.locality.map(|cfg| Sorted { cfg, link: l.info.link_type, batch: Batch::new(), pos: None, rejected: Vec::new() });
         Reader {
             ctl: l.ctl,
             counters: l.counters,
@@ -140,6 +158,7 @@ impl Reader {
             closed: false,
             ready: None,
             filter: l.filter,
+            last: None,
         }
     }
 
@@ -210,8 +229,30 @@ impl Reader {
         self.batch.as_ref().map(|s| s.cfg.quiet_after())
     }
 
+    /// The packet [`next`](Self::next) handed out last was turned away by the
+    /// caller's own filter: count it as filtered, not delivered. Once per
+    /// packet; a call with no packet handed out since does nothing.
+    pub fn reject_last(&mut self) {
+        match self.last.take() {
+            Some(Last::InOrder { wire_len }) => {
+                if let Some(h) = &mut self.held {
+                    h.rejected.0 += 1;
+                    h.rejected.1 += u64::from(wire_len);
+                }
+            }
+            Some(Last::Sorted { slot, wire_len }) => {
+                if let Some(r) = self.batch.as_mut().and_then(|s| s.rejected.get_mut(slot as usize)) {
+                    r.0 += 1;
+                    r.1 += u64::from(wire_len);
+                }
+            }
+            None => {}
+        }
+    }
+
     /// The next packet, waiting up to `timeout` for one.
     pub fn next(&mut self, timeout: Duration) -> Read<'_> {
+        self.last = None;
         let mut deadline = Deadline { timeout, at: None };
         let found = if self.batch.is_some() { self.next_sorted(&mut deadline) } else { self.next_in_order(&mut deadline) };
         if let (Some(ready), Err(r)) = (&self.ready, &found) {
@@ -226,8 +267,15 @@ impl Reader {
             }
         }
         match found {
-            Ok((side, token, cell)) => match self.sides[side].raw_chunk(token).ok().and_then(|c| c.get(cell)) {
-                Some(p) => Read::Packet(p),
+            Ok((side, token, cell, slot)) => match self.sides[side].raw_chunk(token).ok().and_then(|c| c.get(cell)) {
+                Some(p) => {
+                    let wire_len = p.wire_len();
+                    self.last = Some(match slot {
+                        Some(slot) => Last::Sorted { slot, wire_len },
+                        None => Last::InOrder { wire_len },
+                    });
+                    Read::Packet(p)
+                }
                 // The reader holds the chunk by this token; nothing else recycles it.
                 None => unreachable!("a held chunk lost its packet {cell}"),
             },
@@ -235,30 +283,31 @@ impl Reader {
         }
     }
 
-    /// Where the next packet in capture order is, or what to say instead.
-    fn next_in_order(&mut self, deadline: &mut Deadline) -> Result<(usize, ChunkToken, usize), Read<'static>> {
+    /// Where the next packet in capture order is (side, chunk, cell, no
+    /// batch slot), or what to say instead.
+    fn next_in_order(&mut self, deadline: &mut Deadline) -> Result<(usize, ChunkToken, usize, Option<u32>), Read<'static>> {
         loop {
             if let Some(h) = &mut self.held {
                 if h.next < h.len {
                     h.next += 1;
-                    return Ok((h.side, h.token, h.next - 1));
+                    return Ok((h.side, h.token, h.next - 1, None));
                 }
-                let done = h.token;
-                let side = h.side;
+                let Held { side, token, rejected, .. } = *h;
                 self.held = None;
-                let _ = self.sides[side].recycle_raw(done);
+                let _ = self.sides[side].recycle_raw_kept(token, Kept { rejected, ..Kept::default() });
             }
             if let Some((side, token, len)) = self.take_any() {
-                self.held = Some(Held { side, token, next: 0, len });
+                self.held = Some(Held { side, token, next: 0, len, rejected: (0, 0) });
                 continue;
             }
             self.wait_or_end(deadline)?;
         }
     }
 
-    /// Where the next packet of the locality batch is, gathering a batch first
-    /// when none is being handed out.
-    fn next_sorted(&mut self, deadline: &mut Deadline) -> Result<(usize, ChunkToken, usize), Read<'static>> {
+    /// Where the next packet of the locality batch is (side, chunk, cell, its
+    /// chunk's slot in the batch), gathering a batch first when none is being
+    /// handed out.
+    fn next_sorted(&mut self, deadline: &mut Deadline) -> Result<(usize, ChunkToken, usize, Option<u32>), Read<'static>> {
         loop {
             let s = self.batch.as_mut().expect("next_sorted runs with a batch");
             if let Some(pos) = s.pos {
@@ -266,12 +315,12 @@ impl Reader {
                 if let Some(&(slot, cell)) = order.get(pos) {
                     s.pos = Some(pos + 1);
                     let (side, token) = held[slot as usize];
-                    return Ok((side, token, cell as usize));
+                    return Ok((side, token, cell as usize, Some(slot)));
                 }
                 // Every packet of the batch is out: only now may its chunks go back.
                 s.pos = None;
-                for (side, token) in s.batch.release() {
-                    let _ = self.sides[side].recycle_raw(token);
+                for ((side, token), rejected) in s.batch.release().zip(s.rejected.drain(..)) {
+                    let _ = self.sides[side].recycle_raw_kept(token, Kept { rejected, ..Kept::default() });
                 }
                 continue;
             }
@@ -325,6 +374,7 @@ impl Reader {
         }
         let link = s.link;
         s.batch.add((side, token), chunk.len(), |_, index, slot| chunk.for_each_sort_key(link, |cell, key| index.push(key, (slot, cell))));
+        s.rejected.push((0, 0));
     }
 
     fn hand_out_batch(&mut self) {
@@ -394,7 +444,7 @@ impl Reader {
             self.ctl.request_stop(StopReason::Requested);
         }
         if let Some(h) = self.held.take() {
-            self.release_unread(h.side, h.token, h.next..h.len);
+            self.release_unread(h.side, h.token, h.next..h.len, h.rejected);
         }
         if let Some(mut s) = self.batch.take() {
             // Handing out: what is left of the sorted order is unread. Gathering:
@@ -414,37 +464,39 @@ impl Reader {
                 }
             }
             let held: Vec<(usize, ChunkToken)> = s.batch.release().collect();
-            for ((side, token), cells) in held.into_iter().zip(unread) {
-                self.release_cells_unread(side, token, &cells);
+            for (((side, token), cells), rejected) in held.into_iter().zip(unread).zip(s.rejected) {
+                self.release_cells_unread(side, token, &cells, rejected);
             }
         }
         // Drain what the capture threads still publish as they stop.
         let until = Instant::now() + CLOSE_WAIT;
         while !self.sides.iter().all(WorkerSide::is_closed) && Instant::now() < until {
             match self.take_any() {
-                Some((side, token, len)) => self.release_unread(side, token, 0..len),
+                Some((side, token, len)) => self.release_unread(side, token, 0..len, (0, 0)),
                 None => pool::wait_any(&self.sides, Duration::from_millis(10), false),
             }
         }
         while let Some((side, token, len)) = self.take_any() {
-            self.release_unread(side, token, 0..len);
+            self.release_unread(side, token, 0..len, (0, 0));
         }
         if self.captures.iter().all(|(_, h)| h.is_finished()) {
             self.end_of_capture();
         }
     }
 
-    fn release_unread(&mut self, side: usize, token: ChunkToken, cells: std::ops::Range<usize>) {
+    /// Recycle a chunk whose `cells` were never handed out, and of which
+    /// `rejected` packets (and bytes) were turned away by the caller.
+    fn release_unread(&mut self, side: usize, token: ChunkToken, cells: std::ops::Range<usize>, rejected: (usize, u64)) {
         let cells: Vec<usize> = cells.collect();
-        self.release_cells_unread(side, token, &cells);
+        self.release_cells_unread(side, token, &cells, rejected);
     }
 
-    fn release_cells_unread(&mut self, side: usize, token: ChunkToken, cells: &[usize]) {
+    fn release_cells_unread(&mut self, side: usize, token: ChunkToken, cells: &[usize], rejected: (usize, u64)) {
         let bytes = match self.sides[side].raw_chunk(token) {
             Ok(c) => cells.iter().filter_map(|&i| c.get(i)).map(|p| u64::from(p.wire_len())).sum(),
             Err(_) => 0,
         };
-        let _ = self.sides[side].recycle_raw_unread(token, cells.len(), bytes);
+        let _ = self.sides[side].recycle_raw_kept(token, Kept { unread: (cells.len(), bytes), rejected });
     }
 }
 

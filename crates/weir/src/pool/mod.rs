@@ -52,7 +52,7 @@ pub use capture::{share_bell, CaptureSide, Fence, NoCell, BLOCKS_PER_CHUNK};
 pub use chunk::{ChunkState, ChunkToken, RecycleError};
 pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
 pub use frames::FrameArena;
-pub use worker::{any_ready, wait_any, HeldChunk, Next, RawChunk, WorkerSide};
+pub use worker::{any_ready, wait_any, HeldChunk, Kept, Next, RawChunk, WorkerSide};
 
 use crate::ring::{self, Capacity};
 use crate::stats::{QueueCounters, Tally};

@@ -91,9 +91,10 @@ impl Link {
 
     /// Free a held chunk; `unread` of its `count` packets (of `unread_bytes`
     /// wire bytes) were never handed to the application.
-    fn release(&self, idx: u32, gen: u32, count: usize, me: u16, unread: (usize, u64)) {
-        debug_assert!(unread.0 <= count);
-        let unread = (unread.0.min(count), unread.1);
+    fn release(&self, idx: u32, gen: u32, count: usize, me: u16, kept: Kept) {
+        debug_assert!(kept.unread.0 + kept.rejected.0 <= count);
+        let unread = (kept.unread.0.min(count), kept.unread.1);
+        let rejected = (kept.rejected.0.min(count - unread.0), kept.rejected.1);
         // Relaxed: written before the chunk was published, which we acquired.
         let bytes = self.pool.bytes[idx as usize].load(Ordering::Relaxed);
         if self.pool.swap_word(idx, pack_held(ChunkState::Delivering, gen, me), pack(ChunkState::Free, gen.wrapping_add(1))).is_err() {
@@ -101,9 +102,12 @@ impl Link {
             self.counters.add_bad_recycle();
             return;
         }
-        self.counters.add_delivered((count - unread.0) as u64, bytes.saturating_sub(unread.1));
+        self.counters.add_delivered((count - unread.0 - rejected.0) as u64, bytes.saturating_sub(unread.1 + rejected.1));
         if unread.0 > 0 {
             self.counters.add_unread(unread.0 as u64);
+        }
+        if rejected.0 > 0 {
+            self.counters.add_rejected(rejected.0 as u64);
         }
         let pushed = self.recycle.borrow_mut().push(idx);
         debug_assert!(pushed.is_ok(), "recycle queue holds every chunk, so it cannot be full");
@@ -260,19 +264,18 @@ impl WorkerSide {
     /// of a pool this worker reads that is being delivered, at its current generation.
     /// `&mut self` guarantees no packet of any chunk is borrowed meanwhile.
     pub fn recycle_raw(&mut self, token: ChunkToken) -> Result<(), RecycleError> {
-        self.recycle_raw_unread(token, 0, 0)
+        self.recycle_raw_kept(token, Kept::default())
     }
 
-    /// As [`recycle_raw`](Self::recycle_raw), when `unread` of the chunk's packets
-    /// (`unread_bytes` wire bytes) were never handed to the application: they are
-    /// counted as unread, not delivered.
-    pub fn recycle_raw_unread(&mut self, token: ChunkToken, unread: usize, unread_bytes: u64) -> Result<(), RecycleError> {
-        let unread = (unread, unread_bytes);
+    /// As [`recycle_raw`](Self::recycle_raw), when some of the chunk's packets
+    /// did not reach the application ([`Kept`]): they are counted as unread or
+    /// filtered, not delivered.
+    pub fn recycle_raw_kept(&mut self, token: ChunkToken, kept: Kept) -> Result<(), RecycleError> {
         let me = self.me();
         let checked = self.link_of(token).and_then(|l| l.check_held(token, me).map(|c| (l, c)));
         match checked {
             Ok((link, count)) => {
-                link.release(token.index, token.generation, count, me, unread);
+                link.release(token.index, token.generation, count, me, kept);
                 Ok(())
             }
             Err(e) => {
@@ -281,6 +284,16 @@ impl WorkerSide {
             }
         }
     }
+}
+
+/// Packets of a released chunk that did not reach the application, as
+/// (packets, wire bytes): the rest of the chunk counts as delivered.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Never handed out: the reader stopped before them.
+    pub unread: (usize, u64),
+    /// Handed out and turned away by the caller's filter ([`crate::stats`]).
+    pub rejected: (usize, u64),
 }
 
 /// A chunk the worker holds. Its packets borrow it; dropping it recycles it.
@@ -369,7 +382,7 @@ impl Drop for HeldChunk<'_> {
     fn drop(&mut self) {
         if !self.released {
             self.released = true;
-            self.link.release(self.index, self.generation, self.count, self.me, (0, 0));
+            self.link.release(self.index, self.generation, self.count, self.me, Kept::default());
         }
     }
 }
