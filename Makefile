@@ -1,6 +1,7 @@
 # weir: the two entry points of the README, plus the pieces they are made of.
 #   make demo   build a realistic trace with `weir synth` and count it on 2 queues
-#   make test   the whole test suite (module layers, format and clippy, unit, corpus, CLI, Miri, a short fuzz run)
+#   make test   the whole test suite (module layers, format and clippy, unit, CLI, then as root the live
+#               and corpus tests, Miri, a short fuzz run); run it as root, with ../shared/corpus present
 #   make bench  the benchmarks in bench/ (long; results in bench/results/)
 
 SHELL := /bin/bash
@@ -9,7 +10,7 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test setup setup-nightly build layers style unit miri fuzz-smoke bench clean pcap-lib pcap-suite
+.PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite
 
 setup:
 	@scripts/setup
@@ -41,8 +42,24 @@ style: setup
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --lib
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p weir-cli --no-deps --bins
 
+# The tests that need neither root nor the corpus; cargo lists the others as ignored.
 unit: setup
 	$(CARGO) test --workspace
+
+# The tests marked #[ignore = "needs root: ..."] or #[ignore = "needs the corpus
+# in ../shared/corpus"], and only those: the live veth test bed, AF_PACKET,
+# AF_XDP, XDP, eBPF and cgroups as root, and the corpus. Without root this step
+# fails rather than skip, and so does a test that finds something missing.
+privileged: setup
+	@if [ "$$(id -u)" -ne 0 ]; then \
+		echo "make privileged: the tests marked #[ignore = \"needs root: ...\"] need root (the veth test bed, AF_PACKET, AF_XDP, cgroups); run make test as root" >&2; \
+		exit 1; \
+	fi
+	@if [ ! -d ../shared/corpus ]; then \
+		echo "make privileged: the tests marked #[ignore = \"needs the corpus in ../shared/corpus\"] need it beside the clone" >&2; \
+		exit 1; \
+	fi
+	$(CARGO) test --workspace -- --ignored
 
 miri: setup-nightly
 	PROPTEST_CASES=8 MIRIFLAGS=-Zmiri-disable-isolation $(CARGO) +nightly miri test -p weir --lib -- ring:: pool::
@@ -89,7 +106,7 @@ pcap-suite: pcap-lib
 			--libdir $(TARGET_DIR)/weir-pcap; \
 	else echo "pcap-suite: live checks skipped (they need root for the veth test bed)"; fi
 
-test: layers style unit miri fuzz-smoke pcap-suite
+test: layers style unit privileged miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"
 
 bench: build

@@ -2,7 +2,7 @@
 //! inside it: how a test shows that weir reads the limit it runs under and
 //! keeps within it. Removed again on drop. Cgroup v1's memory hierarchy and a
 //! v2 hierarchy with the memory controller both serve; elsewhere (no root, no
-//! memory controller) [`MemoryCgroup::new`] says why and returns `None`.
+//! memory controller) [`MemoryCgroup::new`] fails the calling test and says why.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,8 +15,10 @@ pub struct MemoryCgroup {
 }
 
 impl MemoryCgroup {
-    /// A new cgroup limited to `limit` bytes, or `None` (after printing why).
-    pub fn new(limit: u64) -> Option<MemoryCgroup> {
+    /// A new cgroup limited to `limit` bytes; fails the calling test, saying why,
+    /// where there is none to make (it needs root and a memory controller).
+    pub fn new(limit: u64) -> MemoryCgroup {
+        crate::require_root();
         let name = format!("weir-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let v1 = Path::new("/sys/fs/cgroup/memory");
         let v2 = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
@@ -28,21 +30,16 @@ impl MemoryCgroup {
         } else if let Some(root) = v2 {
             (root.join(&name), "memory.max")
         } else {
-            println!("skipping: no cgroup memory controller to limit a command with");
-            return None;
+            panic!("no cgroup memory controller to limit a command with (cgroup v1's memory hierarchy, or v2 with memory enabled)");
         };
         if let Err(e) = std::fs::create_dir(&dir) {
-            println!("skipping: cannot make the cgroup {}: {e}", dir.display());
-            return None;
+            panic!("cannot make the cgroup {}: {e}", dir.display());
         }
         let group = MemoryCgroup { dir };
-        match std::fs::write(group.dir.join(file), limit.to_string()) {
-            Ok(()) => Some(group),
-            Err(e) => {
-                println!("skipping: cannot limit the cgroup {}: {e}", group.dir.display());
-                None
-            }
+        if let Err(e) = std::fs::write(group.dir.join(file), limit.to_string()) {
+            panic!("cannot limit the cgroup {}: {e}", group.dir.display());
         }
+        group
     }
 
     /// `program args...` run inside the cgroup (a shell moves itself in, then execs it).

@@ -9,14 +9,17 @@
 //!
 //! Nothing is routed anywhere else: each namespace has only its loopback and its
 //! end of the pair. Making one needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and
-//! iproute2; without them [`TestBed::new`] says why and returns `None`, and the
-//! test skips.
+//! iproute2. Tests that use it are `#[ignore = "needs root: ..."]`: `cargo test`
+//! lists them as ignored, and `make test` runs them as root in a step of their
+//! own (`cargo test -- --ignored`). Run without what they need, they fail and
+//! say why ([`TestBed::new`], [`require_root`], [`require_tools`]): a test that
+//! was asked for never passes without having checked anything.
 
 mod cgroup;
 
 pub use cgroup::MemoryCgroup;
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -55,14 +58,26 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// Fail the calling test, saying why, where live tests cannot run (no root, no iproute2).
+pub fn require_root() {
+    if let Some(why) = unavailable() {
+        panic!("{why}: this test is #[ignore]d for that reason; run it as root (make test, or cargo test -- --ignored)");
+    }
+}
+
+/// Fail the calling test, saying which, when one of `tools` is not installed.
+pub fn require_tools(tools: &[&str]) {
+    for t in tools {
+        let found = Command::new(t).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+        assert!(found, "this test needs {t}, which is not installed (scripts/setup installs it)");
+    }
+}
+
 impl TestBed {
-    /// A fresh test bed with `queues` RX and TX queues on each end, or `None`
-    /// (after printing why) where live tests cannot run.
-    pub fn new(queues: u16) -> Option<TestBed> {
-        if let Some(why) = unavailable() {
-            println!("skipping: {why}");
-            return None;
-        }
+    /// A fresh test bed with `queues` RX and TX queues on each end. Fails the
+    /// calling test, saying why, where live tests cannot run ([`require_root`]).
+    pub fn new(queues: u16) -> TestBed {
+        require_root();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}{}", std::process::id() % 100_000, n);
         let subnet = 1 + (std::process::id() + n) % 250;
@@ -76,7 +91,7 @@ impl TestBed {
             queues,
         };
         match tb.build() {
-            Ok(()) => Some(tb),
+            Ok(()) => tb,
             Err(e) => panic!("cannot build the test bed: {e}"),
         }
     }
@@ -174,8 +189,9 @@ mod tests {
     use super::*;
 
     #[test]
+    #[ignore = "needs root: builds a veth test bed in two network namespaces"]
     fn builds_pings_and_cleans_up() {
-        let Some(tb) = TestBed::new(2) else { return };
+        let tb = TestBed::new(2);
         let ok = tb.in_tx("ping").args(["-c", "1", "-W", "2", &tb.rx_ip]).output().unwrap();
         assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
         let rx_ns = tb.rx_ns.clone();

@@ -277,10 +277,11 @@ fn a_capture_killed_while_rotating_leaves_every_closed_file_complete() {
 }
 
 #[test]
+#[ignore = "needs root: a live capture on a veth test bed, dropping to nobody"]
 fn an_output_the_user_cannot_write_is_refused_before_capture() {
     // A live interface that delivers nothing (the filter passes no packet there):
     // the check cannot wait for a first packet.
-    let Some(tb) = testbed::TestBed::new(1) else { return };
+    let tb = testbed::TestBed::new(1);
     let dir = tempfile::tempdir().unwrap();
     // Root's 0700 temporary directory: nobody cannot create files in it.
     let out = dir.path().join("x.pcap");

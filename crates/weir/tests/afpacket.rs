@@ -8,8 +8,9 @@
 //!
 //! Every frame carries a marker source MAC and its sequence number in the payload,
 //! so a handler can tell the test's packets from anything else and check each one
-//! byte for byte against what was sent. Tests need root (they say so and pass
-//! otherwise) and tcpreplay.
+//! byte for byte against what was sent. Tests need root and tcpreplay: they are
+//! ignored by a plain `cargo test`, run by `make test`'s privileged step, and
+//! fail saying why when asked for without them.
 
 mod support;
 
@@ -17,7 +18,6 @@ use support::frames::{Frame, Rng};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use testbed::TestBed;
@@ -263,8 +263,9 @@ fn queue_of_each(handlers: &[(QueueId, Seen)]) -> HashMap<u32, QueueId> {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn every_packet_once_across_queues_in_every_fanout_mode() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 4000, 200, 7, 1400);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
@@ -295,8 +296,9 @@ fn every_packet_once_across_queues_in_every_fanout_mode() {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn both_directions_of_every_flow_share_a_queue() {
-    let Some(tb) = TestBed::new(4) else { return };
+    let tb = TestBed::new(4);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 6000, 400, 11, 200);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
@@ -310,8 +312,9 @@ fn both_directions_of_every_flow_share_a_queue() {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn a_kernel_filter_delivers_exactly_the_udp_packets_truncated_to_snaplen() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 3000, 100, 5, 600);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
@@ -333,8 +336,9 @@ fn a_kernel_filter_delivers_exactly_the_udp_packets_truncated_to_snaplen() {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn vlan_tags_the_kernel_took_out_are_put_back() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 600, 20, 3, 300);
     // Two in three tagged, with priority 1 and varying VLAN ids.
@@ -374,8 +378,9 @@ impl Handler for Echoes {
 
 /// Loopback hands every packet to packet sockets twice (out, and back in); each is counted once.
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed"]
 fn loopback_packets_are_seen_once() {
-    let Some(tb) = TestBed::new(1) else { return };
+    let tb = TestBed::new(1);
     let engine = Engine::builder().source("afpacket:lo").unwrap().live(opts(&tb)).build().unwrap();
     assert_eq!(engine.info().link_type, LinkType::ETHERNET);
     let running = engine.start(|_| Echoes::default()).unwrap();
@@ -402,8 +407,9 @@ impl Handler for Slow {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn overload_shows_as_kernel_delivery_drops_only() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 30_000, 300, 13, 200);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
@@ -445,8 +451,9 @@ fn tx_queue_packets(tb: &TestBed) -> Vec<u64> {
 /// sender's TX queue t; the kernel reads that as RX queue t - 1 (t = 0: none, which
 /// the demux hands to the last queue). So capture queue q gets TX queue (q + 1) mod 4.
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn qm_fanout_splits_the_queues_between_two_captures() {
-    let Some(tb) = TestBed::new(4) else { return };
+    let tb = TestBed::new(4);
     let mq = tb.in_tx("tc").args(["qdisc", "replace", "dev", &tb.tx_if, "root", "mq"]).status().unwrap();
     assert!(mq.success(), "tc qdisc replace ... mq");
     let dir = tempfile::tempdir().unwrap();
@@ -480,8 +487,9 @@ fn qm_fanout_splits_the_queues_between_two_captures() {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn a_packet_limit_stops_capture_after_exactly_that_many() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 2000, 50, 19, 100);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
@@ -508,7 +516,7 @@ fn build_error(source: &str, live: LiveOptions) -> String {
 }
 
 #[test]
-fn bad_interfaces_options_and_pacing_are_refused_clearly() {
+fn bad_interfaces_and_options_are_refused_clearly() {
     // Checked before anything is opened: no privileges needed.
     let small = LiveOptions { afpacket: AfPacketOptions { block_bytes: 3000, ..AfPacketOptions::default() }, ..LiveOptions::default() };
     let e = build_error("afpacket:lo", small);
@@ -517,8 +525,12 @@ fn bad_interfaces_options_and_pacing_are_refused_clearly() {
     assert!(build_error("afpacket:lo", one).contains("at least 2"));
     let e = build_error("afpacket:weirnope0", LiveOptions::default());
     assert!(e.contains("no network interface \"weirnope0\""), "{e}");
+}
 
-    let Some(tb) = TestBed::new(2) else { return };
+#[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed"]
+fn another_namespaces_interface_missing_queues_and_pacing_are_refused_clearly() {
+    let tb = TestBed::new(2);
     // The test bed's interface does not exist here, only in its namespace.
     let e = build_error(&format!("afpacket:{}", tb.rx_if), LiveOptions::default());
     assert!(e.contains("no network interface"), "{e}");
@@ -532,35 +544,63 @@ fn bad_interfaces_options_and_pacing_are_refused_clearly() {
     assert!(e.contains("only trace files can be paced, not live interfaces"), "{e}");
 }
 
-/// Run by `without_cap_net_raw_the_error_names_it` in a child without CAP_NET_RAW.
-#[test]
-fn child_opening_a_socket_without_cap_net_raw() {
-    if std::env::var_os("WEIR_AFPACKET_NO_CAP_CHILD").is_none() {
-        return;
-    }
-    match Engine::builder().source("afpacket:lo").unwrap().build() {
-        Err(BuildError::Source(e)) => println!("refused: {e}"),
-        Err(e) => println!("refused otherwise: {e}"),
-        Ok(_) => println!("opened"),
-    }
+/// Set in the child that `without_cap_net_raw_the_error_names_it` starts: the
+/// test binary re-run, inside the test bed's namespace, without CAP_NET_RAW.
+const NO_CAP_CHILD: &str = "WEIR_AFPACKET_NO_CAP_CHILD";
+
+/// What the child reports, each on a line of its own: its effective
+/// capabilities, and what came of opening a packet socket.
+const CHILD_CAPS: &str = "child CapEff: ";
+const CHILD_OUTCOME: &str = "child outcome: ";
+
+/// The text after `key` on each line of `stdout` that has it (libtest may have
+/// printed the test's name on the same line first).
+fn child_said<'a>(stdout: &'a str, key: &str) -> Vec<&'a str> {
+    stdout.lines().filter_map(|l| l.find(key).map(|at| &l[at + key.len()..])).collect()
 }
 
 #[test]
+#[ignore = "needs root: a veth test bed, and re-runs itself there without CAP_NET_RAW under setpriv"]
 fn without_cap_net_raw_the_error_names_it() {
-    if testbed::unavailable().is_some() || Command::new("setpriv").arg("--version").output().is_err() {
-        println!("skipping: needs root and setpriv");
+    if std::env::var_os(NO_CAP_CHILD).is_some() {
+        // The child: report what it holds and what opening did; the parent judges.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let caps = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("no CapEff in /proc/self/status").trim();
+        println!("{CHILD_CAPS}{caps}");
+        let outcome = match Engine::builder().source("afpacket:lo").unwrap().build() {
+            Err(BuildError::Source(e)) => format!("refused: {e}"),
+            Err(e) => format!("refused otherwise: {e}"),
+            Ok(_) => "opened".to_string(),
+        };
+        println!("{CHILD_OUTCOME}{outcome}");
         return;
     }
-    let out = Command::new("setpriv")
+    let tb = TestBed::new(1);
+    testbed::require_tools(&["setpriv"]);
+    // In the test bed's namespace, so the `lo` the child opens is that namespace's.
+    let out = tb
+        .in_rx("setpriv")
         .args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_opening_a_socket_without_cap_net_raw", "--nocapture", "--test-threads=1"])
-        .env("WEIR_AFPACKET_NO_CAP_CHILD", "1")
+        .args(["--exact", "without_cap_net_raw_the_error_names_it", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(NO_CAP_CHILD, "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("refused: afpacket:lo: opening a packet socket: packet sockets need CAP_NET_RAW"), "{stdout}");
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child ended with {}: {all}", out.status);
+    assert!(stdout.contains("test result: ok. 1 passed"), "the child did not run this test: {all}");
+    let caps = child_said(&stdout, CHILD_CAPS);
+    assert_eq!(caps.len(), 1, "the child did not say what it holds: {all}");
+    let caps = u64::from_str_radix(caps[0], 16).unwrap_or_else(|e| panic!("CapEff {:?}: {e}", caps[0]));
+    assert_eq!(caps & (1 << 13), 0, "the child still held CAP_NET_RAW ({caps:x}): the check proves nothing");
+    let outcome = child_said(&stdout, CHILD_OUTCOME);
+    assert_eq!(outcome.len(), 1, "the child did not say what opening did: {all}");
+    assert!(
+        outcome[0].starts_with("refused: afpacket:lo: opening a packet socket: packet sockets need CAP_NET_RAW"),
+        "the child, without CAP_NET_RAW: {}",
+        outcome[0]
+    );
 }
 
 // Buckets fanout: weir's eBPF program steers each flow by its bucket in a table
@@ -602,8 +642,9 @@ fn check_steered(at: &HashMap<u32, QueueId>, frames: &[Vec<u8>], queue_of: impl 
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn bucket_fanout_steers_each_flow_by_its_bucket_and_counts_it() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let steering = BucketSteering::new().expect("loading weir's fanout program");
     let mut rng = Rng(23);
@@ -641,8 +682,9 @@ fn bucket_fanout_steers_each_flow_by_its_bucket_and_counts_it() {
 }
 
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn moved_buckets_go_to_their_new_queue_and_nothing_is_lost_or_doubled() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let steering = BucketSteering::new().expect("loading weir's fanout program");
     let mut rng = Rng(29);
@@ -695,8 +737,9 @@ fn moved_buckets_go_to_their_new_queue_and_nothing_is_lost_or_doubled() {
 /// (received ones start at the IP header): captured on the sending end, they are
 /// steered by the same buckets.
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn outgoing_packets_are_steered_by_the_same_buckets() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let steering = BucketSteering::new().expect("loading weir's fanout program");
     let sent = traffic(&tb, 2000, 200, 31, 300);
@@ -721,8 +764,9 @@ fn outgoing_packets_are_steered_by_the_same_buckets() {
 /// `--fanout buckets` without a handle: the capture makes its own table, which
 /// steers as a caller's does. And devices without Ethernet headers are refused.
 #[test]
+#[ignore = "needs root: AF_PACKET capture on a veth test bed, with tcpreplay"]
 fn a_private_bucket_table_steers_too_and_non_ethernet_devices_are_refused() {
-    let Some(tb) = TestBed::new(2) else { return };
+    let tb = TestBed::new(2);
     let dir = tempfile::tempdir().unwrap();
     let sent = traffic(&tb, 2000, 150, 37, 300);
     let frames: Arc<Vec<Vec<u8>>> = Arc::new(sent.iter().map(|s| s.bytes.clone()).collect());
@@ -734,10 +778,7 @@ fn a_private_bucket_table_steers_too_and_non_ethernet_devices_are_refused() {
     check_steered(&at, &frames, |_, b| QueueId((b % 2) as u16));
 
     let tun = tb.in_rx("ip").args(["tuntap", "add", "dev", "weirtun0", "mode", "tun"]).output().unwrap();
-    if !tun.status.success() {
-        println!("skipping the tun part: {}", String::from_utf8_lossy(&tun.stderr));
-        return;
-    }
+    assert!(tun.status.success(), "making a tun device: {}", String::from_utf8_lossy(&tun.stderr));
     let e = build_error("afpacket:weirtun0", live);
     // Deleting the namespace would remove it too; this is sooner.
     let _ = tb.in_rx("ip").args(["tuntap", "del", "dev", "weirtun0", "mode", "tun"]).status();

@@ -520,11 +520,9 @@ mod tests {
     /// The C program, run by the kernel on frames as if received, puts each in the
     /// bucket weir's RSS puts it in, and counts it there. Root only.
     #[test]
+    #[ignore = "needs root: loads weir's eBPF fanout program into the kernel"]
     fn the_kernel_program_buckets_frames_as_weirs_rss_does() {
-        if let Some(why) = testbed::unavailable() {
-            println!("skipping: {why}");
-            return;
-        }
+        testbed::require_root();
         let steering = BucketSteering::new().expect("loading weir's fanout program as root");
         {
             // The identity table: the program then returns the bucket itself.
