@@ -11,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::tracefile::{FormatError, FormatErrorKind, Step, Walker};
 
 /// DLT_ values whose packets libpcap rewrites or re-measures.
@@ -38,7 +38,7 @@ fn weir(bytes: &[u8]) -> (Option<u32>, Vec<Packet>, Option<FormatError>) {
 }
 
 fn libpcap(path: &Path) -> (Option<u32>, Vec<Packet>, Option<String>) {
-    let lib = Libpcap::system().unwrap_or_else(|e| panic!("the oracle is missing: {e}"));
+    let lib = Oracle::system().unwrap_or_else(|e| panic!("the oracle is missing: {e}"));
     let Ok(mut handle) = lib.open_offline(path) else { return (None, Vec::new(), None) };
     let mut packets = Vec::new();
     loop {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
@@ -46,7 +46,7 @@ fn trace(dir: &Path, name: &str, n: u32) -> (PathBuf, u64) {
 
 /// Packets as libpcap reads them: (ts_ns, wire_len, data).
 fn libpcap_read(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
-    let lib = Libpcap::system().unwrap();
+    let lib = Oracle::system().unwrap();
     let mut h = lib.open_offline(path).unwrap();
     let mut out = Vec::new();
     while let Some(p) = h.next_packet().unwrap() {

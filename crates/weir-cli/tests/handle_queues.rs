@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
@@ -144,7 +144,7 @@ fn queues_bins_match_the_trace_and_count() {
     let prefix = dir.path().join("one");
     let out = run(&["queues", "-q", t.to_str().unwrap(), "-o", prefix.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let lib = Libpcap::system().expect("system libpcap");
+    let lib = Oracle::system().expect("system libpcap");
     let mut h = lib.open_offline(&t).unwrap();
     let mut ts = Vec::new();
     while let Some(p) = h.next_packet().unwrap() {

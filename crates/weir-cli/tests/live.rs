@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::TestBed;
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
@@ -117,7 +117,7 @@ fn record_on_a_live_queue_writes_what_was_sent() {
     let child = start(&tb, &["record", "-q", &format!("afpacket:{}", tb.rx_if), "-w", out.to_str().unwrap()]);
     send(&tb, &t);
     stop(child);
-    let lib = Libpcap::system().unwrap();
+    let lib = Oracle::system().unwrap();
     let mut h = lib.open_offline(&out).unwrap();
     let mut got = Vec::new();
     while let Some(p) = h.next_packet().unwrap() {

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
@@ -71,7 +71,7 @@ fn pcap_record(sec: u32, data: &[u8], wire_len: u32) -> Vec<u8> {
 
 /// libpcap's view of a file: (captured length, wire length) of each record.
 fn libpcap_lengths(path: &Path) -> Vec<(usize, u32)> {
-    let mut h = Libpcap::system().unwrap().open_offline(path).unwrap();
+    let mut h = Oracle::system().unwrap().open_offline(path).unwrap();
     let mut out = Vec::new();
     while let Some(p) = h.next_packet().unwrap() {
         out.push((p.data.len(), p.wire_len));
@@ -271,7 +271,7 @@ fn a_capture_killed_while_rotating_leaves_every_closed_file_complete() {
         // The open file: its header is there; its last packet may be cut short.
         let size = std::fs::metadata(open).unwrap().len();
         assert!(size >= 24, "{}: the open file has its header ({size} bytes)", open.display());
-        let mut h = Libpcap::system().unwrap().open_offline(open).unwrap_or_else(|e| panic!("{}: {e}", open.display()));
+        let mut h = Oracle::system().unwrap().open_offline(open).unwrap_or_else(|e| panic!("{}: {e}", open.display()));
         while let Ok(Some(_)) = h.next_packet() {}
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use testbed::TestBed;
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
@@ -165,7 +165,7 @@ impl Capture {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let lib = Libpcap::system().unwrap();
+        let lib = Oracle::system().unwrap();
         let mut h = lib.open_offline(&self.out).unwrap();
         let mut v = Vec::new();
         while let Some(p) = h.next_packet().unwrap() {

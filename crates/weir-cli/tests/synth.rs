@@ -11,7 +11,7 @@ use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 
 fn synth(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).arg("synth").args(args).stdin(Stdio::null()).output().expect("weir runs")
@@ -34,7 +34,7 @@ fn make(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, String) {
 
 /// Packets as libpcap reads them: (ts_ns, wire_len, data).
 fn libpcap_read(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
-    let lib = Libpcap::system().expect("system libpcap");
+    let lib = Oracle::system().expect("system libpcap");
     let mut h = lib.open_offline(path).expect("libpcap opens the output");
     assert_eq!(h.link_type(), 1, "Ethernet");
     let mut out = Vec::new();

@@ -10,7 +10,7 @@ mod support;
 
 use std::path::Path;
 use support::{corpus_root, files_under, libpcap_trace, looks_like_trace, walk, walk_whole, SplitMix, Trace};
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::tracefile::{for_each_packet, FormatErrorKind, ReadError};
 
 #[derive(Default)]
@@ -50,8 +50,8 @@ impl Tally {
     }
 }
 
-fn libpcap() -> &'static Libpcap {
-    Libpcap::system().unwrap_or_else(|e| panic!("the oracle is missing: {e}"))
+fn libpcap() -> &'static Oracle {
+    Oracle::system().unwrap_or_else(|e| panic!("the oracle is missing: {e}"))
 }
 
 /// Compare one file with libpcap, whole and then fed in steps of random sizes

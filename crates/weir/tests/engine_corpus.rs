@@ -7,7 +7,7 @@ mod support;
 
 use std::path::Path;
 use support::{corpus_root, files_under, libpcap_trace, linux_dlt, looks_like_trace, Pkt, Trace};
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::pool::PoolConfig;
 use weir::source::file::ReadConfig;
 use weir::{Engine, Handler, Packet};
@@ -58,7 +58,7 @@ fn sorted(mut t: Trace) -> Trace {
 #[ignore = "needs the corpus in ../shared/corpus"]
 fn the_engine_reads_every_corpus_file_as_libpcap_does() {
     let root = corpus_root();
-    let lib = Libpcap::system().expect("the system libpcap is the oracle");
+    let lib = Oracle::system().expect("the system libpcap is the oracle");
     let (mut files, mut packets, mut refused, mut damaged) = (0, 0, 0, 0);
     for dir in ["zeek-traces", "tcpdump-4.99.3", "malformed"] {
         for path in files_under(&root.join(dir)) {

@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use weir::filter::libpcap::{Libpcap, OraclePacket};
+use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::{Oracle, OraclePacket};
 use weir::filter::{Filter, FilterError};
 use weir::LinkType;
 
@@ -117,9 +118,13 @@ fn lib() -> &'static Libpcap {
     Libpcap::system().unwrap_or_else(|e| panic!("{e}"))
 }
 
+fn oracle() -> &'static Oracle {
+    Oracle::system().unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Every packet of a trace as libpcap reads it, and libpcap's `DLT_` value for it.
 fn read_trace(path: &Path) -> (u32, Vec<OraclePacket>) {
-    let mut handle = lib().open_offline(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut handle = oracle().open_offline(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut packets = Vec::new();
     while let Some(p) = handle.next_packet().unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
         packets.push(p);
@@ -181,7 +186,7 @@ fn every_packet_of_the_corpus_gets_libpcaps_verdict() {
             tally.traces += 1;
             for (n, p) in packets.iter().enumerate() {
                 let ours = filter.matches(&p.data, p.wire_len);
-                let theirs = lib().offline_filter(filter.program(), &p.data, p.wire_len);
+                let theirs = oracle().offline_filter(filter.program(), &p.data, p.wire_len);
                 if ours != theirs {
                     disagreements.push(format!("{file} packet {n}: {expr:?}: weir {ours}, libpcap {theirs}"));
                 }

@@ -7,8 +7,9 @@
 //! so a normal link would resolve to weir; and DEEPBIND makes the system library
 //! bind its own internal calls to itself, not to the same-named symbols weir exports.
 //!
-//! The offline-reading functions are here too: tests and benchmarks use the system
-//! libpcap as the oracle for weir's trace reader and filter interpreter.
+//! Reading traces with the system libpcap, the oracle tests and fuzzing hold
+//! weir's trace reader and filter interpreter to, is not here but in
+//! `oracle.rs`, behind the `oracle` feature: it is no part of weir's work.
 //!
 //! Set `WEIR_SYSTEM_LIBPCAP` to the library's path to override the search.
 
@@ -76,10 +77,6 @@ type Compile = unsafe extern "C" fn(*mut PcapT, *mut BpfProgram, *const c_char, 
 type Freecode = unsafe extern "C" fn(*mut BpfProgram);
 type Geterr = unsafe extern "C" fn(*mut PcapT) -> *mut c_char;
 type Close = unsafe extern "C" fn(*mut PcapT);
-type OpenOfflinePrec = unsafe extern "C" fn(*const c_char, c_uint, *mut c_char) -> *mut PcapT;
-type NextEx = unsafe extern "C" fn(*mut PcapT, *mut *mut PcapPkthdr, *mut *const u8) -> c_int;
-type OfflineFilter = unsafe extern "C" fn(*const BpfProgram, *const PcapPkthdr, *const u8) -> c_int;
-type Datalink = unsafe extern "C" fn(*mut PcapT) -> c_int;
 type LibVersion = unsafe extern "C" fn() -> *const c_char;
 
 /// The functions weir takes from the system libpcap.
@@ -91,10 +88,6 @@ pub struct Libpcap {
     freecode: Freecode,
     geterr: Geterr,
     close: Close,
-    open_offline_prec: OpenOfflinePrec,
-    next_ex: NextEx,
-    offline_filter: OfflineFilter,
-    datalink: Datalink,
     lib_version: LibVersion,
 }
 
@@ -136,10 +129,6 @@ impl Libpcap {
             freecode: sym!("pcap_freecode"),
             geterr: sym!("pcap_geterr"),
             close: sym!("pcap_close"),
-            open_offline_prec: sym!("pcap_open_offline_with_tstamp_precision"),
-            next_ex: sym!("pcap_next_ex"),
-            offline_filter: sym!("pcap_offline_filter"),
-            datalink: sym!("pcap_datalink"),
             lib_version: sym!("pcap_lib_version"),
             path,
             lib,
@@ -197,84 +186,7 @@ impl Libpcap {
         unsafe { (self.close)(p) };
         result
     }
-
-    /// Open a trace with libpcap, for use as an oracle.
-    pub fn open_offline(&self, path: &Path) -> Result<OfflineHandle<'_>, String> {
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "path contains NUL".to_string())?;
-        let mut errbuf = [0 as c_char; ERRBUF_SIZE];
-        // SAFETY: `c_path` is NUL-terminated, `errbuf` has PCAP_ERRBUF_SIZE bytes.
-        let p = unsafe { (self.open_offline_prec)(c_path.as_ptr(), TSTAMP_PRECISION_NANO as c_uint, errbuf.as_mut_ptr()) };
-        if p.is_null() {
-            // SAFETY: on failure libpcap wrote a NUL-terminated message into errbuf.
-            return Err(unsafe { CStr::from_ptr(errbuf.as_ptr()) }.to_string_lossy().into_owned());
-        }
-        Ok(OfflineHandle { lib: self, p })
-    }
-
-    /// `pcap_offline_filter` with a program compiled by [`compile`](Self::compile).
-    pub fn offline_filter(&self, prog: &[BpfInsn], data: &[u8], wire_len: u32) -> bool {
-        let bp = BpfProgram { bf_len: prog.len() as c_uint, bf_insns: prog.as_ptr() as *mut BpfInsn };
-        let hdr = PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: data.len() as u32, len: wire_len };
-        // SAFETY: `bp` points at `prog` for the duration of the call and libpcap only
-        // reads it; `data` holds `caplen` bytes.
-        unsafe { (self.offline_filter)(&bp, &hdr, data.as_ptr()) != 0 }
-    }
 }
-
-/// A trace opened by the system libpcap.
-pub struct OfflineHandle<'l> {
-    lib: &'l Libpcap,
-    p: *mut PcapT,
-}
-
-/// One packet as libpcap returned it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OraclePacket {
-    pub ts_ns: u64,
-    pub wire_len: u32,
-    pub data: Vec<u8>,
-}
-
-impl OfflineHandle<'_> {
-    pub fn link_type(&self) -> u32 {
-        // SAFETY: `p` is live until drop.
-        unsafe { (self.lib.datalink)(self.p) as u32 }
-    }
-
-    /// The next packet, `Ok(None)` at the end, or libpcap's error message.
-    pub fn next_packet(&mut self) -> Result<Option<OraclePacket>, String> {
-        let mut hdr: *mut PcapPkthdr = std::ptr::null_mut();
-        let mut data: *const u8 = std::ptr::null();
-        // SAFETY: `p` is live; the out-pointers are valid.
-        let rc = unsafe { (self.lib.next_ex)(self.p, &mut hdr, &mut data) };
-        match rc {
-            1 => {
-                // SAFETY: on success libpcap points `hdr` at a header and `data` at caplen bytes,
-                // valid until the next call; we copy them out at once.
-                let h = unsafe { *hdr };
-                // SAFETY: as above.
-                let bytes = unsafe { std::slice::from_raw_parts(data, h.caplen as usize) }.to_vec();
-                // Opened with nanosecond precision, so tv_usec holds nanoseconds.
-                let ts_ns = (h.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(h.tv_usec as u64);
-                Ok(Some(OraclePacket { ts_ns, wire_len: h.len, data: bytes }))
-            }
-            -2 => Ok(None),
-            // SAFETY: pcap_geterr returns the handle's NUL-terminated message.
-            _ => Err(unsafe { CStr::from_ptr((self.lib.geterr)(self.p)) }.to_string_lossy().into_owned()),
-        }
-    }
-}
-
-impl Drop for OfflineHandle<'_> {
-    fn drop(&mut self) {
-        // SAFETY: `p` came from pcap_open_offline and is closed once.
-        unsafe { (self.lib.close)(self.p) };
-    }
-}
-
-// The raw pointer is only used through `&mut self`, one thread at a time.
-// SAFETY: a pcap_t may be moved between threads as long as it is not shared.
-unsafe impl Send for OfflineHandle<'_> {}
 
 // `struct bpf_insn` is 8 bytes in every libpcap ABI.
 const _: () = assert!(std::mem::size_of::<BpfInsn>() == 8);

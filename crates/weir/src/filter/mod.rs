@@ -32,6 +32,8 @@
 mod disasm;
 mod interp;
 pub mod libpcap;
+#[cfg(any(test, feature = "oracle"))]
+pub mod oracle;
 mod program;
 mod switch;
 #[cfg(test)]

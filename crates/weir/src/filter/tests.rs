@@ -7,12 +7,12 @@
 
 use proptest::prelude::*;
 
-use super::libpcap::Libpcap;
+use super::oracle::Oracle;
 use super::program::{code::*, MEMWORDS, SKF_AD_OFF};
 use super::*;
 
-fn lib() -> &'static Libpcap {
-    Libpcap::system().unwrap_or_else(|e| panic!("{e}"))
+fn oracle() -> &'static Oracle {
+    Oracle::system().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn stmt(code: u16, k: u32) -> BpfInsn {
@@ -36,7 +36,7 @@ fn ja(from: usize, to: usize) -> BpfInsn {
 /// instruction at its index, so libpcap runs the same path up to the return.
 fn libpcap_returns(prog: &[BpfInsn], data: &[u8], wire_len: u32, expected: u32) -> bool {
     if expected == 0 {
-        return !lib().offline_filter(prog, data, wire_len);
+        return !oracle().offline_filter(prog, data, wire_len);
     }
     let n = prog.len();
     let ret_k = prog.iter().filter(|i| i.code == RET_K).count();
@@ -57,7 +57,7 @@ fn libpcap_returns(prog: &[BpfInsn], data: &[u8], wire_len: u32, expected: u32) 
     probe.push(jump(JMP_JEQ_K, expected, 0, 1));
     probe.push(stmt(RET_K, 1));
     probe.push(stmt(RET_K, 0));
-    lib().offline_filter(&probe, data, wire_len)
+    oracle().offline_filter(&probe, data, wire_len)
 }
 
 /// Run `prog` on the packet with weir, check libpcap agrees, and return the result.

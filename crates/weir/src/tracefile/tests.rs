@@ -5,7 +5,7 @@
 //! readers happen to pass for another reason does not go unnoticed.
 
 use super::*;
-use crate::filter::libpcap::Libpcap;
+use crate::filter::oracle;
 use proptest::prelude::*;
 use std::io::Write;
 
@@ -187,7 +187,7 @@ struct Oracle {
 }
 
 fn oracle(bytes: &[u8]) -> Oracle {
-    let lib = Libpcap::system().unwrap_or_else(|e| panic!("the oracle is missing: {e}"));
+    let lib = oracle::Oracle::system().unwrap_or_else(|e| panic!("the oracle is missing: {e}"));
     let mut file = tempfile::NamedTempFile::new().expect("temporary file");
     file.write_all(bytes).expect("write temporary file");
     let mut handle = match lib.open_offline(file.path()) {

@@ -11,7 +11,7 @@
 pub mod frames;
 
 use std::path::{Path, PathBuf};
-use weir::filter::libpcap::Libpcap;
+use weir::filter::oracle::Oracle;
 use weir::tracefile::{FormatError, Step, TraceHeader, Walker, MAX_CAPLEN, MAX_RECORD_BYTES};
 
 /// `../shared/corpus` (beside the checkout). The tests that read it are
@@ -116,7 +116,7 @@ pub fn linux_dlt(link_type: u32) -> u32 {
 }
 
 /// Read `path` with the system libpcap, nanosecond precision.
-pub fn libpcap_trace(lib: &Libpcap, path: &Path) -> Trace {
+pub fn libpcap_trace(lib: &Oracle, path: &Path) -> Trace {
     let mut handle = match lib.open_offline(path) {
         Ok(h) => h,
         Err(e) => return Trace { open: Err(e), packets: Vec::new(), end: Ok(()) },
