@@ -144,7 +144,9 @@ def read_flows(directory):
     if out.returncode != 0 and "No matching flows" not in out.stdout + out.stderr:
         raise RuntimeError(f"nfdump -R {directory}: {out.stderr.strip()}")
     subprocess.run(["rm", "-rf", str(directory)], check=False)
-    return Counter(tuple(line.split()) for line in out.stdout.splitlines() if line.strip())
+    # Records have seven fields; anything else is nfdump talking (with no
+    # records at all it says so on stdout).
+    return Counter(tuple(f) for f in (line.split() for line in out.stdout.splitlines()) if len(f) == 7)
 
 
 def flow_totals(flows):

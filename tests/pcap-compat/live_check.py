@@ -17,6 +17,8 @@ tool keeps up with, while in the capturing namespace:
   after the switch exactly the packets the new filter passes arrive
 - pollcap (a nonblocking poll(2) loop on pcap_get_selectable_fd) on weir
   must read every frame without spinning on an always-readable descriptor;
+  and as a blocking loop (poll, then pcap_dispatch with no timeout, as
+  softflowd reads) no read may wait for traffic still to come;
 - softflowd and fprobe, each on stock libpcap and on weir at once, exporting
   to nfcapd: weir's flows (addresses, ports, protocol, packets, bytes) must
   be exactly those sent. Stock's are printed beside them: stock softflowd
@@ -212,6 +214,23 @@ def main():
                 print(f"{'ok  ' if ok else 'FAIL'} pollcap (nonblocking poll loop) on weir {' '.join(extra)}: "
                       f"{out.strip() or err.strip()[-300:]} (sent {len(sent)}; a spinning loop counts millions of empty wake-ups)")
             checks += 1
+            # Blocking reads after a readable poll, as softflowd does them: a
+            # read must not wait for traffic that has not come yet. A wake-up
+            # for packets already read (before the first send, or in the pause
+            # between two) would leave it waiting; with no traffic after, for
+            # ever.
+            c = Capture("pollcap", in_rx([str(pollcap), rx, "12", "blocking"], [lib]))
+            c.wait_ready()
+            send(trace)
+            time.sleep(3)
+            send(trace)
+            out, err = c.stop(sig=None, timeout=30)
+            m = re.search(r"packets=(\d+) .*longest=(\d+)", out)
+            ok = c.proc.returncode == 0 and bool(m) and int(m.group(1)) == 2 * len(sent) and int(m.group(2)) < 500
+            bad += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} pollcap (poll, then a blocking pcap_dispatch with no timeout) on weir: "
+                  f"{out.strip() or err.strip()[-300:]} (sent {2 * len(sent)} in two bursts; longest read in ms must stay under 500)")
+            checks += 1
 
         checks += 1
         bad += not check_refilter(work, lib)
@@ -241,7 +260,10 @@ def main():
             if tool == "softflowd":
                 # Its loop sleeps in poll(2) until a packet or its control socket
                 # wakes it; "shutdown" exports every flow and exits.
-                subprocess.run(in_rx(["softflowctl", "-c", str(work / f"sf-{libname}.ctl"), "shutdown"]), capture_output=True)
+                try:
+                    subprocess.run(in_rx(["softflowctl", "-c", str(work / f"sf-{libname}.ctl"), "shutdown"]), capture_output=True, timeout=30)
+                except subprocess.TimeoutExpired:
+                    print(f"     softflowctl shutdown ({libname}) did not answer within 30 s")
                 e.stop(sig=None)
             else:
                 # fprobe emits its whole flow cache on SIGTERM.

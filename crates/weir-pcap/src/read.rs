@@ -185,11 +185,13 @@ impl Handle {
         // The clock is read only once a look found nothing: a packet that is
         // already there costs no clock read (as in weir's reader).
         let mut until: Option<Instant> = None;
+        let mut first_look = true;
         loop {
             if self.take_break() {
                 return Got::Break;
             }
-            match reader.next(Duration::ZERO) {
+            let look = reader.next(Duration::ZERO);
+            match look {
                 Read::Packet(p) => {
                     self.records.set(self.records.get() + 1);
                     if st.here.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
@@ -211,6 +213,16 @@ impl Handle {
                     // draining it: a break signalled before then is seen here.
                     if self.take_break() {
                         return Got::Break;
+                    }
+                    // A program that polls the descriptor and then reads
+                    // (softflowd: poll, then a blocking pcap_dispatch with no
+                    // timeout) was told "readable" by a ring that came after
+                    // its packets were taken. libpcap's descriptor is never
+                    // readable for nothing, so such a program would wait for
+                    // the next packet, perhaps forever: say nothing was read,
+                    // as libpcap does when its timeout passes.
+                    if std::mem::take(&mut first_look) && self.kind == Kind::Live && reader.woken_for_nothing() {
+                        return Got::Idle;
                     }
                     let mut sleep = BREAK_CHECK;
                     if let Some(l) = limit {

@@ -115,6 +115,9 @@ pub struct Reader {
     ready: Option<ReadyFd>,
     filter: FilterSwitch,
     last: Option<Last>,
+    /// The last `next` found nothing to hand out or hold while the ready
+    /// descriptor said there was something.
+    woken_for_nothing: bool,
 }
 
 /// How long a call to `next` may still wait. The clock is read only once a
@@ -159,6 +162,7 @@ impl Reader {
             ready: None,
             filter: l.filter,
             last: None,
+            woken_for_nothing: false,
         }
     }
 
@@ -222,6 +226,17 @@ impl Reader {
         self.filter.replace(filter)
     }
 
+    /// The last [`next`](Self::next) returned [`Read::Idle`] although the
+    /// ready descriptor was readable, and the reader holds nothing: a poller
+    /// woken by it was woken for nothing. A ring follows the chunk it
+    /// announces, so it can come after the chunk was already handed out; a
+    /// caller that promises its own callers "readable means a read will not
+    /// block" (libpcap's library, to a program that polls and then calls a
+    /// blocking `pcap_dispatch`) returns at once instead of waiting.
+    pub fn woken_for_nothing(&self) -> bool {
+        self.woken_for_nothing
+    }
+
     /// The longest a poller may sleep on [`ready_fd`](Self::ready_fd) before
     /// calling [`next`](Self::next) again: with locality buffering, a batch
     /// gathering from a source gone quiet is handed out only by a call.
@@ -253,6 +268,7 @@ impl Reader {
     /// The next packet, waiting up to `timeout` for one.
     pub fn next(&mut self, timeout: Duration) -> Read<'_> {
         self.last = None;
+        self.woken_for_nothing = false;
         let mut deadline = Deadline { timeout, at: None };
         let found = if self.batch.is_some() { self.next_sorted(&mut deadline) } else { self.next_in_order(&mut deadline) };
         if let (Some(ready), Err(r)) = (&self.ready, &found) {
@@ -262,7 +278,8 @@ impl Reader {
                     // What the reader's own waits wake for; the starved mark
                     // matters only to a batch that is gathering.
                     let gathering = self.batch.as_ref().is_some_and(|b| b.batch.is_gathering());
-                    ready.rearm(|| pool::any_ready(&self.sides, gathering));
+                    let was_readable = ready.rearm(|| pool::any_ready(&self.sides, gathering));
+                    self.woken_for_nothing = was_readable && self.held.is_none() && !gathering;
                 }
             }
         }

@@ -38,10 +38,12 @@ impl EventFd {
     }
 
     /// Make it unreadable again (nonblocking: nothing to drain is fine).
-    pub(super) fn drain(&self) {
+    /// True when it was readable.
+    pub(super) fn drain(&self) -> bool {
         let mut count: u64 = 0;
         // SAFETY: reads at most 8 bytes into a live u64 from our own eventfd.
-        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        n == 8 && count > 0
     }
 }
 

@@ -49,10 +49,13 @@ impl ReadyFd {
     }
 
     /// Nothing was found: clear the descriptor and have the next ring set it,
-    /// unless `ready()` already holds, in which case it is set now.
-    pub fn rearm(&self, ready: impl FnOnce() -> bool) {
-        let Some(fd) = self.bell.fd.get() else { return };
-        fd.drain();
+    /// unless `ready()` already holds, in which case it is set now. True when
+    /// the descriptor was readable: whoever polled it was woken for nothing
+    /// (a ring comes after its chunk is published, so it can come after the
+    /// chunk was already taken).
+    pub fn rearm(&self, ready: impl FnOnce() -> bool) -> bool {
+        let Some(fd) = self.bell.fd.get() else { return false };
+        let was_readable = fd.drain();
         self.bell.armed.store(true, Ordering::Relaxed);
         // SeqCst fence: the store of `armed` is ordered before the re-check's
         // loads (the module comment's pattern).
@@ -60,6 +63,7 @@ impl ReadyFd {
         if ready() && self.bell.armed.swap(false, Ordering::Relaxed) {
             fd.signal();
         }
+        was_readable
     }
 
     /// Set the descriptor for good reason outside a ring (the end of capture).
