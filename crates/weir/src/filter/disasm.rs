@@ -14,7 +14,7 @@ use std::fmt::Write;
 use super::program::{Op, Target, SKF_AD_OFF};
 
 /// The listing of `ops`; see the module documentation for the format.
-pub fn listing(ops: &[Op]) -> String {
+pub(super) fn listing(ops: &[Op]) -> String {
     let mut out = String::with_capacity(ops.len() * 40);
     for (n, op) in ops.iter().enumerate() {
         line(&mut out, n, op);

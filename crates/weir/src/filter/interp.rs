@@ -27,7 +27,7 @@
 use super::program::{Op, Target, MEMWORDS};
 
 /// Run decoded `ops` on one packet; the result is 0 to reject, or the snap length.
-pub fn run(ops: &[Op], data: &[u8], wire_len: u32) -> u32 {
+pub(super) fn run(ops: &[Op], data: &[u8], wire_len: u32) -> u32 {
     let mut a: u32 = 0;
     let mut x: u32 = 0;
     let mut mem = [0u32; MEMWORDS];

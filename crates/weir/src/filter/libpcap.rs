@@ -21,27 +21,32 @@ use std::sync::OnceLock;
 
 include!("libpcap_paths.rs");
 
-/// libpcap's `PCAP_ERRBUF_SIZE`.
+/// libpcap's `PCAP_ERRBUF_SIZE`: the bytes an error buffer passed to it must have.
 pub const ERRBUF_SIZE: usize = 256;
 /// `PCAP_NETMASK_UNKNOWN`.
-pub const NETMASK_UNKNOWN: u32 = 0xffff_ffff;
-/// `PCAP_TSTAMP_PRECISION_NANO`.
-pub const TSTAMP_PRECISION_NANO: c_int = 1;
+const NETMASK_UNKNOWN: u32 = 0xffff_ffff;
 
 /// One classic BPF instruction, laid out as `struct bpf_insn`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct BpfInsn {
+    /// The opcode: class, size, mode or operation, and source (`BPF_*` bits).
     pub code: u16,
+    /// Instructions to skip when a conditional jump is taken.
     pub jt: u8,
+    /// Instructions to skip when it is not.
     pub jf: u8,
+    /// The constant operand: an immediate, a packet offset, a scratch memory
+    /// index, or `ja`'s distance.
     pub k: u32,
 }
 
-/// `struct bpf_program`.
+/// `struct bpf_program`: a program as libpcap's C API passes it.
 #[repr(C)]
 pub struct BpfProgram {
+    /// Number of instructions at `bf_insns`.
     pub bf_len: c_uint,
+    /// The first instruction.
     pub bf_insns: *mut BpfInsn,
 }
 
@@ -49,27 +54,48 @@ pub struct BpfProgram {
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
 pub struct PcapPkthdr {
+    /// Whole seconds of the timestamp since the Unix epoch.
     pub tv_sec: libc::time_t,
+    /// The fraction: microseconds, or nanoseconds on a handle opened with
+    /// nanosecond precision.
     pub tv_usec: libc::suseconds_t,
+    /// Bytes captured.
     pub caplen: u32,
+    /// Bytes on the wire.
     pub len: u32,
 }
 
 /// Opaque `pcap_t`.
 #[repr(C)]
-pub struct PcapT {
+pub(super) struct PcapT {
     _opaque: [u8; 0],
 }
 
 /// The library could not be found or lacks a symbol.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum LoadError {
+    /// No libpcap in the usual places, and `WEIR_SYSTEM_LIBPCAP` is not set.
     #[error("system libpcap not found (looked in {searched}); install libpcap0.8 or set WEIR_SYSTEM_LIBPCAP")]
-    NotFound { searched: String },
+    NotFound {
+        /// The paths tried, comma-separated.
+        searched: String,
+    },
+    /// The dynamic loader refused the library.
     #[error("cannot load {path}: {message}")]
-    Open { path: PathBuf, message: String },
+    Open {
+        /// The library.
+        path: PathBuf,
+        /// The loader's message.
+        message: String,
+    },
+    /// The library lacks a function weir needs.
     #[error("{path} has no symbol {symbol}")]
-    Symbol { path: PathBuf, symbol: &'static str },
+    Symbol {
+        /// The library.
+        path: PathBuf,
+        /// The function's name.
+        symbol: &'static str,
+    },
 }
 
 type OpenDead = unsafe extern "C" fn(c_int, c_int) -> *mut PcapT;
@@ -94,7 +120,8 @@ pub struct Libpcap {
 static SYSTEM: OnceLock<Result<Libpcap, LoadError>> = OnceLock::new();
 
 impl Libpcap {
-    /// The process-wide instance, loaded on first use.
+    /// The process-wide instance, loaded on first use; a failure to load is
+    /// remembered and returned to every later call.
     pub fn system() -> Result<&'static Libpcap, LoadError> {
         SYSTEM.get_or_init(Self::load).as_ref().map_err(Clone::clone)
     }
@@ -153,14 +180,18 @@ impl Libpcap {
         unsafe { self.lib.get::<F>(&z) }.ok().map(|s| *s)
     }
 
-    /// `pcap_lib_version()`.
+    /// The library's version string (`pcap_lib_version()`).
     pub fn version(&self) -> String {
         // SAFETY: pcap_lib_version returns a static NUL-terminated string.
         unsafe { CStr::from_ptr((self.lib_version)()) }.to_string_lossy().into_owned()
     }
 
-    /// Compile `expr` for `link_type` and `snaplen` with libpcap's optimizer on.
-    /// On failure, the error is libpcap's own message.
+    /// Compile `expr` for `link_type` (a DLT_ value) and `snaplen`, netmask
+    /// unknown, with libpcap's optimizer on if `optimize`.
+    ///
+    /// # Errors
+    ///
+    /// libpcap's own message, or that `expr` contains a NUL byte.
     pub fn compile(&self, expr: &str, link_type: u32, snaplen: u32, optimize: bool) -> Result<Vec<BpfInsn>, String> {
         let c_expr = CString::new(expr).map_err(|_| "filter expression contains a NUL byte".to_string())?;
         // SAFETY: pcap_open_dead has no preconditions; it returns NULL only on

@@ -29,6 +29,7 @@
 //! The interpreter is the first step; a user-space JIT of the decoded form comes
 //! later. Live sources attach [`Filter::program`] to the kernel socket instead.
 
+#[cfg(test)]
 mod disasm;
 mod interp;
 pub mod libpcap;
@@ -44,7 +45,8 @@ use std::sync::Arc;
 pub use libpcap::BpfInsn;
 pub use program::MAX_INSNS;
 pub(crate) use program::{code, SKF_AD_OFF};
-pub use switch::{FilterSwitch, FilterWatch};
+pub use switch::FilterSwitch;
+pub(crate) use switch::FilterWatch;
 
 use program::Op;
 
@@ -61,10 +63,20 @@ pub struct Filter {
 pub enum FilterError {
     /// libpcap refused the expression; `message` is libpcap's own.
     #[error("invalid filter expression {expr:?}: {message}")]
-    Compile { expr: String, message: String },
+    Compile {
+        /// The expression as given.
+        expr: String,
+        /// libpcap's message.
+        message: String,
+    },
     /// The program is one weir cannot run safely.
     #[error("invalid BPF program at instruction {at}: {reason}")]
-    Invalid { at: usize, reason: String },
+    Invalid {
+        /// Index of the instruction at fault; [`MAX_INSNS`] for a program longer than that.
+        at: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The system libpcap, which compiles expressions, is not available.
     #[error(transparent)]
     Library(#[from] libpcap::LoadError),
@@ -74,8 +86,13 @@ impl Filter {
     /// Compile `expr` with libpcap (optimizer on, netmask unknown) for this link type and snaplen.
     ///
     /// `link` is a `LINKTYPE_` value, as in a trace's header; it is turned into the
-    /// `DLT_` value libpcap's compiler expects. A program longer than [`MAX_INSNS`]
-    /// is refused as [`FilterError::Invalid`].
+    /// `DLT_` value libpcap's compiler expects.
+    ///
+    /// # Errors
+    ///
+    /// [`FilterError::Library`] without a system libpcap,
+    /// [`FilterError::Compile`] for an expression libpcap refuses, and
+    /// [`FilterError::Invalid`] for a program longer than [`MAX_INSNS`].
     pub fn compile(expr: &str, link: crate::LinkType, snaplen: u32) -> Result<Filter, FilterError> {
         let lib = libpcap::Libpcap::system()?;
         let insns =
@@ -85,7 +102,15 @@ impl Filter {
         Ok(filter)
     }
 
-    /// Validate a raw program (as from libpcap or a user); rejects anything the interpreter could not run safely.
+    /// Validate a raw program (as from libpcap or a user).
+    ///
+    /// # Errors
+    ///
+    /// [`FilterError::Invalid`] for anything the interpreter could not run
+    /// safely, or on which libpcap's `bpf_filter` aborts. A valid program has 1
+    /// to [`MAX_INSNS`] instructions, all of opcodes `bpf_filter` runs, scratch
+    /// memory indices below 16, no division by a constant 0, every jump inside
+    /// the program, and a return last.
     pub fn from_program(insns: &[BpfInsn]) -> Result<Filter, FilterError> {
         let ops = program::decode(insns).map_err(|r| FilterError::Invalid { at: r.at, reason: r.reason })?;
         Ok(Filter { insns: insns.into(), ops: ops.into(), expression: None })
@@ -125,7 +150,8 @@ impl Filter {
     }
 
     /// `tcpdump -d` style listing, one instruction per line.
-    pub fn disassemble(&self) -> String {
+    #[cfg(test)]
+    fn disassemble(&self) -> String {
         disasm::listing(&self.ops)
     }
 }

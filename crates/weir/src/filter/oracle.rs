@@ -8,7 +8,7 @@
 
 #![allow(unsafe_code)]
 
-use super::libpcap::{BpfInsn, BpfProgram, Libpcap, LoadError, PcapPkthdr, PcapT, ERRBUF_SIZE, TSTAMP_PRECISION_NANO};
+use super::libpcap::{BpfInsn, BpfProgram, Libpcap, LoadError, PcapPkthdr, PcapT, ERRBUF_SIZE};
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -20,9 +20,11 @@ type Datalink = unsafe extern "C" fn(*mut PcapT) -> c_int;
 type Geterr = unsafe extern "C" fn(*mut PcapT) -> *mut c_char;
 type Close = unsafe extern "C" fn(*mut PcapT);
 
+/// `PCAP_TSTAMP_PRECISION_NANO`.
+const TSTAMP_PRECISION_NANO: c_uint = 1;
+
 /// The functions the oracle takes from the system libpcap.
 pub struct Oracle {
-    lib: &'static Libpcap,
     open_offline_prec: OpenOfflinePrec,
     next_ex: NextEx,
     offline_filter: OfflineFilter,
@@ -35,6 +37,10 @@ static ORACLE: OnceLock<Result<Oracle, LoadError>> = OnceLock::new();
 
 impl Oracle {
     /// The process-wide instance, looked up on first use.
+    ///
+    /// # Errors
+    ///
+    /// The system libpcap could not be loaded or lacks one of the functions.
     pub fn system() -> Result<&'static Oracle, LoadError> {
         ORACLE.get_or_init(Self::load).as_ref().map_err(Clone::clone)
     }
@@ -48,7 +54,6 @@ impl Oracle {
             };
         }
         Ok(Oracle {
-            lib,
             open_offline_prec: sym!("pcap_open_offline_with_tstamp_precision"),
             next_ex: sym!("pcap_next_ex"),
             offline_filter: sym!("pcap_offline_filter"),
@@ -58,17 +63,16 @@ impl Oracle {
         })
     }
 
-    /// The library the oracle is (its `compile` gives the programs it judges with).
-    pub fn libpcap(&self) -> &'static Libpcap {
-        self.lib
-    }
-
     /// Open a trace with libpcap, at nanosecond precision.
+    ///
+    /// # Errors
+    ///
+    /// libpcap's message, or that the path contains a NUL byte.
     pub fn open_offline(&self, path: &Path) -> Result<OfflineHandle<'_>, String> {
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "path contains NUL".to_string())?;
         let mut errbuf = [0 as c_char; ERRBUF_SIZE];
         // SAFETY: `c_path` is NUL-terminated, `errbuf` has PCAP_ERRBUF_SIZE bytes.
-        let p = unsafe { (self.open_offline_prec)(c_path.as_ptr(), TSTAMP_PRECISION_NANO as c_uint, errbuf.as_mut_ptr()) };
+        let p = unsafe { (self.open_offline_prec)(c_path.as_ptr(), TSTAMP_PRECISION_NANO, errbuf.as_mut_ptr()) };
         if p.is_null() {
             // SAFETY: on failure libpcap wrote a NUL-terminated message into errbuf.
             return Err(unsafe { CStr::from_ptr(errbuf.as_ptr()) }.to_string_lossy().into_owned());
@@ -76,7 +80,9 @@ impl Oracle {
         Ok(OfflineHandle { oracle: self, p })
     }
 
-    /// `pcap_offline_filter` with a program compiled by [`Libpcap::compile`].
+    /// Whether `pcap_offline_filter` passes the packet, with a program compiled
+    /// by [`Libpcap::compile`]: `data` are the captured bytes, `wire_len` the
+    /// length on the wire.
     pub fn offline_filter(&self, prog: &[BpfInsn], data: &[u8], wire_len: u32) -> bool {
         let bp = BpfProgram { bf_len: prog.len() as c_uint, bf_insns: prog.as_ptr() as *mut BpfInsn };
         let hdr = PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: data.len() as u32, len: wire_len };
@@ -95,12 +101,17 @@ pub struct OfflineHandle<'o> {
 /// One packet as libpcap returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OraclePacket {
+    /// Nanoseconds since the Unix epoch: the header's seconds × 10⁹ plus its
+    /// nanoseconds, wrapping in 64 bits.
     pub ts_ns: u64,
+    /// Bytes on the wire.
     pub wire_len: u32,
+    /// The captured bytes.
     pub data: Vec<u8>,
 }
 
 impl OfflineHandle<'_> {
+    /// The trace's link type as libpcap reports it (`pcap_datalink`: a DLT_ value).
     pub fn link_type(&self) -> u32 {
         // SAFETY: `p` is live until drop.
         unsafe { (self.oracle.datalink)(self.p) as u32 }

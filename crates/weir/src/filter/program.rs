@@ -24,66 +24,66 @@ use super::libpcap::BpfInsn;
 /// `BPF_MAXINSNS`: the longest program the kernel accepts, and weir with it.
 pub const MAX_INSNS: usize = 4096;
 /// `BPF_MEMWORDS`: the number of scratch memory words.
-pub const MEMWORDS: usize = 16;
+pub(super) const MEMWORDS: usize = 16;
 /// `SKF_AD_OFF`: absolute load offsets from here up name Linux ancillary data.
-pub const SKF_AD_OFF: u32 = 0xffff_f000;
+pub(crate) const SKF_AD_OFF: u32 = 0xffff_f000;
 
 /// The opcodes `bpf_filter` executes, by their `<linux/filter.h>` names.
-pub mod code {
-    pub const LD_W_ABS: u16 = 0x20;
-    pub const LD_H_ABS: u16 = 0x28;
-    pub const LD_B_ABS: u16 = 0x30;
-    pub const LD_W_IND: u16 = 0x40;
-    pub const LD_H_IND: u16 = 0x48;
-    pub const LD_B_IND: u16 = 0x50;
-    pub const LD_W_LEN: u16 = 0x80;
-    pub const LD_IMM: u16 = 0x00;
-    pub const LD_MEM: u16 = 0x60;
-    pub const LDX_IMM: u16 = 0x01;
-    pub const LDX_MEM: u16 = 0x61;
-    pub const LDX_W_LEN: u16 = 0x81;
-    pub const LDX_MSH_B: u16 = 0xb1;
-    pub const ST: u16 = 0x02;
-    pub const STX: u16 = 0x03;
-    pub const ALU_ADD_K: u16 = 0x04;
-    pub const ALU_SUB_K: u16 = 0x14;
-    pub const ALU_MUL_K: u16 = 0x24;
-    pub const ALU_DIV_K: u16 = 0x34;
-    pub const ALU_OR_K: u16 = 0x44;
-    pub const ALU_AND_K: u16 = 0x54;
-    pub const ALU_LSH_K: u16 = 0x64;
-    pub const ALU_RSH_K: u16 = 0x74;
-    pub const ALU_MOD_K: u16 = 0x94;
-    pub const ALU_XOR_K: u16 = 0xa4;
-    pub const ALU_ADD_X: u16 = 0x0c;
-    pub const ALU_SUB_X: u16 = 0x1c;
-    pub const ALU_MUL_X: u16 = 0x2c;
-    pub const ALU_DIV_X: u16 = 0x3c;
-    pub const ALU_OR_X: u16 = 0x4c;
-    pub const ALU_AND_X: u16 = 0x5c;
-    pub const ALU_LSH_X: u16 = 0x6c;
-    pub const ALU_RSH_X: u16 = 0x7c;
-    pub const ALU_MOD_X: u16 = 0x9c;
-    pub const ALU_XOR_X: u16 = 0xac;
-    pub const ALU_NEG: u16 = 0x84;
-    pub const JMP_JA: u16 = 0x05;
-    pub const JMP_JEQ_K: u16 = 0x15;
-    pub const JMP_JGT_K: u16 = 0x25;
-    pub const JMP_JGE_K: u16 = 0x35;
-    pub const JMP_JSET_K: u16 = 0x45;
-    pub const JMP_JEQ_X: u16 = 0x1d;
-    pub const JMP_JGT_X: u16 = 0x2d;
-    pub const JMP_JGE_X: u16 = 0x3d;
-    pub const JMP_JSET_X: u16 = 0x4d;
-    pub const RET_K: u16 = 0x06;
-    pub const RET_A: u16 = 0x16;
-    pub const MISC_TAX: u16 = 0x07;
-    pub const MISC_TXA: u16 = 0x87;
+pub(crate) mod code {
+    pub(crate) const LD_W_ABS: u16 = 0x20;
+    pub(crate) const LD_H_ABS: u16 = 0x28;
+    pub(crate) const LD_B_ABS: u16 = 0x30;
+    pub(crate) const LD_W_IND: u16 = 0x40;
+    pub(crate) const LD_H_IND: u16 = 0x48;
+    pub(crate) const LD_B_IND: u16 = 0x50;
+    pub(crate) const LD_W_LEN: u16 = 0x80;
+    pub(crate) const LD_IMM: u16 = 0x00;
+    pub(crate) const LD_MEM: u16 = 0x60;
+    pub(crate) const LDX_IMM: u16 = 0x01;
+    pub(crate) const LDX_MEM: u16 = 0x61;
+    pub(crate) const LDX_W_LEN: u16 = 0x81;
+    pub(crate) const LDX_MSH_B: u16 = 0xb1;
+    pub(crate) const ST: u16 = 0x02;
+    pub(crate) const STX: u16 = 0x03;
+    pub(crate) const ALU_ADD_K: u16 = 0x04;
+    pub(crate) const ALU_SUB_K: u16 = 0x14;
+    pub(crate) const ALU_MUL_K: u16 = 0x24;
+    pub(crate) const ALU_DIV_K: u16 = 0x34;
+    pub(crate) const ALU_OR_K: u16 = 0x44;
+    pub(crate) const ALU_AND_K: u16 = 0x54;
+    pub(crate) const ALU_LSH_K: u16 = 0x64;
+    pub(crate) const ALU_RSH_K: u16 = 0x74;
+    pub(crate) const ALU_MOD_K: u16 = 0x94;
+    pub(crate) const ALU_XOR_K: u16 = 0xa4;
+    pub(crate) const ALU_ADD_X: u16 = 0x0c;
+    pub(crate) const ALU_SUB_X: u16 = 0x1c;
+    pub(crate) const ALU_MUL_X: u16 = 0x2c;
+    pub(crate) const ALU_DIV_X: u16 = 0x3c;
+    pub(crate) const ALU_OR_X: u16 = 0x4c;
+    pub(crate) const ALU_AND_X: u16 = 0x5c;
+    pub(crate) const ALU_LSH_X: u16 = 0x6c;
+    pub(crate) const ALU_RSH_X: u16 = 0x7c;
+    pub(crate) const ALU_MOD_X: u16 = 0x9c;
+    pub(crate) const ALU_XOR_X: u16 = 0xac;
+    pub(crate) const ALU_NEG: u16 = 0x84;
+    pub(crate) const JMP_JA: u16 = 0x05;
+    pub(crate) const JMP_JEQ_K: u16 = 0x15;
+    pub(crate) const JMP_JGT_K: u16 = 0x25;
+    pub(crate) const JMP_JGE_K: u16 = 0x35;
+    pub(crate) const JMP_JSET_K: u16 = 0x45;
+    pub(crate) const JMP_JEQ_X: u16 = 0x1d;
+    pub(crate) const JMP_JGT_X: u16 = 0x2d;
+    pub(crate) const JMP_JGE_X: u16 = 0x3d;
+    pub(crate) const JMP_JSET_X: u16 = 0x4d;
+    pub(crate) const RET_K: u16 = 0x06;
+    pub(crate) const RET_A: u16 = 0x16;
+    pub(crate) const MISC_TAX: u16 = 0x07;
+    pub(crate) const MISC_TXA: u16 = 0x87;
 }
 
 /// A scratch memory index, below [`MEMWORDS`] by construction.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Slot(u8);
+pub(super) struct Slot(u8);
 
 impl Slot {
     fn new(k: u32) -> Option<Slot> {
@@ -91,7 +91,7 @@ impl Slot {
     }
 
     #[inline(always)]
-    pub fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         // The mask is a no-op for validated slots; it lets the compiler drop the
         // bounds check on `[u32; MEMWORDS]`.
         usize::from(self.0) & (MEMWORDS - 1)
@@ -99,14 +99,14 @@ impl Slot {
 }
 
 /// An instruction index inside the program, checked by [`decode`].
-pub type Target = u16;
+pub(super) type Target = u16;
 
 /// One decoded instruction. Jump targets are absolute instruction indices.
 ///
 /// Each conditional jump is its own variant, rather than one variant carrying a
 /// condition, so the interpreter dispatches once per instruction.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(super) enum Op {
     LdAbsW(u32),
     LdAbsH(u32),
     LdAbsB(u32),
@@ -191,9 +191,9 @@ pub enum Op {
 
 /// Why a program was refused, and at which instruction.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejection {
-    pub at: usize,
-    pub reason: String,
+pub(super) struct Rejection {
+    pub(super) at: usize,
+    pub(super) reason: String,
 }
 
 impl Rejection {
@@ -203,7 +203,7 @@ impl Rejection {
 }
 
 /// Validate `insns` and decode them; see the module documentation for the rules.
-pub fn decode(insns: &[BpfInsn]) -> Result<Box<[Op]>, Rejection> {
+pub(super) fn decode(insns: &[BpfInsn]) -> Result<Box<[Op]>, Rejection> {
     if insns.is_empty() {
         return Err(Rejection::new(0, "the program is empty"));
     }

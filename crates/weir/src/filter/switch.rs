@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Puts a replacement in place in the kernel, synchronously.
-pub type Applier = Box<dyn Fn(Option<&Filter>) -> io::Result<()> + Send>;
+pub(crate) type Applier = Box<dyn Fn(Option<&Filter>) -> io::Result<()> + Send>;
 
 struct Shared {
     /// Bumped after each replacement, so a watch knows to look.
@@ -42,7 +42,10 @@ impl Shared {
     }
 }
 
-/// The engine's end: replaces the filter.
+/// The engine's end of a filter that can be replaced while capture runs.
+/// Sources receive it in [`CaptureOptions::filter`](crate::source::CaptureOptions::filter);
+/// a running capture's filter is replaced through
+/// [`Reader::replace_filter`](crate::engine::Reader::replace_filter).
 #[derive(Clone)]
 pub struct FilterSwitch {
     shared: Arc<Shared>,
@@ -50,26 +53,26 @@ pub struct FilterSwitch {
 
 /// A capture unit's end: the filter it applies now.
 #[derive(Clone)]
-pub struct FilterWatch {
+pub(crate) struct FilterWatch {
     shared: Arc<Shared>,
     seen: u64,
     current: Option<Filter>,
 }
 
 impl FilterSwitch {
-    pub fn new(filter: Option<Filter>) -> FilterSwitch {
+    pub(crate) fn new(filter: Option<Filter>) -> FilterSwitch {
         let current = Mutex::new(Current { filter, appliers: Vec::new() });
         FilterSwitch { shared: Arc::new(Shared { generation: AtomicU64::new(0), current }) }
     }
 
     /// Run `apply` on every replacement, before `replace` returns (a source
     /// whose filter runs in the kernel attaches the new program here).
-    pub fn on_replace(&self, apply: Applier) {
+    pub(crate) fn on_replace(&self, apply: Applier) {
         self.shared.lock().appliers.push(apply);
     }
 
     /// A watch starting at the filter now in place.
-    pub fn watch(&self) -> FilterWatch {
+    pub(crate) fn watch(&self) -> FilterWatch {
         let locked = self.shared.lock();
         // Relaxed: `replace` bumps the generation under this lock, so the
         // filter and the generation read here belong together.
@@ -77,7 +80,7 @@ impl FilterSwitch {
         FilterWatch { shared: Arc::clone(&self.shared), seen, current: locked.filter.clone() }
     }
 
-    pub fn current(&self) -> Option<Filter> {
+    pub(crate) fn current(&self) -> Option<Filter> {
         self.shared.lock().filter.clone()
     }
 
@@ -85,7 +88,7 @@ impl FilterSwitch {
     /// next check. If an applier fails, the error is returned and the watches
     /// are still told (a kernel that refused keeps its old filter, which the
     /// caller must then treat as in place only where it was applied).
-    pub fn replace(&self, filter: Option<Filter>) -> io::Result<()> {
+    pub(crate) fn replace(&self, filter: Option<Filter>) -> io::Result<()> {
         let mut current = self.shared.lock();
         let applied = current.appliers.iter().try_for_each(|apply| apply(filter.as_ref()));
         current.filter = filter;
@@ -100,14 +103,14 @@ impl FilterSwitch {
 impl FilterWatch {
     /// The filter to apply now.
     #[inline]
-    pub fn get(&self) -> Option<&Filter> {
+    pub(crate) fn get(&self) -> Option<&Filter> {
         self.current.as_ref()
     }
 
     /// Take a replacement, if one was published since the last look; true if
     /// the filter changed.
     #[inline]
-    pub fn changed(&mut self) -> bool {
+    pub(crate) fn changed(&mut self) -> bool {
         // Acquire: see the Release in `replace`.
         if self.shared.generation.load(Ordering::Acquire) == self.seen {
             return false;

@@ -10,10 +10,11 @@
 //! writes them: a record whose captured length exceeds its wire length (which
 //! `pcap_next_ex` reports as it is in the file) keeps both, so `weir record`
 //! writes the wire bytes `weir count` sums. Link types are checked before a
-//! file is started: both formats hold 0 to 65535 ([`check_link_type`]).
+//! file is started: both formats hold 0 to 65535, and a larger one is refused
+//! ([`LinkTypeError`]) rather than written as another type.
 
-pub mod pcap;
-pub mod pcapng;
+mod pcap;
+mod pcapng;
 pub mod rotate;
 
 use crate::LinkType;
@@ -22,7 +23,9 @@ use std::io::{self, BufWriter, Write};
 /// The on-disk format to write.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum FileFormat {
+    /// Classic pcap, version 2.4, with the microsecond or nanosecond magic.
     Pcap,
+    /// pcapng, version 1.0: one section, one interface, an enhanced packet block per packet.
     PcapNg,
 }
 
@@ -42,8 +45,8 @@ impl std::fmt::Display for FileFormat {
     FileFormat::PcapNg => "an interface description block's link-type field is 16 bits: 0 to 65535",
 })]
 pub struct LinkTypeError {
-    pub link: LinkType,
-    pub format: FileFormat,
+    link: LinkType,
+    format: FileFormat,
 }
 
 /// The 16-bit value `format` records `link` as, or why it cannot. weir's pcap reader keeps the
@@ -51,7 +54,7 @@ pub struct LinkTypeError {
 /// type above 65535 reaches here from a damaged or foreign header: writing it
 /// cut to 16 bits (pcapng) or with those bits in the flags (pcap) would label
 /// the packets as another link type.
-pub fn check_link_type(format: FileFormat, link: LinkType) -> Result<u16, LinkTypeError> {
+fn check_link_type(format: FileFormat, link: LinkType) -> Result<u16, LinkTypeError> {
     u16::try_from(link.0).map_err(|_| LinkTypeError { link, format })
 }
 
@@ -63,19 +66,32 @@ fn link_field(format: FileFormat, link: LinkType) -> io::Result<u16> {
 /// Timestamp resolution of the written file.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum TsPrecision {
+    /// Microseconds: the sub-microsecond part of a timestamp is dropped.
     Micro,
+    /// Nanoseconds: timestamps are written whole.
     Nano,
 }
 
 /// A pcap or pcapng writer over any byte sink.
+///
+/// Output goes through a 1 MiB buffer: [`finish`](Self::finish) writes out
+/// the rest and reports its errors. Dropping the writer also writes it out,
+/// but loses any error.
 pub enum TraceWriter<W: Write> {
+    /// Writing classic pcap.
     Pcap(pcap::PcapWriter<W>),
+    /// Writing pcapng.
     PcapNg(pcapng::PcapNgWriter<W>),
 }
 
 impl<W: Write> TraceWriter<W> {
-    /// Start a file: writes the file header (pcap) or section and interface blocks
-    /// (pcapng). A link type the format cannot hold is refused (`InvalidInput`).
+    /// Start a file: writes the file header (pcap) or section and interface
+    /// blocks (pcapng) that declare `link` and `snaplen` (in bytes; packets
+    /// are not cut to it).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a link type the format cannot hold; the sink's own.
     pub fn new(w: W, format: FileFormat, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         Ok(match format {
             FileFormat::Pcap => TraceWriter::Pcap(pcap::PcapWriter::new(w, link, snaplen, precision)?),
@@ -83,6 +99,14 @@ impl<W: Write> TraceWriter<W> {
         })
     }
 
+    /// Append one packet: `ts_ns` nanoseconds since the Unix epoch, `data` its
+    /// captured bytes, `wire_len` its length on the wire (written as given, as
+    /// libpcap does, even below `data.len()`). pcap holds seconds up to 2106:
+    /// later times are clamped to its last second.
+    ///
+    /// # Errors
+    ///
+    /// The sink's, when the buffer is handed to it.
     #[inline]
     pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
         match self {
@@ -92,7 +116,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Bytes the next packet of `caplen` captured bytes will add to the file.
-    pub fn record_len(&self, caplen: usize) -> u64 {
+    fn record_len(&self, caplen: usize) -> u64 {
         match self {
             TraceWriter::Pcap(_) => pcap::record_len(caplen),
             TraceWriter::PcapNg(_) => pcapng::record_len(caplen),
@@ -111,19 +135,24 @@ impl<W: Write> TraceWriter<W> {
         self.counted().bytes
     }
 
+    /// Packets written so far.
     pub fn packets_written(&self) -> u64 {
         self.counted().packets
     }
 
     /// Hand everything buffered to the underlying sink (the kernel, for a file).
-    pub fn flush(&mut self) -> io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         match self {
             TraceWriter::Pcap(w) => w.out.out.flush(),
             TraceWriter::PcapNg(w) => w.out.out.flush(),
         }
     }
 
-    /// Flush and hand back the underlying sink.
+    /// Write out the buffer and hand back the underlying sink.
+    ///
+    /// # Errors
+    ///
+    /// The sink's, for what was still buffered.
     pub fn finish(self) -> io::Result<W> {
         let out = match self {
             TraceWriter::Pcap(w) => w.out,

@@ -16,17 +16,18 @@ const FILE_HEADER_LEN: u64 = 24;
 const RECORD_HEADER_LEN: u64 = 16;
 
 /// Bytes one packet of `caplen` bytes takes in a pcap file.
-pub fn record_len(caplen: usize) -> u64 {
+pub(super) fn record_len(caplen: usize) -> u64 {
     RECORD_HEADER_LEN + caplen as u64
 }
 
+/// A classic pcap file being written; used through [`TraceWriter::Pcap`](super::TraceWriter::Pcap).
 pub struct PcapWriter<W: Write> {
     pub(super) out: Counted<W>,
     nanos: bool,
 }
 
 impl<W: Write> PcapWriter<W> {
-    pub fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
+    pub(super) fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         let nanos = precision == TsPrecision::Nano;
         let link = link_field(FileFormat::Pcap, link)?;
         let mut out = Counted::new(w);
@@ -43,7 +44,7 @@ impl<W: Write> PcapWriter<W> {
     }
 
     #[inline]
-    pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
+    pub(super) fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
         let (secs, ns) = split_ts(ts_ns);
         let frac = if self.nanos { ns } else { ns / 1000 };
         let mut h = [0u8; RECORD_HEADER_LEN as usize];

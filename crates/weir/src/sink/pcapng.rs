@@ -24,10 +24,11 @@ fn pad4(n: usize) -> usize {
 }
 
 /// Bytes one packet of `caplen` bytes takes in an EPB.
-pub fn record_len(caplen: usize) -> u64 {
+pub(super) fn record_len(caplen: usize) -> u64 {
     EPB_OVERHEAD + pad4(caplen) as u64
 }
 
+/// A pcapng file being written; used through [`TraceWriter::PcapNg`](super::TraceWriter::PcapNg).
 pub struct PcapNgWriter<W: Write> {
     pub(super) out: Counted<W>,
     nanos: bool,
@@ -50,7 +51,7 @@ fn block<W: Write>(out: &mut Counted<W>, ty: u32, body: &[u8]) -> io::Result<()>
 }
 
 impl<W: Write> PcapNgWriter<W> {
-    pub fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
+    pub(super) fn new(w: W, link: LinkType, snaplen: u32, precision: TsPrecision) -> io::Result<Self> {
         let nanos = precision == TsPrecision::Nano;
         let link = link_field(FileFormat::PcapNg, link)?;
         let mut out = Counted::new(w);
@@ -77,7 +78,7 @@ impl<W: Write> PcapNgWriter<W> {
     }
 
     #[inline]
-    pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
+    pub(super) fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
         let ts = if self.nanos { ts_ns } else { ts_ns / 1000 };
         let padded = pad4(data.len());
         let total = (EPB_OVERHEAD as usize + padded) as u32;

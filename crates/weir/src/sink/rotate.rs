@@ -69,6 +69,7 @@ impl RotateError {
 }
 
 impl RotationPolicy {
+    /// Whether any limit starts new files; a file limit alone does not.
     pub fn rotates(&self) -> bool {
         self.max_bytes.is_some() || self.max_seconds.is_some() || self.max_packets.is_some()
     }
@@ -77,21 +78,40 @@ impl RotationPolicy {
 /// What every file of the rotation holds.
 #[derive(Copy, Clone, Debug)]
 pub struct FileSpec {
+    /// The file format.
     pub format: FileFormat,
+    /// The link type every file declares; the format must hold it.
     pub link: LinkType,
+    /// The snapshot length every file declares, in bytes; packets are not cut to it.
     pub snaplen: u32,
+    /// The timestamp resolution.
     pub precision: TsPrecision,
 }
 
+/// Why a [`RotatingWriter`] was refused or could not write.
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
+    /// The name pattern is empty or has an invalid strftime conversion.
     #[error("output name pattern {pattern:?}: {reason}")]
-    Pattern { pattern: String, reason: String },
-    /// Shown as the path; the I/O error follows as its source.
+    Pattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Creating, writing, syncing or deleting a file, or probing its
+    /// directory, failed. Shown as the path; the I/O error follows as its source.
     #[error("{}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// A limit of the [`RotationPolicy`] is 0; the text says which.
     #[error("rotation limits must be positive: {0}")]
     Policy(&'static str),
+    /// The file format cannot hold the link type.
     #[error(transparent)]
     LinkType(#[from] LinkTypeError),
 }
@@ -114,6 +134,8 @@ enum Target {
     Stream { file: Option<File>, name: PathBuf },
 }
 
+/// Writes a capture to files named from a pattern, rotating them by the
+/// [`RotationPolicy`], or to one stream; see the module documentation.
 pub struct RotatingWriter {
     target: Target,
     spec: FileSpec,
@@ -127,6 +149,15 @@ pub struct RotatingWriter {
 const SEQ: &str = "{seq}";
 
 impl RotatingWriter {
+    /// Files named from `pattern` (see the module documentation) in the shape
+    /// of `spec`, started anew as `policy` says. Nothing is created until
+    /// [`prepare`](Self::prepare) or the first packet.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::Policy`] for a limit of 0, [`RotateError::Pattern`] for
+    /// an empty pattern or an invalid conversion, [`RotateError::LinkType`]
+    /// for a link type the format cannot hold.
     pub fn new(pattern: &str, spec: FileSpec, policy: RotationPolicy) -> Result<Self, RotateError> {
         if policy.max_bytes == Some(0) || policy.max_packets == Some(0) || policy.max_seconds == Some(0) {
             return Err(RotateError::Policy("size, time and packet limits start at 1"));
@@ -144,6 +175,10 @@ impl RotatingWriter {
 
     /// Write everything to `file`, an open stream such as standard output, called
     /// `name` in messages. It is never rotated.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::LinkType`] for a link type the format cannot hold.
     pub fn stream(file: File, name: &str, spec: FileSpec) -> Result<Self, RotateError> {
         Self::with_target(Target::Stream { file: Some(file), name: PathBuf::from(name) }, spec, RotationPolicy::default())
     }
@@ -169,6 +204,13 @@ impl RotatingWriter {
         }
     }
 
+    /// Write one packet, as [`TraceWriter::write_packet`] takes it, into the
+    /// current file, or first into a new one when a limit says so. A file's
+    /// first packet always goes into it, whatever its size.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::Io`] from closing, creating, deleting or writing a file.
     pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> Result<(), RotateError> {
         if self.needs_new_file(ts_ns, data.len()) {
             self.open_next(Some(ts_ns))?;
@@ -268,12 +310,13 @@ impl RotatingWriter {
         Ok(())
     }
 
-    /// Files written and still kept, oldest first.
-    pub fn files(&self) -> impl Iterator<Item = &PathBuf> {
-        self.kept.iter()
-    }
-
-    /// Close the last file; if nothing was written at all, write one empty file.
+    /// Close the last file; if nothing was written at all, write one empty
+    /// file. Returns the files written and still kept, oldest first (for a
+    /// stream, its name).
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::Io`] from writing out, syncing or creating a file.
     pub fn finish(mut self) -> Result<Vec<PathBuf>, RotateError> {
         if self.cur.is_none() && self.kept.is_empty() {
             self.open_next(Some(now_ns()))?;
@@ -491,7 +534,7 @@ mod tests {
         for i in 0..3u64 {
             w.write_packet(i * S, &[i as u8; 60], 60).unwrap();
         }
-        let files: Vec<PathBuf> = w.files().cloned().collect();
+        let files: Vec<PathBuf> = w.kept.iter().cloned().collect();
         assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 24 + 2 * (16 + 60), "a closed file is complete");
         assert_eq!(std::fs::metadata(&files[1]).unwrap().len(), 24, "the open file's header is on disk at once");
         w.flush().unwrap();

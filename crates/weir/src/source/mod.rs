@@ -29,7 +29,7 @@ pub struct CaptureOptions {
     /// Packets it rejects are counted as filtered and take no cell (live sources
     /// may run it in the kernel instead, where rejected packets are not seen).
     /// It may be replaced while capture runs: kernel filters through
-    /// [`FilterSwitch::on_replace`], user-space ones through a watch per unit.
+    /// [`FilterSwitch`]'s appliers, user-space ones through a watch per unit.
     pub filter: FilterSwitch,
     pub pacing: Pacing,
     /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.

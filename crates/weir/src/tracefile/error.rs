@@ -8,12 +8,15 @@ use super::{MAX_CAPLEN, MAX_RECORD_BYTES};
 use std::fmt;
 use std::path::PathBuf;
 
-/// A trace that libpcap would not read (or that exceeds weir's limits), and where.
+/// A trace that libpcap would not read (or that exceeds weir's limits), and
+/// where: the message starts with the absolute byte offset of the header,
+/// record, block or option at fault.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("byte offset {offset}: {kind}")]
 pub struct FormatError {
     /// Absolute file offset of the header, record, block or option at fault.
-    pub offset: u64,
+    pub(super) offset: u64,
+    /// What is wrong.
     pub kind: FormatErrorKind,
 }
 
@@ -26,8 +29,11 @@ impl FormatError {
 /// The part of a trace an error is about.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Item {
+    /// The 24-byte header that starts a pcap file.
     PcapFileHeader,
+    /// The header of a pcap packet record: its timestamp and lengths.
     PcapRecordHeader,
+    /// A pcap packet record: its header and captured bytes.
     PcapRecord,
     /// The type and length that start every pcapng block.
     BlockHeader,
@@ -57,78 +63,277 @@ impl fmt::Display for Item {
     }
 }
 
-/// What was wrong. Messages name the values seen.
+/// What was wrong. Messages name the values seen; lengths are in bytes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FormatErrorKind {
+    /// The file is gzip-compressed, which libpcap does not read either.
     #[error("the file is gzip-compressed; decompress it first (weir, like libpcap, reads only uncompressed pcap and pcapng)")]
     Gzip,
+    /// The file starts with neither a pcap magic number nor a pcapng section header.
     #[error("not a pcap or pcapng file: it starts with bytes {:02x} {:02x} {:02x} {:02x}", magic[0], magic[1], magic[2], magic[3])]
-    UnknownFormat { magic: [u8; 4] },
+    UnknownFormat {
+        /// The file's first four bytes.
+        magic: [u8; 4],
+    },
+    /// The file ends inside its pcap file header or first pcapng section header.
     #[error("{}", truncated_file_header(*item, *have, *need))]
-    TruncatedFileHeader { item: Item, have: usize, need: usize },
+    TruncatedFileHeader {
+        /// [`Item::PcapFileHeader`], or the section header as an [`Item::Block`].
+        item: Item,
+        /// Bytes the file holds: 0 for an empty file.
+        have: usize,
+        /// Bytes needed to go on: the magic number's, those up to the length
+        /// of a section header, or the whole header's.
+        need: usize,
+    },
+    /// A pcap version before 2.0.
     #[error("pcap version {major}.{minor} is archaic (older than 2.0) and not supported")]
-    ArchaicPcapVersion { major: u16, minor: u16 },
+    ArchaicPcapVersion {
+        /// The file header's major version.
+        major: u16,
+        /// The file header's minor version.
+        minor: u16,
+    },
+    /// A pcap version libpcap does not read: not 2.0 to 2.4, nor DG/UX's 543.0.
     #[error("unsupported pcap version {major}.{minor} (readable: 2.0 to 2.4, and 543.0)")]
-    UnsupportedPcapVersion { major: u16, minor: u16 },
+    UnsupportedPcapVersion {
+        /// The file header's major version.
+        major: u16,
+        /// The file header's minor version.
+        minor: u16,
+    },
+    /// The file ends inside a record, a block or their header.
     #[error("file ends {have} bytes into a {need}-byte {item}")]
-    Truncated { item: Item, have: usize, need: u64 },
+    Truncated {
+        /// What is cut short.
+        item: Item,
+        /// Bytes the file holds from the item's start.
+        have: usize,
+        /// Bytes it needs: a header's length, or the length a record or block claims.
+        need: u64,
+    },
+    /// A pcap record captured more than libpcap allows for the link type.
     #[error("packet record claims {caplen} captured bytes, more than the {max} maximum for link type {link_type}")]
-    CaplenOverMaximum { caplen: u32, max: u32, link_type: u32 },
+    CaplenOverMaximum {
+        /// The record's captured length.
+        caplen: u32,
+        /// libpcap's maximum for the link type (256 KiB for most).
+        max: u32,
+        /// The file's LINKTYPE_ value.
+        link_type: u32,
+    },
+    /// A packet libpcap reads, but with more than [`MAX_CAPLEN`] captured bytes.
     #[error("{item} claims {caplen} captured bytes, more than the {MAX_CAPLEN} weir holds (libpcap's limit here is {allowed})")]
-    CaplenOverWeirLimit { item: Item, caplen: u32, allowed: u32 },
+    CaplenOverWeirLimit {
+        /// The pcap record or pcapng packet block.
+        item: Item,
+        /// Its captured length.
+        caplen: u32,
+        /// The largest captured length libpcap accepts there.
+        allowed: u32,
+    },
+    /// A section header's byte-order magic is neither 0x1A2B3C4D nor its byte swap.
     #[error("section header block has byte-order magic {found:#010x}, neither 0x1a2b3c4d nor its byte swap")]
-    BadByteOrderMagic { found: u32 },
+    BadByteOrderMagic {
+        /// The value read: little-endian in the first section header, in the
+        /// file's byte order in a later one.
+        found: u32,
+    },
+    /// The first section header claims a length libpcap refuses.
     #[error("section header block claims length {length}, outside the 28 to 1048576 bytes libpcap accepts")]
-    SectionHeaderLength { length: u32 },
+    SectionHeaderLength {
+        /// The length it claims.
+        length: u32,
+    },
+    /// The first section header's pcapng version is neither 1.0 nor 1.2.
     #[error("unsupported pcapng version {major}.{minor} (readable: 1.0 and 1.2)")]
-    UnsupportedPcapngVersion { major: u16, minor: u16 },
+    UnsupportedPcapngVersion {
+        /// The section header's major version.
+        major: u16,
+        /// The section header's minor version.
+        minor: u16,
+    },
+    /// A later section header's major version is not 1.
     #[error("section header block has major version {major}; only pcapng 1.x is readable")]
-    PcapngMajorVersion { major: u16 },
+    PcapngMajorVersion {
+        /// The section header's major version.
+        major: u16,
+    },
+    /// A later section is in the other byte order than the first.
     #[error("section header block switches the byte order; libpcap requires every section to keep the first one's")]
     ByteOrderChange,
+    /// A pcapng file ends before its first interface description block.
     #[error("the file has no interface description block, so its link type is unknown")]
     NoInterface,
+    /// A packet block comes before the first interface description block.
     #[error("{block} comes before any interface description block, so its link type is unknown")]
-    PacketBeforeInterface { block: Item },
+    PacketBeforeInterface {
+        /// The packet block.
+        block: Item,
+    },
+    /// A block claims less than the 12 bytes of its header and trailer.
     #[error("{block} claims length {length}, less than the 12-byte minimum")]
-    BlockTooShort { block: Item, length: u32 },
+    BlockTooShort {
+        /// The block, by its type.
+        block: Item,
+        /// The length it claims.
+        length: u32,
+    },
+    /// A block's length is not a multiple of 4.
     #[error("{block} claims length {length}, not a multiple of 4")]
-    BlockMisaligned { block: Item, length: u32 },
+    BlockMisaligned {
+        /// The block, by its type.
+        block: Item,
+        /// The length it claims.
+        length: u32,
+    },
+    /// A block is longer than libpcap accepts.
     #[error("{block} claims length {length}, more than the {max}-byte maximum")]
-    BlockTooLong { block: Item, length: u32, max: u32 },
+    BlockTooLong {
+        /// The block, by its type.
+        block: Item,
+        /// The length it claims.
+        length: u32,
+        /// libpcap's limit: 16 MiB, or more once the first interface's link
+        /// type allows larger packets.
+        max: u32,
+    },
+    /// A block libpcap reads, but longer than [`MAX_RECORD_BYTES`].
     #[error("{block} claims length {length}, more than the {MAX_RECORD_BYTES} bytes weir holds (libpcap's limit here is {allowed})")]
-    BlockOverWeirLimit { block: Item, length: u32, allowed: u32 },
+    BlockOverWeirLimit {
+        /// The block, by its type.
+        block: Item,
+        /// The length it claims.
+        length: u32,
+        /// libpcap's limit there.
+        allowed: u32,
+    },
+    /// A block's trailing length differs from the one in its header.
     #[error("{block} has length {header} in its header but {trailer} in its trailer")]
-    TrailerMismatch { block: Item, header: u32, trailer: u32 },
+    TrailerMismatch {
+        /// The block, by its type.
+        block: Item,
+        /// The length in its header.
+        header: u32,
+        /// The length in its trailer.
+        trailer: u32,
+    },
+    /// A block is too short for the fields every block of its type has.
     #[error("{block} of {length} bytes is too short for its {need}-byte fixed part")]
-    FixedPartTooShort { block: Item, length: u32, need: u32 },
+    FixedPartTooShort {
+        /// The block, by its type.
+        block: Item,
+        /// The block's length.
+        length: u32,
+        /// Bytes of those fields, after the 8-byte block header.
+        need: u32,
+    },
+    /// An interface description block has 1 to 3 bytes left after its last option.
     #[error("{block} has {remaining} bytes after its last option, too few for an option header")]
-    OptionHeaderTruncated { block: Item, remaining: usize },
+    OptionHeaderTruncated {
+        /// The interface description block.
+        block: Item,
+        /// Bytes left after the last option.
+        remaining: usize,
+    },
+    /// An option of an interface description block runs past the block's end.
     #[error("{block} option {code} claims {length} bytes ({padded} padded), but only {remaining} remain in the block")]
-    OptionOverrun { block: Item, code: u16, length: u16, padded: usize, remaining: usize },
+    OptionOverrun {
+        /// The interface description block.
+        block: Item,
+        /// The option's code.
+        code: u16,
+        /// The value length it claims.
+        length: u16,
+        /// That length rounded up to a multiple of 4, as options are stored.
+        padded: usize,
+        /// Bytes left in the block after the option's header.
+        remaining: usize,
+    },
+    /// An interface description block's `opt_endofopt` has a value.
     #[error("interface description block has opt_endofopt with length {length}, not 0")]
-    EndOfOptLength { length: u16 },
+    EndOfOptLength {
+        /// The length it claims.
+        length: u16,
+    },
+    /// A timestamp option of an interface description block has the wrong length.
     #[error("interface description block has an {option} option of length {length}, not {expected}")]
-    OptionLength { option: &'static str, length: u16, expected: u16 },
+    OptionLength {
+        /// The option: `if_tsresol` or `if_tsoffset`.
+        option: &'static str,
+        /// The length it claims.
+        length: u16,
+        /// Its type's length.
+        expected: u16,
+    },
+    /// An interface description block has a timestamp option twice.
     #[error("interface description block has more than one {option} option")]
-    DuplicateOption { option: &'static str },
+    DuplicateOption {
+        /// The option: `if_tsresol` or `if_tsoffset`.
+        option: &'static str,
+    },
+    /// An `if_tsresol` so fine that a second has more units than 64 bits count.
     #[error(
         "interface description block has if_tsresol {value:#04x}: a resolution of {}^-{} seconds is finer than 64-bit timestamps can count",
         if value & 0x80 != 0 { 2 } else { 10 },
         value & 0x7f
     )]
-    TsresolTooFine { value: u8 },
+    TsresolTooFine {
+        /// The option's byte: the top bit picks base 2 over 10, the others are
+        /// the negative exponent.
+        value: u8,
+    },
+    /// A later interface's link type differs from the first one's, compared
+    /// as libpcap compares them.
     #[error("{}", link_type_mismatch(*link_type, *first, *first_dlt))]
-    LinkTypeMismatch { link_type: u16, first: u32, first_dlt: u32 },
+    LinkTypeMismatch {
+        /// The later interface's link type, as written.
+        link_type: u16,
+        /// The first interface's link type, as written (LINKTYPE_).
+        first: u32,
+        /// The first interface's link type as libpcap numbers it (DLT_), which
+        /// is what the later one is compared with.
+        first_dlt: u32,
+    },
+    /// A later interface's snapshot length differs from the first one's.
     #[error("interface description block has snapshot length {snaplen}, different from the first interface's {first}")]
-    SnaplenMismatch { snaplen: u32, first: u32 },
+    SnaplenMismatch {
+        /// The later interface's snapshot length, as written.
+        snaplen: u32,
+        /// The first interface's, as libpcap reads it (0 becomes the link type's maximum).
+        first: u32,
+    },
+    /// A packet block names an interface its section has not described.
     #[error("{block} names interface {id}, but the section has {count} interface description blocks")]
-    UnknownInterface { block: Item, id: u32, count: usize },
+    UnknownInterface {
+        /// The packet block.
+        block: Item,
+        /// The interface id it names.
+        id: u32,
+        /// Interfaces the section has described so far.
+        count: usize,
+    },
+    /// A packet block captured more than the snapshot length.
     #[error("{block} claims {caplen} captured bytes, more than the snapshot length {snapshot}")]
-    CaplenOverSnaplen { block: Item, caplen: u32, snapshot: u32 },
+    CaplenOverSnaplen {
+        /// The packet block.
+        block: Item,
+        /// Its captured length.
+        caplen: u32,
+        /// The file's snapshot length, [`TraceHeader::snapshot`](super::TraceHeader::snapshot).
+        snapshot: u32,
+    },
+    /// A packet block's captured bytes run past its end.
     #[error("{block} claims {caplen} captured bytes but has room for only {room}")]
-    PacketDataOverrun { block: Item, caplen: u32, room: usize },
+    PacketDataOverrun {
+        /// The packet block.
+        block: Item,
+        /// Its captured length.
+        caplen: u32,
+        /// Bytes between its fixed fields and its trailer.
+        room: usize,
+    },
 }
 
 fn truncated_file_header(item: Item, have: usize, need: usize) -> String {
@@ -156,8 +361,20 @@ fn link_type_mismatch(link_type: u16, first: u32, first_dlt: u32) -> String {
 /// the chain does not say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// The file could not be opened or read.
     #[error("{}: {error}", path.display())]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        error: std::io::Error,
+    },
+    /// The file is malformed, or exceeds weir's limits.
     #[error("{}: {error}", path.display())]
-    Format { path: PathBuf, error: FormatError },
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        error: FormatError,
+    },
 }

@@ -41,11 +41,13 @@ pub use read::for_each_packet;
 use crate::LinkType;
 use std::ops::Range;
 
-/// Upper bound of a single record or block the walker will ever ask for:
-/// libpcap's pcapng block limit, which also covers the largest pcap record.
+/// Upper bound, in bytes, of a single record or block the walker will ever ask
+/// for: libpcap's pcapng block limit, which also covers the largest pcap record.
+/// A buffer this large always satisfies a [`Step::Need`].
 pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 
-/// Largest caplen any [`Record`] can have: libpcap's `MAXIMUM_SNAPLEN`.
+/// Largest captured length, in bytes, any [`Record`] can have: libpcap's
+/// `MAXIMUM_SNAPLEN` (256 KiB).
 pub const MAX_CAPLEN: usize = linktype::MAXIMUM_SNAPLEN as usize;
 
 /// Timestamps are nanoseconds; both formats store seconds and a fraction.
@@ -54,22 +56,29 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// The two container formats.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TraceKind {
+    /// Classic pcap (libpcap's savefile): a file header, then packet records.
     Pcap,
+    /// pcapng: sections of typed blocks.
     PcapNg,
 }
 
 /// What the file header says, known after [`Walker`] has returned its first [`Step::Header`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceHeader {
+    /// The container format.
     pub kind: TraceKind,
     /// The LINKTYPE_ value, without the FCS bits a pcap header may carry above it.
     pub link_type: LinkType,
     /// Snapshot length from the header (pcap) or the first IDB (pcapng; 0 means unlimited there).
-    pub snaplen: u32,
-    /// The snapshot length libpcap reports (`pcap_snapshot`): `snaplen`, or the
-    /// link type's maximum when `snaplen` is 0 or above it.
+    pub(crate) snaplen: u32,
+    /// The snapshot length libpcap reports (`pcap_snapshot`), in bytes: the one
+    /// the file declares, or the link type's maximum when that is 0 or does
+    /// not fit a C `int`; 14 more in Kuznetzov's patched pcap format on
+    /// Ethernet. No record's captured bytes exceed it.
     pub snapshot: u32,
-    /// True when the file stores nanosecond timestamps (pcap nsec magic; pcapng if_tsresol finer than µs).
+    /// True when the file stores timestamps finer than microseconds (pcap nsec
+    /// magic; pcapng `if_tsresol` of its first interface). [`Record::ts_ns`]
+    /// is in nanoseconds either way.
     pub nanosecond: bool,
     /// The format version: the pcap file header's, or the first section header's.
     pub version: (u16, u16),
@@ -87,6 +96,8 @@ pub struct Record {
     pub consumed: usize,
     /// Where the captured bytes are in `buf` (caplen = data.len()).
     pub data: Range<usize>,
+    /// Length of the packet on the wire, in bytes, as the file states it: it
+    /// may be below the captured length in a damaged or crafted file.
     pub wire_len: u32,
     /// Nanoseconds since the Unix epoch, exactly what libpcap reports in nano
     /// precision (seconds × 10⁹ + fraction, wrapping as libpcap's 64-bit sum does).
@@ -95,26 +106,31 @@ pub struct Record {
     /// fraction (a microsecond field of a million or more, or negative) carried
     /// into `ts_ns`; libpcap hands such a record over uncarried, and its
     /// compatible API must too ([`crate::Packet::ts_carry`]).
-    pub ts_carry: u32,
+    pub(crate) ts_carry: u32,
 }
 
 /// What the next bytes of a trace are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// The header is now known: `walker.header()` returns it. `consumed` bytes
-    /// used: the pcap file header, or the first pcapng interface description block.
+    /// The header is now known: [`Walker::header`] returns it.
     Header {
+        /// Bytes of `buf` used: the pcap file header, or the first pcapng
+        /// interface description block.
         consumed: usize,
     },
+    /// A packet.
     Packet(Record),
     /// A record or block without a packet: the pcapng section headers, the
     /// blocks before the first interface description block, later interface
     /// description blocks, ISB, NRB, DSB, custom and unknown blocks.
     Skip {
+        /// Bytes of `buf` the record or block occupies.
         consumed: usize,
     },
-    /// Not enough bytes: call again with at least `need` bytes in `buf` (only when `eof` was false).
+    /// Not enough bytes (only when `eof` was false); nothing was consumed.
     Need {
+        /// Call again with at least this many bytes in `buf`, counted from the
+        /// same offset: more than it held, and at most [`MAX_RECORD_BYTES`].
         need: usize,
     },
     /// Clean end: `buf` is empty and `eof` is true.
@@ -152,16 +168,21 @@ impl Default for Walker {
 }
 
 impl Walker {
+    /// A walker at the start of a file.
     pub fn new() -> Walker {
         Walker { state: State::Start }
     }
 
-    /// Parse the next item. `buf` holds file bytes starting at absolute file offset `offset`.
-    /// `eof` = no bytes exist after `buf`. Never panics, never loops forever, never
-    /// returns `Need` when eof is true (returns a truncation error instead, or End when buf is empty).
-    /// A `Need { need }` is satisfiable: need > buf.len() and need <= MAX_RECORD_BYTES.
+    /// Parse the next item. `buf` holds the unconsumed file bytes, starting at
+    /// absolute file offset `offset`; `eof` says no bytes exist after `buf`.
+    /// Never panics, never loops forever, never returns `Need` when `eof` is
+    /// true (a truncation error instead, or `End` when `buf` is empty).
     ///
-    /// After an error the walker has not moved: the same call gives the same error.
+    /// # Errors
+    ///
+    /// A [`FormatError`] where libpcap refuses or stops reading the file, or
+    /// the file exceeds weir's limits. The walker has not moved: the same call
+    /// gives the same error.
     #[inline]
     pub fn next(&mut self, buf: &[u8], offset: u64, eof: bool) -> Result<Step, FormatError> {
         match &mut self.state {
@@ -171,6 +192,7 @@ impl Walker {
         }
     }
 
+    /// The file's header, from the first [`Step::Header`] on; `None` before.
     pub fn header(&self) -> Option<&TraceHeader> {
         match &self.state {
             State::Start => None,
