@@ -11,10 +11,12 @@
 //!   fails. glibc's setuid, setgid and setgroups change every thread of the
 //!   process, so threads started before the drop are covered; anything short of
 //!   a full drop is an error, never a warning.
-//! - [`missing_capability`] turns a refused operation into advice, reading
-//!   which capabilities the process holds from `CapEff` in /proc/self/status:
-//!   "opening a packet socket needs CAP_NET_RAW, which this process lacks (run
-//!   as root, or: setcap cap_net_raw,cap_net_admin=eip /usr/bin/weir)".
+//! - [`current`] reads the identity back, to report what the process runs as.
+//! - Inside the crate, `missing_capability` turns a refused operation into
+//!   advice, reading which capabilities the process holds from `CapEff` in
+//!   /proc/self/status: "opening a packet socket needs CAP_NET_RAW, which this
+//!   process lacks (run as root, or: setcap cap_net_raw,cap_net_admin=eip
+//!   /usr/bin/weir)". [`tx`](crate::tx) errors carry it.
 //!
 //! Sockets, rings and mappings opened before the drop keep working after it;
 //! files opened after it are opened as the new user.
@@ -26,53 +28,41 @@ use std::io;
 
 /// A Linux capability (linux/capability.h numbering).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Capability {
+pub(crate) enum Capability {
     SetGid = 6,
     SetUid = 7,
     NetAdmin = 12,
     NetRaw = 13,
-    IpcLock = 14,
     SysAdmin = 21,
-    Bpf = 39,
 }
 
 impl Capability {
-    pub fn bit(self) -> u64 {
+    fn bit(self) -> u64 {
         1 << self as u32
     }
 
     /// The name as the kernel documents it, e.g. `CAP_NET_RAW`.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Capability::SetGid => "CAP_SETGID",
             Capability::SetUid => "CAP_SETUID",
             Capability::NetAdmin => "CAP_NET_ADMIN",
             Capability::NetRaw => "CAP_NET_RAW",
-            Capability::IpcLock => "CAP_IPC_LOCK",
             Capability::SysAdmin => "CAP_SYS_ADMIN",
-            Capability::Bpf => "CAP_BPF",
         }
     }
 
     /// The name as setcap(8) takes it, e.g. `cap_net_raw`.
-    pub fn setcap_name(self) -> String {
+    fn setcap_name(self) -> String {
         self.name().to_ascii_lowercase()
     }
 }
 
 /// Something weir does that the kernel allows only with capabilities.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     /// An AF_PACKET socket, for capture or for sending.
     PacketSocket,
-    /// An AF_XDP socket.
-    XdpSocket,
-    /// Changing an interface: promiscuous mode, channels, attaching XDP.
-    ConfigureInterface,
-    /// Loading an eBPF program or map.
-    LoadBpf,
-    /// Locking memory beyond RLIMIT_MEMLOCK (an AF_XDP UMEM).
-    LockMemory,
     /// Entering another network namespace (setns).
     EnterNetns,
     /// Becoming another user (`-Z`).
@@ -81,12 +71,9 @@ pub enum Operation {
 
 impl Operation {
     /// The capabilities the operation needs, all of them.
-    pub fn needs(self) -> &'static [Capability] {
+    fn needs(self) -> &'static [Capability] {
         match self {
-            Operation::PacketSocket | Operation::XdpSocket => &[Capability::NetRaw],
-            Operation::ConfigureInterface => &[Capability::NetAdmin],
-            Operation::LoadBpf => &[Capability::Bpf, Capability::NetAdmin],
-            Operation::LockMemory => &[Capability::IpcLock],
+            Operation::PacketSocket => &[Capability::NetRaw],
             Operation::EnterNetns => &[Capability::SysAdmin],
             Operation::ChangeUser => &[Capability::SetUid, Capability::SetGid],
         }
@@ -95,10 +82,6 @@ impl Operation {
     fn describe(self) -> &'static str {
         match self {
             Operation::PacketSocket => "opening a packet socket",
-            Operation::XdpSocket => "opening an AF_XDP socket",
-            Operation::ConfigureInterface => "configuring the interface",
-            Operation::LoadBpf => "loading an eBPF program",
-            Operation::LockMemory => "locking packet memory",
             Operation::EnterNetns => "entering a network namespace",
             Operation::ChangeUser => "changing to another user",
         }
@@ -110,7 +93,7 @@ impl Operation {
 const BASELINE: [Capability; 2] = [Capability::NetRaw, Capability::NetAdmin];
 
 /// True for the errors the kernel gives when a capability is missing.
-pub fn is_permission_error(e: &io::Error) -> bool {
+pub(crate) fn is_permission_error(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) || e.kind() == io::ErrorKind::PermissionDenied
 }
 
@@ -121,13 +104,13 @@ fn status_mask(status: &str, field: &str) -> Option<u64> {
 }
 
 /// The capabilities the calling process holds in effect, if /proc says.
-pub fn effective_capabilities() -> Option<u64> {
+fn effective_capabilities() -> Option<u64> {
     status_mask(&std::fs::read_to_string("/proc/self/status").ok()?, "CapEff")
 }
 
 /// Advice for `op` refused by the kernel: which capability is missing and how
 /// to grant it, or, when every needed one is held, that something else forbids it.
-pub fn missing_capability(op: Operation) -> String {
+pub(crate) fn missing_capability(op: Operation) -> String {
     missing_capability_with(op, effective_capabilities())
 }
 
@@ -188,24 +171,59 @@ fn groups() -> Vec<u32> {
     v
 }
 
-/// Why privileges could not be dropped. After any of these the process may be
-/// half-way; the caller should exit.
+/// Why privileges could not be dropped. After `NotPermitted`, `Failed` or
+/// `NotDropped` the process may be half-way; the caller should exit.
 #[derive(Debug, thiserror::Error)]
 pub enum PrivError {
+    /// No user of that name in the password database (a name containing a NUL
+    /// byte never matches). Nothing was changed.
     #[error("dropping privileges: no user {user:?}")]
-    NoSuchUser { user: String },
+    NoSuchUser {
+        /// The user name asked for.
+        user: String,
+    },
+    /// The password database could not be read. Nothing was changed.
     #[error("dropping privileges: looking up user {user:?}: {error}")]
-    Lookup { user: String, error: io::Error },
+    Lookup {
+        /// The user name asked for.
+        user: String,
+        /// What getpwnam_r returned.
+        error: io::Error,
+    },
+    /// The kernel refused a step for want of a capability.
     #[error("dropping privileges to {user}: {step}: {hint}")]
-    NotPermitted { user: String, step: &'static str, hint: String },
+    NotPermitted {
+        /// The user name asked for.
+        user: String,
+        /// The refused call: `initgroups`, `setgid` or `setuid`.
+        step: &'static str,
+        /// Which capability is missing and how to grant it.
+        hint: String,
+    },
+    /// A step failed for another reason.
     #[error("dropping privileges to {user}: {step}: {error}")]
-    Failed { user: String, step: &'static str, error: io::Error },
+    Failed {
+        /// The user name asked for.
+        user: String,
+        /// The failed step: `initgroups`, `setgid`, `setuid` or `clearing capabilities`.
+        step: &'static str,
+        /// The OS error.
+        error: io::Error,
+    },
+    /// Every step succeeded, but the check afterwards found a thread with
+    /// another id or group list, a capability left, or setuid(0) succeeding.
     #[error("dropping privileges to {user}: not fully dropped: {detail}")]
-    NotDropped { user: String, detail: String },
+    NotDropped {
+        /// The user name asked for.
+        user: String,
+        /// What was left, naming the thread's /proc status file where it applies.
+        detail: String,
+    },
 }
 
 impl PrivError {
-    /// True when the error is in what the user asked for (exit code 2 in the CLI).
+    /// True when the error is in what the user asked for (no such user), not
+    /// in the system; the CLI exits with 2 for these.
     pub fn is_bad_input(&self) -> bool {
         matches!(self, PrivError::NoSuchUser { .. })
     }
@@ -292,7 +310,7 @@ fn step(user: &str, step: &'static str, rc: libc::c_int) -> Result<(), PrivError
 }
 
 /// Become `user` for good; see the module documentation. Returns the identity
-/// the process now has.
+/// the process now has. On error, see [`PrivError`] for whether it is safe to go on.
 pub fn drop_to(user: &str) -> Result<Identity, PrivError> {
     let pw = lookup(user)?;
     // SAFETY: `pw.name` is a NUL-terminated user name; initgroups reads it.
@@ -369,8 +387,8 @@ CapEff:\t0000000000002000\nCapBnd:\t000001ffffffffff\n";
         let m = missing_capability_with(Operation::ChangeUser, Some(Capability::SetGid.bit()));
         assert!(m.starts_with("changing to another user needs CAP_SETUID, which"), "{m}");
         assert!(m.contains("setcap cap_net_raw,cap_net_admin,cap_setuid,cap_setgid=eip"), "{m}");
-        let m = missing_capability_with(Operation::LoadBpf, Some(0));
-        assert!(m.contains("needs CAP_BPF and CAP_NET_ADMIN, which this process lacks "), "{m}");
+        let m = missing_capability_with(Operation::ChangeUser, Some(0));
+        assert!(m.contains("needs CAP_SETUID and CAP_SETGID, which this process lacks "), "{m}");
         let m = missing_capability_with(Operation::PacketSocket, Some(Capability::NetRaw.bit()));
         assert!(m.contains("refused although this process holds CAP_NET_RAW"), "{m}");
         let m = missing_capability_with(Operation::EnterNetns, None);

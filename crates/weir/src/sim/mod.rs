@@ -27,8 +27,11 @@
 //! descriptors), a partly filled chunk is published `flush_ns` after its first
 //! packet, and a worker takes a chunk as soon as it is free and one waits.
 //!
-//! Every run is a pure function of its configuration and workload: there is no
-//! wall clock, no thread and no randomness outside the workload's seed.
+//! [`run`] plays a [`Workload`] through the [`SimConfig`] checked by
+//! [`SimConfig::new`] and returns a [`SimReport`]. Every run is a pure function
+//! of its configuration and workload: there is no wall clock, no thread and no
+//! randomness outside the workload's seed. Times are virtual nanoseconds from
+//! the start of the run.
 //!
 //! The cells carry each packet's arrival index as its timestamp, so the order
 //! check (`order.rs`) can tell, as each packet is processed, whether a later
@@ -53,43 +56,65 @@ pub enum EngineKind {
     /// The NIC's descriptor ring is the capture buffer (netmap/DNA type): a
     /// packet is dropped when all `descriptors` hold packets the application has
     /// not finished.
-    RingOnly { descriptors: usize },
+    RingOnly {
+        /// Descriptors in each queue's ring.
+        descriptors: usize,
+    },
     /// Packets are copied from a ring of `descriptors` into a buffer of `slots`
     /// (PF_RING type), `copy_ns` per packet on a core of its own. A full ring is
     /// a capture drop, a full buffer a delivery drop.
-    CopyBuffer { descriptors: usize, slots: usize, copy_ns: u64 },
+    CopyBuffer {
+        /// Descriptors in each queue's ring.
+        descriptors: usize,
+        /// Packets each queue's buffer holds.
+        slots: usize,
+        /// Time to copy one packet, in ns.
+        copy_ns: u64,
+    },
     /// weir's pool, in a balancing mode.
-    Weir { pool: PoolConfig, mode: Mode },
+    Weir {
+        /// Each queue's pool.
+        pool: PoolConfig,
+        /// Basic, advanced (offloading), rebalancing, or rebalancing with offloading.
+        mode: Mode,
+    },
 }
 
 pub use crate::balance::Mode;
 
-/// One simulation.
+/// One simulation's setup, checked by [`SimConfig::new`].
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    pub queues: u16,
+    pub(crate) queues: u16,
     /// Processing time of one packet by a worker.
-    pub cost_ns: u64,
-    pub engine: EngineKind,
+    pub(crate) cost_ns: u64,
+    pub(crate) engine: EngineKind,
     /// A partly filled chunk is published this long after its first packet.
-    pub flush_ns: u64,
+    pub(crate) flush_ns: u64,
     /// The rebalancing controller's tick.
-    pub tick_ns: u64,
+    pub(crate) tick_ns: u64,
 }
 
 /// Why a simulation could not be set up or run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// A configuration or workload value out of range.
     #[error(transparent)]
     Setting(#[from] SettingError),
     /// The weir engine's pools are real ones, checked like a capture's.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The weir engine's pools could not be allocated.
     #[error("simulation: cannot allocate the pools: {0}")]
     Alloc(std::io::Error),
 }
 
 impl SimConfig {
+    /// `queues` queues (1 to 64), each served by a worker spending `cost_ns`
+    /// (at least 1) per packet, with `engine`; partly filled chunks are
+    /// published after 1 ms and the rebalancing controller ticks every 10 ms.
+    /// Errors: a value out of range ([`SimError::Setting`]), or pools of weir's
+    /// engine that exceed the memory budget ([`SimError::Memory`]).
     pub fn new(queues: u16, cost_ns: u64, engine: EngineKind) -> Result<Self, SimError> {
         let bad = |problem: String| Err(SettingError::new(Setting::Simulation, problem).into());
         if queues == 0 || queues > 64 {
@@ -121,15 +146,24 @@ impl SimConfig {
 /// What happened in one simulation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SimReport {
+    /// Packets that reached the NIC.
     pub arrived: u64,
+    /// Packets a worker finished.
     pub delivered: u64,
+    /// Packets dropped at capture: no free descriptor or cell (steering drops
+    /// included).
     pub capture_drops: u64,
+    /// Packets dropped after capture, before a worker had them (a full buffer
+    /// of the copy-buffer engine).
     pub delivery_drops: u64,
     /// Packets in chunks handed to a buddy (advanced mode).
     pub offloaded: u64,
+    /// Buckets the rebalancing controller moved to another queue.
     pub buckets_moved: u64,
     /// Packets dropped by the steering (parking area full, no cell at hand-over).
     pub steering_drops: u64,
+    /// Flow order as the workers saw it (weir's engine only; the others keep it
+    /// by construction and report zeros).
     pub order: OrderStats,
     /// Packets each queue received from the NIC's RSS (after steering).
     pub per_queue: Vec<u64>,
@@ -140,6 +174,8 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// Packets lost: capture drops plus delivery drops, so that
+    /// `arrived == delivered + drops()` once a run has ended.
     pub fn drops(&self) -> u64 {
         self.capture_drops + self.delivery_drops
     }

@@ -11,13 +11,18 @@
 use crate::wire::flow::FlowTuple;
 use std::collections::HashMap;
 
-/// What the check found.
+/// What the order check found over a run. Flows are canonical 5-tuples;
+/// packets without one (not IP, or the IP header cut short) are not counted.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct OrderStats {
-    pub packets: u64,
+    pub(crate) packets: u64,
+    /// Flows seen.
     pub flows: u64,
+    /// Packets processed after a later packet of their flow.
     pub reorder_events: u64,
+    /// Times a flow's packet was processed by another worker than its previous one.
     pub worker_changes: u64,
+    /// Flows processed by more than one worker.
     pub flows_changed_worker: u64,
 }
 

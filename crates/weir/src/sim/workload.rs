@@ -18,18 +18,25 @@ use std::path::Path;
 /// One packet reaching the NIC.
 #[derive(Copy, Clone, Debug)]
 pub struct Arrival<'a> {
+    /// Arrival time in ns from the start of the run.
     pub t_ns: u64,
+    /// The frame's bytes as captured, link header first.
     pub data: &'a [u8],
+    /// The frame's length on the wire in bytes (`data` may be cut short of it).
     pub wire_len: u32,
 }
 
 /// A source of arrivals in time order.
 pub trait Workload {
+    /// The next arrival, no earlier than the previous one; `None` once the
+    /// workload is used up.
     fn next(&mut self) -> Option<Arrival<'_>>;
+    /// The link type of every frame.
     fn link_type(&self) -> LinkType;
 }
 
-/// Line rate of 64-byte frames on 10 Gbit/s Ethernet (with preamble and gap).
+/// Line rate of 64-byte frames on 10 Gbit/s Ethernet (with preamble and gap),
+/// in packets per second.
 pub const LINE_RATE_64B_10G: f64 = 14_880_952.0;
 
 /// Bytes of a synthetic frame.
@@ -69,6 +76,8 @@ pub struct Burst {
 }
 
 impl Burst {
+    /// `packets` packets, one every 1/`pps` s from time 0, cycling through
+    /// `flows` flows (0 counts as 1). Error: a rate that is not finite and above 0.
     pub fn new(packets: u64, pps: f64, flows: u32) -> Result<Self, SettingError> {
         if !(pps > 0.0 && pps.is_finite()) {
             return Err(SettingError::new(Setting::Simulation, format!("burst rate {pps} packets/s: must be above 0")));
@@ -96,14 +105,14 @@ impl Workload for Burst {
 
 /// SplitMix64: a small, fast, well-mixed generator; enough for workloads.
 #[derive(Clone, Debug)]
-pub struct SplitMix(u64);
+struct SplitMix(u64);
 
 impl SplitMix {
-    pub fn new(seed: u64) -> Self {
+    fn new(seed: u64) -> Self {
         SplitMix(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -112,7 +121,7 @@ impl SplitMix {
     }
 
     /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
+    fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -131,6 +140,10 @@ pub struct Skewed {
 }
 
 impl Skewed {
+    /// `packets` packets over `flows` flows, the k-th heaviest weighted
+    /// 1/k^`exponent`, at a mean of `pps` packets per second; a `seed` always
+    /// gives the same arrivals. Errors: no flows, or an exponent that is not
+    /// finite and at least 0, or a rate that is not finite and above 0.
     pub fn new(packets: u64, flows: u32, exponent: f64, pps: f64, seed: u64) -> Result<Self, SettingError> {
         let bad = |problem: String| Err(SettingError::new(Setting::Simulation, problem));
         if flows == 0 {
@@ -182,7 +195,7 @@ pub enum Timing {
     Speed(f64),
 }
 
-/// The packets of a trace file, held in memory.
+/// The packets of a trace file, held in memory, from time 0 on.
 pub struct Trace {
     link: LinkType,
     ts_ns: Vec<u64>,
@@ -195,6 +208,8 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Read every packet of the pcap or pcapng file at `path`, to be timed by
+    /// `timing`. Errors: the file cannot be read or is not a valid trace.
     pub fn load(path: &Path, timing: Timing) -> Result<Self, ReadError> {
         let (mut ts_ns, mut wire, mut spans, mut bytes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (header, _) = for_each_packet(path, |_, rec, data| {
@@ -206,10 +221,7 @@ impl Trace {
         Ok(Trace { link: header.link_type, ts_ns, wire, spans, bytes, timing, at: 0, last_t: 0 })
     }
 
-    pub fn len(&self) -> usize {
-        self.spans.len()
-    }
-
+    /// True when the trace holds no packet.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
@@ -226,12 +238,6 @@ impl Trace {
     /// rate is known, without reading the file again).
     pub fn set_timing(&mut self, timing: Timing) {
         self.timing = timing;
-    }
-
-    /// Start again from the first packet.
-    pub fn rewind(&mut self) {
-        self.at = 0;
-        self.last_t = 0;
     }
 }
 

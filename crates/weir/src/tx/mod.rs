@@ -52,7 +52,8 @@ const BLOCK_BYTES: usize = 64 << 10;
 /// Slot size when the MTU asks for less: a standard 1500-byte MTU frame fits.
 const MIN_FRAME_SIZE: usize = 2048;
 
-/// How to open a [`TxRing`].
+/// How to open a [`TxRing`]. The default: the caller's namespace, through the
+/// qdisc, 2048 slots sized for the MTU, batches of 64, a 5 s stall timeout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TxOptions {
     /// Open the interface inside this network namespace (a name under
@@ -96,34 +97,123 @@ pub struct TxStats {
 }
 
 /// Why a frame could not be sent or the ring not be opened.
+///
+/// The first seven come from [`TxRing::open`]; the rest from
+/// [`TxRing::send`] and [`TxRing::flush`], and the three that refuse a frame
+/// (`AboveMtu`, `TooShort`, `FrameTooLarge`) from [`TxRing::fits`] too.
 #[derive(Debug, thiserror::Error)]
 pub enum TxError {
+    /// No interface of that name, in the namespace given or the caller's.
     #[error("no network interface {iface:?}{}", in_namespace(netns))]
-    NoSuchInterface { iface: String, netns: Option<PathBuf> },
+    NoSuchInterface {
+        /// The interface name asked for.
+        iface: String,
+        /// The namespace it was looked for in, when not the caller's.
+        netns: Option<PathBuf>,
+    },
+    /// The interface is administratively down.
     #[error("interface {iface} is down (bring it up with: ip link set {iface} up)")]
-    Down { iface: String },
+    Down {
+        /// The interface.
+        iface: String,
+    },
+    /// The interface is neither Ethernet nor loopback, so it does not take
+    /// Ethernet frames.
     #[error("interface {iface} is not an Ethernet interface (ARPHRD type {hw_type}): weir sends Ethernet frames only")]
-    NotEthernet { iface: String, hw_type: u16 },
+    NotEthernet {
+        /// The interface.
+        iface: String,
+        /// Its ARPHRD_* hardware type (linux/if_arp.h).
+        hw_type: u16,
+    },
+    /// The network namespace of [`TxOptions::netns`] could not be entered.
     #[error("{detail}")]
-    Netns { detail: String, not_found: bool },
+    Netns {
+        /// What went wrong, worded for the user.
+        detail: String,
+        /// True when the namespace does not exist, rather than being refused.
+        not_found: bool,
+    },
+    /// [`TxOptions`] out of range: a frame size that is not a multiple of 16 or
+    /// leaves no room for an Ethernet header, or no frames or batch.
     #[error("TX ring options: {0}")]
     Options(String),
+    /// A system call that sets up the socket or its ring failed.
     #[error("{what} on {iface}: {error}")]
-    Setup { iface: String, what: &'static str, error: io::Error },
+    Setup {
+        /// The interface.
+        iface: String,
+        /// The step, e.g. "mapping the TX ring".
+        what: &'static str,
+        /// The OS error.
+        error: io::Error,
+    },
+    /// The kernel refused to set up the socket or ring for want of a capability.
     #[error("{iface}: {hint}")]
-    NotPermitted { iface: String, hint: String },
+    NotPermitted {
+        /// The interface.
+        iface: String,
+        /// Which capability is missing and how to grant it.
+        hint: String,
+    },
+    /// The frame is longer than the interface carries. Nothing was queued.
     #[error("a frame of {len} bytes is longer than {iface}'s MTU {mtu} plus its link header ({limit} bytes at most)")]
-    AboveMtu { iface: String, len: usize, mtu: u32, limit: usize },
+    AboveMtu {
+        /// The interface.
+        iface: String,
+        /// Bytes of the frame.
+        len: usize,
+        /// The interface's MTU in bytes.
+        mtu: u32,
+        /// The longest frame it takes: the MTU plus 14 bytes, 18 for a tagged frame.
+        limit: usize,
+    },
+    /// The frame is shorter than an Ethernet header. Nothing was queued.
     #[error("a frame of {len} bytes is shorter than an Ethernet header (14 bytes)")]
-    TooShort { len: usize },
+    TooShort {
+        /// Bytes of the frame.
+        len: usize,
+    },
+    /// The frame fits the interface but not the ring's slots (see
+    /// [`TxOptions::frame_size`]). Nothing was queued.
     #[error("a frame of {len} bytes does not fit the TX ring's slots of {frame_size} bytes ({max} bytes of packet at most)")]
-    FrameTooLarge { len: usize, max: usize, frame_size: usize },
+    FrameTooLarge {
+        /// Bytes of the frame.
+        len: usize,
+        /// Bytes of frame a slot holds: the slot less its 32-byte header.
+        max: usize,
+        /// Bytes per slot.
+        frame_size: usize,
+    },
+    /// Handing frames to the kernel failed (the interface went down or away,
+    /// say). Frames already queued stay in the ring.
     #[error("sending on {iface}: {}{error}", gone(error))]
-    Send { iface: String, error: io::Error },
+    Send {
+        /// The interface.
+        iface: String,
+        /// The OS error of `send()`.
+        error: io::Error,
+    },
+    /// The kernel refused a queued frame as malformed; the ring does not move
+    /// past it.
     #[error("sending on {iface}: the kernel rejected a frame of {len} bytes as malformed")]
-    Rejected { iface: String, len: u32 },
+    Rejected {
+        /// The interface.
+        iface: String,
+        /// Bytes of the refused frame.
+        len: u32,
+    },
+    /// The device took no frame for [`TxOptions::stall_timeout`] while frames
+    /// waited.
     #[error("sending on {iface}: the device took no frame for {:.1} s with {queued} waiting (is the link down?)", waited.as_secs_f64())]
-    Stalled { iface: String, waited: Duration, queued: u64 },
+    Stalled {
+        /// The interface.
+        iface: String,
+        /// How long the device took nothing.
+        waited: Duration,
+        /// Frames still in the ring.
+        queued: u64,
+    },
 }
 
 /// What a send error means when the interface was removed or taken down,
@@ -140,7 +230,9 @@ fn in_namespace(ns: &Option<PathBuf>) -> String {
 }
 
 impl TxError {
-    /// True when the error is in what the user asked for (exit code 2 in the CLI).
+    /// True when the error is in what the user asked for (a missing, down or
+    /// non-Ethernet interface, bad options, a namespace that does not exist),
+    /// not in the system; the CLI exits with 2 for these.
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
@@ -182,7 +274,9 @@ fn geometry(mtu: u32, opts: &TxOptions, page: usize) -> Result<sys::Geometry, Tx
     Ok(sys::Geometry { frame_size, block_size, frames: opts.frames.div_ceil(per_block) * per_block })
 }
 
-/// An AF_PACKET socket bound to one interface, with a TX ring mapped in.
+/// An AF_PACKET socket bound to one interface, with a TX ring mapped in; the
+/// module documentation gives its contract. One owner sends; other threads
+/// may only hand queued frames over, through a [`TxKicker`].
 pub struct TxRing {
     fd: Arc<OwnedFd>,
     ring: sys::RingMap,
@@ -204,7 +298,9 @@ pub struct TxRing {
 }
 
 impl TxRing {
-    /// Open `iface` (in `opts.netns` when set) for sending.
+    /// Open `iface` (in `opts.netns` when set) for sending. Needs CAP_NET_RAW,
+    /// and CAP_SYS_ADMIN for another namespace; the errors are [`TxError`]'s
+    /// first seven.
     pub fn open(iface: &str, opts: &TxOptions) -> Result<TxRing, TxError> {
         let Some(ns) = &opts.netns else { return open_here(iface, opts) };
         let live = LiveOptions { netns: Some(ns.clone()), ..LiveOptions::default() };
@@ -220,21 +316,20 @@ impl TxRing {
         })?
     }
 
-    pub fn iface(&self) -> &str {
-        &self.iface
-    }
-
+    /// The interface's MTU in bytes when the ring was opened (without the
+    /// Ethernet header).
     pub fn mtu(&self) -> u32 {
         self.mtu
     }
 
     /// Bytes of the largest untagged frame the interface takes (MTU plus the
     /// Ethernet header) or the ring holds, whichever is less.
-    pub fn max_frame(&self) -> usize {
+    #[cfg(test)]
+    fn max_frame(&self) -> usize {
         (self.mtu as usize + ETH_HLEN).min(self.ring.capacity())
     }
 
-    /// Slots in the ring and bytes per slot.
+    /// Slots in the ring (after rounding up to whole blocks) and bytes per slot.
     pub fn shape(&self) -> (usize, usize) {
         let g = self.ring.geometry();
         (g.frames, g.frame_size)
@@ -398,6 +493,7 @@ pub struct TxKicker {
 }
 
 impl TxKicker {
+    /// Hand the ring's queued frames to the kernel now, without waiting.
     pub fn kick(&self) {
         // Errors recur at the owner's next send or flush, which reports them.
         let _ = sys::send_queued(&self.fd);
