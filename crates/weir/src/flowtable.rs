@@ -1,6 +1,6 @@
 //! A flow table of bounded size, aged in packet time.
 //!
-//! Contract: a [`FlowTable`] holds at most [`TableLimits::max_flows`] flows, each
+//! Contract: a [`FlowTable`] holds at most the `max_flows` of its [`TableLimits`], each
 //! a key, the times of its first and last packet, and a value of the caller's.
 //! Time is packet time (the timestamps packets carry), never the clock, so a run
 //! over a trace ends flows at the same packets every time. A flow leaves the
@@ -44,20 +44,17 @@ pub struct TableLimits {
 }
 
 impl TableLimits {
-    /// At least one flow, fewer than 2^32 − 1; an idle timeout in ns of packet time.
+    /// At most `max_flows` flows at once, each ended after `idle_timeout_ns`
+    /// nanoseconds of packet time without a packet.
+    ///
+    /// # Errors
+    /// A [`SettingError`] of [`Setting::FlowTable`] unless `max_flows` is from
+    /// 1 to 2^32 − 2 (slot numbers are 32 bits, one of them meaning none).
     pub fn new(max_flows: usize, idle_timeout_ns: u64) -> Result<TableLimits, SettingError> {
         if max_flows == 0 || max_flows >= NIL as usize {
             return Err(SettingError::new(Setting::FlowTable, format!("holds 1 to {} flows, not {max_flows}", NIL - 1)));
         }
         Ok(TableLimits { max_flows, idle_timeout_ns })
-    }
-
-    pub fn max_flows(&self) -> usize {
-        self.max_flows
-    }
-
-    pub fn idle_timeout_ns(&self) -> u64 {
-        self.idle_timeout_ns
     }
 }
 
@@ -73,9 +70,14 @@ pub enum End {
 /// One flow: its key, first and last packet time, and the caller's value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Flow<K, V> {
+    /// The key its packets were given to [`FlowTable::entry`] with.
     pub key: K,
+    /// Timestamp of its earliest packet, in ns of packet time.
     pub first_ns: u64,
+    /// Timestamp of its latest packet, in ns of packet time.
     pub last_ns: u64,
+    /// What the caller keeps per flow: made by `entry`'s `init` and updated
+    /// through the reference `entry` returns.
     pub value: V,
 }
 
@@ -181,6 +183,9 @@ impl Index {
     }
 }
 
+/// A flow table of bounded size, aged in packet time (see the module's
+/// contract): flows keyed by `K` (e.g. [`FlowTuple::canonical`](crate::wire::FlowTuple::canonical),
+/// both directions as one flow), each with a `V` of the caller's.
 pub struct FlowTable<K, V> {
     index: Index,
     hasher: RandomState,
@@ -204,6 +209,9 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
             .saturating_add((index as u64).saturating_mul(std::mem::size_of::<u64>() as u64))
     }
 
+    /// An empty table within `limits`. Its slots are reserved and its index
+    /// allocated here, [`memory_for`](Self::memory_for) bytes in all; the table
+    /// does not allocate again (its values may).
     pub fn new(limits: TableLimits) -> FlowTable<K, V> {
         FlowTable {
             index: Index::new(limits.max_flows),
@@ -249,14 +257,12 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         self.slots.len()
     }
 
+    /// True when no flow is held.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
-    pub fn limits(&self) -> TableLimits {
-        self.limits
-    }
-
+    /// What happened in the table since it was made.
     pub fn stats(&self) -> TableStats {
         self.stats
     }
@@ -388,7 +394,7 @@ mod tests {
         let mut gone = Vec::new();
         for &(k, ts) in packets {
             *t.entry(k, ts, || 0, |f, why| gone.push((f, why))) += 1;
-            assert!(t.len() <= limits.max_flows());
+            assert!(t.len() <= limits.max_flows);
         }
         (gone, t)
     }

@@ -2,8 +2,13 @@
 //! allocate for it, summed up front and checked against what this machine (or
 //! the cgroup weir runs in) has available, before any of it is allocated.
 //!
+//! A program that allocates much beside the engine (automata, flow tables)
+//! describes it in a [`Plan`] and hands it to
+//! [`EngineBuilder::application_memory`](crate::EngineBuilder::application_memory),
+//! so that one check covers both; [`Plan::check`] checks a plan on its own.
+//!
 //! The contract:
-//! - Every large allocation of a capture has an [`Item`] in the [`Plan`]: the
+//! - Every large allocation of a capture has an item in the [`Plan`]: the
 //!   pools (arenas of copied packets, cell tables, work-queue rings), the
 //!   locality index and batches, a trace reader's blocks, AF_PACKET rings,
 //!   AF_XDP UMEMs and rings. Each item names the setting it comes from, so a
@@ -12,7 +17,7 @@
 //!   mapped lazily, but a burst can fill all of it, and the kernel allocates a
 //!   packet ring whole and outside any process memory limit (a ring of 100 GiB
 //!   once drove a machine out of memory).
-//! - A plan may use at most [`SHARE_PERCENT`] of the memory available: the
+//! - A plan may use at most 80% (`SHARE_PERCENT`) of the memory available: the
 //!   smaller of the kernel's `MemAvailable` and the room left under the memory
 //!   limit of the cgroup and each of its ancestors (v1 or v2), where the page
 //!   cache the cgroup could drop counts as room. Sums saturate, so no
@@ -29,42 +34,42 @@ use std::path::{Path, PathBuf};
 
 /// The share of the available memory one capture may plan to use: the rest is
 /// left to the application, the page cache and everything else on the machine.
-pub const SHARE_PERCENT: u64 = 80;
+pub(crate) const SHARE_PERCENT: u64 = 80;
 
 /// One allocation, or one kind of allocation across queues.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Item {
+pub(crate) struct Item {
     /// What it is and the setting that sizes it, e.g. `pools: 4 queues x 128
     /// chunks of 512 KiB (pool 256,128)`.
-    pub what: String,
-    pub bytes: u64,
+    pub(crate) what: String,
+    pub(crate) bytes: u64,
 }
 
-/// Everything a capture will allocate.
+/// Everything a capture will allocate, item by item.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     items: Vec<Item>,
 }
 
 impl Plan {
+    /// A plan of nothing.
     pub fn new() -> Plan {
         Plan::default()
     }
 
+    /// Plan `bytes` bytes, the most this allocation can take. `what` names it
+    /// and the setting that sizes it (`flow tables of 1000000 flows
+    /// (--max-flows)`): a refusal shows it to the user.
     pub fn add(&mut self, what: impl Into<String>, bytes: u64) {
         self.items.push(Item { what: what.into(), bytes });
     }
 
-    pub fn items(&self) -> &[Item] {
-        &self.items
-    }
-
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.items.iter().fold(0u64, |t, i| t.saturating_add(i.bytes))
     }
 
     /// Refuse the plan when it exceeds the share of `available` it may use.
-    pub fn check_against(&self, available: &Available) -> Result<(), MemoryError> {
+    pub(crate) fn check_against(&self, available: &Available) -> Result<(), MemoryError> {
         let allowed = available.allowed();
         let total = self.total();
         if total <= allowed {
@@ -76,13 +81,18 @@ impl Plan {
     }
 
     /// Refuse the plan when it exceeds what this machine has available now.
+    ///
+    /// # Errors
+    /// A [`MemoryError`] when the plan's total is more than 80% of the memory
+    /// available to this process (see the module's contract).
     pub fn check(&self) -> Result<(), MemoryError> {
         self.check_against(&Available::read())
     }
 }
 
 /// The engine's part of a plan, per queue, which a source completes once it
-/// knows its queues (see the module's contract).
+/// knows its queues (see the module's contract). The engine makes it and hands
+/// it to the source it opens; only the crate can use one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Budget {
     per_queue: Vec<(String, u64)>,
@@ -93,26 +103,26 @@ pub struct Budget {
 }
 
 impl Budget {
-    pub fn new(pool_cells: usize) -> Budget {
+    pub(crate) fn new(pool_cells: usize) -> Budget {
         Budget { per_queue: Vec::new(), application: Plan::new(), pool_cells: pool_cells as u64 }
     }
 
     /// What the application will allocate beside the engine.
-    pub fn application(&mut self, plan: Plan) {
+    pub(crate) fn application(&mut self, plan: Plan) {
         self.application.items.extend(plan.items);
     }
 
     /// Something every queue has once: `what` is how one queue's is sized.
-    pub fn per_queue(&mut self, what: impl Into<String>, bytes: u64) {
+    pub(crate) fn per_queue(&mut self, what: impl Into<String>, bytes: u64) {
         self.per_queue.push((what.into(), bytes));
     }
 
-    pub fn pool_cells(&self) -> u64 {
+    pub(crate) fn pool_cells(&self) -> u64 {
         self.pool_cells
     }
 
     /// The whole plan for `queues` queues: the engine's items and the source's.
-    pub fn plan(&self, queues: usize, source: Plan) -> Plan {
+    pub(crate) fn plan(&self, queues: usize, source: Plan) -> Plan {
         let n = queues as u64;
         let mut plan = Plan::new();
         for (what, bytes) in &self.per_queue {
@@ -124,33 +134,33 @@ impl Budget {
     }
 
     /// Check the whole plan for `queues` queues against what is available now.
-    pub fn check(&self, queues: usize, source: Plan) -> Result<(), MemoryError> {
+    pub(crate) fn check(&self, queues: usize, source: Plan) -> Result<(), MemoryError> {
         self.plan(queues, source).check()
     }
 }
 
 /// Memory a capture may draw on, and where that figure was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Available {
-    pub bytes: u64,
+pub(crate) struct Available {
+    pub(crate) bytes: u64,
     /// `MemAvailable`, or the cgroup whose limit is the tighter.
-    pub from: String,
+    pub(crate) from: String,
 }
 
 impl Available {
-    pub fn new(bytes: u64, from: impl Into<String>) -> Available {
+    pub(crate) fn new(bytes: u64, from: impl Into<String>) -> Available {
         Available { bytes, from: from.into() }
     }
 
     /// The most a plan may use: [`SHARE_PERCENT`] of it.
-    pub fn allowed(&self) -> u64 {
+    pub(crate) fn allowed(&self) -> u64 {
         (u128::from(self.bytes) * u128::from(SHARE_PERCENT) / 100) as u64
     }
 
     /// What this process may draw on now: the tighter of the machine's
     /// `MemAvailable` and its cgroups' room. Without /proc (never on Linux as
     /// weir runs), the physical memory.
-    pub fn read() -> Available {
+    pub(crate) fn read() -> Available {
         let machine = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|t| meminfo_field(&t, "MemAvailable:"))
@@ -161,14 +171,16 @@ impl Available {
     }
 }
 
-/// A plan larger than what may be used.
+/// A plan larger than what may be used. Its message gives the total, the share
+/// allowed and where the available figure was read, and names the items of at
+/// least 1% of the total, largest first: the settings to lower.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct MemoryError {
-    pub total: u64,
-    pub allowed: u64,
-    pub available: Available,
+    pub(crate) total: u64,
+    pub(crate) allowed: u64,
+    pub(crate) available: Available,
     /// Largest first.
-    pub items: Vec<Item>,
+    pub(crate) items: Vec<Item>,
 }
 
 impl fmt::Display for MemoryError {
@@ -192,7 +204,8 @@ impl fmt::Display for MemoryError {
     }
 }
 
-/// A byte count the way people read them: `512 KiB`, `25.0 GiB`.
+/// A byte count in bytes, displayed the way people read them: `512 bytes`,
+/// `512 KiB`, `25.5 GiB` (units of 1024, one decimal unless whole).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Bytes(pub u64);
 
@@ -326,7 +339,7 @@ mod tests {
         source.add("ring", 7);
         let plan = b.plan(3, source);
         assert_eq!(plan.total(), 307);
-        assert_eq!(plan.items()[0].what, "pool 256,128, x 3 queues");
+        assert_eq!(plan.items[0].what, "pool 256,128, x 3 queues");
     }
 
     #[test]

@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Index of a block in its arena.
-pub type BlockId = u32;
+pub(crate) type BlockId = u32;
 
 /// A fixed set of equal blocks.
-pub struct BlockArena {
+pub(crate) struct BlockArena {
     mem: Region,
     block_bytes: usize,
     refs: Box<[AtomicU32]>,
@@ -49,7 +49,7 @@ unsafe impl Sync for BlockArena {}
 
 impl BlockArena {
     /// `count` blocks of `block_bytes` each; an error when the memory cannot be mapped.
-    pub fn new(block_bytes: usize, count: usize) -> std::io::Result<Arc<BlockArena>> {
+    pub(crate) fn new(block_bytes: usize, count: usize) -> std::io::Result<Arc<BlockArena>> {
         assert!(block_bytes > 0 && count > 0 && count <= u32::MAX as usize, "a block arena needs blocks");
         let mem = Region::array(count, block_bytes)?;
         Ok(Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: false }))
@@ -68,7 +68,7 @@ impl BlockArena {
 
     /// Hold a block the kernel has handed over, to read it and let cells point into it.
     /// `None` if it is already held: the caller adopted it twice.
-    pub fn adopt(self: &Arc<Self>, id: BlockId) -> Option<BlockRef> {
+    pub(crate) fn adopt(self: &Arc<Self>, id: BlockId) -> Option<BlockRef> {
         debug_assert!(self.shared, "adopt is for blocks the kernel fills");
         // Acquire: pairs with the release of the last holder of the previous round.
         self.refs.get(id as usize)?.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).ok()?;
@@ -77,27 +77,27 @@ impl BlockArena {
 
     /// True when nobody holds the block: every read of it has happened, so it may
     /// go back to the kernel.
-    pub fn is_unheld(&self, id: BlockId) -> bool {
+    pub(crate) fn is_unheld(&self, id: BlockId) -> bool {
         // Acquire: every holder's reads happen before our caller hands the block back.
         self.refs[id as usize].load(Ordering::Acquire) == 0
     }
 
     /// Address of block `id`, for the source that reads the kernel's block headers.
-    pub fn block_ptr(&self, id: BlockId) -> *const u8 {
+    pub(crate) fn block_ptr(&self, id: BlockId) -> *const u8 {
         self.ptr(id, 0)
     }
 
-    pub fn block_bytes(&self) -> usize {
+    pub(crate) fn block_bytes(&self) -> usize {
         self.block_bytes
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.refs.len()
     }
 
     /// Take a free block for writing, lowest index first (so a small working set of
     /// blocks is reused and stays in cache).
-    pub fn acquire(self: &Arc<Self>) -> Option<BlockMut> {
+    pub(crate) fn acquire(self: &Arc<Self>) -> Option<BlockMut> {
         if self.shared {
             return None;
         }
@@ -111,7 +111,7 @@ impl BlockArena {
     }
 
     /// Blocks nobody holds.
-    pub fn free_blocks(&self) -> usize {
+    pub(crate) fn free_blocks(&self) -> usize {
         // Relaxed: a statistic.
         self.refs.iter().filter(|r| r.load(Ordering::Relaxed) == 0).count()
     }
@@ -151,10 +151,10 @@ impl Drop for Hold {
 }
 
 /// A block being filled: the only access to it anywhere.
-pub struct BlockMut(Hold);
+pub(crate) struct BlockMut(Hold);
 
 impl BlockMut {
-    pub fn bytes(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes(&mut self) -> &mut [u8] {
         let h = &self.0;
         // SAFETY: the count went 0 → 1 when this guard was made and it is not `Clone`,
         // so no cell, chunk or `BlockRef` points into this block.
@@ -162,24 +162,24 @@ impl BlockMut {
     }
 
     /// Done writing: keep holding the block, now shared.
-    pub fn freeze(self) -> BlockRef {
+    pub(crate) fn freeze(self) -> BlockRef {
         BlockRef(self.0)
     }
 }
 
 /// A filled block, held for reading; cells may point into it.
-pub struct BlockRef(Hold);
+pub(crate) struct BlockRef(Hold);
 
 impl BlockRef {
-    pub fn id(&self) -> BlockId {
+    pub(crate) fn id(&self) -> BlockId {
         self.0.id
     }
 
-    pub fn arena(&self) -> &Arc<BlockArena> {
+    pub(crate) fn arena(&self) -> &Arc<BlockArena> {
         &self.0.arena
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         let h = &self.0;
         // SAFETY: we hold a count, so nobody writes this block while we read it.
         unsafe { std::slice::from_raw_parts(h.arena.ptr(h.id, 0), h.arena.block_bytes) }

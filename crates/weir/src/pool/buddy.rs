@@ -26,11 +26,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// T: how full (in percent) a queue's capture queue must be before its capture
-/// side offloads chunks. From 1 to 99: 0 would offload everything, 100 nothing.
+/// side offloads chunks, in the modes of [`crate::balance::Mode`] that offload.
+/// From 1 to 99: 0 would offload everything, 100 nothing.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct OffloadThreshold(u8);
 
 impl OffloadThreshold {
+    /// T = `percent`.
+    ///
+    /// # Errors
+    /// A [`SettingError`] of [`Setting::Balance`] unless `percent` is from 1 to 99.
     pub fn new(percent: u8) -> Result<Self, SettingError> {
         if (1..=99).contains(&percent) {
             Ok(OffloadThreshold(percent))
@@ -39,7 +44,7 @@ impl OffloadThreshold {
         }
     }
 
-    pub fn percent(self) -> u8 {
+    pub(crate) fn percent(self) -> u8 {
         self.0
     }
 }
@@ -47,7 +52,7 @@ impl OffloadThreshold {
 /// Chunks waiting for one worker (on its own capture queue and from buddies),
 /// against the size of its own capture queue.
 #[derive(Debug)]
-pub struct WorkerLoad {
+pub(crate) struct WorkerLoad {
     waiting: AtomicUsize,
     capacity: usize,
     /// Set by a capture side that waits for memory this worker holds; see
@@ -76,7 +81,7 @@ impl WorkerLoad {
     }
 
     /// Chunks waiting, as of now.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
@@ -107,7 +112,7 @@ impl WorkerLoad {
 
 /// The buddy that should take a chunk, as an index into `buddies`, or `None` to
 /// keep it. `own` and `buddies` are fill levels in per-mille.
-pub fn choose_buddy(own: usize, buddies: impl IntoIterator<Item = usize>, threshold: OffloadThreshold) -> Option<usize> {
+pub(crate) fn choose_buddy(own: usize, buddies: impl IntoIterator<Item = usize>, threshold: OffloadThreshold) -> Option<usize> {
     if own <= usize::from(threshold.percent()) * 10 {
         return None;
     }

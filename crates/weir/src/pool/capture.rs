@@ -57,10 +57,13 @@ fn prefetch_headers(cell: &Cell) {
 
 /// The capture thread has no cell for the packet: every chunk is in use.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct NoCell;
+pub(crate) struct NoCell;
 
 /// The capture thread's handle on one queue: fills cells, publishes chunks,
 /// takes recycled chunks back. `Send`, not `Sync`.
+///
+/// The engine makes one per queue and hands them to the source's capture
+/// unit; only the crate can use one.
 pub struct CaptureSide {
     pub(super) pool: Arc<Pool>,
     pub(super) counters: Arc<QueueCounters>,
@@ -93,7 +96,7 @@ pub struct CaptureSide {
 
 /// Most blocks one chunk may hold: a chunk of a rare queue would otherwise pin a
 /// long stretch of blocks for a handful of packets.
-pub const BLOCKS_PER_CHUNK: usize = 4;
+pub(crate) const BLOCKS_PER_CHUNK: usize = 4;
 
 #[derive(Copy, Clone, Debug, Default)]
 pub(super) struct ChunkBlocks {
@@ -112,7 +115,7 @@ impl ChunkBlocks {
 }
 
 impl CaptureSide {
-    pub fn queue(&self) -> QueueId {
+    pub(crate) fn queue(&self) -> QueueId {
         self.pool.queue
     }
 
@@ -120,13 +123,13 @@ impl CaptureSide {
     /// Counts it as received and captured; on `NoCell` nothing is counted and the
     /// caller decides between waiting and [`drop_capture`](Self::drop_capture).
     #[inline]
-    pub fn push_copy(&mut self, data: &[u8], wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+    pub(crate) fn push_copy(&mut self, data: &[u8], wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
         self.push_copy_carried(data, wire_len, ts_ns, 0)
     }
 
     /// As [`push_copy`](Self::push_copy), for a record whose timestamp fraction
     /// carried `ts_carry` seconds ([`Packet::ts_carry`](crate::Packet::ts_carry)).
-    pub fn push_copy_carried(&mut self, data: &[u8], wire_len: u32, ts_ns: u64, ts_carry: u32) -> Result<(), NoCell> {
+    pub(crate) fn push_copy_carried(&mut self, data: &[u8], wire_len: u32, ts_ns: u64, ts_carry: u32) -> Result<(), NoCell> {
         let data = &data[..data.len().min(MAX_CAPLEN)];
         let len = data.len();
         let idx = match self.cur {
@@ -154,13 +157,13 @@ impl CaptureSide {
     /// the chunk holds the block until it is recycled. Counts like
     /// [`push_copy`](Self::push_copy). All blocks of one pool must come from one arena.
     #[inline]
-    pub fn push_ref(&mut self, block: &BlockRef, range: Range<usize>, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+    pub(crate) fn push_ref(&mut self, block: &BlockRef, range: Range<usize>, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
         self.push_ref_carried(block, range, wire_len, ts_ns, 0)
     }
 
     /// As [`push_ref`](Self::push_ref), for a record whose timestamp fraction
     /// carried `ts_carry` seconds ([`Packet::ts_carry`](crate::Packet::ts_carry)).
-    pub fn push_ref_carried(
+    pub(crate) fn push_ref_carried(
         &mut self,
         block: &BlockRef,
         range: Range<usize>,
@@ -200,7 +203,7 @@ impl CaptureSide {
     /// holds the frame until its chunk is recycled, then [`take_frames`](Self::take_frames)
     /// gives the frame back. All frames of one pool come from one arena.
     #[inline]
-    pub fn push_frame(&mut self, arena: &Arc<FrameArena>, addr: u64, len: usize, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
+    pub(crate) fn push_frame(&mut self, arena: &Arc<FrameArena>, addr: u64, len: usize, wire_len: u32, ts_ns: u64) -> Result<(), NoCell> {
         let data = arena.ptr(addr, len);
         match self.pool.backing.get_or_init(|| Backing::Frames(Arc::clone(arena))) {
             Backing::Frames(f) if Arc::ptr_eq(f, arena) => {}
@@ -215,7 +218,7 @@ impl CaptureSide {
     }
 
     /// Move the addresses of frames whose chunks came back into `out`, for the fill ring.
-    pub fn take_frames(&mut self, out: &mut Vec<u64>) {
+    pub(crate) fn take_frames(&mut self, out: &mut Vec<u64>) {
         self.reclaim();
         out.append(&mut self.returned_frames);
     }
@@ -243,7 +246,7 @@ impl CaptureSide {
 
     /// The packet was received but rejected by the filter.
     #[inline]
-    pub fn drop_filtered(&mut self, wire_len: u32) {
+    pub(crate) fn drop_filtered(&mut self, wire_len: u32) {
         self.tally.received += 1;
         self.tally.received_bytes += u64::from(wire_len);
         self.tally.filtered += 1;
@@ -251,7 +254,7 @@ impl CaptureSide {
 
     /// The packet was received but no cell was ready for it.
     #[inline]
-    pub fn drop_capture(&mut self, wire_len: u32) {
+    pub(crate) fn drop_capture(&mut self, wire_len: u32) {
         self.tally.received += 1;
         self.tally.received_bytes += u64::from(wire_len);
         self.tally.capture_drops += 1;
@@ -259,19 +262,19 @@ impl CaptureSide {
 
     /// Packets lost before capture in bulk, as the kernel counts them (an empty
     /// AF_XDP fill ring: the pool had no frame for them).
-    pub fn add_capture_drops(&mut self, packets: u64) {
+    pub(crate) fn add_capture_drops(&mut self, packets: u64) {
         self.tally.received += packets;
         self.tally.capture_drops += packets;
     }
 
     /// Packets the kernel received for this queue but lost before we saw them.
-    pub fn add_delivery_drops(&mut self, packets: u64) {
+    pub(crate) fn add_delivery_drops(&mut self, packets: u64) {
         self.tally.received += packets;
         self.tally.delivery_drops += packets;
     }
 
     /// Publish the attached chunk if it holds packets, and the counters in any case.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if self.cur_count > 0 {
             self.publish_current();
         } else {
@@ -282,12 +285,12 @@ impl CaptureSide {
     }
 
     /// Make the counters visible without publishing a chunk.
-    pub fn publish_stats(&mut self) {
+    pub(crate) fn publish_stats(&mut self) {
         self.counters.publish(&self.tally);
     }
 
     /// True if a packet could be pushed now without waiting.
-    pub fn has_cell(&mut self) -> bool {
+    pub(crate) fn has_cell(&mut self) -> bool {
         (self.cur.is_some() && self.cur_count < self.pool.cells_per_chunk) || {
             self.reclaim();
             !self.free.is_empty()
@@ -296,7 +299,7 @@ impl CaptureSide {
 
     /// Sleep until a chunk comes back from the worker, at most `timeout`.
     /// Publishes the partly filled chunk first, since the worker may be waiting for it.
-    pub fn wait_for_cell(&mut self, timeout: Duration) -> bool {
+    pub(crate) fn wait_for_cell(&mut self, timeout: Duration) -> bool {
         if self.has_cell() {
             return true;
         }
@@ -308,7 +311,7 @@ impl CaptureSide {
     /// Sleep until a worker recycles a chunk, at most `timeout`, and take back
     /// what came. True if anything came back.
     /// Waiting marks the side starved (see [`mark_starved`](Self::mark_starved)).
-    pub fn wait_recycled(&mut self, timeout: Duration) -> bool {
+    pub(crate) fn wait_recycled(&mut self, timeout: Duration) -> bool {
         let free = self.free.len();
         self.reclaim();
         if self.free.len() == free {
@@ -325,7 +328,7 @@ impl CaptureSide {
     /// delivers what it holds at once instead of waiting for more that cannot
     /// come. Sources call it whenever they wait for memory: a mark that a
     /// worker clears as it starts a batch is made again on the next wait.
-    pub fn mark_starved(&mut self) {
+    pub(crate) fn mark_starved(&mut self) {
         self.load.mark_starved();
         self.captured.notify();
         if let Some(b) = &self.also_ring {
@@ -340,23 +343,19 @@ impl CaptureSide {
     }
 
     /// A handle that wakes this side from [`wait_for_cell`](Self::wait_for_cell).
-    pub fn wake_handle(&self) -> WakeHandle {
+    pub(crate) fn wake_handle(&self) -> WakeHandle {
         self.recycled.wake_handle()
     }
 
     /// Chunks currently free, after taking back what the worker recycled.
-    pub fn free_chunks(&mut self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn free_chunks(&mut self) -> usize {
         self.reclaim();
         self.free.len()
     }
 
-    /// Fill level of the capture queue, in chunks.
-    pub fn backlog(&self) -> usize {
-        self.captured.len()
-    }
-
     /// Take back what the worker recycled, releasing the blocks those chunks held.
-    pub fn reclaim(&mut self) {
+    pub(crate) fn reclaim(&mut self) {
         while let Some(idx) = self.recycled.pop() {
             self.take_back(idx);
         }
@@ -370,40 +369,35 @@ impl CaptureSide {
     }
 
     /// Packets in the attached chunk, not yet published.
-    pub fn attached_packets(&self) -> usize {
+    pub(crate) fn attached_packets(&self) -> usize {
         self.cur_count
-    }
-
-    /// Cells per chunk (M).
-    pub fn cells_per_chunk(&self) -> usize {
-        self.pool.cells_per_chunk
     }
 
     /// Packets in chunks published and not yet taken back: the backlog of this
     /// queue's traffic, wherever it waits (its own worker or a buddy).
-    pub fn backlog_packets(&self) -> u64 {
+    pub(crate) fn backlog_packets(&self) -> u64 {
         self.published - self.served
     }
 
     /// Packets this queue dropped so far (capture and delivery drops).
-    pub fn dropped_packets(&self) -> u64 {
+    pub(crate) fn dropped_packets(&self) -> u64 {
         self.tally.capture_drops + self.tally.delivery_drops
     }
 
     /// Packets of chunks taken back so far: what the workers finished.
-    pub fn served_packets(&self) -> u64 {
+    pub(crate) fn served_packets(&self) -> u64 {
         self.served
     }
 
     /// Chunks waiting for this queue's own worker, from any capture side.
-    pub fn waiting_chunks(&self) -> usize {
+    pub(crate) fn waiting_chunks(&self) -> usize {
         self.load.waiting()
     }
 
     /// Publish the attached chunk and remember every chunk of this pool that a
     /// worker has not finished: [`passed`](Self::passed) says when all of them
     /// have been recycled, that is when every packet captured so far is done.
-    pub fn fence(&mut self) -> Fence {
+    pub(crate) fn fence(&mut self) -> Fence {
         if self.cur_count > 0 {
             self.publish_current();
         }
@@ -417,7 +411,7 @@ impl CaptureSide {
     }
 
     /// True once every chunk `fence` recorded has been recycled since.
-    pub fn passed(&self, fence: &Fence) -> bool {
+    pub(crate) fn passed(&self, fence: &Fence) -> bool {
         debug_assert_eq!(fence.pool, self.pool.uid, "fence of another pool");
         // A recycle advances the generation, and only a recycle does.
         fence.chunks.iter().all(|&(idx, gen)| self.pool.state(idx).1 != gen)
@@ -556,7 +550,7 @@ impl Drop for CaptureSide {
 /// Make every capture side in `captures` also ring `bell` (after each publish,
 /// starved mark and its close), so that one thread reading every queue can
 /// sleep on that bell alone ([`wait_any`](super::wait_any)).
-pub fn share_bell(captures: &mut [CaptureSide], bell: &WakeHandle) {
+pub(crate) fn share_bell(captures: &mut [CaptureSide], bell: &WakeHandle) {
     for c in captures {
         c.also_ring = Some(bell.clone());
     }
@@ -564,18 +558,15 @@ pub fn share_bell(captures: &mut [CaptureSide], bell: &WakeHandle) {
 
 /// What a [`CaptureSide::fence`] recorded: chunks and the generation each was at.
 #[derive(Clone, Debug)]
-pub struct Fence {
+pub(crate) struct Fence {
     pool: u32,
     chunks: Vec<(u32, u32)>,
 }
 
 impl Fence {
     /// Chunks the fence waits for.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.chunks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
     }
 }

@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 /// The state of one chunk, stored with its generation in one atomic word.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum ChunkState {
+pub(crate) enum ChunkState {
     Free = 0,
     Attached = 1,
     Captured = 2,
@@ -59,15 +59,15 @@ pub(super) fn pack(state: ChunkState, gen: u32) -> u64 {
 
 /// Names one hand-out of one chunk, for callers that cannot hold a borrow (FFI).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ChunkToken {
-    pub pool: u32,
-    pub index: u32,
-    pub generation: u32,
+pub(crate) struct ChunkToken {
+    pub(crate) pool: u32,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
 }
 
 /// Why a recycle was refused.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RecycleError {
+pub(crate) enum RecycleError {
     #[error("chunk belongs to another pool")]
     Foreign,
     #[error("chunk index {0} is out of range")]

@@ -7,7 +7,8 @@
 
 use std::fmt;
 
-/// Largest packet a cell can hold: libpcap's MAXIMUM_SNAPLEN.
+/// Largest packet a cell can hold, in bytes: libpcap's MAXIMUM_SNAPLEN. A
+/// longer packet is captured cut to this length (its wire length is kept).
 pub const MAX_CAPLEN: usize = 262_144;
 
 /// Default arena per cell: one full-size Ethernet frame, rounded up.
@@ -23,24 +24,32 @@ const MAX_CHUNKS: usize = 1 << 20;
 /// A configuration value out of range, with what was asked and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PoolConfigError {
+    /// M, the cells per chunk asked for, is not from 1 to 65,536.
     #[error("cells per chunk (M) is {0}: must be from 1 to {MAX_CELLS}")]
     Cells(usize),
+    /// R, the chunks asked for, is not from 2 to 2^20 (one chunk fills while
+    /// another is read).
     #[error("chunks per queue (R) is {0}: must be from 2 to {MAX_CHUNKS}")]
     Chunks(usize),
-    #[error("chunk arena of {0} bytes is too small: it must hold one largest packet ({MAX_CAPLEN} bytes)")]
-    ChunkBytes(usize),
+    /// The arenas of all chunks together overflow `usize`.
     #[error("pool of {chunks} chunks x {chunk_bytes} bytes is more bytes than the address space holds")]
-    TooLarge { chunks: usize, chunk_bytes: usize },
+    TooLarge {
+        /// R.
+        chunks: usize,
+        /// Arena bytes per chunk.
+        chunk_bytes: usize,
+    },
+    /// Text that is not `M,R`.
     #[error("expected M,R (cells per chunk, chunks), e.g. 256,128")]
     Syntax,
 }
 
 /// M: cells per chunk.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct CellsPerChunk(usize);
+pub(crate) struct CellsPerChunk(usize);
 
 impl CellsPerChunk {
-    pub fn new(m: usize) -> Result<Self, PoolConfigError> {
+    pub(crate) fn new(m: usize) -> Result<Self, PoolConfigError> {
         if (1..=MAX_CELLS).contains(&m) {
             Ok(CellsPerChunk(m))
         } else {
@@ -48,17 +57,17 @@ impl CellsPerChunk {
         }
     }
 
-    pub fn get(self) -> usize {
+    pub(crate) fn get(self) -> usize {
         self.0
     }
 }
 
-/// R: chunks per queue.
+/// R: chunks per queue, from 2 to 2^20.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ChunkCount(usize);
 
 impl ChunkCount {
-    pub fn new(r: usize) -> Result<Self, PoolConfigError> {
+    pub(crate) fn new(r: usize) -> Result<Self, PoolConfigError> {
         if (2..=MAX_CHUNKS).contains(&r) {
             Ok(ChunkCount(r))
         } else {
@@ -66,6 +75,7 @@ impl ChunkCount {
         }
     }
 
+    /// R as a number.
     pub fn get(self) -> usize {
         self.0
     }
@@ -73,28 +83,23 @@ impl ChunkCount {
 
 /// Arena bytes per chunk.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ChunkBytes(usize);
+pub(crate) struct ChunkBytes(usize);
 
 impl ChunkBytes {
-    pub fn new(bytes: usize) -> Result<Self, PoolConfigError> {
-        if bytes >= MAX_CAPLEN {
-            Ok(ChunkBytes(bytes))
-        } else {
-            Err(PoolConfigError::ChunkBytes(bytes))
-        }
-    }
-
     /// The default for `m` cells: 2 KiB per cell, at least one largest packet.
-    pub fn default_for(m: CellsPerChunk) -> Self {
+    pub(crate) fn default_for(m: CellsPerChunk) -> Self {
         ChunkBytes((m.get() * DEFAULT_BYTES_PER_CELL).max(MAX_CAPLEN))
     }
 
-    pub fn get(self) -> usize {
+    pub(crate) fn get(self) -> usize {
         self.0
     }
 }
 
-/// The shape of one queue's pool.
+/// The shape of one queue's pool: M cells per chunk, R chunks, and each chunk's
+/// arena for the bytes of its packets (2 KiB per cell, and at least
+/// [`MAX_CAPLEN`]). The default is WireCAP's B-(256,128). Whether the memory
+/// is there is checked when an engine is built, not here.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
     cells: CellsPerChunk,
@@ -122,33 +127,38 @@ impl std::str::FromStr for PoolConfig {
 
 impl PoolConfig {
     /// M cells per chunk and R chunks, with the default arena for M.
+    ///
+    /// # Errors
+    /// [`PoolConfigError::Cells`] or [`PoolConfigError::Chunks`] for M or R out
+    /// of range; [`PoolConfigError::TooLarge`] only where `usize` has 32 bits.
     pub fn new(m: usize, r: usize) -> Result<Self, PoolConfigError> {
         let cells = CellsPerChunk::new(m)?;
         Self::with_bytes(cells, ChunkCount::new(r)?, ChunkBytes::default_for(cells))
     }
 
     /// Every size given; checks that the whole pool stays within bounds.
-    pub fn with_bytes(cells: CellsPerChunk, chunks: ChunkCount, chunk_bytes: ChunkBytes) -> Result<Self, PoolConfigError> {
+    pub(crate) fn with_bytes(cells: CellsPerChunk, chunks: ChunkCount, chunk_bytes: ChunkBytes) -> Result<Self, PoolConfigError> {
         if chunks.get().checked_mul(chunk_bytes.get()).is_none() {
             return Err(PoolConfigError::TooLarge { chunks: chunks.get(), chunk_bytes: chunk_bytes.get() });
         }
         Ok(PoolConfig { cells, chunks, chunk_bytes })
     }
 
-    pub fn cells(&self) -> CellsPerChunk {
+    pub(crate) fn cells(&self) -> CellsPerChunk {
         self.cells
     }
 
+    /// R: chunks per queue.
     pub fn chunks(&self) -> ChunkCount {
         self.chunks
     }
 
-    pub fn chunk_bytes(&self) -> ChunkBytes {
+    pub(crate) fn chunk_bytes(&self) -> ChunkBytes {
         self.chunk_bytes
     }
 
     /// Packets one queue can hold before it drops.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.cells.get() * self.chunks.get()
     }
 }
@@ -195,7 +205,6 @@ mod tests {
     fn arena_is_never_smaller_than_a_packet() {
         assert_eq!(ChunkBytes::default_for(CellsPerChunk(1)).get(), MAX_CAPLEN);
         assert_eq!(ChunkBytes::default_for(CellsPerChunk(256)).get(), 512 * 1024);
-        assert!(ChunkBytes::new(1000).is_err());
         let err = PoolConfig::with_bytes(CellsPerChunk(256), ChunkCount(1 << 20), ChunkBytes(usize::MAX / 2)).unwrap_err();
         assert!(matches!(err, PoolConfigError::TooLarge { .. }));
         assert!(PoolConfig::with_bytes(CellsPerChunk(256), ChunkCount(1 << 20), ChunkBytes(1 << 20)).is_ok());

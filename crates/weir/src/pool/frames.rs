@@ -14,7 +14,7 @@ use super::sys::Region;
 use std::sync::Arc;
 
 /// A region divided into equal frames, addressed by byte offset as AF_XDP does.
-pub struct FrameArena {
+pub(crate) struct FrameArena {
     mem: Region,
     frame_size: usize,
 }
@@ -22,35 +22,27 @@ pub struct FrameArena {
 impl FrameArena {
     /// `frames` frames of `frame_size` bytes (a power of two, 2048 or 4096 for
     /// AF_XDP); an error when the memory cannot be mapped.
-    pub fn new(frames: usize, frame_size: usize) -> std::io::Result<Arc<FrameArena>> {
+    pub(crate) fn new(frames: usize, frame_size: usize) -> std::io::Result<Arc<FrameArena>> {
         assert!(frames > 0 && frame_size.is_power_of_two(), "frames must be a power of two in size");
         Ok(Arc::new(FrameArena { mem: Region::array(frames, frame_size)?, frame_size }))
     }
 
-    pub fn frame_size(&self) -> usize {
+    pub(crate) fn frame_size(&self) -> usize {
         self.frame_size
     }
 
-    pub fn frames(&self) -> usize {
-        self.mem.len() / self.frame_size
-    }
-
     /// Start of the region, for registering it with the kernel (XDP_UMEM_REG).
-    pub fn base(&self) -> *mut u8 {
+    pub(crate) fn base(&self) -> *mut u8 {
         self.mem.as_ptr()
     }
 
     /// Bytes in the region.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.mem.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.mem.len() == 0
-    }
-
     /// The frame address (offset of the frame's first byte) that `addr` lies in.
-    pub fn frame_of(&self, addr: u64) -> u64 {
+    pub(crate) fn frame_of(&self, addr: u64) -> u64 {
         addr & !(self.frame_size as u64 - 1)
     }
 
@@ -78,7 +70,7 @@ mod tests {
     #[test]
     fn addresses() {
         let a = FrameArena::new(4, 2048).unwrap();
-        assert_eq!((a.frames(), a.len()), (4, 8192));
+        assert_eq!(a.len(), 8192);
         assert_eq!(a.frame_of(2048 + 300), 2048);
         let p = a.ptr(2048 + 256, 1000);
         assert_eq!(a.addr_of(p), Some(2048 + 256));

@@ -1,6 +1,14 @@
 //! The ring-buffer pool of one queue: R chunks of M cells, and the work-queue pair
 //! that moves chunks between the capture thread and the worker.
 //!
+//! What a user of the library chooses here is the shape of every queue's pool
+//! ([`PoolConfig`]: `--pool M,R`) and, for buddy groups, the offload threshold
+//! ([`OffloadThreshold`]). A queue holds at most M × R packets between capture
+//! and delivery; past that, packets wait in the source or are dropped there
+//! (counted in [`crate::stats`]). Everything else is the engine's: it makes each
+//! queue's [`CaptureSide`] and [`WorkerSide`] and hands them to the capture unit
+//! and the worker.
+//!
 //! A chunk moves through `Free → Attached → Captured → Delivering → Free`:
 //!
 //! - **Free**: on the capture thread's free list.
@@ -19,40 +27,43 @@
 //! Free chunks are reused last-in first-out, so the chunk the capture thread fills
 //! next is the one most recently read: its cells and arena are still in cache.
 //!
-//! A cell's bytes live in one of two places. With [`CaptureSide::push_copy`] they
+//! A cell's bytes live in one of three places. With `CaptureSide::push_copy` they
 //! are copied into the chunk's own arena of `chunk_bytes` (the DMA of a real NIC
-//! into pool buffers). With [`CaptureSide::push_ref`] the cell points into a
-//! block of a [`BlockArena`] that the capture unit filled in bulk, and the chunk
-//! holds that block (up to [`BLOCKS_PER_CHUNK`] of them) until it is recycled:
+//! into pool buffers). With `CaptureSide::push_ref` the cell points into a
+//! block of a `BlockArena` that the capture unit filled in bulk, and the chunk
+//! holds that block (up to `BLOCKS_PER_CHUNK` of them) until it is recycled:
 //! no copy at all. A chunk is published when its M cells, its arena or its block
-//! list are full, or on a flush. With [`CaptureSide::push_frame`] the cell *is*
-//! a frame of a [`FrameArena`] (AF_XDP's UMEM) that the kernel wrote, and the
-//! frame comes back through [`CaptureSide::take_frames`] when the chunk does.
+//! list are full, or on a flush. With `CaptureSide::push_frame` the cell *is*
+//! a frame of a `FrameArena` (AF_XDP's UMEM) that the kernel wrote, and the
+//! frame comes back through `CaptureSide::take_frames` when the chunk does.
 //!
 //! The pool's files follow its roles: `chunk.rs` holds the chunks' memory and
 //! state words, which both sides share; `capture.rs` the capture side,
 //! `worker.rs` the worker side, `buddy.rs` the load and offload state of a
-//! buddy group. This file makes one queue's pair ([`work_queue_pair`]) and
-//! joins pairs into a buddy group ([`link_buddies`]).
+//! buddy group. This file makes one queue's pair (`work_queue_pair`) and
+//! joins pairs into a buddy group (`link_buddies`).
 
 #![allow(unsafe_code)]
 
-pub mod blocks;
-pub mod buddy;
+mod blocks;
+mod buddy;
 mod capture;
 mod chunk;
 mod config;
-pub mod frames;
+mod frames;
 pub(crate) mod sys;
 mod worker;
 
-pub use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
-pub use buddy::{OffloadThreshold, WorkerLoad};
-pub use capture::{share_bell, CaptureSide, Fence, NoCell, BLOCKS_PER_CHUNK};
-pub use chunk::{ChunkState, ChunkToken, RecycleError};
-pub use config::{CellsPerChunk, ChunkBytes, ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
-pub use frames::FrameArena;
-pub use worker::{any_ready, wait_any, HeldChunk, Kept, Next, RawChunk, WorkerSide};
+pub(crate) use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
+pub use buddy::OffloadThreshold;
+pub(crate) use buddy::WorkerLoad;
+pub use capture::CaptureSide;
+pub(crate) use capture::{share_bell, Fence, NoCell};
+pub(crate) use chunk::ChunkToken;
+pub use config::{ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
+pub(crate) use frames::FrameArena;
+pub use worker::WorkerSide;
+pub(crate) use worker::{any_ready, wait_any, HeldChunk, Kept, Next};
 
 use crate::ring::{self, Capacity};
 use crate::stats::{QueueCounters, Tally};
@@ -66,13 +77,17 @@ use std::sync::Arc;
 use worker::{BuddyIn, Link};
 // Named by the tests (`use super::*`), which this file no longer uses itself.
 #[cfg(test)]
-use {crate::Packet, std::time::Duration};
+use {
+    crate::Packet,
+    chunk::{ChunkState, RecycleError},
+    std::time::Duration,
+};
 
 impl PoolConfig {
     /// The most memory one queue's pool and work-queue pair can take: the
     /// arena (mapped lazily, but a burst can fill it), the cells, the chunks'
     /// states and block lists, and the two rings of chunk numbers.
-    pub fn memory_bytes(&self) -> u64 {
+    pub(crate) fn memory_bytes(&self) -> u64 {
         let per_chunk = self.chunk_bytes().get() as u64
             + (self.cells().get() * size_of::<Cell>()) as u64
             + (size_of::<AtomicU64>() * 2 + size_of::<AtomicU32>() + size_of::<ChunkBlocks>()) as u64
@@ -92,7 +107,7 @@ const WAKE_BATCH: usize = 4;
 /// fills the cell, while the packet's first bytes are still in its cache: read
 /// later by the worker, they are a cache miss per packet, which cost the
 /// locality stage more than the rest of its work (see [`crate::locality`]).
-pub fn work_queue_pair(
+pub(crate) fn work_queue_pair(
     queue: QueueId,
     cfg: &PoolConfig,
     counters: Arc<QueueCounters>,
@@ -143,7 +158,7 @@ pub fn work_queue_pair(
 /// # Panics
 /// If the two lists differ in length or order, or a side is already in a group:
 /// both are programming errors of the engine, not conditions of the input.
-pub fn link_buddies(captures: &mut [CaptureSide], workers: &mut [WorkerSide], threshold: OffloadThreshold) {
+pub(crate) fn link_buddies(captures: &mut [CaptureSide], workers: &mut [WorkerSide], threshold: OffloadThreshold) {
     assert_eq!(captures.len(), workers.len(), "a buddy group needs the capture side and worker of every queue");
     for (c, w) in captures.iter().zip(workers.iter()) {
         assert_eq!(c.queue(), w.queue(), "capture sides and workers must be in the same order");

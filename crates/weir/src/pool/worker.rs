@@ -25,7 +25,7 @@ use std::time::Duration;
 /// `timeout` passes; with `watch_starved`, also until a capture side feeding
 /// one is starved. The capture sides must ring the first worker's bell
 /// ([`share_bell`](super::share_bell) with its [`WorkerSide::wake_handle`]) when there are several.
-pub fn wait_any(workers: &[WorkerSide], timeout: Duration, watch_starved: bool) {
+pub(crate) fn wait_any(workers: &[WorkerSide], timeout: Duration, watch_starved: bool) {
     let Some(first) = workers.first() else { return };
     let ready = || any_ready(workers, watch_starved);
     if ready() {
@@ -36,12 +36,12 @@ pub fn wait_any(workers: &[WorkerSide], timeout: Duration, watch_starved: bool) 
 
 /// What [`wait_any`] waits for: a chunk waits on one of `workers`, every one
 /// is closed, or (with `watch_starved`) a capture side feeding one is starved.
-pub fn any_ready(workers: &[WorkerSide], watch_starved: bool) -> bool {
+pub(crate) fn any_ready(workers: &[WorkerSide], watch_starved: bool) -> bool {
     workers.iter().any(|w| w.backlog() > 0 || (watch_starved && w.load.is_starved())) || workers.iter().all(WorkerSide::is_closed)
 }
 
 /// What [`WorkerSide::next`] found.
-pub enum Next<'w> {
+pub(crate) enum Next<'w> {
     Chunk(HeldChunk<'w>),
     /// Nothing arrived within the timeout.
     Idle,
@@ -126,6 +126,9 @@ pub(super) struct BuddyIn {
 /// The worker's handle on one queue: takes captured chunks (its own queue's, and
 /// in a buddy group those its buddies offload to it) and recycles each to the pool
 /// it came from. `Send`, not `Sync`; chunks it hands out borrow it and recycle on drop.
+///
+/// The engine makes one per queue and runs it in the queue's worker (or the
+/// [`Reader`](crate::engine::Reader)); only the crate can use one.
 pub struct WorkerSide {
     pub(super) own: Link,
     pub(super) captured: RefCell<Consumer<u32>>,
@@ -139,7 +142,7 @@ pub struct WorkerSide {
 }
 
 impl WorkerSide {
-    pub fn queue(&self) -> QueueId {
+    pub(crate) fn queue(&self) -> QueueId {
         self.own.pool.queue
     }
 
@@ -149,13 +152,13 @@ impl WorkerSide {
     }
 
     /// Take the next captured chunk, sleeping up to `timeout` for one.
-    pub fn next(&self, timeout: Duration) -> Next<'_> {
+    pub(crate) fn next(&self, timeout: Duration) -> Next<'_> {
         self.wait_next(timeout, false)
     }
 
     /// As [`next`](Self::next), but returns `Idle` at once when a capture side
     /// feeding this worker is starved ([`CaptureSide::mark_starved`](super::CaptureSide::mark_starved)).
-    pub fn next_unless_starved(&self, timeout: Duration) -> Next<'_> {
+    pub(crate) fn next_unless_starved(&self, timeout: Duration) -> Next<'_> {
         self.wait_next(timeout, true)
     }
 
@@ -178,7 +181,7 @@ impl WorkerSide {
 
     /// True when every capture side feeding this worker is gone and every chunk
     /// it published was taken.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.all_closed(&self.captured.borrow())
     }
 
@@ -194,12 +197,12 @@ impl WorkerSide {
 
     /// Whether a capture side feeding this worker waited for memory since the
     /// last call; clears the mark.
-    pub fn take_starved(&self) -> bool {
+    pub(crate) fn take_starved(&self) -> bool {
         self.load.take_starved()
     }
 
     /// Take the next captured chunk if one is waiting.
-    pub fn try_next(&self) -> Option<HeldChunk<'_>> {
+    pub(crate) fn try_next(&self) -> Option<HeldChunk<'_>> {
         let (link, idx) = self.pop()?;
         let me = self.me();
         let (generation, count) = link.hold(idx, me);
@@ -229,18 +232,18 @@ impl WorkerSide {
     }
 
     /// Chunks waiting for this worker (own queue and offloaded).
-    pub fn backlog(&self) -> usize {
+    pub(crate) fn backlog(&self) -> usize {
         self.captured.borrow().len() + self.inbox.iter().map(|b| b.take.borrow().len()).sum::<usize>()
     }
 
     /// A handle that wakes this worker from [`next`](Self::next).
-    pub fn wake_handle(&self) -> WakeHandle {
+    pub(crate) fn wake_handle(&self) -> WakeHandle {
         self.captured.borrow().wake_handle()
     }
 
     /// Take the next chunk as a bare token, for callers that cannot hold a borrow.
     /// It must come back through [`recycle_raw`](Self::recycle_raw).
-    pub fn take_raw(&self) -> Option<ChunkToken> {
+    pub(crate) fn take_raw(&self) -> Option<ChunkToken> {
         self.try_next().map(HeldChunk::into_token)
     }
 
@@ -254,7 +257,7 @@ impl WorkerSide {
 
     /// The packets of a chunk taken with [`take_raw`](Self::take_raw), if the token
     /// still names a chunk this worker holds.
-    pub fn raw_chunk(&self, token: ChunkToken) -> Result<RawChunk<'_>, RecycleError> {
+    pub(crate) fn raw_chunk(&self, token: ChunkToken) -> Result<RawChunk<'_>, RecycleError> {
         let link = self.link_of(token)?;
         let count = link.check_held(token, self.me())?;
         Ok(RawChunk { pool: &link.pool, index: token.index, count })
@@ -263,14 +266,14 @@ impl WorkerSide {
     /// Give back a chunk by token. Refused (and counted) unless the token names a chunk
     /// of a pool this worker reads that is being delivered, at its current generation.
     /// `&mut self` guarantees no packet of any chunk is borrowed meanwhile.
-    pub fn recycle_raw(&mut self, token: ChunkToken) -> Result<(), RecycleError> {
+    pub(crate) fn recycle_raw(&mut self, token: ChunkToken) -> Result<(), RecycleError> {
         self.recycle_raw_kept(token, Kept::default())
     }
 
     /// As [`recycle_raw`](Self::recycle_raw), when some of the chunk's packets
     /// did not reach the application ([`Kept`]): they are counted as unread or
     /// filtered, not delivered.
-    pub fn recycle_raw_kept(&mut self, token: ChunkToken, kept: Kept) -> Result<(), RecycleError> {
+    pub(crate) fn recycle_raw_kept(&mut self, token: ChunkToken, kept: Kept) -> Result<(), RecycleError> {
         let me = self.me();
         let checked = self.link_of(token).and_then(|l| l.check_held(token, me).map(|c| (l, c)));
         match checked {
@@ -289,15 +292,15 @@ impl WorkerSide {
 /// Packets of a released chunk that did not reach the application, as
 /// (packets, wire bytes): the rest of the chunk counts as delivered.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Kept {
+pub(crate) struct Kept {
     /// Never handed out: the reader stopped before them.
-    pub unread: (usize, u64),
+    pub(crate) unread: (usize, u64),
     /// Handed out and turned away by the caller's filter ([`crate::stats`]).
-    pub rejected: (usize, u64),
+    pub(crate) rejected: (usize, u64),
 }
 
 /// A chunk the worker holds. Its packets borrow it; dropping it recycles it.
-pub struct HeldChunk<'w> {
+pub(crate) struct HeldChunk<'w> {
     link: &'w Link,
     me: u16,
     index: u32,
@@ -307,21 +310,18 @@ pub struct HeldChunk<'w> {
 }
 
 impl<'w> HeldChunk<'w> {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     /// The queue that captured the chunk (a buddy's, if it was offloaded).
-    pub fn queue(&self) -> QueueId {
+    #[cfg(test)]
+    pub(crate) fn queue(&self) -> QueueId {
         self.link.pool.queue
     }
 
     /// Packet `i`, or `None` past the end.
-    pub fn get(&self, i: usize) -> Option<Packet<'_>> {
+    pub(crate) fn get(&self, i: usize) -> Option<Packet<'_>> {
         // SAFETY: we hold the chunk (Delivering) for as long as `self` lives, and the
         // returned packet borrows `self`; `i < count` is checked.
         (i < self.count).then(|| unsafe { self.link.pool.packet(self.index, i) })
@@ -332,7 +332,7 @@ impl<'w> HeldChunk<'w> {
     /// stage knows the order it delivers in ahead of time, where the hardware
     /// prefetchers, which follow addresses, cannot guess it.
     #[inline]
-    pub fn prefetch(&self, i: usize) {
+    pub(crate) fn prefetch(&self, i: usize) {
         /// Cache lines fetched: a 64-byte line holds Ethernet, IP and TCP
         /// headers; the following ones the payload the application reads next,
         /// after which the processor's own stream prefetcher follows the reads.
@@ -349,7 +349,7 @@ impl<'w> HeldChunk<'w> {
         let _ = p;
     }
 
-    pub fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {
+    pub(crate) fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {
         // SAFETY: as in `get`, with i < count by construction.
         (0..self.count).map(move |i| unsafe { self.link.pool.packet(self.index, i) })
     }
@@ -359,19 +359,19 @@ impl<'w> HeldChunk<'w> {
     /// thread computed the keys when the pool was made with `sort_keys`; else
     /// they are computed here.
     #[inline]
-    pub fn for_each_sort_key(&self, link: LinkType, f: impl FnMut(u32, Option<u16>)) {
+    pub(crate) fn for_each_sort_key(&self, link: LinkType, f: impl FnMut(u32, Option<u16>)) {
         // SAFETY: we hold the chunk (Delivering) for as long as `self` lives.
         unsafe { self.link.pool.for_each_sort_key(self.index, self.count, link, f) }
     }
 
     /// The token of this hand-out.
-    pub fn token(&self) -> ChunkToken {
+    pub(crate) fn token(&self) -> ChunkToken {
         ChunkToken { pool: self.link.pool.uid, index: self.index, generation: self.generation }
     }
 
     /// Keep the chunk held past this value: it must come back through
     /// [`WorkerSide::recycle_raw`].
-    pub fn into_token(self) -> ChunkToken {
+    pub(crate) fn into_token(self) -> ChunkToken {
         let t = self.token();
         std::mem::forget(self);
         t
@@ -388,30 +388,27 @@ impl Drop for HeldChunk<'_> {
 }
 
 /// The packets of a chunk held by token.
-pub struct RawChunk<'w> {
+pub(crate) struct RawChunk<'w> {
     pool: &'w Pool,
     index: u32,
     count: usize,
 }
 
 impl<'w> RawChunk<'w> {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Packet `i`, borrowing the worker side rather than this view: it stays
-    /// valid until the chunk is recycled, which needs the side mutably.
     /// As [`HeldChunk::for_each_sort_key`].
-    pub fn for_each_sort_key(&self, link: LinkType, f: impl FnMut(u32, Option<u16>)) {
+    pub(crate) fn for_each_sort_key(&self, link: LinkType, f: impl FnMut(u32, Option<u16>)) {
         // SAFETY: the token was checked to name a chunk held by the side this borrows.
         unsafe { self.pool.for_each_sort_key(self.index, self.count, link, f) }
     }
 
-    pub fn get(&self, i: usize) -> Option<Packet<'w>> {
+    /// Packet `i`, or `None` past the end. It borrows the worker side rather
+    /// than this view: it stays valid until the chunk is recycled, which needs
+    /// the side mutably.
+    pub(crate) fn get(&self, i: usize) -> Option<Packet<'w>> {
         // SAFETY: the token was checked to name a Delivering chunk of this pool, and
         // `recycle_raw` needs `&mut WorkerSide`, which cannot coexist with the 'w borrow.
         (i < self.count).then(|| unsafe { self.pool.packet(self.index, i) })

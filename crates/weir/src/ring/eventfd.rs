@@ -7,13 +7,19 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// An eventfd, nonblocking and closed on exec: what a [`ReadyFd`](super::ReadyFd) signals.
-/// The type stands for the kind of descriptor, so a caller that wants to
-/// keep its own duplicate (one valid before a reader exists and after it is
-/// gone) makes it here and hands a [`try_clone`](Self::try_clone) over.
+/// An eventfd, nonblocking and closed on exec: the descriptor a
+/// [`Reader`](crate::engine::Reader) makes readable when packets wait
+/// ([`attach_ready_fd`](crate::engine::Reader::attach_ready_fd)). The type
+/// stands for the kind of descriptor, so a caller that wants to keep its own
+/// duplicate (one valid before a reader exists and after it is gone) makes it
+/// here and hands a [`try_clone`](Self::try_clone) over.
 pub struct EventFd(OwnedFd);
 
 impl EventFd {
+    /// A new eventfd, not readable.
+    ///
+    /// # Errors
+    /// What `eventfd(2)` returns, e.g. when the process is out of descriptors.
     pub fn new() -> io::Result<EventFd> {
         // SAFETY: eventfd takes no pointers; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -25,6 +31,9 @@ impl EventFd {
     }
 
     /// A second descriptor for the same eventfd.
+    ///
+    /// # Errors
+    /// What duplicating the descriptor returns, e.g. when the process is out of descriptors.
     pub fn try_clone(&self) -> io::Result<EventFd> {
         self.0.try_clone().map(EventFd)
     }

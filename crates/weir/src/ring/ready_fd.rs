@@ -23,7 +23,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 /// The sleeping side's view of its bell's descriptor.
-pub struct ReadyFd {
+pub(crate) struct ReadyFd {
     bell: Arc<Bell>,
 }
 
@@ -31,7 +31,7 @@ impl ReadyFd {
     /// Tie an eventfd to the bell `handle` rings: `fd` (the caller may keep a
     /// duplicate to poll after the bell is gone), or a new one. Once per
     /// bell: later calls share the first.
-    pub fn new(handle: &WakeHandle, fd: Option<EventFd>) -> io::Result<ReadyFd> {
+    pub(crate) fn new(handle: &WakeHandle, fd: Option<EventFd>) -> io::Result<ReadyFd> {
         let bell = Arc::clone(&handle.0);
         if bell.fd.get().is_none() {
             let fd = match fd {
@@ -44,7 +44,7 @@ impl ReadyFd {
         Ok(ReadyFd { bell })
     }
 
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         self.bell.fd.get().map_or(-1, |f| f.as_raw_fd())
     }
 
@@ -53,7 +53,7 @@ impl ReadyFd {
     /// the descriptor was readable: whoever polled it was woken for nothing
     /// (a ring comes after its chunk is published, so it can come after the
     /// chunk was already taken).
-    pub fn rearm(&self, ready: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn rearm(&self, ready: impl FnOnce() -> bool) -> bool {
         let Some(fd) = self.bell.fd.get() else { return false };
         let was_readable = fd.drain();
         self.bell.armed.store(true, Ordering::Relaxed);
@@ -67,7 +67,7 @@ impl ReadyFd {
     }
 
     /// Set the descriptor for good reason outside a ring (the end of capture).
-    pub fn signal(&self) {
+    pub(crate) fn signal(&self) {
         if let Some(fd) = self.bell.fd.get() {
             self.bell.armed.store(false, Ordering::Relaxed);
             fd.signal();

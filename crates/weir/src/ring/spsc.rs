@@ -18,15 +18,15 @@ use std::time::Duration;
 
 /// Ring capacity: a power of two, at least 2.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Capacity(usize);
+pub(crate) struct Capacity(usize);
 
 impl Capacity {
     /// The smallest power of two that holds `n` items (and at least 2).
-    pub fn at_least(n: usize) -> Capacity {
+    pub(crate) fn at_least(n: usize) -> Capacity {
         Capacity(n.max(2).next_power_of_two())
     }
 
-    pub fn get(self) -> usize {
+    pub(crate) fn get(self) -> usize {
         self.0
     }
 }
@@ -39,7 +39,8 @@ struct Shared<T> {
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// Rung by the producer after a push: the consumer may sleep on an empty ring.
     to_consumer: Arc<Bell>,
-    /// Rung by the consumer after a pop: the producer may sleep on a full ring.
+    /// Rung by the consumer after a pop: the producer may sleep on a full ring
+    /// (only the tests' `push_wait` does).
     to_producer: Arc<Bell>,
 }
 
@@ -52,19 +53,22 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 unsafe impl<T: Send> Send for Shared<T> {}
 
 /// The writing half.
-pub struct Producer<T> {
+pub(crate) struct Producer<T> {
     shared: Arc<Shared<T>>,
     tail: usize,
     cached_head: usize,
     /// Ring the consumer's bell only once this many items wait (see [`Producer::set_wake_batch`]).
     wake_batch: usize,
+    /// Parks [`push_wait`](Self::push_wait). Only the tests wait on a full
+    /// ring; the engine's producers never block on one.
+    #[cfg(test)]
     sleeper: Sleeper,
     /// `Cell` makes the handle `!Sync`: one thread per side.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 /// The reading half.
-pub struct Consumer<T> {
+pub(crate) struct Consumer<T> {
     shared: Arc<Shared<T>>,
     head: usize,
     cached_tail: usize,
@@ -73,7 +77,7 @@ pub struct Consumer<T> {
 }
 
 /// A new ring holding up to `capacity` items.
-pub fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consumer<T>) {
+pub(crate) fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consumer<T>) {
     let cap = capacity.get();
     debug_assert!(cap.is_power_of_two() && cap >= 2);
     let consumer_sleeper = Sleeper::new();
@@ -92,6 +96,7 @@ pub fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consumer<T>)
         tail: 0,
         cached_head: 0,
         wake_batch: 1,
+        #[cfg(test)]
         sleeper: producer_sleeper,
         _not_sync: Default::default(),
     };
@@ -100,13 +105,13 @@ pub fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consumer<T>)
 }
 
 impl<T: Copy + Send> Producer<T> {
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.shared.mask + 1
     }
 
     /// Push `item`, or hand it back if the ring is full.
     #[inline]
-    pub fn push(&mut self, item: T) -> Result<(), T> {
+    pub(crate) fn push(&mut self, item: T) -> Result<(), T> {
         if self.tail.wrapping_sub(self.cached_head) > self.shared.mask {
             // Acquire: the consumer's reads of the slots it freed happen before we reuse them.
             self.cached_head = self.shared.head.load(Ordering::Acquire);
@@ -131,12 +136,12 @@ impl<T: Copy + Send> Producer<T> {
     /// fast producer pays for one wake-up per batch. A producer that sets this must
     /// call [`notify`](Self::notify) before it goes idle, or the consumer waits for
     /// the rest of its sleep.
-    pub fn set_wake_batch(&mut self, n: usize) {
+    pub(crate) fn set_wake_batch(&mut self, n: usize) {
         self.wake_batch = n.clamp(1, self.capacity());
     }
 
     /// Wake the consumer if it sleeps, whatever the batch.
-    pub fn notify(&self) {
+    pub(crate) fn notify(&self) {
         self.shared.to_consumer.ring();
     }
 
@@ -144,24 +149,25 @@ impl<T: Copy + Send> Producer<T> {
     /// producer owes before it goes idle. With nothing waiting it rings
     /// nobody, so a consumer polling a [`ReadyFd`](super::ReadyFd) is not
     /// woken by an idle producer's periodic flush.
-    pub fn notify_if_waiting(&self) {
+    pub(crate) fn notify_if_waiting(&self) {
         if !self.is_empty() {
             self.shared.to_consumer.ring();
         }
     }
 
     /// Items in the ring as last seen; exact for the producer's own pushes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         // Acquire pairs with the consumer's Release store of head.
         self.tail.wrapping_sub(self.shared.head.load(Ordering::Acquire))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Push, sleeping while the ring is full, for at most `timeout`.
-    pub fn push_wait(&mut self, mut item: T, timeout: Duration) -> Result<(), T> {
+    #[cfg(test)]
+    pub(crate) fn push_wait(&mut self, mut item: T, timeout: Duration) -> Result<(), T> {
         match self.push(item) {
             Ok(()) => return Ok(()),
             Err(back) => item = back,
@@ -173,13 +179,8 @@ impl<T: Copy + Send> Producer<T> {
         self.push(item)
     }
 
-    /// A handle that wakes this producer if it sleeps in [`push_wait`](Self::push_wait).
-    pub fn wake_handle(&self) -> WakeHandle {
-        WakeHandle(Arc::clone(&self.shared.to_producer))
-    }
-
     /// Tell the consumer that nothing more will come. Dropping the producer does the same.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         // Release: every push before the close is visible to a consumer that sees it.
         self.shared.closed.store(true, Ordering::Release);
         self.shared.to_consumer.ring();
@@ -197,7 +198,7 @@ impl<T> Drop for Producer<T> {
 impl<T: Copy + Send> Consumer<T> {
     /// Take the oldest item, if any.
     #[inline]
-    pub fn pop(&mut self) -> Option<T> {
+    pub(crate) fn pop(&mut self) -> Option<T> {
         let item = self.peek()?;
         self.head = self.head.wrapping_add(1);
         // Release: our read of the slot happens before the producer reuses it.
@@ -208,7 +209,7 @@ impl<T: Copy + Send> Consumer<T> {
 
     /// A copy of the oldest item, left in the ring.
     #[inline]
-    pub fn peek(&mut self) -> Option<T> {
+    pub(crate) fn peek(&mut self) -> Option<T> {
         if self.head == self.cached_tail {
             // Acquire: the producer's slot writes happen before we read the slots.
             self.cached_tail = self.shared.tail.load(Ordering::Acquire);
@@ -224,27 +225,25 @@ impl<T: Copy + Send> Consumer<T> {
     }
 
     /// Items waiting, as of now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         // Acquire pairs with the producer's Release store of tail.
         self.shared.tail.load(Ordering::Acquire).wrapping_sub(self.head)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    pub fn capacity(&self) -> usize {
-        self.shared.mask + 1
-    }
-
     /// True once the producer closed or was dropped. Items pushed before may still wait.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         // Acquire pairs with the Release store in `close`/`drop`.
         self.shared.closed.load(Ordering::Acquire)
     }
 
     /// Pop, sleeping while the ring is empty, for at most `timeout` or until closed.
-    pub fn pop_wait(&mut self, timeout: Duration) -> Option<T> {
+    /// The engine's consumers sleep with [`wait_or`](Self::wait_or) instead.
+    #[cfg(test)]
+    pub(crate) fn pop_wait(&mut self, timeout: Duration) -> Option<T> {
         if let Some(x) = self.pop() {
             return Some(x);
         }
@@ -258,7 +257,7 @@ impl<T: Copy + Send> Consumer<T> {
     }
 
     /// A handle that wakes this consumer if it sleeps in [`pop_wait`](Self::pop_wait).
-    pub fn wake_handle(&self) -> WakeHandle {
+    pub(crate) fn wake_handle(&self) -> WakeHandle {
         WakeHandle(Arc::clone(&self.shared.to_consumer))
     }
 
@@ -266,7 +265,7 @@ impl<T: Copy + Send> Consumer<T> {
     /// `timeout`. `also` watches other rings whose producers ring this one's bell
     /// ([`WakeHandle::ring`]) after they push, and decides what closing means: a
     /// worker fed by several rings sleeps on one of them.
-    pub fn wait_or(&self, timeout: Duration, mut also: impl FnMut() -> bool) -> bool {
+    pub(crate) fn wait_or(&self, timeout: Duration, mut also: impl FnMut() -> bool) -> bool {
         let shared = &self.shared;
         let head = self.head;
         self.sleeper.wait_until(timeout, || {

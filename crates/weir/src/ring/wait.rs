@@ -118,16 +118,16 @@ impl Sleeper {
 
 /// Wakes a sleeping ring side from any thread, e.g. to tell it that a stop was requested.
 #[derive(Clone)]
-pub struct WakeHandle(pub(crate) Arc<Bell>);
+pub(crate) struct WakeHandle(pub(crate) Arc<Bell>);
 
 impl WakeHandle {
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         self.0.unparker.unpark();
     }
 
     /// Wake the side only if it sleeps: the cheap signal after a push into a ring
     /// it watches with [`Consumer::wait_or`](super::Consumer::wait_or).
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         self.0.ring();
     }
 }

@@ -6,6 +6,11 @@
 //! and ports together, leaves the hash unchanged, so both directions of a flow land
 //! on one queue. Packets without an IP header go to bucket 0, hence queue 0.
 //!
+//! [`Rss`] is how a trace's packets are split into queues (`trace.pcap@0-3`),
+//! and what a program can use to predict that split. The hash input is the
+//! flow tuple of [`FlowTuple::parse`]: the addresses, then the ports when it
+//! has them, in the order a NIC hashes them.
+//!
 //! The hash is computed from per-byte lookup tables (one 256-entry table per input
 //! byte position) so one IPv4 4-tuple costs 12 loads and XORs.
 
@@ -14,12 +19,12 @@ use crate::{LinkType, QueueId};
 use crate::{Setting, SettingError};
 
 /// Length of a Toeplitz key: enough for the 36-byte IPv6 4-tuple.
-pub const KEY_LEN: usize = 40;
+pub(crate) const KEY_LEN: usize = 40;
 /// Longest input the key covers: IPv6 addresses and ports.
 const MAX_INPUT: usize = 36;
 
 /// The symmetric key: `0x6d5a` repeated.
-pub const SYMMETRIC_KEY: [u8; KEY_LEN] = {
+pub(crate) const SYMMETRIC_KEY: [u8; KEY_LEN] = {
     let mut k = [0u8; KEY_LEN];
     let mut i = 0;
     while i < KEY_LEN {
@@ -30,13 +35,13 @@ pub const SYMMETRIC_KEY: [u8; KEY_LEN] = {
 };
 
 /// A Toeplitz hash function for one key.
-pub struct Toeplitz {
+pub(crate) struct Toeplitz {
     /// `table[i][v]`: contribution of byte value `v` at input position `i`.
     table: Box<[[u32; 256]; MAX_INPUT]>,
 }
 
 impl Toeplitz {
-    pub fn new(key: &[u8; KEY_LEN]) -> Self {
+    pub(crate) fn new(key: &[u8; KEY_LEN]) -> Self {
         let mut table = Box::new([[0u32; 256]; MAX_INPUT]);
         for (pos, row) in table.iter_mut().enumerate() {
             // The 32-bit key window that starts at each of this byte's 8 bit positions.
@@ -48,20 +53,20 @@ impl Toeplitz {
         Toeplitz { table }
     }
 
-    pub fn symmetric() -> Self {
+    pub(crate) fn symmetric() -> Self {
         Self::new(&SYMMETRIC_KEY)
     }
 
     /// Hash up to 36 bytes of input; longer input is cut to 36.
     #[inline]
-    pub fn hash(&self, input: &[u8]) -> u32 {
+    pub(crate) fn hash(&self, input: &[u8]) -> u32 {
         input.iter().zip(self.table.iter()).fold(0, |h, (&b, row)| h ^ row[usize::from(b)])
     }
 
     /// Hash a flow tuple in NIC order: source address, destination address, then the
     /// source and destination ports when the packet carries reliable ones.
     #[inline]
-    pub fn hash_tuple(&self, t: &FlowTuple) -> u32 {
+    pub(crate) fn hash_tuple(&self, t: &FlowTuple) -> u32 {
         let mut buf = [0u8; MAX_INPUT];
         let len = match t {
             FlowTuple::V4 { src, dst, ports, .. } => {
@@ -106,12 +111,12 @@ pub const BUCKETS: usize = 512;
 
 /// Number of hash buckets in an indirection table: a power of two, at least [`BUCKETS`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct BucketCount(usize);
+pub(crate) struct BucketCount(usize);
 
 impl BucketCount {
-    pub const DEFAULT: BucketCount = BucketCount(BUCKETS);
+    pub(crate) const DEFAULT: BucketCount = BucketCount(BUCKETS);
 
-    pub fn new(n: usize) -> Result<Self, SettingError> {
+    pub(crate) fn new(n: usize) -> Result<Self, SettingError> {
         if n < BUCKETS || !n.is_power_of_two() || n > 1 << 16 {
             return Err(SettingError::new(
                 Setting::Queues,
@@ -121,12 +126,15 @@ impl BucketCount {
         Ok(BucketCount(n))
     }
 
-    pub fn get(self) -> usize {
+    pub(crate) fn get(self) -> usize {
         self.0
     }
 }
 
 /// Maps each hash bucket to a queue. Initially bucket `b` goes to queue `b mod n`.
+///
+/// [`Rss`] and the sources make one, and [`crate::balance`] moves buckets in
+/// it between queues; only the crate can change or read one.
 #[derive(Clone, Debug)]
 pub struct IndirectionTable {
     queues: Box<[u16]>,
@@ -134,32 +142,28 @@ pub struct IndirectionTable {
 }
 
 impl IndirectionTable {
-    pub fn new(buckets: BucketCount, n_queues: u16) -> Self {
+    pub(crate) fn new(buckets: BucketCount, n_queues: u16) -> Self {
         assert!(n_queues > 0, "an indirection table needs at least one queue");
         let queues = (0..buckets.get()).map(|b| (b % usize::from(n_queues)) as u16).collect();
         IndirectionTable { queues, mask: (buckets.get() - 1) as u32 }
     }
 
     #[inline]
-    pub fn bucket(&self, hash: u32) -> usize {
+    pub(crate) fn bucket(&self, hash: u32) -> usize {
         (hash & self.mask) as usize
     }
 
     #[inline]
-    pub fn queue_of_bucket(&self, bucket: usize) -> u16 {
+    pub(crate) fn queue_of_bucket(&self, bucket: usize) -> u16 {
         self.queues[bucket]
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queues.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.queues.is_empty()
-    }
-
     /// Point `bucket` at `queue`.
-    pub fn assign(&mut self, bucket: usize, queue: u16) {
+    pub(crate) fn assign(&mut self, bucket: usize, queue: u16) {
         self.queues[bucket] = queue;
     }
 }
@@ -172,11 +176,17 @@ pub struct Rss {
 }
 
 impl Rss {
+    /// RSS over `n_queues` queues for frames of link type `link`, with the
+    /// symmetric key and a table of [`BUCKETS`] buckets in its initial state.
+    ///
+    /// # Panics
+    /// If `n_queues` is 0.
     pub fn new(link: LinkType, n_queues: u16) -> Self {
         Rss { toeplitz: Toeplitz::symmetric(), table: IndirectionTable::new(BucketCount::DEFAULT, n_queues), link }
     }
 
-    /// The bucket of a frame: non-IP frames land in bucket 0.
+    /// The bucket of a frame, below [`BUCKETS`]: frames without a flow tuple
+    /// land in bucket 0.
     #[inline]
     pub fn bucket(&self, frame: &[u8]) -> usize {
         self.flow_hash(frame).map_or(0, |h| self.table.bucket(h))
@@ -185,7 +195,7 @@ impl Rss {
     /// The symmetric hash of a frame's flow (both directions alike), or `None`
     /// for a frame without one.
     #[inline]
-    pub fn flow_hash(&self, frame: &[u8]) -> Option<u32> {
+    pub(crate) fn flow_hash(&self, frame: &[u8]) -> Option<u32> {
         if let Some(h) = self.fast_hash(frame) {
             return Some(h);
         }
@@ -214,12 +224,14 @@ impl Rss {
         Some(self.toeplitz.hash(&frame[TUPLE]))
     }
 
+    /// The queue of a frame: its bucket's, so both directions of a flow get
+    /// the same one.
     #[inline]
     pub fn queue(&self, frame: &[u8]) -> QueueId {
         QueueId(self.table.queue_of_bucket(self.bucket(frame)))
     }
 
-    pub fn table(&self) -> &IndirectionTable {
+    pub(crate) fn table(&self) -> &IndirectionTable {
         &self.table
     }
 }

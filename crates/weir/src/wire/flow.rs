@@ -4,10 +4,13 @@ use super::link::{network_layer, Network};
 use super::{be16, field, ip_proto, Ipv4Packet, Ipv6Packet};
 use crate::LinkType;
 
-/// Source and destination ports of a TCP, UDP, SCTP or DCCP packet.
+/// Source and destination ports of a TCP, UDP, UDP-Lite, SCTP or DCCP packet,
+/// as numbers (the wire's big-endian bytes already decoded).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct L4Ports {
+    /// The sender's port.
     pub src: u16,
+    /// The receiver's port.
     pub dst: u16,
 }
 
@@ -19,15 +22,44 @@ impl L4Ports {
 }
 
 /// Addresses, protocol and (when present and reliable) ports of an IP packet.
+///
+/// The derived order is a total order on tuples with no meaning of its own;
+/// [`canonical`](Self::canonical) uses it to pick one orientation of a flow.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FlowTuple {
-    V4 { src: [u8; 4], dst: [u8; 4], proto: u8, ports: Option<L4Ports> },
-    V6 { src: [u8; 16], dst: [u8; 16], proto: u8, ports: Option<L4Ports> },
+    /// An IPv4 packet.
+    V4 {
+        /// Source address, in wire (network) byte order.
+        src: [u8; 4],
+        /// Destination address, in wire (network) byte order.
+        dst: [u8; 4],
+        /// The header's protocol field ([`ip_proto`]).
+        proto: u8,
+        /// `None` when `proto` carries no ports, the ports were not captured,
+        /// or the packet is a fragment (first or not): only whole datagrams
+        /// carry ports that are reliable for every packet of the flow.
+        ports: Option<L4Ports>,
+    },
+    /// An IPv6 packet.
+    V6 {
+        /// Source address, in wire (network) byte order.
+        src: [u8; 16],
+        /// Destination address, in wire (network) byte order.
+        dst: [u8; 16],
+        /// The protocol after the extension headers; 44 (the fragment header)
+        /// when the chain holds a fragment header, was cut by the snaplen, or
+        /// is longer than the 8 headers weir walks.
+        proto: u8,
+        /// As for [`FlowTuple::V4`]: `None` without reliable ports, and for
+        /// every packet whose `proto` is 44.
+        ports: Option<L4Ports>,
+    },
 }
 
 impl FlowTuple {
-    /// Extract the tuple of a captured frame, or `None` when it is not IP or its IP
-    /// header was not captured whole.
+    /// Extract the tuple of a captured frame of link type `link`, or `None` when it
+    /// is not IP (see [`network_layer`](super::link::network_layer) for the link
+    /// types read) or its IP header was not captured whole.
     pub fn parse(link: LinkType, frame: &[u8]) -> Option<FlowTuple> {
         match network_layer(link, frame)? {
             Network::Ipv4(b) => {
@@ -47,12 +79,14 @@ impl FlowTuple {
         }
     }
 
+    /// The ports, when the packet carries reliable ones (see [`FlowTuple::V4`]).
     pub fn ports(&self) -> Option<L4Ports> {
         match self {
             FlowTuple::V4 { ports, .. } | FlowTuple::V6 { ports, .. } => *ports,
         }
     }
 
+    /// The IP protocol number ([`ip_proto`]; see the variants' `proto`).
     pub fn protocol(&self) -> u8 {
         match self {
             FlowTuple::V4 { proto, .. } | FlowTuple::V6 { proto, .. } => *proto,
@@ -65,7 +99,7 @@ impl FlowTuple {
     }
 
     /// The same flow seen from the other side.
-    pub fn reversed(&self) -> FlowTuple {
+    pub(crate) fn reversed(&self) -> FlowTuple {
         let rev = |p: Option<L4Ports>| p.map(|p| L4Ports { src: p.dst, dst: p.src });
         match *self {
             FlowTuple::V4 { src, dst, proto, ports } => FlowTuple::V4 { src: dst, dst: src, proto, ports: rev(ports) },

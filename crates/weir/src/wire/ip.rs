@@ -9,14 +9,14 @@ use super::{be16, field, ip_proto, Truncated};
 
 /// A checked view of an IPv4 header.
 #[derive(Copy, Clone, Debug)]
-pub struct Ipv4Packet<'a> {
+pub(crate) struct Ipv4Packet<'a> {
     buf: &'a [u8],
     header_len: usize,
 }
 
 impl<'a> Ipv4Packet<'a> {
     /// Check that `buf` holds a whole IPv4 header (including options) of version 4.
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
+    pub(crate) fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         let first = *buf.get(field::ipv4::VER_IHL).ok_or(Truncated)?;
         let header_len = usize::from(first & 0x0f) * 4;
         if first >> 4 != 4 || header_len < field::ipv4::MIN_HEADER_LEN || buf.len() < header_len {
@@ -25,11 +25,11 @@ impl<'a> Ipv4Packet<'a> {
         Ok(Ipv4Packet { buf, header_len })
     }
 
-    pub fn src(&self) -> [u8; 4] {
+    pub(crate) fn src(&self) -> [u8; 4] {
         self.addr(field::ipv4::SRC)
     }
 
-    pub fn dst(&self) -> [u8; 4] {
+    pub(crate) fn dst(&self) -> [u8; 4] {
         self.addr(field::ipv4::DST)
     }
 
@@ -38,33 +38,24 @@ impl<'a> Ipv4Packet<'a> {
         [b[0], b[1], b[2], b[3]]
     }
 
-    pub fn protocol(&self) -> u8 {
+    pub(crate) fn protocol(&self) -> u8 {
         self.buf[field::ipv4::PROTOCOL]
     }
 
-    /// Total length as the header states it.
-    pub fn total_len(&self) -> u16 {
-        be16(self.buf, field::ipv4::TOTAL_LEN)
-    }
-
     /// True for any fragment, first or not: only unfragmented packets carry reliable ports.
-    pub fn is_fragment(&self) -> bool {
+    pub(crate) fn is_fragment(&self) -> bool {
         be16(self.buf, field::ipv4::FLAGS_FRAG) & field::ipv4::MF_AND_OFFSET_MASK != 0
     }
 
-    pub fn header_len(&self) -> usize {
-        self.header_len
-    }
-
     /// Bytes after the header that were captured.
-    pub fn payload(&self) -> &'a [u8] {
+    pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buf[self.header_len..]
     }
 }
 
 /// A checked view of an IPv6 header, with its extension headers walked.
 #[derive(Copy, Clone, Debug)]
-pub struct Ipv6Packet<'a> {
+pub(crate) struct Ipv6Packet<'a> {
     buf: &'a [u8],
     /// The upper-layer protocol after the extension headers, and where it starts.
     upper: Option<(u8, usize)>,
@@ -75,7 +66,7 @@ const MAX_EXTENSION_HEADERS: usize = 8;
 
 impl<'a> Ipv6Packet<'a> {
     /// Check the fixed header and walk extension headers as far as they were captured.
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
+    pub(crate) fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < field::ipv6::HEADER_LEN || buf[0] >> 4 != 6 {
             return Err(Truncated);
         }
@@ -83,11 +74,11 @@ impl<'a> Ipv6Packet<'a> {
         Ok(Ipv6Packet { buf, upper })
     }
 
-    pub fn src(&self) -> [u8; 16] {
+    pub(crate) fn src(&self) -> [u8; 16] {
         self.addr(field::ipv6::SRC)
     }
 
-    pub fn dst(&self) -> [u8; 16] {
+    pub(crate) fn dst(&self) -> [u8; 16] {
         self.addr(field::ipv6::DST)
     }
 
@@ -99,7 +90,7 @@ impl<'a> Ipv6Packet<'a> {
 
     /// The upper-layer protocol and its bytes, or `None` for a non-first fragment or an
     /// extension chain that was cut off by the snaplen.
-    pub fn upper_layer(&self) -> Option<(u8, &'a [u8])> {
+    pub(crate) fn upper_layer(&self) -> Option<(u8, &'a [u8])> {
         self.upper.map(|(p, at)| (p, &self.buf[at..]))
     }
 }

@@ -6,7 +6,9 @@ use super::{ethertype, field, ip_proto, FlowTuple};
 use crate::LinkType;
 
 /// The key a packet is delivered by, in the locality stage: min(src port, dst port) of a TCP or UDP
-/// packet, `None` for every other packet.
+/// packet, `None` for every other packet, a fragment, or one cut before its
+/// ports. The same as [`FlowTuple::parse`] followed by [`L4Ports::min_port`](super::L4Ports::min_port)
+/// for TCP and UDP, faster for untagged Ethernet and IPv4.
 #[inline]
 pub fn sort_key(link: LinkType, frame: &[u8]) -> Option<u16> {
     match untagged_ipv4_key(link, frame) {

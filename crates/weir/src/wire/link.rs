@@ -1,23 +1,30 @@
 //! Link-layer headers: find where the network layer starts and what it is.
 //!
 //! Supports the link types traces from Linux and BSD hosts actually carry:
-//! Ethernet (with any number of 802.1Q/802.1ad tags), Linux cooked v1 and v2,
+//! Ethernet (through up to four 802.1Q/802.1ad tags), Linux cooked v1 and v2,
 //! BSD and OpenBSD loopback, and raw IP. Anything else is "not IP".
 
 use super::{be16, ethertype, field, Truncated};
 use crate::LinkType;
 
-/// The network-layer protocol found under the link header.
+/// The network-layer protocol found under the link header, with the frame's
+/// bytes from the start of that header on. The link header (for raw IP, the
+/// version field) said which protocol follows; nothing else is checked, and the
+/// bytes may be cut short.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Network<'a> {
+    /// IPv4.
     Ipv4(&'a [u8]),
+    /// IPv6.
     Ipv6(&'a [u8]),
 }
 
 /// Most VLAN tags weir will look through before giving up on a frame.
 const MAX_VLAN_TAGS: usize = 4;
 
-/// Strip the link header of `data` (of link type `link`) and return the IP payload, if any.
+/// Strip the link header of `data` (of link type `link`) and return what follows
+/// it: `None` for a link type not listed above, a frame shorter than its link
+/// header, or one that carries neither IPv4 nor IPv6.
 pub fn network_layer(link: LinkType, data: &[u8]) -> Option<Network<'_>> {
     match link {
         LinkType::ETHERNET => ethernet(data).ok().flatten(),
