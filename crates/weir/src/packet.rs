@@ -23,21 +23,21 @@ pub struct LinkType(pub u32);
 
 impl LinkType {
     /// BSD loopback: a 4-byte address family in host byte order.
-    pub const NULL: LinkType = LinkType(0);
+    pub(crate) const NULL: LinkType = LinkType(0);
     /// Ethernet II / 802.3.
     pub const ETHERNET: LinkType = LinkType(1);
     /// Raw IPv4 or IPv6, version in the first nibble.
     pub const RAW: LinkType = LinkType(101);
     /// OpenBSD loopback: a 4-byte address family in network byte order.
-    pub const LOOP: LinkType = LinkType(108);
+    pub(crate) const LOOP: LinkType = LinkType(108);
     /// Linux "cooked" capture, version 1.
-    pub const LINUX_SLL: LinkType = LinkType(113);
+    pub(crate) const LINUX_SLL: LinkType = LinkType(113);
     /// Raw IPv4.
     pub const IPV4: LinkType = LinkType(228);
     /// Raw IPv6.
     pub const IPV6: LinkType = LinkType(229);
     /// Linux "cooked" capture, version 2.
-    pub const LINUX_SLL2: LinkType = LinkType(276);
+    pub(crate) const LINUX_SLL2: LinkType = LinkType(276);
 
     /// The `DLT_` number Linux libpcap uses for this link type, as `pcap_open_dead`
     /// takes it and `pcap_datalink` returns it. The two numberings agree except for
@@ -90,7 +90,7 @@ impl<'a> Packet<'a> {
 
     /// As [`new`](Self::new), for a pcap record whose fraction field was out of
     /// range and carried `ts_carry` seconds into `ts_ns`.
-    pub fn with_carry(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId, ts_carry: u32) -> Self {
+    pub(crate) fn with_carry(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId, ts_carry: u32) -> Self {
         Packet { data, wire_len, ts_ns, queue, ts_carry }
     }
 

@@ -71,7 +71,7 @@ pub struct SettingError {
 }
 
 impl SettingError {
-    pub fn new(setting: Setting, problem: impl Into<String>) -> SettingError {
+    pub(crate) fn new(setting: Setting, problem: impl Into<String>) -> SettingError {
         SettingError { setting, problem: problem.into() }
     }
 }

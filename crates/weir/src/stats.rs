@@ -109,14 +109,14 @@ impl Snapshot {
 
 /// The capture thread's private tally, published with [`QueueCounters::publish`].
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub received: u64,
-    pub received_bytes: u64,
-    pub filtered: u64,
-    pub capture_drops: u64,
-    pub delivery_drops: u64,
-    pub captured: u64,
-    pub offloaded: u64,
+pub(crate) struct Tally {
+    pub(crate) received: u64,
+    pub(crate) received_bytes: u64,
+    pub(crate) filtered: u64,
+    pub(crate) capture_drops: u64,
+    pub(crate) delivery_drops: u64,
+    pub(crate) captured: u64,
+    pub(crate) offloaded: u64,
 }
 
 /// The shared counters of one queue.
@@ -140,7 +140,7 @@ pub struct QueueCounters {
 }
 
 impl QueueCounters {
-    pub fn new(queue: QueueId) -> Self {
+    pub(crate) fn new(queue: QueueId) -> Self {
         let z = || AtomicU64::new(0);
         QueueCounters {
             queue,
@@ -160,12 +160,8 @@ impl QueueCounters {
         }
     }
 
-    pub fn queue(&self) -> QueueId {
-        self.queue
-    }
-
     /// Publish the capture thread's tally. Only the capture thread of this queue calls it.
-    pub fn publish(&self, t: &Tally) {
+    pub(crate) fn publish(&self, t: &Tally) {
         let s = self.seq.load(Ordering::Relaxed);
         debug_assert!(s % 2 == 0, "two writers on one queue's capture counters");
         self.seq.store(s + 1, Ordering::Relaxed);
@@ -184,7 +180,7 @@ impl QueueCounters {
 
     /// Record packets released by a worker: this queue's own, or a buddy's that
     /// took an offloaded chunk of this queue.
-    pub fn add_delivered(&self, packets: u64, bytes: u64) {
+    pub(crate) fn add_delivered(&self, packets: u64, bytes: u64) {
         self.delivered_bytes.fetch_add(bytes, Ordering::Relaxed);
         // Release orders it after the chunk's capture-side publication, which the
         // worker synchronized with through the ring.
@@ -192,24 +188,24 @@ impl QueueCounters {
     }
 
     /// Record packets a worker released without handing them to the application.
-    pub fn add_unread(&self, packets: u64) {
+    pub(crate) fn add_unread(&self, packets: u64) {
         // Release, as in `add_delivered`.
         self.unread.fetch_add(packets, Ordering::Release);
     }
 
     /// Record packets a worker released because a filter turned them away as
     /// they were handed out: filtered, not delivered.
-    pub fn add_rejected(&self, packets: u64) {
+    pub(crate) fn add_rejected(&self, packets: u64) {
         // Release, as in `add_delivered`.
         self.rejected.fetch_add(packets, Ordering::Release);
     }
 
-    pub fn add_bad_recycle(&self) {
+    pub(crate) fn add_bad_recycle(&self) {
         self.bad_recycles.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A consistent view of this queue's counters.
-    pub fn read(&self) -> QueueStats {
+    pub(crate) fn read(&self) -> QueueStats {
         // Acquire: everything the capture thread published before the worker's
         // delivery we see is visible to the seqlock read below.
         let delivered = self.delivered.load(Ordering::Acquire);

@@ -42,7 +42,7 @@ pub struct SourceInfo {
 }
 
 /// A capture thread's work.
-pub trait CaptureUnit: Send + 'static {
+pub(crate) trait CaptureUnit: Send + 'static {
     /// The queues this unit fills; `run` receives their sides in this order.
     fn queues(&self) -> Vec<QueueId>;
 
@@ -99,7 +99,7 @@ pub enum SourceErrorKind {
 
 impl SourceError {
     /// True when the error is in what the user gave us (exit code 2 in the CLI).
-    pub fn is_bad_input(&self) -> bool {
+    pub(crate) fn is_bad_input(&self) -> bool {
         matches!(self.kind(), SourceErrorKind::BadInput | SourceErrorKind::NoSuchDevice | SourceErrorKind::Memory)
     }
 
@@ -120,36 +120,36 @@ impl SourceError {
 
 /// Progress through a finite input (bytes of a trace file), readable from any thread.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     done: AtomicU64,
     total: AtomicU64,
     unreached: AtomicU64,
 }
 
 impl Progress {
-    pub fn new(total: Option<u64>) -> Arc<Progress> {
+    pub(crate) fn new(total: Option<u64>) -> Arc<Progress> {
         Arc::new(Progress { total: AtomicU64::new(total.unwrap_or(0)), ..Progress::default() })
     }
 
-    pub fn set_done(&self, n: u64) {
+    pub(crate) fn set_done(&self, n: u64) {
         // Relaxed: a display value.
         self.done.store(n, Ordering::Relaxed);
     }
 
     /// (done, total); total is 0 when unknown (a pipe).
-    pub fn get(&self) -> (u64, u64) {
+    pub(crate) fn get(&self) -> (u64, u64) {
         // Relaxed: display values.
         (self.done.load(Ordering::Relaxed), self.total.load(Ordering::Relaxed))
     }
 
     /// Bytes of a stream (a pipe, a socket) that were read but not reached when
     /// the run stopped: lost with it, since a stream cannot be read again.
-    pub fn set_unreached(&self, n: u64) {
+    pub(crate) fn set_unreached(&self, n: u64) {
         // Relaxed: written by the capture thread before it ends, read after the join.
         self.unreached.store(n, Ordering::Relaxed);
     }
 
-    pub fn unreached(&self) -> u64 {
+    pub(crate) fn unreached(&self) -> u64 {
         // Relaxed: as above.
         self.unreached.load(Ordering::Relaxed)
     }

@@ -49,11 +49,11 @@ impl std::str::FromStr for CpuPlan {
 /// Where one queue's threads run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
-    pub queue: crate::QueueId,
+    pub(crate) queue: crate::QueueId,
     pub capture_cpu: Option<usize>,
-    pub worker_cpu: Option<usize>,
+    pub(crate) worker_cpu: Option<usize>,
     /// Why: "irq 45", "spread", "list".
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl fmt::Display for Placement {
@@ -82,7 +82,7 @@ fn first_cpu_of(list: &str) -> Option<usize> {
 }
 
 /// Decide placements for `queues` of `iface` (None for trace files) among `allowed` CPUs.
-pub fn plan(plan: &CpuPlan, iface: Option<&str>, queues: &[crate::QueueId], allowed: &[usize]) -> Vec<Placement> {
+pub(crate) fn plan(plan: &CpuPlan, iface: Option<&str>, queues: &[crate::QueueId], allowed: &[usize]) -> Vec<Placement> {
     let n = allowed.len().max(1);
     let at = |i: usize| allowed.get(i % n).copied();
     let interrupts = match (plan, iface) {

@@ -15,16 +15,17 @@
 //! `received = delivered + filtered + capture_drops + delivery_drops` holds with
 //! `in_flight = 0`.
 
-pub mod affinity;
+mod affinity;
 mod reader;
-pub(crate) mod sys;
+mod sys;
 
-pub use crate::capture::{Progress, SourceError, SourceErrorKind, SourceInfo, StopHandle, StopReason};
+pub use crate::capture::control::{StopHandle, StopReason};
+pub use crate::capture::unit::{SourceError, SourceErrorKind, SourceInfo};
 pub use affinity::{CpuPlan, Placement};
 pub use reader::{Read, Reader, ReaderReport};
 
 use crate::balance;
-use crate::capture::{CaptureUnit, Control};
+use crate::capture::{CaptureUnit, Control, Progress};
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
@@ -126,8 +127,10 @@ impl EngineBuilder {
     }
 
     /// Pool shape per queue; default WireCAP-B-(256,128). Without this, locality
-    /// buffering raises the default's chunks to hold two batches
-    /// ([`LocalityConfig::pool_chunks`]); with it, `cfg` is used as given.
+    /// buffering raises the default's chunks to hold two batches and a chunk,
+    /// so capture fills the next batch while one is delivered; with it, `cfg`
+    /// is used as given (and a pool too small for two batches is reported in
+    /// [`SourceInfo::notes`]).
     pub fn pool(mut self, cfg: PoolConfig) -> Self {
         self.pool = cfg;
         self.pool_set = true;
@@ -175,8 +178,9 @@ impl EngineBuilder {
 
     /// How trace files are read: block size, headroom, blocks. The defaults suit
     /// page-cached files; tests use tiny blocks to exercise records that straddle them.
-    /// Without this, locality buffering raises the default's blocks to hold its
-    /// batches ([`LocalityConfig::trace_blocks`]); with it, `cfg` is used as given.
+    /// Without this, locality buffering raises the default's blocks so that each
+    /// queue holds two batches of full-size Ethernet frames; with it, `cfg` is
+    /// used as given.
     pub fn trace_reading(mut self, cfg: source::file::ReadConfig) -> Self {
         self.open.trace = cfg;
         self.trace_reading_set = true;
@@ -198,7 +202,7 @@ impl EngineBuilder {
         self
     }
 
-    /// Pin each queue's capture thread and worker (see [`affinity`]).
+    /// Pin each queue's capture thread and worker (see [`CpuPlan`]); unpinned by default.
     pub fn cpus(mut self, plan: CpuPlan) -> Self {
         self.cpus = plan;
         self
@@ -369,10 +373,6 @@ impl Engine {
         &self.placements
     }
 
-    pub fn filter(&self) -> Option<&Filter> {
-        self.filter.as_ref()
-    }
-
     /// Replace the filter before the start, for callers that learn it after the
     /// source is open (libpcap's `pcap_setfilter`). It must be compiled for
     /// this source's link type.
@@ -413,7 +413,6 @@ impl Engine {
         }
         Ok(Running {
             ctl: l.ctl,
-            placements: l.placements,
             counters: l.counters,
             captures: l.captures,
             workers,
@@ -614,7 +613,6 @@ fn worker_loop<H: Handler>(
 /// A started engine.
 pub struct Running<H> {
     ctl: Arc<Control>,
-    placements: Vec<Placement>,
     counters: Vec<Arc<QueueCounters>>,
     captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
     workers: Vec<(QueueId, JoinHandle<Result<H, RunError>>)>,
@@ -640,11 +638,6 @@ impl<H> Running<H> {
         StopHandle(Arc::clone(&self.ctl))
     }
 
-    /// Where each queue's threads run.
-    pub fn placements(&self) -> &[Placement] {
-        &self.placements
-    }
-
     /// Bytes of input consumed and in total (total 0 when unknown), for finite sources.
     pub fn progress(&self) -> Option<(u64, u64)> {
         self.progress.as_ref().map(|p| p.get())
@@ -652,15 +645,6 @@ impl<H> Running<H> {
 
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
-    }
-
-    /// What rebalancing has moved so far, when the mode moves buckets.
-    pub fn balance(&self) -> Option<balance::SteeringStats> {
-        self.balance.as_ref().map(|b| b.read())
-    }
-
-    pub fn is_finished(&self) -> bool {
-        self.workers.iter().all(|(_, h)| h.is_finished()) && self.captures.iter().all(|(_, h)| h.is_finished())
     }
 
     /// Wait up to `d` for the run to finish, enforcing the time limit meanwhile.

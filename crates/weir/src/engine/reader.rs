@@ -59,8 +59,6 @@ pub enum Read<'r> {
 pub struct ReaderReport {
     /// Final counters: nothing in flight.
     pub stats: Snapshot,
-    pub stop: StopReason,
-    pub elapsed: Duration,
     /// Everything that went wrong; a malformed trace shows up here, after the
     /// packets before the damage were handed out.
     pub errors: Vec<RunError>,
@@ -105,7 +103,6 @@ pub struct Reader {
     captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
     sides: Vec<WorkerSide>,
     info: SourceInfo,
-    started: Instant,
     held: Option<Held>,
     batch: Option<Sorted>,
     /// The side the next look for a chunk starts at.
@@ -153,7 +150,6 @@ impl Reader {
             captures: l.captures,
             sides,
             info: l.info,
-            started: l.started,
             held: None,
             batch,
             turn: 0,
@@ -171,7 +167,7 @@ impl Reader {
     }
 
     /// A consistent snapshot of every queue's counters.
-    pub fn stats(&self) -> Snapshot {
+    pub(crate) fn stats(&self) -> Snapshot {
         Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() }
     }
 
@@ -182,10 +178,6 @@ impl Reader {
 
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(Arc::clone(&self.ctl))
-    }
-
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 
     /// A descriptor that turns readable when [`next`](Self::next) may find
@@ -448,8 +440,7 @@ impl Reader {
     /// Stop capture, count what was not handed out as unread, and report.
     pub fn finish(mut self) -> ReaderReport {
         self.close();
-        let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
-        ReaderReport { stats: self.stats(), stop, elapsed: self.started.elapsed(), errors: std::mem::take(&mut self.errors) }
+        ReaderReport { stats: self.stats(), errors: std::mem::take(&mut self.errors) }
     }
 
     fn close(&mut self) {

@@ -27,9 +27,9 @@ pub enum Pacing {
 
 /// The rates a pacing may have. Slower than the lowest, a packet would be due
 /// so far off that no run could reach it; faster than the highest is top speed.
-pub const PPS_RANGE: (f64, f64) = (0.001, 1e9);
-pub const MBPS_RANGE: (f64, f64) = (0.001, 1e7);
-pub const SPEED_RANGE: (f64, f64) = (1e-6, 1e6);
+const PPS_RANGE: (f64, f64) = (0.001, 1e9);
+const MBPS_RANGE: (f64, f64) = (0.001, 1e7);
+const SPEED_RANGE: (f64, f64) = (1e-6, 1e6);
 
 /// No packet is scheduled further than this from the start (about 31,700
 /// years): a trace's timestamps can be anything, and what a slow pacing
@@ -73,7 +73,7 @@ impl Pacer {
         Pacer { pacing, start: None, first_ts: 0, packets: 0, bits: 0.0 }
     }
 
-    pub fn is_paced(&self) -> bool {
+    pub(crate) fn is_paced(&self) -> bool {
         self.pacing.is_paced()
     }
 

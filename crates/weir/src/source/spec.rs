@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Most queues a source may be split into.
-pub const MAX_QUEUES: u16 = 1024;
+const MAX_QUEUES: u16 = 1024;
 
 /// An inclusive range of queue numbers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct QueueRange {
 }
 
 impl QueueRange {
-    pub fn new(first: u16, last: u16) -> Result<QueueRange, SpecError> {
+    pub(crate) fn new(first: u16, last: u16) -> Result<QueueRange, SpecError> {
         if first > last {
             return Err(SpecError::Range(format!("{first}-{last}: the first queue is after the last")));
         }
@@ -45,20 +45,20 @@ impl QueueRange {
         QueueRange { first: 0, last: 0 }
     }
 
-    pub fn first(&self) -> u16 {
+    pub(crate) fn first(&self) -> u16 {
         self.first
     }
 
-    pub fn last(&self) -> u16 {
+    pub(crate) fn last(&self) -> u16 {
         self.last
     }
 
     /// Queues the source is split into: every queue up to the last named.
-    pub fn total(&self) -> u16 {
+    pub(crate) fn total(&self) -> u16 {
         self.last + 1
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = u16> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u16> {
         self.first..=self.last
     }
 
@@ -113,7 +113,7 @@ pub enum LiveKind {
 }
 
 impl LiveKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LiveKind::AfPacket => "afpacket",
             LiveKind::AfXdp => "afxdp",

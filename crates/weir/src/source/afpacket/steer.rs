@@ -159,10 +159,6 @@ impl BucketSteering {
         })
     }
 
-    pub fn id(&self) -> SteeringId {
-        self.table.id
-    }
-
     /// The fanout mode that makes an afpacket capture use this table.
     pub fn fanout(&self) -> Fanout {
         Fanout::Buckets(Some(self.table.id))

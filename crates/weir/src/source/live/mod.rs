@@ -162,7 +162,7 @@ impl Default for AfXdpOptions {
 
 impl LiveOptions {
     /// Run `f` in the namespace these options name (or where we are).
-    pub fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
+    pub(crate) fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
         match &self.netns {
             None => f(),
             Some(ns) => sys::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), error: source })?,
@@ -171,12 +171,12 @@ impl LiveOptions {
 }
 
 /// The RX queues of `iface`, asked of the kernel in the calling thread's namespace.
-pub fn rx_queues(iface: &str) -> Result<u16, SourceError> {
+pub(crate) fn rx_queues(iface: &str) -> Result<u16, SourceError> {
     sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), error: source })
 }
 
 /// The index of `iface` in the calling thread's namespace.
-pub fn ifindex(iface: &str) -> Result<u32, SourceError> {
+pub(crate) fn ifindex(iface: &str) -> Result<u32, SourceError> {
     sys::ifindex(iface).map_err(|error| match error.raw_os_error() {
         Some(libc::ENODEV) => SourceError::NoSuchDevice { iface: iface.to_string() },
         _ if error.kind() == std::io::ErrorKind::InvalidInput => SourceError::Invalid(error.to_string()),
