@@ -83,7 +83,8 @@ pub struct Packet<'a> {
 }
 
 impl<'a> Packet<'a> {
-    /// A packet view; `wire_len` is the length on the wire, which may exceed `data.len()`.
+    /// A packet view, for code that makes packets itself (tests, a replay);
+    /// `wire_len` is the length on the wire, which may exceed `data.len()`.
     pub fn new(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId) -> Self {
         Packet { data, wire_len, ts_ns, queue, ts_carry: 0 }
     }
@@ -133,6 +134,8 @@ impl<'a> Packet<'a> {
 /// The application: called once per delivered packet, on the worker thread of
 /// the packet's queue. One handler per queue, so it needs no locking.
 pub trait Handler: Send + 'static {
+    /// Handle one packet. Its bytes are only borrowed: copy what must outlive
+    /// the call. A panic here ends the run with [`RunError::HandlerPanicked`](crate::engine::RunError::HandlerPanicked).
     fn packet(&mut self, packet: &Packet<'_>);
 }
 

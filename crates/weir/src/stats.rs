@@ -27,17 +27,35 @@
 use crate::QueueId;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-/// Counters of one queue as a reader sees them.
+/// Counters of one queue at one read, in packets unless named bytes. Every
+/// counter only grows from read to read, except `in_flight`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {
+    /// The queue these counters are of (meaningless in a [`Snapshot::total`]).
     pub queue: QueueId,
+    /// Packets the source saw on this queue; every one ends in exactly one of
+    /// the categories below.
     pub received: u64,
+    /// Handed to the application (a [`Handler`](crate::Handler) call, or a
+    /// packet a [`Reader`](crate::engine::Reader) returned and the caller kept).
     pub delivered: u64,
+    /// Rejected by the filter: in the capture thread, or by a reader's caller
+    /// ([`Reader::reject_last`](crate::engine::Reader::reject_last)). An
+    /// AF_PACKET source filters in the kernel: what its filter rejects is
+    /// never received and counts nowhere.
     pub filtered: u64,
+    /// Lost because the queue's pool had no cell for them: a paced trace
+    /// packet that found every cell taken (as a NIC drops), AF_XDP packets the
+    /// kernel had no free frame for, packets of a moving bucket that found no
+    /// room to wait. A trace at top speed waits instead and drops none.
     pub capture_drops: u64,
+    /// Lost in the kernel before weir read them, because the ring between
+    /// the two was full (AF_PACKET's ring, AF_XDP's RX ring).
     pub delivery_drops: u64,
     /// Captured, then released unread because the application stopped reading.
     pub unread: u64,
+    /// Captured into a cell and not yet released by the worker; 0 once a run
+    /// has ended cleanly.
     pub in_flight: u64,
     /// Wire bytes of received packets.
     pub received_bytes: u64,
@@ -90,9 +108,12 @@ impl QueueStats {
     }
 }
 
-/// A snapshot of every queue of an engine.
+/// The counters of every queue of an engine, read one queue after another:
+/// each queue's are consistent ([`QueueStats::balanced`] holds at every read),
+/// the queues are not read at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
+    /// One entry per queue, in queue order.
     pub queues: Vec<QueueStats>,
 }
 
@@ -119,7 +140,8 @@ pub(crate) struct Tally {
     pub(crate) offloaded: u64,
 }
 
-/// The shared counters of one queue.
+/// The shared counters of one queue, written by its capture thread and its
+/// worker; an application reads them through a [`Snapshot`] or a [`StatsReader`].
 #[derive(Debug)]
 pub struct QueueCounters {
     queue: QueueId,
@@ -261,6 +283,7 @@ impl QueueCounters {
 pub struct StatsReader(pub(crate) Vec<std::sync::Arc<QueueCounters>>);
 
 impl StatsReader {
+    /// Read every queue's counters now.
     pub fn read(&self) -> Snapshot {
         Snapshot { queues: self.0.iter().map(|c| c.read()).collect() }
     }

@@ -36,16 +36,29 @@ use crate::pool::OffloadThreshold;
 use crate::{Setting, SettingError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How an engine meets imbalance between its queues.
+/// How an engine meets imbalance between its queues; parsed from `basic`,
+/// `offload:T`, `rebalance` or `rebalance:T`. Offloading needs two queues or
+/// more to act; the engine's buddy group is all of its queues.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub enum Mode {
     /// Per-queue pools only: WireCAP-B-(M,R).
     #[default]
     Basic,
-    /// Offload chunks to the least-loaded buddy above T: WireCAP-A-(M,R,T).
+    /// Chunks of a queue whose capture queue is fuller than T percent go to the
+    /// least-loaded other queue's worker: WireCAP-A-(M,R,T). It reacts at
+    /// once but splits flows across workers.
     Advanced(OffloadThreshold),
-    /// Flow-consistent rebalancing, optionally with offloading as last resort.
-    Rebalance { controller: ControllerConfig, offload: Option<OffloadThreshold> },
+    /// Flow-consistent rebalancing: whole flow buckets move between queues
+    /// after a lasting overload. A trace must be opened with every queue of
+    /// its split; an afpacket source uses buckets fanout (the engine turns
+    /// the default hash fanout into it, and refuses any other).
+    Rebalance {
+        /// When buckets move.
+        controller: ControllerConfig,
+        /// Offloading above this threshold as well, as the last resort; `None`
+        /// keeps every flow on one worker at a time.
+        offload: Option<OffloadThreshold>,
+    },
 }
 
 impl std::str::FromStr for Mode {

@@ -38,7 +38,8 @@ pub(crate) enum Route {
     Park,
 }
 
-/// Counts of what the steering did.
+/// What rebalancing did, counted from the start of the run
+/// ([`Report::balance`](crate::engine::Report::balance)).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SteeringStats {
     /// Moves decided.

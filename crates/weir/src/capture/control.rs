@@ -127,11 +127,15 @@ impl Control {
     }
 }
 
-/// Stops a running engine from any thread. Cheap to clone.
+/// Stops a running engine from any thread (a signal handler's thread, a
+/// timer). Cheap to clone; every clone stops the same run.
 #[derive(Clone)]
 pub struct StopHandle(pub(crate) std::sync::Arc<Control>);
 
 impl StopHandle {
+    /// Ask the run to stop, with [`StopReason::Requested`] unless another reason
+    /// came first. Returns at once: capture ends within about 50 ms, and what
+    /// was captured before is still delivered (see [`Running::join`](crate::engine::Running::join)).
     pub fn stop(&self) {
         self.0.request_stop(StopReason::Requested);
     }

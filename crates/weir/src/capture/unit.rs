@@ -27,7 +27,9 @@ use std::sync::Arc;
 pub struct SourceInfo {
     /// Human-readable name, e.g. `file:trace.pcap@0-3`.
     pub name: String,
+    /// The link-layer header every packet starts with.
     pub link_type: LinkType,
+    /// Most bytes kept of a packet: the trace header's, or the live options'.
     pub snaplen: u32,
     /// The queues opened, in order.
     pub queues: Vec<QueueId>,
@@ -59,11 +61,23 @@ pub enum SourceError {
     /// Bad input: a malformed or truncated trace (`file` names it), with
     /// where it went wrong.
     #[error("{file}: {error}")]
-    Malformed { file: String, error: crate::tracefile::FormatError },
+    Malformed {
+        /// The trace, as its source names it.
+        file: String,
+        /// What is wrong, and where.
+        error: crate::tracefile::FormatError,
+    },
     /// The OS error is shown in the message, not chained as a source, so
     /// printing the chain does not repeat it.
     #[error("{what}: {error}")]
-    Io { what: String, error: std::io::Error },
+    Io {
+        /// What was being done, and the privilege it needs when refused.
+        what: String,
+        /// The OS error; its kind decides [`SourceError::kind`].
+        error: std::io::Error,
+    },
+    /// Something the source cannot work with (a bad option, an unsupported
+    /// device), said in full.
     #[error("{0}")]
     Invalid(String),
     /// The configuration would need more memory than may be used (see [`crate::memory`]).
@@ -74,7 +88,10 @@ pub enum SourceError {
     Setting(#[from] crate::SettingError),
     /// The network interface is not in this network namespace.
     #[error("no network interface {iface:?} here")]
-    NoSuchDevice { iface: String },
+    NoSuchDevice {
+        /// The interface name as given.
+        iface: String,
+    },
 }
 
 /// What kind of failure a [`SourceError`] is, for callers that act on it
@@ -103,6 +120,7 @@ impl SourceError {
         matches!(self.kind(), SourceErrorKind::BadInput | SourceErrorKind::NoSuchDevice | SourceErrorKind::Memory)
     }
 
+    /// What kind of failure this is; an I/O error is classified by its OS error.
     pub fn kind(&self) -> SourceErrorKind {
         match self {
             SourceError::Malformed { .. } | SourceError::Invalid(_) | SourceError::Setting(_) => SourceErrorKind::BadInput,

@@ -37,7 +37,8 @@ pub(crate) use stage::run;
 use crate::{Setting, SettingError};
 use std::time::Duration;
 
-/// Most packets one batch may gather.
+/// Most packets one batch may gather (4,194,304); the index of a batch that
+/// size takes about 80 MiB per worker (twice that double-buffered).
 pub const MAX_BATCH: u32 = 1 << 22;
 
 /// Packets a locality batch gathers before it is delivered: 1 to [`MAX_BATCH`].
@@ -45,6 +46,7 @@ pub const MAX_BATCH: u32 = 1 << 22;
 pub struct BatchSize(u32);
 
 impl BatchSize {
+    /// `n` packets; refused (naming [`Setting::Locality`]) outside 1 to [`MAX_BATCH`].
     pub fn new(n: u32) -> Result<Self, SettingError> {
         if n == 0 || n > MAX_BATCH {
             return Err(SettingError::new(Setting::Locality, format!("a batch of {n} packets: must be from 1 to {MAX_BATCH}")));
@@ -57,9 +59,12 @@ impl BatchSize {
     }
 }
 
-/// How the locality stage runs.
+/// How the locality stage runs; [`new`](Self::new) gives the defaults for a
+/// batch size. Given to [`EngineBuilder::locality`](crate::engine::EngineBuilder::locality).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LocalityConfig {
+    /// Packets a batch gathers before it is delivered (whole chunks, so up to
+    /// M − 1 more).
     pub batch: BatchSize,
     /// Longest a packet waits for its batch to fill.
     pub timeout: Duration,
@@ -73,13 +78,15 @@ impl LocalityConfig {
     /// short against what an analyst notices.
     const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
+    /// Batches of `batch` packets, a 50 ms timeout, not double-buffered.
     pub fn new(batch: BatchSize) -> Self {
         LocalityConfig { batch, timeout: Self::DEFAULT_TIMEOUT, double_buffer: false }
     }
 
     /// How long a gathering batch may wait for its next chunk before it is
     /// handed out anyway: the timeout, or sooner once the source goes quiet.
-    /// A caller that polls a pull reader's descriptor must call it this often.
+    /// A caller that polls a reader's descriptor must call `next` at least
+    /// this often (what [`Reader::select_timeout`](crate::engine::Reader::select_timeout) returns).
     pub fn quiet_after(&self) -> Duration {
         self.timeout.min(QUIET)
     }

@@ -32,7 +32,11 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a trace is read; the defaults suit page-cached files on this class of machine.
+/// How a trace is read; the defaults suit page-cached files on this class of
+/// machine. Opening refuses blocks of 0 bytes or fewer than 4 blocks
+/// ([`Setting::TraceReading`](crate::Setting::TraceReading)). A record that
+/// straddles two blocks has its head copied into the second's headroom, or,
+/// longer than the headroom, is copied whole into a buffer of its own.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ReadConfig {
     /// File bytes per block: large enough to amortize a read() call, small enough
