@@ -23,21 +23,21 @@ pub struct LinkType(pub u32);
 
 impl LinkType {
     /// BSD loopback: a 4-byte address family in host byte order.
-    pub const NULL: LinkType = LinkType(0);
+    pub(crate) const NULL: LinkType = LinkType(0);
     /// Ethernet II / 802.3.
     pub const ETHERNET: LinkType = LinkType(1);
     /// Raw IPv4 or IPv6, version in the first nibble.
     pub const RAW: LinkType = LinkType(101);
     /// OpenBSD loopback: a 4-byte address family in network byte order.
-    pub const LOOP: LinkType = LinkType(108);
+    pub(crate) const LOOP: LinkType = LinkType(108);
     /// Linux "cooked" capture, version 1.
-    pub const LINUX_SLL: LinkType = LinkType(113);
+    pub(crate) const LINUX_SLL: LinkType = LinkType(113);
     /// Raw IPv4.
     pub const IPV4: LinkType = LinkType(228);
     /// Raw IPv6.
     pub const IPV6: LinkType = LinkType(229);
     /// Linux "cooked" capture, version 2.
-    pub const LINUX_SLL2: LinkType = LinkType(276);
+    pub(crate) const LINUX_SLL2: LinkType = LinkType(276);
 
     /// The `DLT_` number Linux libpcap uses for this link type, as `pcap_open_dead`
     /// takes it and `pcap_datalink` returns it. The two numberings agree except for
@@ -83,14 +83,15 @@ pub struct Packet<'a> {
 }
 
 impl<'a> Packet<'a> {
-    /// A packet view; `wire_len` is the length on the wire, which may exceed `data.len()`.
+    /// A packet view, for code that makes packets itself (tests, a replay);
+    /// `wire_len` is the length on the wire, which may exceed `data.len()`.
     pub fn new(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId) -> Self {
         Packet { data, wire_len, ts_ns, queue, ts_carry: 0 }
     }
 
     /// As [`new`](Self::new), for a pcap record whose fraction field was out of
     /// range and carried `ts_carry` seconds into `ts_ns`.
-    pub fn with_carry(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId, ts_carry: u32) -> Self {
+    pub(crate) fn with_carry(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId, ts_carry: u32) -> Self {
         Packet { data, wire_len, ts_ns, queue, ts_carry }
     }
 
@@ -133,6 +134,8 @@ impl<'a> Packet<'a> {
 /// The application: called once per delivered packet, on the worker thread of
 /// the packet's queue. One handler per queue, so it needs no locking.
 pub trait Handler: Send + 'static {
+    /// Handle one packet. Its bytes are only borrowed: copy what must outlive
+    /// the call. A panic here ends the run with [`RunError::HandlerPanicked`](crate::engine::RunError::HandlerPanicked).
     fn packet(&mut self, packet: &Packet<'_>);
 }
 

@@ -66,12 +66,14 @@ impl fmt::Display for Setting {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{setting}: {problem}")]
 pub struct SettingError {
+    /// What the error is about.
     pub setting: Setting,
+    /// What is wrong, without the setting's name ("must be from 1 to 4194304").
     pub problem: String,
 }
 
 impl SettingError {
-    pub fn new(setting: Setting, problem: impl Into<String>) -> SettingError {
+    pub(crate) fn new(setting: Setting, problem: impl Into<String>) -> SettingError {
         SettingError { setting, problem: problem.into() }
     }
 }

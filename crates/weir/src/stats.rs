@@ -27,17 +27,35 @@
 use crate::QueueId;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-/// Counters of one queue as a reader sees them.
+/// Counters of one queue at one read, in packets unless named bytes. Every
+/// counter only grows from read to read, except `in_flight`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {
+    /// The queue these counters are of (meaningless in a [`Snapshot::total`]).
     pub queue: QueueId,
+    /// Packets the source saw on this queue; every one ends in exactly one of
+    /// the categories below.
     pub received: u64,
+    /// Handed to the application (a [`Handler`](crate::Handler) call, or a
+    /// packet a [`Reader`](crate::engine::Reader) returned and the caller kept).
     pub delivered: u64,
+    /// Rejected by the filter: in the capture thread, or by a reader's caller
+    /// ([`Reader::reject_last`](crate::engine::Reader::reject_last)). An
+    /// AF_PACKET source filters in the kernel: what its filter rejects is
+    /// never received and counts nowhere.
     pub filtered: u64,
+    /// Lost because the queue's pool had no cell for them: a paced trace
+    /// packet that found every cell taken (as a NIC drops), AF_XDP packets the
+    /// kernel had no free frame for, packets of a moving bucket that found no
+    /// room to wait. A trace at top speed waits instead and drops none.
     pub capture_drops: u64,
+    /// Lost in the kernel before weir read them, because the ring between
+    /// the two was full (AF_PACKET's ring, AF_XDP's RX ring).
     pub delivery_drops: u64,
     /// Captured, then released unread because the application stopped reading.
     pub unread: u64,
+    /// Captured into a cell and not yet released by the worker; 0 once a run
+    /// has ended cleanly.
     pub in_flight: u64,
     /// Wire bytes of received packets.
     pub received_bytes: u64,
@@ -90,9 +108,12 @@ impl QueueStats {
     }
 }
 
-/// A snapshot of every queue of an engine.
+/// The counters of every queue of an engine, read one queue after another:
+/// each queue's are consistent ([`QueueStats::balanced`] holds at every read),
+/// the queues are not read at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
+    /// One entry per queue, in queue order.
     pub queues: Vec<QueueStats>,
 }
 
@@ -109,17 +130,18 @@ impl Snapshot {
 
 /// The capture thread's private tally, published with [`QueueCounters::publish`].
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub received: u64,
-    pub received_bytes: u64,
-    pub filtered: u64,
-    pub capture_drops: u64,
-    pub delivery_drops: u64,
-    pub captured: u64,
-    pub offloaded: u64,
+pub(crate) struct Tally {
+    pub(crate) received: u64,
+    pub(crate) received_bytes: u64,
+    pub(crate) filtered: u64,
+    pub(crate) capture_drops: u64,
+    pub(crate) delivery_drops: u64,
+    pub(crate) captured: u64,
+    pub(crate) offloaded: u64,
 }
 
-/// The shared counters of one queue.
+/// The shared counters of one queue, written by its capture thread and its
+/// worker; an application reads them through a [`Snapshot`] or a [`StatsReader`].
 #[derive(Debug)]
 pub struct QueueCounters {
     queue: QueueId,
@@ -140,7 +162,7 @@ pub struct QueueCounters {
 }
 
 impl QueueCounters {
-    pub fn new(queue: QueueId) -> Self {
+    pub(crate) fn new(queue: QueueId) -> Self {
         let z = || AtomicU64::new(0);
         QueueCounters {
             queue,
@@ -160,12 +182,8 @@ impl QueueCounters {
         }
     }
 
-    pub fn queue(&self) -> QueueId {
-        self.queue
-    }
-
     /// Publish the capture thread's tally. Only the capture thread of this queue calls it.
-    pub fn publish(&self, t: &Tally) {
+    pub(crate) fn publish(&self, t: &Tally) {
         let s = self.seq.load(Ordering::Relaxed);
         debug_assert!(s % 2 == 0, "two writers on one queue's capture counters");
         self.seq.store(s + 1, Ordering::Relaxed);
@@ -184,7 +202,7 @@ impl QueueCounters {
 
     /// Record packets released by a worker: this queue's own, or a buddy's that
     /// took an offloaded chunk of this queue.
-    pub fn add_delivered(&self, packets: u64, bytes: u64) {
+    pub(crate) fn add_delivered(&self, packets: u64, bytes: u64) {
         self.delivered_bytes.fetch_add(bytes, Ordering::Relaxed);
         // Release orders it after the chunk's capture-side publication, which the
         // worker synchronized with through the ring.
@@ -192,24 +210,24 @@ impl QueueCounters {
     }
 
     /// Record packets a worker released without handing them to the application.
-    pub fn add_unread(&self, packets: u64) {
+    pub(crate) fn add_unread(&self, packets: u64) {
         // Release, as in `add_delivered`.
         self.unread.fetch_add(packets, Ordering::Release);
     }
 
     /// Record packets a worker released because a filter turned them away as
     /// they were handed out: filtered, not delivered.
-    pub fn add_rejected(&self, packets: u64) {
+    pub(crate) fn add_rejected(&self, packets: u64) {
         // Release, as in `add_delivered`.
         self.rejected.fetch_add(packets, Ordering::Release);
     }
 
-    pub fn add_bad_recycle(&self) {
+    pub(crate) fn add_bad_recycle(&self) {
         self.bad_recycles.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A consistent view of this queue's counters.
-    pub fn read(&self) -> QueueStats {
+    pub(crate) fn read(&self) -> QueueStats {
         // Acquire: everything the capture thread published before the worker's
         // delivery we see is visible to the seqlock read below.
         let delivered = self.delivered.load(Ordering::Acquire);
@@ -265,6 +283,7 @@ impl QueueCounters {
 pub struct StatsReader(pub(crate) Vec<std::sync::Arc<QueueCounters>>);
 
 impl StatsReader {
+    /// Read every queue's counters now.
     pub fn read(&self) -> Snapshot {
         Snapshot { queues: self.0.iter().map(|c| c.read()).collect() }
     }

@@ -27,20 +27,21 @@
 //! a queue never seen saturated is credited with the mean of those that were.
 
 use crate::rss::IndirectionTable;
-use crate::{Setting, SettingError};
 
-/// Tuning of the controller, checked by [`ControllerConfig::new`].
+/// Tuning of the rebalancing controller: how long an overload must last before
+/// buckets move, how long a queue is left alone after, and how full the
+/// controller fills a worker. Only the default is offered.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct ControllerConfig {
     /// Overloaded ticks in a row before a queue's buckets move.
-    pub persist_ticks: u32,
+    persist_ticks: u32,
     /// Ticks a queue is left alone after buckets moved off it.
-    pub cooldown_ticks: u32,
+    cooldown_ticks: u32,
     /// Fraction of a worker's capacity the controller plans to fill, below 1 so
     /// that a backlog drains.
-    pub headroom: f64,
+    headroom: f64,
     /// Packets waiting at both ends of a tick for it to count as busy throughout.
-    pub busy_backlog: u64,
+    busy_backlog: u64,
 }
 
 impl Default for ControllerConfig {
@@ -52,42 +53,30 @@ impl Default for ControllerConfig {
     }
 }
 
-impl ControllerConfig {
-    pub fn new(persist_ticks: u32, cooldown_ticks: u32, headroom: f64) -> Result<Self, SettingError> {
-        if persist_ticks == 0 {
-            return Err(SettingError::new(Setting::Balance, "rebalancing's persist ticks must be at least 1"));
-        }
-        if !(headroom > 0.0 && headroom <= 1.0) {
-            return Err(SettingError::new(Setting::Balance, format!("rebalancing's headroom {headroom} must be in (0, 1]")));
-        }
-        Ok(ControllerConfig { persist_ticks, cooldown_ticks, headroom, ..ControllerConfig::default() })
-    }
-}
-
 /// One queue over one tick.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueueSample {
+pub(crate) struct QueueSample {
     /// Packets steered to the queue.
-    pub arrivals: u64,
+    pub(crate) arrivals: u64,
     /// Packets its worker(s) finished.
-    pub served: u64,
+    pub(crate) served: u64,
     /// Packets waiting or in progress at the end of the tick.
-    pub backlog: u64,
+    pub(crate) backlog: u64,
     /// Packets the queue dropped in the tick.
-    pub dropped: u64,
+    pub(crate) dropped: u64,
 }
 
 /// Move `bucket` from queue `from` to queue `to`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Move {
-    pub bucket: usize,
-    pub from: u16,
-    pub to: u16,
+pub(crate) struct Move {
+    pub(crate) bucket: usize,
+    pub(crate) from: u16,
+    pub(crate) to: u16,
 }
 
 /// What the controller remembers between ticks.
 #[derive(Clone, Debug)]
-pub struct Controller {
+pub(crate) struct Controller {
     cfg: ControllerConfig,
     overloaded_for: Vec<u32>,
     cooldown: Vec<u32>,
@@ -129,7 +118,7 @@ impl Average {
 }
 
 impl Controller {
-    pub fn new(queues: usize, cfg: ControllerConfig) -> Self {
+    pub(crate) fn new(queues: usize, cfg: ControllerConfig) -> Self {
         Controller {
             cfg,
             overloaded_for: vec![0; queues],
@@ -142,15 +131,10 @@ impl Controller {
         }
     }
 
-    /// The learned capacity of each queue, in packets per tick.
-    pub fn capacity(&self) -> Vec<Option<f64>> {
-        self.capacity.iter().map(Average::get).collect()
-    }
-
     /// Take one tick's samples (one per queue) and the packets each bucket
     /// received in it; return the moves to make. `movable(b)` is false for a
     /// bucket that is still moving.
-    pub fn tick(
+    pub(crate) fn tick(
         &mut self,
         samples: &[QueueSample],
         bucket_arrivals: &[u32],
@@ -300,12 +284,5 @@ mod tests {
         let mut t = table(2);
         let moves = run(40, 256 * 15, 256 * 15, 2000, &mut c, &mut t);
         assert!(moves.is_empty(), "{moves:?}");
-    }
-
-    #[test]
-    fn config_is_checked() {
-        assert!(ControllerConfig::new(0, 1, 0.9).is_err());
-        assert!(ControllerConfig::new(1, 1, 1.5).is_err());
-        assert!(ControllerConfig::new(3, 0, 1.0).is_ok());
     }
 }

@@ -3,10 +3,10 @@
 //!
 //! Flows map to buckets through an RSS-style indirection table
 //! ([`IndirectionTable`](crate::rss::IndirectionTable), 512 entries or more). The
-//! [`Controller`] watches, every tick, what each queue received, what its worker
+//! controller watches, every tick, what each queue received, what its worker
 //! finished and how much waits, and moves buckets away from a queue only when it
 //! has been overloaded for several ticks in a row: a short burst, which the pool
-//! absorbs, never moves anything. [`Steering`] carries a move out in the capture
+//! absorbs, never moves anything. The steering carries a move out in the capture
 //! path of trace and simulated sources, where one thread fills every queue: packets of a
 //! moving bucket are parked until every chunk the old queue had published is
 //! recycled, then handed to the new queue ahead of anything newer. From then on
@@ -26,24 +26,39 @@ mod park;
 mod steer;
 pub(crate) mod threaded;
 
-pub use controller::{Controller, ControllerConfig, Move, QueueSample};
-pub use park::{Parked, ParkingLot, PARK_LIMIT};
-pub use steer::{Route, Steering, SteeringStats};
+pub use controller::ControllerConfig;
+pub(crate) use controller::{Controller, Move, QueueSample};
+pub(crate) use park::{Parked, ParkingLot};
+pub use steer::SteeringStats;
+pub(crate) use steer::{Route, Steering};
 
 use crate::pool::OffloadThreshold;
 use crate::{Setting, SettingError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How an engine meets imbalance between its queues.
+/// How an engine meets imbalance between its queues; parsed from `basic`,
+/// `offload:T`, `rebalance` or `rebalance:T`. Offloading needs two queues or
+/// more to act; the engine's buddy group is all of its queues.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub enum Mode {
     /// Per-queue pools only: WireCAP-B-(M,R).
     #[default]
     Basic,
-    /// Offload chunks to the least-loaded buddy above T: WireCAP-A-(M,R,T).
+    /// Chunks of a queue whose capture queue is fuller than T percent go to the
+    /// least-loaded other queue's worker: WireCAP-A-(M,R,T). It reacts at
+    /// once but splits flows across workers.
     Advanced(OffloadThreshold),
-    /// Flow-consistent rebalancing, optionally with offloading as last resort.
-    Rebalance { controller: ControllerConfig, offload: Option<OffloadThreshold> },
+    /// Flow-consistent rebalancing: whole flow buckets move between queues
+    /// after a lasting overload. A trace must be opened with every queue of
+    /// its split; an afpacket source uses buckets fanout (the engine turns
+    /// the default hash fanout into it, and refuses any other).
+    Rebalance {
+        /// When buckets move.
+        controller: ControllerConfig,
+        /// Offloading above this threshold as well, as the last resort; `None`
+        /// keeps every flow on one worker at a time.
+        offload: Option<OffloadThreshold>,
+    },
 }
 
 impl std::str::FromStr for Mode {
@@ -71,7 +86,7 @@ impl std::str::FromStr for Mode {
 
 impl Mode {
     /// The offload threshold, if chunks are offloaded in this mode.
-    pub fn offload(&self) -> Option<OffloadThreshold> {
+    pub(crate) fn offload(&self) -> Option<OffloadThreshold> {
         match *self {
             Mode::Basic => None,
             Mode::Advanced(t) => Some(t),
@@ -92,7 +107,7 @@ impl Mode {
 /// reports it while the capture runs. Each field is a count on its own, read
 /// and written Relaxed: no other memory is published through them.
 #[derive(Debug, Default)]
-pub struct BalanceCounters {
+pub(crate) struct BalanceCounters {
     moves_started: AtomicU64,
     buckets_moved: AtomicU64,
     parked: AtomicU64,
@@ -103,7 +118,7 @@ pub struct BalanceCounters {
 
 impl BalanceCounters {
     /// Replace the counts with a single steerer's own running totals.
-    pub fn publish(&self, s: &SteeringStats) {
+    pub(crate) fn publish(&self, s: &SteeringStats) {
         self.moves_started.store(s.moves_started, Ordering::Relaxed);
         self.buckets_moved.store(s.buckets_moved, Ordering::Relaxed);
         self.parked.store(s.parked, Ordering::Relaxed);
@@ -113,7 +128,7 @@ impl BalanceCounters {
     }
 
     /// Add one steerer's share, where several threads steer together.
-    pub fn add(&self, s: &SteeringStats) {
+    pub(crate) fn add(&self, s: &SteeringStats) {
         self.moves_started.fetch_add(s.moves_started, Ordering::Relaxed);
         self.buckets_moved.fetch_add(s.buckets_moved, Ordering::Relaxed);
         self.parked.fetch_add(s.parked, Ordering::Relaxed);
@@ -122,7 +137,7 @@ impl BalanceCounters {
         self.parked_bytes_peak.fetch_max(s.parked_bytes_peak as u64, Ordering::Relaxed);
     }
 
-    pub fn read(&self) -> SteeringStats {
+    pub(crate) fn read(&self) -> SteeringStats {
         SteeringStats {
             moves_started: self.moves_started.load(Ordering::Relaxed),
             buckets_moved: self.buckets_moved.load(Ordering::Relaxed),

@@ -10,20 +10,20 @@
 //! short-lived, and freeing piecemeal would cost more than it saves.
 
 /// Most bytes one owner parks at once, over all its moves.
-pub const PARK_LIMIT: usize = 64 << 20;
+const PARK_LIMIT: usize = 64 << 20;
 
 /// One parked packet: where its bytes are, and what the queue needs to take it.
 #[derive(Copy, Clone, Debug)]
-pub struct Parked {
+pub(crate) struct Parked {
     at: usize,
     len: usize,
-    pub wire_len: u32,
-    pub ts_ns: u64,
+    pub(crate) wire_len: u32,
+    pub(crate) ts_ns: u64,
 }
 
 /// The bytes of every packet one owner has parked.
 #[derive(Debug)]
-pub struct ParkingLot {
+pub(crate) struct ParkingLot {
     bytes: Vec<u8>,
     limit: usize,
     peak: usize,
@@ -36,12 +36,12 @@ impl Default for ParkingLot {
 }
 
 impl ParkingLot {
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         ParkingLot { bytes: Vec::new(), limit, peak: 0 }
     }
 
     /// Copy a packet aside; `None` when the lot is full.
-    pub fn park(&mut self, data: &[u8], wire_len: u32, ts_ns: u64) -> Option<Parked> {
+    pub(crate) fn park(&mut self, data: &[u8], wire_len: u32, ts_ns: u64) -> Option<Parked> {
         if self.bytes.len() + data.len() > self.limit {
             return None;
         }
@@ -52,18 +52,18 @@ impl ParkingLot {
     }
 
     /// The bytes of a packet parked here since the last [`clear`](Self::clear).
-    pub fn bytes(&self, p: &Parked) -> &[u8] {
+    pub(crate) fn bytes(&self, p: &Parked) -> &[u8] {
         debug_assert!(p.at + p.len <= self.bytes.len(), "a place from before the lot was cleared");
         self.bytes.get(p.at..p.at + p.len).unwrap_or_default()
     }
 
     /// Forget every packet: call only when no move holds a place any more.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.bytes.clear();
     }
 
     /// Most bytes held at once.
-    pub fn peak(&self) -> usize {
+    pub(crate) fn peak(&self) -> usize {
         self.peak
     }
 }

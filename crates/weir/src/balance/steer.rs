@@ -17,7 +17,7 @@
 //! in arrival order: no flow of b is processed by two workers at once or
 //! reordered. Parking copies (into a [`ParkingLot`]), which costs only packets
 //! of moving buckets, for about one backlog's drain time. A parking lot full
-//! beyond [`PARK_LIMIT`](super::PARK_LIMIT) bytes drops the packet as a capture
+//! beyond `PARK_LIMIT` bytes drops the packet as a capture
 //! drop of q', the queue it was going to.
 //!
 //! The steering owns the table of a group of queues `0..n` and their capture
@@ -31,14 +31,15 @@ use std::collections::VecDeque;
 
 /// Where a packet of a bucket goes now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// Into this queue's capture side.
     Queue(usize),
     /// Aside: the bucket is moving ([`Steering::park`]).
     Park,
 }
 
-/// Counts of what the steering did.
+/// What rebalancing did, counted from the start of the run
+/// ([`Report::balance`](crate::engine::Report::balance)).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SteeringStats {
     /// Moves decided.
@@ -62,7 +63,7 @@ struct Transit {
 }
 
 /// The table, the moves in progress and the controller of one group of queues.
-pub struct Steering {
+pub(crate) struct Steering {
     table: IndirectionTable,
     /// Index into `moving` for each bucket in transit.
     in_transit: Vec<Option<usize>>,
@@ -79,7 +80,7 @@ pub struct Steering {
 }
 
 impl Steering {
-    pub fn new(table: IndirectionTable, queues: usize, cfg: ControllerConfig) -> Self {
+    pub(crate) fn new(table: IndirectionTable, queues: usize, cfg: ControllerConfig) -> Self {
         let buckets = table.len();
         Steering {
             table,
@@ -95,27 +96,23 @@ impl Steering {
         }
     }
 
-    pub fn table(&self) -> &IndirectionTable {
-        &self.table
-    }
-
-    pub fn stats(&self) -> SteeringStats {
+    pub(crate) fn stats(&self) -> SteeringStats {
         SteeringStats { parked_bytes_peak: self.lot.peak(), ..self.stats }
     }
 
     /// The queue a moving bucket is going to.
-    pub fn destination(&self, bucket: usize) -> Option<usize> {
+    pub(crate) fn destination(&self, bucket: usize) -> Option<usize> {
         self.in_transit[bucket].map(|i| usize::from(self.moving[i].mv.to))
     }
 
     /// True while any bucket is moving.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         !self.moving.is_empty()
     }
 
     /// Where a packet of `bucket` goes, counting it for the controller.
     #[inline]
-    pub fn route(&mut self, bucket: usize) -> Route {
+    pub(crate) fn route(&mut self, bucket: usize) -> Route {
         self.bucket_arrivals[bucket] = self.bucket_arrivals[bucket].saturating_add(1);
         match self.in_transit[bucket] {
             Some(_) => Route::Park,
@@ -130,7 +127,7 @@ impl Steering {
     /// Keep a packet of a moving bucket until the hand-over. When the parking
     /// area is full the packet is dropped, as a capture drop of the queue it was
     /// going to.
-    pub fn park(&mut self, bucket: usize, data: &[u8], wire_len: u32, ts_ns: u64, sides: &mut [CaptureSide]) {
+    pub(crate) fn park(&mut self, bucket: usize, data: &[u8], wire_len: u32, ts_ns: u64, sides: &mut [CaptureSide]) {
         let Some(i) = self.in_transit[bucket] else {
             debug_assert!(false, "park called for bucket {bucket}, which is not moving");
             return;
@@ -151,7 +148,7 @@ impl Steering {
 
     /// Once per tick: hand over the moves whose fence is passed, then let the
     /// controller look at the tick's samples and start new moves.
-    pub fn tick(&mut self, sides: &mut [CaptureSide]) {
+    pub(crate) fn tick(&mut self, sides: &mut [CaptureSide]) {
         sides.iter_mut().for_each(CaptureSide::reclaim);
         self.hand_over(sides);
         let samples: Vec<QueueSample> = sides
@@ -180,7 +177,7 @@ impl Steering {
     }
 
     /// Start moving a bucket now (also for a caller's own policy, or tests).
-    pub fn start(&mut self, mv: Move, sides: &mut [CaptureSide]) {
+    pub(crate) fn start(&mut self, mv: Move, sides: &mut [CaptureSide]) {
         debug_assert_eq!(self.table.queue_of_bucket(mv.bucket), mv.from);
         if self.in_transit[mv.bucket].is_some() || mv.from == mv.to {
             return;
@@ -194,7 +191,7 @@ impl Steering {
     /// Give up every move in progress (the capture is stopping and the old
     /// queues will not finish): parked packets are counted as capture drops of
     /// the queues they were going to, and the table keeps the old queues.
-    pub fn abandon(&mut self, sides: &mut [CaptureSide]) {
+    pub(crate) fn abandon(&mut self, sides: &mut [CaptureSide]) {
         for t in self.moving.drain(..) {
             for p in &t.parked {
                 sides[usize::from(t.mv.to)].drop_capture(p.wire_len);
@@ -206,7 +203,7 @@ impl Steering {
     }
 
     /// Hand over every move whose fence is passed, in the order they started.
-    pub fn hand_over(&mut self, sides: &mut [CaptureSide]) {
+    pub(crate) fn hand_over(&mut self, sides: &mut [CaptureSide]) {
         let mut k = 0;
         while k < self.moving.len() {
             let t = &self.moving[k];

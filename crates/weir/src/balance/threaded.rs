@@ -35,19 +35,19 @@ use std::time::{Duration, Instant};
 
 /// The controller's tick: the queues' capture threads look for moves at least
 /// this often, too.
-pub const TICK: Duration = Duration::from_millis(10);
+pub(crate) const TICK: Duration = Duration::from_millis(10);
 
 /// Stages of a move (see the module doc).
-pub const PARKING: u8 = 0;
-pub const FENCING: u8 = 1;
-pub const FENCED: u8 = 2;
-pub const DONE: u8 = 3;
+pub(crate) const PARKING: u8 = 0;
+pub(crate) const FENCING: u8 = 1;
+pub(crate) const FENCED: u8 = 2;
+pub(crate) const DONE: u8 = 3;
 
 /// One move in progress.
-pub struct Transit {
+pub(crate) struct Transit {
     /// `from` and `to` are queue positions in the capture, `bucket` an entry of
     /// the table.
-    pub mv: Move,
+    pub(crate) mv: Move,
     stage: AtomicU8,
     /// Where q's fence starts, for tables whose steering thread ends the parking
     /// stage (set before that stage ends, read after).
@@ -57,31 +57,31 @@ pub struct Transit {
 impl Transit {
     /// Acquire: a stage is advanced (with release) after the work that ends the
     /// previous one, and the next thread builds on that work.
-    pub fn stage(&self) -> u8 {
+    pub(crate) fn stage(&self) -> u8 {
         self.stage.load(Ordering::Acquire)
     }
 
-    pub fn advance(&self, to: u8) {
+    pub(crate) fn advance(&self, to: u8) {
         debug_assert_eq!(self.stage.load(Ordering::Relaxed) + 1, to, "stages advance one at a time");
         self.stage.store(to, Ordering::Release);
     }
 
     /// Record where the old queue's fence starts. Relaxed: [`advance`](Self::advance)
     /// to [`FENCING`] publishes it.
-    pub fn set_cut(&self, cut: u64) {
+    pub(crate) fn set_cut(&self, cut: u64) {
         self.cut.store(cut, Ordering::Relaxed);
     }
 
     /// Relaxed: read after [`stage`](Self::stage) showed [`FENCING`] or later.
-    pub fn cut(&self) -> u64 {
+    pub(crate) fn cut(&self) -> u64 {
         self.cut.load(Ordering::Relaxed)
     }
 }
 
 /// A move into a queue: its bucket's packets parked meanwhile, oldest first.
-pub struct Incoming<P> {
-    pub transit: Arc<Transit>,
-    pub parked: VecDeque<P>,
+pub(crate) struct Incoming<P> {
+    pub(crate) transit: Arc<Transit>,
+    pub(crate) parked: VecDeque<P>,
 }
 
 /// Stage 3 for every move into a queue whose old queue is done with it: push
@@ -89,7 +89,7 @@ pub struct Incoming<P> {
 /// stop parking its bucket and end the stage. A move whose packets do not all
 /// find a cell keeps parking, so nothing of its bucket overtakes them, and goes
 /// on at the next call. Returns the packets pushed.
-pub fn hand_over<P>(incoming: &mut Vec<Incoming<P>>, parking: &mut [bool], mut push: impl FnMut(&P) -> bool) -> usize {
+pub(crate) fn hand_over<P>(incoming: &mut Vec<Incoming<P>>, parking: &mut [bool], mut push: impl FnMut(&P) -> bool) -> usize {
     let mut pushed = 0;
     let mut k = 0;
     while k < incoming.len() {
@@ -117,7 +117,7 @@ pub fn hand_over<P>(incoming: &mut Vec<Incoming<P>>, parking: &mut [bool], mut p
 }
 
 /// Where the buckets are steered: the kernel's table or the capture threads'.
-pub trait BucketTable: Send + Sync + 'static {
+pub(crate) trait BucketTable: Send + Sync + 'static {
     /// Packets each bucket got so far, counted from the start of the capture.
     fn hits(&self) -> Result<Vec<u64>, SourceError>;
 
@@ -140,7 +140,7 @@ struct Published {
 }
 
 /// What the controller and the queues' capture threads share.
-pub struct Rebalance<T> {
+pub(crate) struct Rebalance<T> {
     table: T,
     queues: usize,
     cfg: ControllerConfig,
@@ -154,7 +154,7 @@ pub struct Rebalance<T> {
 }
 
 impl<T: BucketTable> Rebalance<T> {
-    pub fn new(table: T, queues: usize, cfg: ControllerConfig, counters: Arc<BalanceCounters>) -> Arc<Self> {
+    pub(crate) fn new(table: T, queues: usize, cfg: ControllerConfig, counters: Arc<BalanceCounters>) -> Arc<Self> {
         let published = (0..queues).map(|_| Published::default()).collect();
         Arc::new(Rebalance {
             table,
@@ -168,36 +168,36 @@ impl<T: BucketTable> Rebalance<T> {
         })
     }
 
-    pub fn table(&self) -> &T {
+    pub(crate) fn table(&self) -> &T {
         &self.table
     }
 
     /// A queue unit starts taking part; the controller runs while any does.
-    pub fn join(&self) {
+    pub(crate) fn join(&self) {
         self.units.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A queue unit is done (call once per [`join`](Self::join)).
-    pub fn leave(&self) {
+    pub(crate) fn leave(&self) {
         self.units.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// True if some move is in progress; then [`moves`](Self::moves) is worth a look.
     #[inline]
-    pub fn any_moves(&self) -> bool {
+    pub(crate) fn any_moves(&self) -> bool {
         // Acquire: pairs with the Release increment in `start`, so a thread that
         // sees the count sees the moves pushed before it.
         self.active.load(Ordering::Acquire) > 0
     }
 
-    pub fn moves(&self) -> MutexGuard<'_, Vec<Arc<Transit>>> {
+    pub(crate) fn moves(&self) -> MutexGuard<'_, Vec<Arc<Transit>>> {
         // A panic elsewhere cannot leave the list half-changed: every change is one push or retain.
         self.moves.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Queue `q`'s figures as of now: `waiting` is every packet it holds that its
     /// worker has not finished, wherever it waits.
-    pub fn publish(&self, q: usize, side: &CaptureSide, waiting: u64) {
+    pub(crate) fn publish(&self, q: usize, side: &CaptureSide, waiting: u64) {
         let p = &self.published[q];
         p.served.store(side.served_packets(), Ordering::Relaxed);
         p.dropped.store(side.dropped_packets(), Ordering::Relaxed);
@@ -205,7 +205,7 @@ impl<T: BucketTable> Rebalance<T> {
     }
 
     /// Add a queue's share of what rebalancing did.
-    pub fn count(&self, s: &SteeringStats) {
+    pub(crate) fn count(&self, s: &SteeringStats) {
         if *s != SteeringStats::default() {
             self.counters.add(s);
         }
@@ -226,13 +226,13 @@ impl<T: BucketTable> Rebalance<T> {
 }
 
 /// The controller's thread, a capture unit that fills no queue.
-pub struct ControllerUnit<T> {
+pub(crate) struct ControllerUnit<T> {
     shared: Arc<Rebalance<T>>,
     name: String,
 }
 
 impl<T: BucketTable> ControllerUnit<T> {
-    pub fn new(shared: Arc<Rebalance<T>>, name: String) -> Self {
+    pub(crate) fn new(shared: Arc<Rebalance<T>>, name: String) -> Self {
         ControllerUnit { shared, name }
     }
 }

@@ -39,7 +39,7 @@ impl std::fmt::Display for StopReason {
 }
 
 /// Shared run state: the stop flag, its reason, and the packet budget.
-pub struct Control {
+pub(crate) struct Control {
     stop: AtomicBool,
     reason: Mutex<Option<StopReason>>,
     /// Packets still allowed through the filter, when a limit is set.
@@ -88,13 +88,13 @@ impl Control {
 
     /// Has a stop been requested? Capture units poll this.
     #[inline]
-    pub fn stop_requested(&self) -> bool {
+    pub(crate) fn stop_requested(&self) -> bool {
         // Relaxed: a flag with no data attached; the reason is read under its mutex.
         self.stop.load(Ordering::Relaxed)
     }
 
     /// Request a stop; the first reason is kept. Wakes every registered sleeper.
-    pub fn request_stop(&self, reason: StopReason) {
+    pub(crate) fn request_stop(&self, reason: StopReason) {
         {
             let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
             r.get_or_insert(reason);
@@ -106,14 +106,14 @@ impl Control {
         }
     }
 
-    pub fn reason(&self) -> Option<StopReason> {
+    pub(crate) fn reason(&self) -> Option<StopReason> {
         *self.reason.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Claim one packet from the limit. `false` means the limit is reached:
     /// the packet must not be captured and the unit should stop.
     #[inline]
-    pub fn take_budget(&self) -> bool {
+    pub(crate) fn take_budget(&self) -> bool {
         match &self.budget {
             None => true,
             // Relaxed: a counter; no other memory is published through it.
@@ -127,17 +127,17 @@ impl Control {
     }
 }
 
-/// Stops a running engine from any thread. Cheap to clone.
+/// Stops a running engine from any thread (a signal handler's thread, a
+/// timer). Cheap to clone; every clone stops the same run.
 #[derive(Clone)]
 pub struct StopHandle(pub(crate) std::sync::Arc<Control>);
 
 impl StopHandle {
+    /// Ask the run to stop, with [`StopReason::Requested`] unless another reason
+    /// came first. Returns at once: capture ends within about 50 ms, and what
+    /// was captured before is still delivered (see [`Running::join`](crate::engine::Running::join)).
     pub fn stop(&self) {
         self.0.request_stop(StopReason::Requested);
-    }
-
-    pub fn is_stopping(&self) -> bool {
-        self.0.stop_requested()
     }
 }
 

@@ -7,20 +7,22 @@
 //!      └── stops them through Control ◄─────────┘ CaptureSide (crate::pool)
 //! ```
 //!
-//! - [`unit`](mod@unit): a [`CaptureUnit`] fills the pools of its queues and counts every
+//! - `unit`: a `CaptureUnit` fills the pools of its queues and counts every
 //!   packet once; [`SourceInfo`] is what the engine learns before capture
-//!   starts; [`SourceError`] is how a source fails; [`Progress`] is how far a
+//!   starts; [`SourceError`] is how a source fails; `Progress` is how far a
 //!   finite input has been read.
-//! - [`control`](mod@control): the stop request every unit watches ([`Control`]), the
-//!   application's handle on it ([`StopHandle`]) and why a run ended
-//!   ([`StopReason`]).
+//! - `control`: the stop request every unit watches (`Control`), the
+//!   application's handle on it ([`StopHandle`](crate::engine::StopHandle))
+//!   and why a run ended ([`StopReason`]).
 //!
-//! A new source implements [`CaptureUnit`] (and `crate::source::Source` to be
+//! A new source implements `CaptureUnit` (and `crate::source::Source` to be
 //! opened by name); the engine and the rebalancing controller see it only
-//! through this contract.
+//! through this contract. Nothing here is public API: the types an
+//! application meets (errors, source facts, the stop handle) are
+//! re-exported from [`engine`](crate::engine).
 
-pub mod control;
-pub mod unit;
+pub(crate) mod control;
+pub(crate) mod unit;
 
-pub use control::{Control, StopHandle, StopReason};
-pub use unit::{CaptureUnit, Progress, SourceError, SourceErrorKind, SourceInfo};
+pub(crate) use control::{Control, StopReason};
+pub(crate) use unit::{CaptureUnit, Progress, SourceError, SourceInfo};

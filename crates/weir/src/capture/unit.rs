@@ -27,7 +27,9 @@ use std::sync::Arc;
 pub struct SourceInfo {
     /// Human-readable name, e.g. `file:trace.pcap@0-3`.
     pub name: String,
+    /// The link-layer header every packet starts with.
     pub link_type: LinkType,
+    /// Most bytes kept of a packet: the trace header's, or the live options'.
     pub snaplen: u32,
     /// The queues opened, in order.
     pub queues: Vec<QueueId>,
@@ -42,7 +44,7 @@ pub struct SourceInfo {
 }
 
 /// A capture thread's work.
-pub trait CaptureUnit: Send + 'static {
+pub(crate) trait CaptureUnit: Send + 'static {
     /// The queues this unit fills; `run` receives their sides in this order.
     fn queues(&self) -> Vec<QueueId>;
 
@@ -59,11 +61,23 @@ pub enum SourceError {
     /// Bad input: a malformed or truncated trace (`file` names it), with
     /// where it went wrong.
     #[error("{file}: {error}")]
-    Malformed { file: String, error: crate::tracefile::FormatError },
+    Malformed {
+        /// The trace, as its source names it.
+        file: String,
+        /// What is wrong, and where.
+        error: crate::tracefile::FormatError,
+    },
     /// The OS error is shown in the message, not chained as a source, so
     /// printing the chain does not repeat it.
     #[error("{what}: {error}")]
-    Io { what: String, error: std::io::Error },
+    Io {
+        /// What was being done, and the privilege it needs when refused.
+        what: String,
+        /// The OS error; its kind decides [`SourceError::kind`].
+        error: std::io::Error,
+    },
+    /// Something the source cannot work with (a bad option, an unsupported
+    /// device), said in full.
     #[error("{0}")]
     Invalid(String),
     /// The configuration would need more memory than may be used (see [`crate::memory`]).
@@ -74,7 +88,10 @@ pub enum SourceError {
     Setting(#[from] crate::SettingError),
     /// The network interface is not in this network namespace.
     #[error("no network interface {iface:?} here")]
-    NoSuchDevice { iface: String },
+    NoSuchDevice {
+        /// The interface name as given.
+        iface: String,
+    },
 }
 
 /// What kind of failure a [`SourceError`] is, for callers that act on it
@@ -99,10 +116,11 @@ pub enum SourceErrorKind {
 
 impl SourceError {
     /// True when the error is in what the user gave us (exit code 2 in the CLI).
-    pub fn is_bad_input(&self) -> bool {
+    pub(crate) fn is_bad_input(&self) -> bool {
         matches!(self.kind(), SourceErrorKind::BadInput | SourceErrorKind::NoSuchDevice | SourceErrorKind::Memory)
     }
 
+    /// What kind of failure this is; an I/O error is classified by its OS error.
     pub fn kind(&self) -> SourceErrorKind {
         match self {
             SourceError::Malformed { .. } | SourceError::Invalid(_) | SourceError::Setting(_) => SourceErrorKind::BadInput,
@@ -120,36 +138,36 @@ impl SourceError {
 
 /// Progress through a finite input (bytes of a trace file), readable from any thread.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     done: AtomicU64,
     total: AtomicU64,
     unreached: AtomicU64,
 }
 
 impl Progress {
-    pub fn new(total: Option<u64>) -> Arc<Progress> {
+    pub(crate) fn new(total: Option<u64>) -> Arc<Progress> {
         Arc::new(Progress { total: AtomicU64::new(total.unwrap_or(0)), ..Progress::default() })
     }
 
-    pub fn set_done(&self, n: u64) {
+    pub(crate) fn set_done(&self, n: u64) {
         // Relaxed: a display value.
         self.done.store(n, Ordering::Relaxed);
     }
 
     /// (done, total); total is 0 when unknown (a pipe).
-    pub fn get(&self) -> (u64, u64) {
+    pub(crate) fn get(&self) -> (u64, u64) {
         // Relaxed: display values.
         (self.done.load(Ordering::Relaxed), self.total.load(Ordering::Relaxed))
     }
 
     /// Bytes of a stream (a pipe, a socket) that were read but not reached when
     /// the run stopped: lost with it, since a stream cannot be read again.
-    pub fn set_unreached(&self, n: u64) {
+    pub(crate) fn set_unreached(&self, n: u64) {
         // Relaxed: written by the capture thread before it ends, read after the join.
         self.unreached.store(n, Ordering::Relaxed);
     }
 
-    pub fn unreached(&self) -> u64 {
+    pub(crate) fn unreached(&self) -> u64 {
         // Relaxed: as above.
         self.unreached.load(Ordering::Relaxed)
     }

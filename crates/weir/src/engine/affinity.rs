@@ -12,12 +12,22 @@
 use crate::{Setting, SettingError};
 use std::fmt;
 
-/// How the user asked for threads to be placed.
+/// How the user asked for threads to be placed; parsed from `auto` or a list
+/// such as `0,2,4-7`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum CpuPlan {
+    /// The scheduler decides.
     #[default]
     Unpinned,
+    /// A queue's capture thread goes where the NIC's interrupt for that RX
+    /// queue is served (from `/proc/interrupts` and `smp_affinity_list`), so
+    /// the packet is still in that core's cache; its worker to the next CPU
+    /// this process may use. Without interrupt information (a veth, a trace)
+    /// queue q's capture and worker go to the (2q)th and (2q+1)th allowed
+    /// CPUs, wrapping.
     Auto,
+    /// These CPUs in order, two per queue (capture, worker), wrapping. Each
+    /// must be one this process may use, or the build fails.
     List(Vec<usize>),
 }
 
@@ -46,14 +56,17 @@ impl std::str::FromStr for CpuPlan {
     }
 }
 
-/// Where one queue's threads run.
+/// Where one queue's threads run; its `Display` says it all in one line
+/// (`q0: capture cpu2 worker cpu3 (irq 45)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
-    pub queue: crate::QueueId,
+    pub(crate) queue: crate::QueueId,
+    /// The CPU of the queue's capture thread; `None` when unpinned. (A trace
+    /// has one capture thread for all its queues: it runs on the first queue's.)
     pub capture_cpu: Option<usize>,
-    pub worker_cpu: Option<usize>,
+    pub(crate) worker_cpu: Option<usize>,
     /// Why: "irq 45", "spread", "list".
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl fmt::Display for Placement {
@@ -82,7 +95,7 @@ fn first_cpu_of(list: &str) -> Option<usize> {
 }
 
 /// Decide placements for `queues` of `iface` (None for trace files) among `allowed` CPUs.
-pub fn plan(plan: &CpuPlan, iface: Option<&str>, queues: &[crate::QueueId], allowed: &[usize]) -> Vec<Placement> {
+pub(crate) fn plan(plan: &CpuPlan, iface: Option<&str>, queues: &[crate::QueueId], allowed: &[usize]) -> Vec<Placement> {
     let n = allowed.len().max(1);
     let at = |i: usize| allowed.get(i % n).copied();
     let interrupts = match (plan, iface) {

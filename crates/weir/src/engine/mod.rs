@@ -15,16 +15,17 @@
 //! `received = delivered + filtered + capture_drops + delivery_drops` holds with
 //! `in_flight = 0`.
 
-pub mod affinity;
+mod affinity;
 mod reader;
-pub(crate) mod sys;
+mod sys;
 
-pub use crate::capture::{Progress, SourceError, SourceErrorKind, SourceInfo, StopHandle, StopReason};
+pub use crate::capture::control::{StopHandle, StopReason};
+pub use crate::capture::unit::{SourceError, SourceErrorKind, SourceInfo};
 pub use affinity::{CpuPlan, Placement};
 pub use reader::{Read, Reader, ReaderReport};
 
 use crate::balance;
-use crate::capture::{CaptureUnit, Control};
+use crate::capture::{CaptureUnit, Control, Progress};
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
@@ -42,10 +43,14 @@ const WORKER_IDLE: Duration = Duration::from_millis(100);
 /// Why an engine could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// Neither [`EngineBuilder::source`] nor [`EngineBuilder::source_spec`] was called.
     #[error("no source given")]
     NoSource,
+    /// The source name does not parse.
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// The source could not be opened (a missing file, a refused privilege,
+    /// an option it cannot take, more memory than may be used).
     #[error(transparent)]
     Source(#[from] SourceError),
     /// Its message names the expression, so it needs no prefix.
@@ -77,19 +82,49 @@ impl BuildError {
     }
 }
 
-/// Something went wrong while running.
+/// Something went wrong while running. Returned by the start methods when the
+/// run cannot begin ([`Spawn`](Self::Spawn), [`Memory`](Self::Memory), a
+/// source that cannot start); collected in [`Report::errors`] and
+/// [`Reader::error`] for what fails later, after which the run stops with
+/// [`StopReason::Failed`].
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A capture unit failed; what it captured before is still delivered.
     #[error("{unit}: {error}")]
-    Source { unit: String, error: SourceError },
+    Source {
+        /// The capture unit (a queue, or the whole trace).
+        unit: String,
+        /// Why it failed.
+        error: SourceError,
+    },
+    /// A capture thread panicked (a bug in weir).
     #[error("capture thread {unit} panicked: {message}")]
-    CapturePanicked { unit: String, message: String },
+    CapturePanicked {
+        /// The capture unit whose thread it was.
+        unit: String,
+        /// The panic's message, when it had one.
+        message: String,
+    },
+    /// The application's handler panicked; its queue is no longer drained and
+    /// its handler is lost.
     #[error("handler on queue {queue} panicked: {message}")]
-    HandlerPanicked { queue: QueueId, message: String },
+    HandlerPanicked {
+        /// The queue whose worker ran the handler.
+        queue: QueueId,
+        /// The panic's message, when it had one.
+        message: String,
+    },
+    /// The system refused a thread.
     #[error("cannot start thread: {0}")]
     Spawn(std::io::Error),
+    /// A queue's pool could not be mapped.
     #[error("cannot allocate the pool of queue {queue}: {error}")]
-    Memory { queue: QueueId, error: std::io::Error },
+    Memory {
+        /// The queue whose pool it was.
+        queue: QueueId,
+        /// The mapping's OS error.
+        error: std::io::Error,
+    },
 }
 
 /// Configures an [`Engine`]; values are checked against each other in [`build`](Self::build).
@@ -114,20 +149,26 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// The source, by name: `trace.pcap`, `trace.pcap@0-3`, `file:PATH@2`, `-`.
+    /// The source, by name: `trace.pcap`, `trace.pcap@0-3`, `file:PATH@2`, `-`,
+    /// `eth1`, `afxdp:eth1@0-3` (see [`SourceSpec`]). Fails only when the name
+    /// does not parse; whether the source opens is learned in [`build`](Self::build).
     pub fn source(mut self, name: &str) -> Result<Self, SpecError> {
         self.spec = Some(name.parse()?);
         Ok(self)
     }
 
+    /// The source, already parsed (or built by the caller, as libpcap's
+    /// library builds one from `pcap_open_offline`'s path).
     pub fn source_spec(mut self, spec: SourceSpec) -> Self {
         self.spec = Some(spec);
         self
     }
 
     /// Pool shape per queue; default WireCAP-B-(256,128). Without this, locality
-    /// buffering raises the default's chunks to hold two batches
-    /// ([`LocalityConfig::pool_chunks`]); with it, `cfg` is used as given.
+    /// buffering raises the default's chunks to hold two batches and a chunk,
+    /// so capture fills the next batch while one is delivered; with it, `cfg`
+    /// is used as given (and a pool too small for two batches is reported in
+    /// [`SourceInfo::notes`]).
     pub fn pool(mut self, cfg: PoolConfig) -> Self {
         self.pool = cfg;
         self.pool_set = true;
@@ -148,7 +189,9 @@ impl EngineBuilder {
         self
     }
 
-    /// A libpcap filter expression; packets it rejects are counted as filtered.
+    /// A libpcap filter expression, compiled in [`build`](Self::build) for the
+    /// source's link type and snaplen; packets it rejects are counted as
+    /// filtered (or, on AF_PACKET, never received).
     pub fn filter(mut self, expr: impl Into<String>) -> Self {
         self.filter = Some(expr.into());
         self
@@ -167,7 +210,8 @@ impl EngineBuilder {
         self
     }
 
-    /// How fast a recorded source is replayed; top speed by default.
+    /// How fast a trace is replayed; top speed by default. Give a
+    /// [`checked`](Pacing::checked) pacing; a live source refuses any other than top speed.
     pub fn pacing(mut self, p: Pacing) -> Self {
         self.pacing = p;
         self
@@ -175,8 +219,9 @@ impl EngineBuilder {
 
     /// How trace files are read: block size, headroom, blocks. The defaults suit
     /// page-cached files; tests use tiny blocks to exercise records that straddle them.
-    /// Without this, locality buffering raises the default's blocks to hold its
-    /// batches ([`LocalityConfig::trace_blocks`]); with it, `cfg` is used as given.
+    /// Without this, locality buffering raises the default's blocks so that each
+    /// queue holds two batches of full-size Ethernet frames; with it, `cfg` is
+    /// used as given.
     pub fn trace_reading(mut self, cfg: source::file::ReadConfig) -> Self {
         self.open.trace = cfg;
         self.trace_reading_set = true;
@@ -198,13 +243,18 @@ impl EngineBuilder {
         self
     }
 
-    /// Pin each queue's capture thread and worker (see [`affinity`]).
+    /// Pin each queue's capture thread and worker (see [`CpuPlan`]); unpinned by default.
     pub fn cpus(mut self, plan: CpuPlan) -> Self {
         self.cpus = plan;
         self
     }
 
-    /// Open the source and compile the filter for its link type.
+    /// Check the settings against each other, open the source (within the
+    /// memory budget) and compile the filter for its link type. Fails on a
+    /// missing source, settings that cannot work together (a locality batch
+    /// the pool cannot hold, rebalancing without every queue of a split, a CPU
+    /// this process may not use), a source that does not open, or a filter that
+    /// does not compile.
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
         // What the user should hear about the pool, said with the source's notes.
@@ -337,7 +387,11 @@ impl EngineBuilder {
     }
 }
 
-/// A configured engine, ready to start.
+/// A configured engine: its source is open (and any privilege it needed was
+/// used), its filter compiled, nothing runs yet. Start it once, in one of
+/// three ways: [`run`](Self::run) or [`start`](Self::start) (a worker thread
+/// per queue calls the application's [`Handler`]), or
+/// [`start_reader`](Self::start_reader) (the caller pulls packets).
 pub struct Engine {
     source: Box<dyn source::Source>,
     info: SourceInfo,
@@ -352,14 +406,20 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// A builder with every default: basic balancing, no filter, no limit,
+    /// top speed, unpinned threads.
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()
     }
 
+    /// What the opened source is: its name, link type, snaplen and queues,
+    /// and notes for the user about how it was opened.
     pub fn info(&self) -> &SourceInfo {
         &self.info
     }
 
+    /// The pool every queue gets (the default raised for locality buffering,
+    /// unless [`EngineBuilder::pool`] gave one).
     pub fn pool_config(&self) -> &PoolConfig {
         &self.pool
     }
@@ -369,10 +429,6 @@ impl Engine {
         &self.placements
     }
 
-    pub fn filter(&self) -> Option<&Filter> {
-        self.filter.as_ref()
-    }
-
     /// Replace the filter before the start, for callers that learn it after the
     /// source is open (libpcap's `pcap_setfilter`). It must be compiled for
     /// this source's link type.
@@ -380,13 +436,16 @@ impl Engine {
         self.filter = filter;
     }
 
-    /// Run to the end and report. `make` is called once per queue, on this thread,
-    /// to create that queue's handler.
+    /// Run to the end and report: [`start`](Self::start), then
+    /// [`Running::join`]. `make` is called once per queue, on this thread, to
+    /// create that queue's handler.
     pub fn run<H: Handler>(self, make: impl FnMut(QueueId) -> H) -> Result<Report<H>, RunError> {
         Ok(self.start(make)?.join())
     }
 
-    /// Start the threads and return at once.
+    /// Start the threads and return at once. `make` is called once per queue,
+    /// on this thread, before its worker starts. On an error, whatever had
+    /// started is asked to stop.
     pub fn start<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
         let mut l = self.launch(false)?;
         let mut workers = Vec::new();
@@ -413,7 +472,6 @@ impl Engine {
         }
         Ok(Running {
             ctl: l.ctl,
-            placements: l.placements,
             counters: l.counters,
             captures: l.captures,
             workers,
@@ -611,10 +669,11 @@ fn worker_loop<H: Handler>(
     }
 }
 
-/// A started engine.
+/// A started engine: capture threads and one worker per queue run until the
+/// input ends, a limit or a stop request ends them, or one fails. Dropping it
+/// leaves them running; [`join`](Self::join) waits for them and reports.
 pub struct Running<H> {
     ctl: Arc<Control>,
-    placements: Vec<Placement>,
     counters: Vec<Arc<QueueCounters>>,
     captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
     workers: Vec<(QueueId, JoinHandle<Result<H, RunError>>)>,
@@ -627,22 +686,19 @@ pub struct Running<H> {
 }
 
 impl<H> Running<H> {
+    /// What the source is, as [`Engine::info`] said.
     pub fn info(&self) -> &SourceInfo {
         &self.info
     }
 
-    /// A consistent snapshot of every queue's counters.
+    /// Every queue's counters now (see [`Snapshot`]).
     pub fn stats(&self) -> Snapshot {
         Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() }
     }
 
+    /// A handle that stops this run from any thread.
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(Arc::clone(&self.ctl))
-    }
-
-    /// Where each queue's threads run.
-    pub fn placements(&self) -> &[Placement] {
-        &self.placements
     }
 
     /// Bytes of input consumed and in total (total 0 when unknown), for finite sources.
@@ -650,17 +706,9 @@ impl<H> Running<H> {
         self.progress.as_ref().map(|p| p.get())
     }
 
+    /// Time since the threads started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
-    }
-
-    /// What rebalancing has moved so far, when the mode moves buckets.
-    pub fn balance(&self) -> Option<balance::SteeringStats> {
-        self.balance.as_ref().map(|b| b.read())
-    }
-
-    pub fn is_finished(&self) -> bool {
-        self.workers.iter().all(|(_, h)| h.is_finished()) && self.captures.iter().all(|(_, h)| h.is_finished())
     }
 
     /// Wait up to `d` for the run to finish, enforcing the time limit meanwhile.
@@ -682,7 +730,8 @@ impl<H> Running<H> {
         }
     }
 
-    /// Wait for the end and report.
+    /// Wait for the end (enforcing the time limit) and report. It does not ask
+    /// for a stop: on a live source, call [`StopHandle::stop`] first.
     pub fn join(self) -> Report<H> {
         while !self.wait_for(Duration::from_secs(1)) {}
         let elapsed = self.started.elapsed();
@@ -714,9 +763,12 @@ impl<H> Running<H> {
 pub struct Report<H> {
     /// Final counters; `in_flight` is 0 after a clean run.
     pub stats: Snapshot,
-    /// Each queue's handler, in queue order, for reading what it gathered.
+    /// Each queue's handler, in queue order, for reading what it gathered; a
+    /// queue whose handler panicked is missing.
     pub handlers: Vec<(QueueId, H)>,
+    /// Time from the start to the last thread's end.
     pub elapsed: Duration,
+    /// Why the run ended: the first reason given wins.
     pub stop: StopReason,
     /// Everything that went wrong; a malformed trace shows up here, after the
     /// packets before the damage were delivered.

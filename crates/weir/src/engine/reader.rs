@@ -3,30 +3,7 @@
 //! [`Handler`](super::Handler). This is what libpcap's `pcap_next_ex`,
 //! `pcap_dispatch` and `pcap_loop` promise their callers.
 //!
-//! The contract:
-//! - The capture threads run as in [`Engine::start`](super::Engine::start);
-//!   the reader holds every queue's worker side.
-//! - A packet returned by [`Reader::next`] borrows the reader: it stays valid
-//!   until the next call, and the chunk that holds it is recycled only once
-//!   every packet of it has been handed out.
-//! - Queues are read in turn, a chunk at a time, so a busy queue cannot starve
-//!   the others. Within a queue, capture order is kept.
-//! - With locality buffering, batches are gathered across all queues and
-//!   handed out in port order as the worker-side stage does
-//!   ([`crate::locality`]); a batch still gathering when the caller's timeout
-//!   passes stays held, and `next` returns [`Read::Idle`].
-//! - [`Reader::ready_fd`] gives a descriptor for poll/select/epoll: readable
-//!   once something may be read (a chunk, a starved source, the end), cleared
-//!   by the next `next` that finds nothing. A locality batch that waits for
-//!   more is handed out after [`Reader::select_timeout`] without a chunk, so a
-//!   poller must wake at least that often.
-//! - A caller that judges packets itself (libpcap's library applies a
-//!   savefile's filter record by record) says so with
-//!   [`Reader::reject_last`]: the packet is counted filtered, not delivered,
-//!   in the queue that captured it. The engine keeps the one tally.
-//! - Closing ([`Reader::finish`], or dropping the reader) stops capture.
-//!   Every packet captured and not handed out is counted `unread`, so the
-//!   stats identity holds with nothing in flight.
+//! The contract is stated on [`Reader`].
 
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
 use crate::filter::{Filter, FilterSwitch};
@@ -46,21 +23,20 @@ const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// What [`Reader::next`] found.
 pub enum Read<'r> {
+    /// The next packet; it borrows the reader until the next call.
     Packet(Packet<'r>),
     /// Nothing to hand out within the timeout.
     Idle,
-    /// Capture is over and every packet was handed out; see [`Reader::finish`]
-    /// for why it ended.
+    /// Capture is over and every packet was handed out; [`Reader::error`]
+    /// says whether a failure ended it. Every later call returns `End` too.
     End,
 }
 
-/// The outcome of a pulled run.
+/// The outcome of a pulled run, from [`Reader::finish`].
 #[derive(Debug)]
 pub struct ReaderReport {
     /// Final counters: nothing in flight.
     pub stats: Snapshot,
-    pub stop: StopReason,
-    pub elapsed: Duration,
     /// Everything that went wrong; a malformed trace shows up here, after the
     /// packets before the damage were handed out.
     pub errors: Vec<RunError>,
@@ -98,14 +74,38 @@ struct Sorted {
     rejected: Vec<(usize, u64)>,
 }
 
-/// Every queue's packets, pulled on the caller's thread. `Send`, not `Sync`.
+/// Every queue's packets, pulled on the caller's thread, from
+/// [`Engine::start_reader`](super::Engine::start_reader). `Send`, not `Sync`.
+///
+/// - The capture threads run as in [`Engine::start`](super::Engine::start);
+///   the reader holds every queue's worker side.
+/// - A packet returned by [`Reader::next`] borrows the reader: it stays valid
+///   until the next call, and the chunk that holds it is recycled only once
+///   every packet of it has been handed out.
+/// - Queues are read in turn, a chunk at a time, so a busy queue cannot starve
+///   the others. Within a queue, capture order is kept.
+/// - With locality buffering, batches are gathered across all queues and
+///   handed out in port order as the worker-side stage does
+///   ([`crate::locality`]); a batch still gathering when the caller's timeout
+///   passes stays held, and `next` returns [`Read::Idle`].
+/// - [`Reader::ready_fd`] gives a descriptor for poll/select/epoll: readable
+///   once something may be read (a chunk, a starved source, the end), cleared
+///   by the next `next` that finds nothing. A locality batch that waits for
+///   more is handed out after [`Reader::select_timeout`] without a chunk, so a
+///   poller must wake at least that often.
+/// - A caller that judges packets itself (libpcap's library applies a
+///   savefile's filter record by record) says so with
+///   [`Reader::reject_last`]: the packet is counted filtered, not delivered,
+///   in the queue that captured it. The engine keeps the one tally.
+/// - Closing ([`Reader::finish`], or dropping the reader) stops capture.
+///   Every packet captured and not handed out is counted `unread`, so the
+///   stats identity holds with nothing in flight.
 pub struct Reader {
     ctl: Arc<Control>,
     counters: Vec<Arc<QueueCounters>>,
     captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
     sides: Vec<WorkerSide>,
     info: SourceInfo,
-    started: Instant,
     held: Option<Held>,
     batch: Option<Sorted>,
     /// The side the next look for a chunk starts at.
@@ -153,7 +153,6 @@ impl Reader {
             captures: l.captures,
             sides,
             info: l.info,
-            started: l.started,
             held: None,
             batch,
             turn: 0,
@@ -166,12 +165,13 @@ impl Reader {
         }
     }
 
+    /// What the source is, as [`Engine::info`](super::Engine::info) said.
     pub fn info(&self) -> &SourceInfo {
         &self.info
     }
 
     /// A consistent snapshot of every queue's counters.
-    pub fn stats(&self) -> Snapshot {
+    pub(crate) fn stats(&self) -> Snapshot {
         Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() }
     }
 
@@ -180,12 +180,10 @@ impl Reader {
         StatsReader(self.counters.clone())
     }
 
+    /// A handle that stops capture from any thread; the reader then hands out
+    /// what was captured before and returns [`Read::End`].
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(Arc::clone(&self.ctl))
-    }
-
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 
     /// A descriptor that turns readable when [`next`](Self::next) may find
@@ -265,7 +263,8 @@ impl Reader {
         }
     }
 
-    /// The next packet, waiting up to `timeout` for one.
+    /// The next packet, waiting up to `timeout` for one (a zero timeout never
+    /// waits). Capture order within a queue, or port order with locality buffering.
     pub fn next(&mut self, timeout: Duration) -> Read<'_> {
         self.last = None;
         self.woken_for_nothing = false;
@@ -448,8 +447,7 @@ impl Reader {
     /// Stop capture, count what was not handed out as unread, and report.
     pub fn finish(mut self) -> ReaderReport {
         self.close();
-        let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
-        ReaderReport { stats: self.stats(), stop, elapsed: self.started.elapsed(), errors: std::mem::take(&mut self.errors) }
+        ReaderReport { stats: self.stats(), errors: std::mem::take(&mut self.errors) }
     }
 
     fn close(&mut self) {

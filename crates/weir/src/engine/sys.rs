@@ -5,7 +5,7 @@
 use std::io;
 
 /// CPUs this process may run on, in ascending order.
-pub fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: `set` is a plain bitmask, zero-initialised; sched_getaffinity writes
     // at most size_of::<cpu_set_t>() bytes into it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -19,7 +19,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pin the calling thread to one CPU.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} is beyond what this system addresses")));
     }

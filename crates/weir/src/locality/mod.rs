@@ -20,7 +20,7 @@
 //!   monotonic across flows, which is the price of the stage. An application
 //!   that needs strict order leaves it off (the default).
 //! - The index is reset at the cost of what the batch touched, not of its
-//!   65,536 lists ([`PortIndex`]).
+//!   65,536 lists (`PortIndex`).
 //! - The key of each packet is computed by the capture thread as it fills the
 //!   packet's cell (the engine makes its pools with `sort_keys`), where the
 //!   headers are in cache; the stage reads it from the cell.
@@ -32,12 +32,13 @@ mod batch;
 mod stage;
 
 pub(crate) use batch::{Batch, QUIET};
-pub use stage::run;
+pub(crate) use stage::run;
 
 use crate::{Setting, SettingError};
 use std::time::Duration;
 
-/// Most packets one batch may gather.
+/// Most packets one batch may gather (4,194,304); the index of a batch that
+/// size takes about 80 MiB per worker (twice that double-buffered).
 pub const MAX_BATCH: u32 = 1 << 22;
 
 /// Packets a locality batch gathers before it is delivered: 1 to [`MAX_BATCH`].
@@ -45,6 +46,7 @@ pub const MAX_BATCH: u32 = 1 << 22;
 pub struct BatchSize(u32);
 
 impl BatchSize {
+    /// `n` packets; refused (naming [`Setting::Locality`]) outside 1 to [`MAX_BATCH`].
     pub fn new(n: u32) -> Result<Self, SettingError> {
         if n == 0 || n > MAX_BATCH {
             return Err(SettingError::new(Setting::Locality, format!("a batch of {n} packets: must be from 1 to {MAX_BATCH}")));
@@ -52,14 +54,17 @@ impl BatchSize {
         Ok(BatchSize(n))
     }
 
-    pub fn get(self) -> usize {
+    pub(crate) fn get(self) -> usize {
         self.0 as usize
     }
 }
 
-/// How the locality stage runs.
+/// How the locality stage runs; [`new`](Self::new) gives the defaults for a
+/// batch size. Given to [`EngineBuilder::locality`](crate::engine::EngineBuilder::locality).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LocalityConfig {
+    /// Packets a batch gathers before it is delivered (whole chunks, so up to
+    /// M − 1 more).
     pub batch: BatchSize,
     /// Longest a packet waits for its batch to fill.
     pub timeout: Duration,
@@ -71,15 +76,17 @@ pub struct LocalityConfig {
 impl LocalityConfig {
     /// Default timeout: long against a batch's fill time at monitoring rates,
     /// short against what an analyst notices.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+    const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
+    /// Batches of `batch` packets, a 50 ms timeout, not double-buffered.
     pub fn new(batch: BatchSize) -> Self {
         LocalityConfig { batch, timeout: Self::DEFAULT_TIMEOUT, double_buffer: false }
     }
 
     /// How long a gathering batch may wait for its next chunk before it is
     /// handed out anyway: the timeout, or sooner once the source goes quiet.
-    /// A caller that polls a pull reader's descriptor must call it this often.
+    /// A caller that polls a reader's descriptor must call `next` at least
+    /// this often (what [`Reader::select_timeout`](crate::engine::Reader::select_timeout) returns).
     pub fn quiet_after(&self) -> Duration {
         self.timeout.min(QUIET)
     }
@@ -89,7 +96,7 @@ impl LocalityConfig {
     /// A pool that holds only one batch makes capture and delivery take turns
     /// (at B = 32,000 on `weir inspect` that cost 10% of its speed). The engine
     /// raises a pool the caller did not give to this.
-    pub fn pool_chunks(&self, cells: usize) -> usize {
+    pub(crate) fn pool_chunks(&self, cells: usize) -> usize {
         2 * self.batch.get().div_ceil(cells.max(1)) + 1
     }
 
@@ -97,7 +104,7 @@ impl LocalityConfig {
     /// chunk: per batch (two when double-buffered) an index of up to B + M − 1
     /// entries, their delivery order, and the index's lists. The packets
     /// themselves stay in the pool's chunks.
-    pub fn memory_bytes(&self, cells: usize) -> u64 {
+    pub(crate) fn memory_bytes(&self, cells: usize) -> u64 {
         let entries = (self.batch.get() + cells) as u64;
         let per_entry = (size_of::<(u32, (u32, u32))>() + size_of::<(u32, u32)>()) as u64;
         let lists = ((LISTS + 1) * size_of::<u32>() + USED_WORDS * size_of::<u64>()) as u64;
@@ -112,7 +119,7 @@ impl LocalityConfig {
     /// free block is taken, so blocks never in use at once are never touched
     /// and cost address space only. Larger frames still work: the reader marks
     /// its sides starved at a low-water mark and the batch goes early.
-    pub fn trace_blocks(&self, block_bytes: usize, queues: usize) -> usize {
+    pub(crate) fn trace_blocks(&self, block_bytes: usize, queues: usize) -> usize {
         const FRAME: usize = 1518;
         (2 * self.batch.get()).saturating_mul(FRAME).saturating_mul(queues.max(1)).div_ceil(block_bytes.max(1)).saturating_add(8)
     }
@@ -144,7 +151,7 @@ const USED_WORDS: usize = (LISTS + 1).div_ceil(64);
 /// Cost matters here: on an application with nothing to gain (`weir count`)
 /// every instruction of a push, a placement and the walk is overhead, so a
 /// push is one bit set, one increment and one append of (list, entry).
-pub struct PortIndex<T> {
+pub(crate) struct PortIndex<T> {
     /// Per list: its length while pushing; while placing, its next free place.
     count: Box<[u32]>,
     /// (list, entry) in arrival order.
@@ -162,7 +169,7 @@ impl<T: Copy> Default for PortIndex<T> {
 }
 
 impl<T: Copy> PortIndex<T> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         PortIndex {
             count: vec![0; LISTS + 1].into_boxed_slice(),
             entries: Vec::new(),
@@ -171,22 +178,18 @@ impl<T: Copy> PortIndex<T> {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Room for `n` more entries without reallocating.
-    pub fn reserve(&mut self, n: usize) {
+    pub(crate) fn reserve(&mut self, n: usize) {
         self.entries.reserve(n);
     }
 
     /// Append an entry at the tail of its key's list.
     #[inline]
-    pub fn push(&mut self, key: Option<u16>, entry: T) {
+    pub(crate) fn push(&mut self, key: Option<u16>, entry: T) {
         let list = key.map_or(OTHER, usize::from);
         debug_assert!(self.entries.len() < u32::MAX as usize, "an index holds fewer than 2^32 entries");
         self.used[list / 64] |= 1u64 << (list % 64);
@@ -197,7 +200,7 @@ impl<T: Copy> PortIndex<T> {
     /// Empty the index into its entries in delivery order (ascending key,
     /// arrival order within a key, then the entries without a key), which stay
     /// readable until the next push.
-    pub fn sort(&mut self) -> &[T] {
+    pub(crate) fn sort(&mut self) -> &[T] {
         let Some(&(_, first)) = self.entries.first() else {
             self.placed.clear();
             return &self.placed;
@@ -224,7 +227,7 @@ impl<T: Copy> PortIndex<T> {
     }
 
     /// What the last [`sort`](Self::sort) returned.
-    pub fn sorted(&self) -> &[T] {
+    pub(crate) fn sorted(&self) -> &[T] {
         &self.placed
     }
 

@@ -54,7 +54,7 @@ fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between
 }
 
 /// Run the stage until the capture queue (and every buddy's) is closed and drained.
-pub fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityConfig, link: LinkType, idle: Duration) {
+pub(crate) fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityConfig, link: LinkType, idle: Duration) {
     let batch = cfg.batch.get();
     let mut cur = Batch::new();
     let mut next = Batch::new();

@@ -1,49 +1,52 @@
 //! Where packets come from.
 //!
-//! A source is named by a [`SourceSpec`] (`trace.pcap@0-3`), opened into a
-//! [`Source`] that knows its link type and queues, and then turned into capture
-//! units (see [`crate::capture::CaptureUnit`]) once the filter is compiled.
+//! A source is named by a [`SourceSpec`] (`trace.pcap@0-3`), opened by the
+//! engine into a `Source` that knows its link type and queues, and then turned
+//! into capture units (the `capture` module's contract) once the filter is
+//! compiled. What an application sets here is the name and the options
+//! ([`LiveOptions`], [`Pacing`], [`file::ReadConfig`]); opening is the engine's.
 //!
 //! - [`file`](mod@file): pcap and pcapng traces, split into queues by RSS, paced or at top speed.
 //! - [`afpacket`]: TPACKET_V3 rings, one socket per queue in a fanout group.
-//! - [`afxdp`]: one AF_XDP socket per RX queue over a UMEM that is the pool.
+//! - `afxdp`: one AF_XDP socket per RX queue over a UMEM that is the pool.
 
 pub mod afpacket;
-pub mod afxdp;
+pub(crate) mod afxdp;
 pub mod file;
 mod live;
 pub mod pacing;
 mod spec;
 
-pub use live::{ifindex, rx_queues, AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, ZeroCopy};
+pub(crate) use live::{ifindex, rx_queues};
+pub use live::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, ZeroCopy};
 
 pub use pacing::Pacing;
-pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError, MAX_QUEUES};
+pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError};
 
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::FilterSwitch;
 use std::sync::Arc;
 
 /// What a source does with the packets it captures.
-pub struct CaptureOptions {
+pub(crate) struct CaptureOptions {
     /// Packets it rejects are counted as filtered and take no cell (live sources
     /// may run it in the kernel instead, where rejected packets are not seen).
     /// It may be replaced while capture runs: kernel filters through
     /// [`FilterSwitch`]'s appliers, user-space ones through a watch per unit.
-    pub filter: FilterSwitch,
-    pub pacing: Pacing,
+    pub(crate) filter: FilterSwitch,
+    pub(crate) pacing: Pacing,
     /// The shape of each queue's pool: an AF_XDP UMEM has one frame per cell.
-    pub pool: crate::pool::PoolConfig,
+    pub(crate) pool: crate::pool::PoolConfig,
     /// Offloading (done by the engine's pools) and rebalancing (done by the
     /// sources: trace files in their thread, afpacket through its kernel bucket
     /// table, afxdp in its capture threads).
-    pub balance: crate::balance::Mode,
+    pub(crate) balance: crate::balance::Mode,
     /// Where a rebalancing source reports what it moved.
-    pub balance_counters: Arc<crate::balance::BalanceCounters>,
+    pub(crate) balance_counters: Arc<crate::balance::BalanceCounters>,
 }
 
 /// An opened source, before capture starts.
-pub trait Source: Send {
+pub(crate) trait Source: Send {
     fn info(&self) -> &SourceInfo;
 
     /// Progress through a finite input, if it has one.
@@ -55,16 +58,16 @@ pub trait Source: Send {
 
 /// Tuning that applies when a source is opened.
 #[derive(Clone, Debug, Default)]
-pub struct OpenOptions {
-    pub trace: file::ReadConfig,
-    pub live: LiveOptions,
+pub(crate) struct OpenOptions {
+    pub(crate) trace: file::ReadConfig,
+    pub(crate) live: LiveOptions,
     /// The engine's memory per queue: a source adds its own and checks the
     /// whole against what is available before it allocates anything.
-    pub budget: crate::memory::Budget,
+    pub(crate) budget: crate::memory::Budget,
 }
 
 /// Open the source a spec names.
-pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, SourceError> {
+pub(crate) fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, SourceError> {
     match spec {
         SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace, &opts.budget),
         SourceSpec::Live { kind: LiveKind::AfPacket, iface, queues } => {

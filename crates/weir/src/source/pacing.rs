@@ -16,20 +16,27 @@ use std::time::{Duration, Instant};
 /// Sleeping is only precise to tens of microseconds; the rest is spun.
 const SPIN_BELOW: Duration = Duration::from_micros(200);
 
+/// How fast recorded packets are replayed. A rate is valid only within its
+/// range: take a user's value through [`checked`](Self::checked), since
+/// neither the engine nor [`Pacer`] checks it again.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub enum Pacing {
+    /// As fast as free cells allow; nothing is dropped.
     #[default]
     TopSpeed,
+    /// Packets per second (0.001 to 10⁹): packet i is due i / r seconds after the first.
     Pps(f64),
+    /// Megabits per second of wire length (0.001 to 10⁷).
     Mbps(f64),
+    /// A multiple of the recorded timing (10⁻⁶ to 10⁶; 2.0 is twice as fast).
     Speed(f64),
 }
 
 /// The rates a pacing may have. Slower than the lowest, a packet would be due
 /// so far off that no run could reach it; faster than the highest is top speed.
-pub const PPS_RANGE: (f64, f64) = (0.001, 1e9);
-pub const MBPS_RANGE: (f64, f64) = (0.001, 1e7);
-pub const SPEED_RANGE: (f64, f64) = (1e-6, 1e6);
+const PPS_RANGE: (f64, f64) = (0.001, 1e9);
+const MBPS_RANGE: (f64, f64) = (0.001, 1e7);
+const SPEED_RANGE: (f64, f64) = (1e-6, 1e6);
 
 /// No packet is scheduled further than this from the start (about 31,700
 /// years): a trace's timestamps can be anything, and what a slow pacing
@@ -37,7 +44,8 @@ pub const SPEED_RANGE: (f64, f64) = (1e-6, 1e6);
 const FARTHEST_SECS: f64 = 1e12;
 
 impl Pacing {
-    /// Reject rates outside their range (zero, negative, not finite among them).
+    /// The pacing itself, or an error naming [`Setting::Pacing`] for a rate
+    /// outside its range (zero, negative and not finite among them).
     pub fn checked(self) -> Result<Pacing, SettingError> {
         let check = |what: &str, v: f64, (lo, hi): (f64, f64)| {
             if v.is_finite() && (lo..=hi).contains(&v) {
@@ -54,12 +62,15 @@ impl Pacing {
         }
     }
 
+    /// True for every pacing but top speed.
     pub fn is_paced(&self) -> bool {
         !matches!(self, Pacing::TopSpeed)
     }
 }
 
-/// Computes when each packet is due and waits for it.
+/// When each packet of one replay is due: the first is due when it is first
+/// asked about, each later one by the pacing's rule. One per replay, fed every
+/// packet in order.
 pub struct Pacer {
     pacing: Pacing,
     start: Option<Instant>,
@@ -69,15 +80,19 @@ pub struct Pacer {
 }
 
 impl Pacer {
+    /// A schedule for `pacing`, which should be [`checked`](Pacing::checked).
     pub fn new(pacing: Pacing) -> Pacer {
         Pacer { pacing, start: None, first_ts: 0, packets: 0, bits: 0.0 }
     }
 
-    pub fn is_paced(&self) -> bool {
+    pub(crate) fn is_paced(&self) -> bool {
         self.pacing.is_paced()
     }
 
-    /// The instant this packet is due, or `None` at top speed. Call once per packet, in order.
+    /// The instant this packet is due, or `None` at top speed. Call once per
+    /// packet, in order: `ts_ns` is its timestamp (for [`Pacing::Speed`]),
+    /// `wire_len` its length on the wire (for [`Pacing::Mbps`]). Timestamps
+    /// that go backwards make a packet due at once, never before the start.
     #[inline]
     pub fn due(&mut self, ts_ns: u64, wire_len: u32) -> Option<Instant> {
         if !self.is_paced() {

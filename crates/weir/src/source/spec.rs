@@ -20,9 +20,11 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Most queues a source may be split into.
-pub const MAX_QUEUES: u16 = 1024;
+const MAX_QUEUES: u16 = 1024;
 
-/// An inclusive range of queue numbers.
+/// An inclusive range of queue numbers, parsed from `2` or `0-3`. Queues are
+/// numbered from 0 and at most 1024; the last one named sets how many queues
+/// a trace is split into (`@2` is queue 2 of 3).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct QueueRange {
     first: u16,
@@ -30,7 +32,7 @@ pub struct QueueRange {
 }
 
 impl QueueRange {
-    pub fn new(first: u16, last: u16) -> Result<QueueRange, SpecError> {
+    pub(crate) fn new(first: u16, last: u16) -> Result<QueueRange, SpecError> {
         if first > last {
             return Err(SpecError::Range(format!("{first}-{last}: the first queue is after the last")));
         }
@@ -40,32 +42,34 @@ impl QueueRange {
         Ok(QueueRange { first, last })
     }
 
-    /// Queue 0 only.
+    /// Queue 0 only: a trace as one queue.
     pub fn single() -> QueueRange {
         QueueRange { first: 0, last: 0 }
     }
 
-    pub fn first(&self) -> u16 {
+    pub(crate) fn first(&self) -> u16 {
         self.first
     }
 
-    pub fn last(&self) -> u16 {
+    pub(crate) fn last(&self) -> u16 {
         self.last
     }
 
     /// Queues the source is split into: every queue up to the last named.
-    pub fn total(&self) -> u16 {
+    pub(crate) fn total(&self) -> u16 {
         self.last + 1
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = u16> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u16> {
         self.first..=self.last
     }
 
+    /// Queues in the range (not the split's total).
     pub fn len(&self) -> usize {
         usize::from(self.last - self.first) + 1
     }
 
+    /// Always false: a range holds at least one queue.
     pub fn is_empty(&self) -> bool {
         false
     }
@@ -96,24 +100,43 @@ impl FromStr for QueueRange {
     }
 }
 
-/// A parsed source name.
+/// A parsed source name (see the module doc for the forms it takes). Parsing
+/// looks at the file system and at the interfaces of this network namespace to
+/// tell a file from an interface; its `Display` is the explicit form
+/// (`file:trace.pcap@0-3`, `afpacket:eth1`), which parses back to the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceSpec {
     /// A pcap or pcapng trace (`None` path = standard input).
-    File { path: Option<PathBuf>, queues: QueueRange },
-    /// A live interface; `queues: None` means every RX queue of the device.
-    Live { kind: LiveKind, iface: String, queues: Option<QueueRange> },
+    File {
+        /// The trace; `None` is standard input.
+        path: Option<PathBuf>,
+        /// The queues opened, of a split into `queues.last() + 1`.
+        queues: QueueRange,
+    },
+    /// A live interface.
+    Live {
+        /// How it is captured.
+        kind: LiveKind,
+        /// The interface's name (checked for form only: whether it exists is
+        /// asked when it is opened, in the namespace it is opened in).
+        iface: String,
+        /// The queues opened; `None` means every RX queue of the device.
+        queues: Option<QueueRange>,
+    },
 }
 
 /// How a live interface is captured.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LiveKind {
+    /// `afpacket:`: one TPACKET_V3 socket per queue in a fanout group.
     AfPacket,
+    /// `afxdp:`: one AF_XDP socket per RX queue, fed by weir's XDP program
+    /// (loading it needs CAP_BPF and CAP_NET_ADMIN, the sockets CAP_NET_RAW).
     AfXdp,
 }
 
 impl LiveKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LiveKind::AfPacket => "afpacket",
             LiveKind::AfXdp => "afxdp",
@@ -147,14 +170,20 @@ fn live(kind: LiveKind, rest: &str) -> Result<SourceSpec, SpecError> {
 /// A source name that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    /// The queue range is malformed, backwards or beyond 1023; the text says which.
     #[error("queue range {0}")]
     Range(String),
+    /// The name is neither an existing file nor an interface here.
     #[error("{0:?}: no such file or network interface")]
     NotFound(String),
+    /// Not an interface name: empty, longer than 15 bytes, or holding `/`, a
+    /// space, `:` or `@`.
     #[error("{0:?} is not a valid interface name")]
     BadInterface(String),
+    /// The name is empty.
     #[error("empty source name")]
     Empty,
+    /// `file:` with no path.
     #[error("{0:?} names no file: give file:PATH, or file:- for standard input")]
     NoPath(String),
 }

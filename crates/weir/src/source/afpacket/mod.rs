@@ -2,7 +2,7 @@
 //! one PACKET_FANOUT group, packets delivered from the kernel's ring blocks
 //! without a copy.
 //!
-//! **Opening** ([`open`], inside the network namespace the options name): the
+//! **Opening** (when the engine is built, inside the network namespace the options name): the
 //! options are checked before anything is touched, then the interface is looked
 //! up, the queues decided (one per RX queue of the device, or the range named),
 //! and per queue one socket made: TPACKET_V3, a ring of `block_count` blocks of
@@ -11,7 +11,7 @@
 //! Everything that needs a privilege (CAP_NET_RAW) happens here, so a caller may
 //! drop privileges before capture starts.
 //!
-//! **Starting** ([`Source::into_units`]): each socket gets a reject-all filter,
+//! **Starting** (when the engine starts): each socket gets a reject-all filter,
 //! is bound to the interface and joins the group, and only then is its real
 //! filter swapped in (SO_ATTACH_FILTER replaces atomically). So no packet is
 //! ever seen unfiltered, and none twice: a socket bound but not yet in the group
@@ -53,7 +53,7 @@
 //! [`Rss::bucket`](crate::rss::Rss::bucket) gives the frame) and hands it to the
 //! member a table names for the bucket, initially bucket b → queue b mod n. The
 //! table lives in the kernel and changes while capturing: [`BucketSteering`]
-//! moves buckets and reads how many packets each one steered (see [`steer`]). The
+//! moves buckets and reads how many packets each one steered (its contract is on [`BucketSteering`]). The
 //! program is loaded when the source opens (so `-Z` may drop root afterwards) and
 //! becomes the group's demux right after the first socket founds the group, before
 //! any other joins. Ethernet and loopback devices only: the program parses
@@ -73,7 +73,7 @@
 //! filter so it never takes room in the ring.
 
 mod rebalance;
-pub mod steer;
+mod steer;
 mod sys;
 mod unit;
 
@@ -206,7 +206,7 @@ struct Shared {
 }
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
-pub fn open(
+pub(crate) fn open(
     iface: &str,
     queues: Option<QueueRange>,
     opts: &LiveOptions,

@@ -25,7 +25,7 @@
 //!
 //! Parking copies, and only packets of moving buckets for about one fence's
 //! time (a block timeout at most, plus the old worker's backlog). A parking lot
-//! full beyond [`PARK_LIMIT`](crate::balance::PARK_LIMIT) drops the packet as a
+//! full beyond `PARK_LIMIT` drops the packet as a
 //! capture drop of q'; when the capture stops with moves unfinished, their
 //! parked packets are capture drops of q' too (q's worker may still hold
 //! packets of b, so handing them over would break the contract).
@@ -51,9 +51,9 @@ pub(super) use crate::balance::threaded::TICK;
 
 /// The kernel's bucket table, as the controller sees it.
 pub(super) struct KernelTable {
-    pub steering: BucketSteering,
+    pub(crate) steering: BucketSteering,
     /// The capture's queues, in fanout member order.
-    pub queues: Vec<QueueId>,
+    pub(crate) queues: Vec<QueueId>,
 }
 
 fn steer_error(e: super::SteerError) -> SourceError {

@@ -79,6 +79,18 @@ static TABLES: Mutex<Vec<(SteeringId, Weak<Table>)>> = Mutex::new(Vec::new());
 
 /// A bucket table in the kernel and weir's fanout program that reads it.
 /// Cloning gives another handle to the same table.
+///
+/// An afpacket capture opened with [`fanout`](Self::fanout) puts each packet
+/// in one of [`BUCKETS`] buckets by weir's symmetric RSS hash (the bucket
+/// [`Rss::bucket`](crate::rss::Rss::bucket) gives the same frame; both
+/// directions of a flow share one) and hands it to the queue the table names,
+/// initially bucket b → queue b mod n. The table steers one capture at a
+/// time, from its opening until its last capture thread is gone. A move takes
+/// effect from the next packet the kernel steers: packets of the bucket
+/// already captured are still delivered by the old queue, so a move reorders
+/// nothing only when the bucket has nothing in flight. Reading and changing
+/// the table are bpf(2) calls, which a process that dropped root may no
+/// longer make.
 #[derive(Clone)]
 pub struct BucketSteering {
     table: Arc<Table>,
@@ -108,15 +120,33 @@ struct Capture {
 /// What a [`BucketSteering`] call could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum SteerError {
+    /// The bucket is not below [`BUCKETS`].
     #[error("bucket {bucket} does not exist: the table has buckets 0 to {}", BUCKETS - 1)]
-    NoSuchBucket { bucket: usize },
+    NoSuchBucket {
+        /// The bucket asked for.
+        bucket: usize,
+    },
+    /// The queue is not one of the capture the table steers.
     #[error("queue {queue} is not a queue of {capture} (its queues: {queues})")]
-    NoSuchQueue { queue: QueueId, capture: String, queues: String },
+    NoSuchQueue {
+        /// The queue asked for.
+        queue: QueueId,
+        /// The capture the table steers, by name.
+        capture: String,
+        /// Its queues, listed for the message.
+        queues: String,
+    },
+    /// The table steers no capture now: none was opened with it yet, or it has ended.
     #[error("the bucket table steers no capture: open an afpacket source in its fanout mode first (or that capture has ended)")]
     NoCapture,
     /// The OS error is shown in the message, not chained as a source.
     #[error("{what}: {error}")]
-    Kernel { what: String, error: io::Error },
+    Kernel {
+        /// What was being done.
+        what: String,
+        /// The bpf(2) call's error.
+        error: io::Error,
+    },
 }
 
 impl BucketSteering {
@@ -157,10 +187,6 @@ impl BucketSteering {
                 id.0
             ))
         })
-    }
-
-    pub fn id(&self) -> SteeringId {
-        self.table.id
     }
 
     /// The fanout mode that makes an afpacket capture use this table.

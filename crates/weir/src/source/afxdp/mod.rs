@@ -49,7 +49,7 @@ use unit::{Attachment, XskUnit};
 use xsk::{BindTo, UmemOf, Xsk, XDP_PACKET_HEADROOM};
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
-pub fn open(
+pub(crate) fn open(
     iface: &str,
     queues: Option<QueueRange>,
     opts: &LiveOptions,

@@ -18,7 +18,7 @@
 
 use super::sys::{self, XdpMode};
 use crate::capture::SourceError;
-pub use crate::source::live::bpf::denied;
+pub(crate) use crate::source::live::bpf::denied;
 use crate::source::live::bpf::{bpf_error, chain, os_error};
 use aya::maps::{MapData, XskMap};
 use aya::programs::xdp::XdpLink;
@@ -29,7 +29,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
 /// The program's name in the kernel: how weir knows a program is its own.
-pub const PROGRAM_NAME: &str = "weir_xdp";
+pub(crate) const PROGRAM_NAME: &str = "weir_xdp";
 /// The XSKMAP: queue index → socket.
 const MAP_NAME: &str = "weir_xsks";
 
@@ -37,7 +37,7 @@ const MAP_NAME: &str = "weir_xsks";
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_xdp.o"));
 
 /// weir's program, attached. Dropping it detaches it.
-pub struct XdpProgram {
+pub(crate) struct XdpProgram {
     /// Declared first so it is dropped first: the program leaves the interface
     /// before its map goes.
     _link: XdpLink,
@@ -51,7 +51,7 @@ impl XdpProgram {
     /// Load the program and attach it to `iface` (index `ifindex`, in the calling
     /// thread's namespace), after clearing the way as the module says. With
     /// `native_only`, generic mode is not an option (zero-copy needs native).
-    pub fn attach(iface: &str, ifindex: u32, replace_foreign: bool, native_only: bool) -> Result<XdpProgram, SourceError> {
+    pub(crate) fn attach(iface: &str, ifindex: u32, replace_foreign: bool, native_only: bool) -> Result<XdpProgram, SourceError> {
         let mut ebpf = Ebpf::load(OBJECT).map_err(|e| {
             bpf_error(&format!("{iface}: creating the XDP program's socket map"), &e, "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)")
         })?;
@@ -87,17 +87,17 @@ impl XdpProgram {
     }
 
     /// What attaching replaced, if anything.
-    pub fn notes(&self) -> &[String] {
+    pub(crate) fn notes(&self) -> &[String] {
         &self.notes
     }
 
     /// The mode the program runs in.
-    pub fn mode(&self) -> XdpMode {
+    pub(crate) fn mode(&self) -> XdpMode {
         self.mode
     }
 
     /// Steer `queue`'s packets to `socket`, which must be bound to that queue.
-    pub fn register(&mut self, queue: u16, socket: BorrowedFd<'_>) -> Result<(), SourceError> {
+    pub(crate) fn register(&mut self, queue: u16, socket: BorrowedFd<'_>) -> Result<(), SourceError> {
         self.xsks
             .set(u32::from(queue), socket, 0)
             .map_err(|e| bpf_error(&format!("registering the socket of queue {queue}"), &e, "CAP_BPF"))

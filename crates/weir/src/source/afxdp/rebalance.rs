@@ -54,11 +54,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::rss::BUCKETS;
+pub(crate) use crate::rss::BUCKETS;
 
 /// Most queues one capture can rebalance: the controller's table must fit
 /// [`BucketCount`].
-pub const MAX_QUEUES: usize = (1 << 16) / BUCKETS;
+pub(crate) const MAX_QUEUES: usize = (1 << 16) / BUCKETS;
 
 /// A packet handed from the queue that received it to the queue its bucket is on.
 #[derive(Copy, Clone, Debug)]
@@ -73,17 +73,17 @@ struct Handed {
 
 /// A packet this queue received, in its frame.
 #[derive(Copy, Clone, Debug)]
-pub struct Received {
-    pub addr: u64,
+pub(crate) struct Received {
+    pub(crate) addr: u64,
     /// Bytes captured.
-    pub len: u32,
-    pub wire_len: u32,
-    pub ts_ns: u64,
+    pub(crate) len: u32,
+    pub(crate) wire_len: u32,
+    pub(crate) ts_ns: u64,
 }
 
 /// The controller's view of the capture threads' tables, and what the threads
 /// count for each other.
-pub struct ThreadTables {
+pub(crate) struct ThreadTables {
     queues: usize,
     /// Packets per entry, from the start; entry k is written only by its steerer.
     hits: Box<[AtomicU64]>,
@@ -94,7 +94,7 @@ pub struct ThreadTables {
 }
 
 impl ThreadTables {
-    pub fn new(queues: usize) -> Self {
+    pub(crate) fn new(queues: usize) -> Self {
         ThreadTables {
             queues,
             hits: (0..queues * BUCKETS).map(|_| AtomicU64::new(0)).collect(),
@@ -134,10 +134,10 @@ impl BucketTable for ThreadTables {
     }
 }
 
-pub type Shared = Rebalance<ThreadTables>;
+pub(crate) type Shared = Rebalance<ThreadTables>;
 
 /// One queue's ends of the rings between the capture's queues.
-pub struct Links {
+pub(crate) struct Links {
     /// Indexed by queue position; `None` at our own.
     to: Vec<Option<Producer<Handed>>>,
     from: Vec<Option<Consumer<Handed>>>,
@@ -148,7 +148,7 @@ pub struct Links {
 /// The rings between `n` queues: a packet ring holds a pool's worth of
 /// packets (`cells`), and a frame ring every frame of a queue's share, so
 /// giving a frame back never fails.
-pub fn links(n: usize, cells: usize, frames: usize) -> Vec<Links> {
+pub(crate) fn links(n: usize, cells: usize, frames: usize) -> Vec<Links> {
     let mut all: Vec<Links> = (0..n)
         .map(|_| Links {
             to: (0..n).map(|_| None).collect(),
@@ -178,13 +178,13 @@ struct Outgoing {
 
 /// Where a packet this queue received goes: its bucket here and its queue.
 #[derive(Copy, Clone, Debug)]
-pub struct Place {
+pub(crate) struct Place {
     bucket: u16,
     to: u16,
 }
 
 /// One queue's part in rebalancing, kept by its capture thread.
-pub struct QueueRole {
+pub(crate) struct QueueRole {
     shared: Arc<Shared>,
     me: usize,
     links: Links,
@@ -217,7 +217,7 @@ pub struct QueueRole {
 }
 
 impl QueueRole {
-    pub fn new(shared: Arc<Shared>, me: usize, links: Links, frames: usize, frame_size: usize) -> QueueRole {
+    pub(crate) fn new(shared: Arc<Shared>, me: usize, links: Links, frames: usize, frame_size: usize) -> QueueRole {
         shared.join();
         let n = shared.table().queues;
         QueueRole {
@@ -248,28 +248,28 @@ impl QueueRole {
 
     /// Where a packet this queue received goes.
     #[inline]
-    pub fn place(&self, data: &[u8]) -> Place {
+    pub(crate) fn place(&self, data: &[u8]) -> Place {
         let bucket = self.rss.bucket(data);
         Place { bucket: bucket as u16, to: self.route[bucket] }
     }
 
     /// True if the packet goes into this queue's own pool now.
     #[inline]
-    pub fn is_here(&self, p: Place) -> bool {
+    pub(crate) fn is_here(&self, p: Place) -> bool {
         usize::from(p.to) == self.me && !self.parking[self.me * BUCKETS + usize::from(p.bucket)]
     }
 
     /// Count a packet that took a cell here. Counted then, not when placed: a
     /// packet left on the RX ring for want of a cell is placed again later.
     #[inline]
-    pub fn took_cell(&mut self, p: Place) {
+    pub(crate) fn took_cell(&mut self, p: Place) {
         self.hits[usize::from(p.bucket)] += 1;
     }
 
     /// Send a packet that is not [`is_here`](Self::is_here) on: parked here, or
     /// handed to its queue.
     #[inline]
-    pub fn send(&mut self, p: Place, r: Received, xsk: &mut Xsk, side: &mut CaptureSide) {
+    pub(crate) fn send(&mut self, p: Place, r: Received, xsk: &mut Xsk, side: &mut CaptureSide) {
         self.hits[usize::from(p.bucket)] += 1;
         let key = self.me * BUCKETS + usize::from(p.bucket);
         let (addr, wire_len) = (r.addr, r.wire_len);
@@ -330,7 +330,7 @@ impl QueueRole {
 
     /// Send the frames of recycled chunks home (ours to our free list), take in
     /// ours that others gave back, and top the fill ring up.
-    pub fn refill(&mut self, xsk: &mut Xsk, side: &mut CaptureSide) {
+    pub(crate) fn refill(&mut self, xsk: &mut Xsk, side: &mut CaptureSide) {
         let mut back = std::mem::take(&mut self.frames_back);
         side.take_frames(&mut back);
         for addr in back.drain(..) {
@@ -347,7 +347,7 @@ impl QueueRole {
 
     /// Publish this queue's figures, do its part of every move, and take in
     /// what the other queues handed it. Call between batches.
-    pub fn sync(&mut self, xsk: &mut Xsk, umem: &Arc<FrameArena>, side: &mut CaptureSide) {
+    pub(crate) fn sync(&mut self, xsk: &mut Xsk, umem: &Arc<FrameArena>, side: &mut CaptureSide) {
         // How much each ring holds, before looking at the moves (see the module doc).
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
@@ -456,7 +456,7 @@ impl QueueRole {
     /// The capture is ending: stop steering, keep taking in what the others
     /// hand over until they have all stopped too, then count what is left
     /// (without a cell, or parked for a move that cannot finish) as capture drops.
-    pub fn end(&mut self, xsk: &mut Xsk, umem: &Arc<FrameArena>, side: &mut CaptureSide) {
+    pub(crate) fn end(&mut self, xsk: &mut Xsk, umem: &Arc<FrameArena>, side: &mut CaptureSide) {
         self.stop_steering();
         let n = self.shared.table().queues;
         loop {

@@ -95,7 +95,7 @@ impl<T> Shared<T> {
 unsafe impl<T> Send for Shared<T> {}
 
 /// The RX ring: packet descriptors from the kernel.
-pub struct RxRing {
+pub(crate) struct RxRing {
     ring: Shared<XdpDesc>,
     /// Our consumer index, as last published.
     consumer: u32,
@@ -105,7 +105,7 @@ pub struct RxRing {
 
 impl RxRing {
     /// The ring mapped at `map`, laid out as `off` says, with `size` entries.
-    pub fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<RxRing> {
+    pub(crate) fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<RxRing> {
         let ring = Shared::new(map, off, size)?;
         // Relaxed, then Acquire: nothing is produced before the socket is bound, and
         // the Acquire makes whatever was visible to us from the start.
@@ -116,7 +116,7 @@ impl RxRing {
 
     /// Descriptors ready to read, at most `max`; they are `packet(0..n)` until released.
     #[inline]
-    pub fn peek(&mut self, max: u32) -> u32 {
+    pub(crate) fn peek(&mut self, max: u32) -> u32 {
         let mut ready = self.producer.wrapping_sub(self.consumer);
         if ready < max {
             // Acquire: the kernel wrote the descriptors, and the packets in the frames
@@ -140,7 +140,7 @@ impl RxRing {
     /// in `umem`. The bytes borrow the ring, so they cannot outlive the release
     /// that lets the kernel reuse the frame.
     #[inline]
-    pub fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
+    pub(crate) fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
         let desc = self.desc(i);
         let len = (desc.len as usize).min(max_len);
         let data = umem.ptr(desc.addr, len);
@@ -153,7 +153,7 @@ impl RxRing {
 
     /// Give the first `n` peeked descriptors back to the kernel.
     #[inline]
-    pub fn release(&mut self, n: u32) {
+    pub(crate) fn release(&mut self, n: u32) {
         if n == 0 {
             return;
         }
@@ -166,7 +166,7 @@ impl RxRing {
 }
 
 /// The fill ring: free frames for the kernel to receive into.
-pub struct FillRing {
+pub(crate) struct FillRing {
     ring: Shared<u64>,
     /// Our producer index, as last published.
     producer: u32,
@@ -175,7 +175,7 @@ pub struct FillRing {
 }
 
 impl FillRing {
-    pub fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<FillRing> {
+    pub(crate) fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<FillRing> {
         let ring = Shared::new(map, off, size)?;
         // Relaxed: we are the only producer; Acquire on the consumer as in `produce`.
         let producer = ring.producer().load(Ordering::Relaxed);
@@ -186,7 +186,7 @@ impl FillRing {
     /// Move as many frames from the end of `free` onto the ring as fit, each
     /// rounded down to its frame start with `frame_mask`. Returns how many.
     #[inline]
-    pub fn produce(&mut self, free: &mut Vec<u64>, frame_mask: u64) -> u32 {
+    pub(crate) fn produce(&mut self, free: &mut Vec<u64>, frame_mask: u64) -> u32 {
         let want = u32::try_from(free.len()).unwrap_or(u32::MAX);
         if want == 0 {
             return 0;
@@ -216,7 +216,7 @@ impl FillRing {
 
     /// Whether the driver asked to be woken for new entries (XDP_USE_NEED_WAKEUP).
     #[inline]
-    pub fn needs_wakeup(&self) -> bool {
+    pub(crate) fn needs_wakeup(&self) -> bool {
         // Relaxed: a hint. A flag set just after we looked is seen at the next look,
         // and the idle poll(2) wakes the driver in any case.
         self.ring.flags().load(Ordering::Relaxed) & NEED_WAKEUP != 0

@@ -33,33 +33,33 @@ const _: () = assert!(size_of::<UmemReg>() == 32);
 /// `struct xdp_ring_offset`: where a ring's parts are in its mapping.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
-pub struct RingOffset {
-    pub producer: u64,
-    pub consumer: u64,
-    pub desc: u64,
-    pub flags: u64,
+pub(crate) struct RingOffset {
+    pub(crate) producer: u64,
+    pub(crate) consumer: u64,
+    pub(crate) desc: u64,
+    pub(crate) flags: u64,
 }
 const _: () = assert!(size_of::<RingOffset>() == 32);
 
 /// `struct xdp_mmap_offsets`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
-pub struct MmapOffsets {
-    pub rx: RingOffset,
-    pub tx: RingOffset,
-    pub fr: RingOffset,
-    pub cr: RingOffset,
+pub(crate) struct MmapOffsets {
+    pub(crate) rx: RingOffset,
+    pub(crate) tx: RingOffset,
+    pub(crate) fr: RingOffset,
+    cr: RingOffset,
 }
 const _: () = assert!(size_of::<MmapOffsets>() == 128);
 
 /// `struct xdp_desc`: one packet on the RX ring.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
-pub struct XdpDesc {
+pub(crate) struct XdpDesc {
     /// UMEM offset of the packet's first byte (past the frame's headroom).
-    pub addr: u64,
-    pub len: u32,
-    pub options: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+    pub(crate) options: u32,
 }
 const _: () = assert!(size_of::<XdpDesc>() == 16);
 
@@ -77,13 +77,13 @@ const _: () = assert!(size_of::<SockaddrXdp>() == 16);
 /// `struct xdp_statistics`: one socket's counters since it was created.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct XdpStatistics {
-    pub rx_dropped: u64,
-    pub rx_invalid_descs: u64,
-    pub tx_invalid_descs: u64,
-    pub rx_ring_full: u64,
-    pub rx_fill_ring_empty_descs: u64,
-    pub tx_ring_empty_descs: u64,
+pub(crate) struct XdpStatistics {
+    pub(crate) rx_dropped: u64,
+    pub(crate) rx_invalid_descs: u64,
+    tx_invalid_descs: u64,
+    pub(crate) rx_ring_full: u64,
+    pub(crate) rx_fill_ring_empty_descs: u64,
+    tx_ring_empty_descs: u64,
 }
 const _: () = assert!(size_of::<XdpStatistics>() == 48);
 
@@ -109,25 +109,25 @@ unsafe impl Plain for XdpStatistics {}
 unsafe impl Plain for XdpOptions {}
 
 /// `bind` flags (`sxdp_flags`).
-pub const BIND_COPY: u16 = libc::XDP_COPY;
-pub const BIND_ZEROCOPY: u16 = libc::XDP_ZEROCOPY;
-pub const BIND_NEED_WAKEUP: u16 = libc::XDP_USE_NEED_WAKEUP;
+pub(crate) const BIND_COPY: u16 = libc::XDP_COPY;
+pub(crate) const BIND_ZEROCOPY: u16 = libc::XDP_ZEROCOPY;
+pub(crate) const BIND_NEED_WAKEUP: u16 = libc::XDP_USE_NEED_WAKEUP;
 
 /// Which ring a `setsockopt` sizes.
 #[derive(Copy, Clone, Debug)]
-pub enum RingKind {
+pub(crate) enum RingKind {
     Rx,
     Fill,
     Completion,
 }
 
 /// An AF_XDP socket.
-pub struct XskFd(OwnedFd);
+pub(crate) struct XskFd(OwnedFd);
 
 impl XskFd {
     /// A new, unbound socket in the calling thread's network namespace, which is
     /// the one whose interfaces it can bind to.
-    pub fn new() -> io::Result<XskFd> {
+    pub(crate) fn new() -> io::Result<XskFd> {
         // SAFETY: socket(2) has no memory preconditions; the result is checked.
         let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
@@ -137,7 +137,7 @@ impl XskFd {
         Ok(XskFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }
 
@@ -174,7 +174,7 @@ impl XskFd {
     /// with no headroom of our own (the kernel keeps XDP_PACKET_HEADROOM in front
     /// of each packet). The kernel pins the pages and writes only into frames we
     /// put on the fill ring.
-    pub fn register_umem(&self, umem: &FrameArena) -> io::Result<()> {
+    pub(crate) fn register_umem(&self, umem: &FrameArena) -> io::Result<()> {
         let reg = UmemReg {
             addr: umem.base() as u64,
             len: umem.len() as u64,
@@ -186,7 +186,7 @@ impl XskFd {
         self.setsockopt(libc::XDP_UMEM_REG, &reg)
     }
 
-    pub fn set_ring_size(&self, ring: RingKind, entries: u32) -> io::Result<()> {
+    pub(crate) fn set_ring_size(&self, ring: RingKind, entries: u32) -> io::Result<()> {
         let name = match ring {
             RingKind::Rx => libc::XDP_RX_RING,
             RingKind::Fill => libc::XDP_UMEM_FILL_RING,
@@ -195,13 +195,13 @@ impl XskFd {
         self.setsockopt(name, &entries)
     }
 
-    pub fn mmap_offsets(&self) -> io::Result<MmapOffsets> {
+    pub(crate) fn mmap_offsets(&self) -> io::Result<MmapOffsets> {
         self.getsockopt(libc::XDP_MMAP_OFFSETS)
     }
 
     /// Map `len` bytes of a ring (`ring` says which page offset). The mapping keeps
     /// the ring's memory alive by itself, whatever happens to the socket.
-    pub fn map_ring(&self, ring: RingKind, len: usize) -> io::Result<Region> {
+    pub(crate) fn map_ring(&self, ring: RingKind, len: usize) -> io::Result<Region> {
         let pgoff = match ring {
             RingKind::Rx => libc::XDP_PGOFF_RX_RING as u64,
             RingKind::Fill => libc::XDP_UMEM_PGOFF_FILL_RING,
@@ -227,13 +227,13 @@ impl XskFd {
         Ok(unsafe { Region::from_mapping(ptr, len, None) })
     }
 
-    pub fn bind(&self, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
+    pub(crate) fn bind(&self, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
         self.bind_to(&SockaddrXdp { family: libc::AF_XDP as u16, flags, ifindex, queue_id: queue, shared_umem_fd: 0 })
     }
 
     /// Bind to a queue with the UMEM `umem_owner` registered (XDP_SHARED_UMEM):
     /// this socket must have its own fill and completion rings sized already.
-    pub fn bind_shared(&self, ifindex: u32, queue: u32, umem_owner: BorrowedFd<'_>) -> io::Result<()> {
+    pub(crate) fn bind_shared(&self, ifindex: u32, queue: u32, umem_owner: BorrowedFd<'_>) -> io::Result<()> {
         self.bind_to(&SockaddrXdp {
             family: libc::AF_XDP as u16,
             flags: libc::XDP_SHARED_UMEM,
@@ -255,19 +255,19 @@ impl XskFd {
     }
 
     /// XDP_STATISTICS: cumulative since the socket was created.
-    pub fn statistics(&self) -> io::Result<XdpStatistics> {
+    pub(crate) fn statistics(&self) -> io::Result<XdpStatistics> {
         self.getsockopt(libc::XDP_STATISTICS)
     }
 
     /// Whether the bound socket runs zero-copy (XDP_OPTIONS).
-    pub fn is_zero_copy(&self) -> io::Result<bool> {
+    pub(crate) fn is_zero_copy(&self) -> io::Result<bool> {
         let o: XdpOptions = self.getsockopt(libc::XDP_OPTIONS)?;
         Ok(o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
     }
 
     /// Sleep until the RX ring has packets or `timeout` passes; true if readable.
     /// In zero-copy mode poll(2) also wakes the driver when it asked for it.
-    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+    pub(crate) fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
         let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // Rounded up: a wait of less than a millisecond must not become a busy loop.
         let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
@@ -283,7 +283,7 @@ impl XskFd {
     /// Whether the socket can still receive: an error when its interface was
     /// removed (the kernel unbinds the socket: ENXIO) or is down (ENETDOWN).
     /// poll(2) says neither: an unbound socket just never turns readable.
-    pub fn check_bound(&self) -> io::Result<()> {
+    pub(crate) fn check_bound(&self) -> io::Result<()> {
         // SAFETY: a zero-length, non-blocking recvfrom with no buffer or address:
         // the kernel reads and writes no memory of ours.
         let rc = unsafe {
@@ -299,7 +299,7 @@ impl XskFd {
     /// Tell the driver there are new fill ring entries (it asked with
     /// XDP_RING_NEED_WAKEUP). A wake-up is a hint: when it fails (EAGAIN while the
     /// driver is busy, ENETDOWN) the next one, or the next poll, wakes the driver.
-    pub fn wake_rx(&self) {
+    pub(crate) fn wake_rx(&self) {
         // SAFETY: a zero-length, non-blocking recvfrom with no buffer or address:
         // the kernel reads and writes no memory of ours.
         unsafe {
@@ -312,11 +312,11 @@ impl XskFd {
 /// the interface promiscuous: the kernel drops the membership when the socket
 /// closes, however the process ends, so a crash never leaves the interface
 /// promiscuous.
-pub struct Promiscuous {
+pub(crate) struct Promiscuous {
     _membership: OwnedFd,
 }
 
-pub fn promiscuous(ifindex: u32) -> io::Result<Promiscuous> {
+pub(crate) fn promiscuous(ifindex: u32) -> io::Result<Promiscuous> {
     // SAFETY: socket(2) has no memory preconditions; the result is checked.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -348,7 +348,7 @@ pub fn promiscuous(ifindex: u32) -> io::Result<Promiscuous> {
 
 /// The modes an XDP program can be attached in, each with its own slot.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum XdpMode {
+pub(crate) enum XdpMode {
     /// Generic XDP, on the kernel's socket buffers.
     Skb,
     /// Native XDP, in the driver.
@@ -575,7 +575,7 @@ fn netlink_error(flags: u16, payload: &[u8]) -> Option<io::Error> {
 
 /// The XDP programs attached to interface `ifindex` (of the calling thread's
 /// namespace): (mode, program id) for each occupied slot.
-pub fn xdp_programs(ifindex: u32) -> io::Result<Vec<(XdpMode, u32)>> {
+pub(crate) fn xdp_programs(ifindex: u32) -> io::Result<Vec<(XdpMode, u32)>> {
     let reply = netlink_call(&NlRequest::new(libc::RTM_GETLINK, 0, ifindex).finish())?;
     for (kind, flags, payload) in messages(&reply) {
         match kind {
@@ -609,7 +609,7 @@ pub fn xdp_programs(ifindex: u32) -> io::Result<Vec<(XdpMode, u32)>> {
 /// still the one `expected` names (XDP_FLAGS_REPLACE), so a program attached by
 /// someone else meanwhile is never removed. A program held by a bpf_link cannot
 /// be detached this way: the kernel answers EBUSY.
-pub fn detach_xdp(ifindex: u32, mode: XdpMode, expected: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn detach_xdp(ifindex: u32, mode: XdpMode, expected: BorrowedFd<'_>) -> io::Result<()> {
     let mut req = NlRequest::new(libc::RTM_SETLINK, NLM_F_ACK, ifindex);
     let nest = req.begin_nest(IFLA_XDP);
     req.attr(IFLA_XDP_FD, &(-1i32).to_ne_bytes());

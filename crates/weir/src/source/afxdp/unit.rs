@@ -60,19 +60,19 @@ const STATS_INTERVAL: Duration = Duration::from_millis(10);
 /// What every queue's unit shares and keeps alive until the last one ends:
 /// the attached program and the promiscuous membership. Nothing reads them;
 /// holding them is the point.
-pub struct Attachment {
+pub(crate) struct Attachment {
     _program: XdpProgram,
     _promiscuous: Option<Promiscuous>,
 }
 
 impl Attachment {
-    pub fn new(program: XdpProgram, promiscuous: Option<Promiscuous>) -> Attachment {
+    pub(crate) fn new(program: XdpProgram, promiscuous: Option<Promiscuous>) -> Attachment {
         Attachment { _program: program, _promiscuous: promiscuous }
     }
 }
 
 /// Captures one queue.
-pub struct XskUnit {
+pub(crate) struct XskUnit {
     /// Declared first so the socket closes (and leaves the XSKMAP) before the
     /// program may be detached.
     xsk: Xsk,
@@ -87,7 +87,7 @@ pub struct XskUnit {
 }
 
 impl XskUnit {
-    pub fn new(
+    pub(crate) fn new(
         xsk: Xsk,
         attachment: Arc<Attachment>,
         filter: FilterWatch,

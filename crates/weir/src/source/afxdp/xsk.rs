@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Bytes the kernel keeps in front of each packet in a frame (XDP_PACKET_HEADROOM).
-pub const XDP_PACKET_HEADROOM: usize = 256;
+pub(crate) const XDP_PACKET_HEADROOM: usize = 256;
 
 /// Fill ring entries per RX ring entry. With a fill ring twice the RX ring, a
 /// stalled capture thread overflows the RX ring (a delivery drop) before the
@@ -45,7 +45,7 @@ const BUSY_RETRY: Duration = Duration::from_secs(1);
 const COMPLETION_RING_ENTRIES: u32 = 1;
 
 /// A bound socket and the frames of its UMEM.
-pub struct Xsk {
+pub(crate) struct Xsk {
     queue: QueueId,
     /// The rings are declared before the socket, so they are unmapped before it closes.
     rx: RxRing,
@@ -60,13 +60,13 @@ pub struct Xsk {
 }
 
 /// The most memory the RX, fill and completion rings of `ring_size` entries take.
-pub fn ring_bytes(ring_size: u32) -> u64 {
+pub(crate) fn ring_bytes(ring_size: u32) -> u64 {
     let fill = u64::from(ring_size.saturating_mul(FILL_PER_RX).max(ring_size));
     u64::from(ring_size) * size_of::<XdpDesc>() as u64 + fill * 8 + u64::from(COMPLETION_RING_ENTRIES) * 8
 }
 
 /// Whose UMEM a socket uses.
-pub enum UmemOf<'a> {
+pub(crate) enum UmemOf<'a> {
     /// Its own, of [`BindTo::frames`] frames.
     Own,
     /// A group's, one arena for every socket of the capture, so a frame one
@@ -78,19 +78,19 @@ pub enum UmemOf<'a> {
 }
 
 /// What a bind needs to know besides the socket.
-pub struct BindTo<'a> {
-    pub iface: &'a str,
-    pub ifindex: u32,
-    pub queue: QueueId,
-    pub frames: usize,
+pub(crate) struct BindTo<'a> {
+    pub(crate) iface: &'a str,
+    pub(crate) ifindex: u32,
+    pub(crate) queue: QueueId,
+    pub(crate) frames: usize,
     /// Zero-copy may be tried (the program runs in native mode).
-    pub native: bool,
+    pub(crate) native: bool,
 }
 
 impl Xsk {
     /// Register a UMEM of `to.frames` frames on `fd` (or join a group's), size
     /// and map its rings, put its free frames on the fill ring, and bind it to the queue.
-    pub fn bind(fd: XskFd, to: &BindTo<'_>, opts: &AfXdpOptions, umem_of: UmemOf<'_>) -> Result<Xsk, SourceError> {
+    pub(crate) fn bind(fd: XskFd, to: &BindTo<'_>, opts: &AfXdpOptions, umem_of: UmemOf<'_>) -> Result<Xsk, SourceError> {
         let (iface, q) = (to.iface, to.queue.0);
         let at = |what: &str| format!("{iface} queue {q}: {what}");
         let (umem, first_frame, share) = match umem_of {
@@ -162,50 +162,50 @@ impl Xsk {
         Ok(xsk)
     }
 
-    pub fn queue(&self) -> QueueId {
+    pub(crate) fn queue(&self) -> QueueId {
         self.queue
     }
 
-    pub fn socket(&self) -> BorrowedFd<'_> {
+    pub(crate) fn socket(&self) -> BorrowedFd<'_> {
         self.fd.fd()
     }
 
-    pub fn is_zero_copy(&self) -> bool {
+    pub(crate) fn is_zero_copy(&self) -> bool {
         self.zero_copy
     }
 
-    pub fn umem(&self) -> &Arc<FrameArena> {
+    pub(crate) fn umem(&self) -> &Arc<FrameArena> {
         &self.umem
     }
 
     /// Descriptors ready on the RX ring, at most `max`.
     #[inline]
-    pub fn peek(&mut self, max: u32) -> u32 {
+    pub(crate) fn peek(&mut self, max: u32) -> u32 {
         self.rx.peek(max)
     }
 
     /// Descriptor `i` of those peeked and its packet, cut to `max_len` bytes.
     #[inline]
-    pub fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
+    pub(crate) fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
         self.rx.packet(i, umem, max_len)
     }
 
     /// Give the first `n` peeked descriptors back to the kernel.
     #[inline]
-    pub fn release(&mut self, n: u32) {
+    pub(crate) fn release(&mut self, n: u32) {
         self.rx.release(n);
     }
 
     /// A consumed frame whose packet took no cell: free again.
     #[inline]
-    pub fn free_frame(&mut self, addr: u64) {
+    pub(crate) fn free_frame(&mut self, addr: u64) {
         self.free.push(addr);
     }
 
     /// Take back the frames of recycled chunks and top the fill ring up from the
     /// free frames, waking the driver if it asked for it.
     #[inline]
-    pub fn refill(&mut self, side: &mut CaptureSide) {
+    pub(crate) fn refill(&mut self, side: &mut CaptureSide) {
         side.take_frames(&mut self.free);
         self.top_up();
     }
@@ -213,7 +213,7 @@ impl Xsk {
     /// Make `frames` free (emptying it) and top the fill ring up, for a unit
     /// that sorts the frames coming back itself (a group's UMEM).
     #[inline]
-    pub fn refill_with(&mut self, frames: &mut Vec<u64>) {
+    pub(crate) fn refill_with(&mut self, frames: &mut Vec<u64>) {
         self.free.append(frames);
         self.top_up();
     }
@@ -226,16 +226,16 @@ impl Xsk {
     }
 
     /// Sleep until packets arrive or `timeout` passes; true if they arrived.
-    pub fn wait(&self, timeout: Duration) -> Result<bool, SourceError> {
+    pub(crate) fn wait(&self, timeout: Duration) -> Result<bool, SourceError> {
         self.fd.wait_readable(timeout).map_err(|e| io(format!("waiting on queue {}", self.queue.0), e))
     }
 
     /// An error naming the queue once its interface is gone or down.
-    pub fn check_bound(&self) -> Result<(), SourceError> {
+    pub(crate) fn check_bound(&self) -> Result<(), SourceError> {
         self.fd.check_bound().map_err(|e| io("the interface went down or away".into(), e))
     }
 
-    pub fn statistics(&self) -> Result<XdpStatistics, SourceError> {
+    pub(crate) fn statistics(&self) -> Result<XdpStatistics, SourceError> {
         self.fd.statistics().map_err(|e| io(format!("reading AF_XDP statistics of queue {}", self.queue.0), e))
     }
 }

@@ -32,7 +32,11 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a trace is read; the defaults suit page-cached files on this class of machine.
+/// How a trace is read; the defaults suit page-cached files on this class of
+/// machine. Opening refuses blocks of 0 bytes or fewer than 4 blocks
+/// ([`Setting::TraceReading`](crate::Setting::TraceReading)). A record that
+/// straddles two blocks has its head copied into the second's headroom, or,
+/// longer than the headroom, is copied whole into a buffer of its own.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ReadConfig {
     /// File bytes per block: large enough to amortize a read() call, small enough
@@ -51,7 +55,7 @@ impl Default for ReadConfig {
 }
 
 impl ReadConfig {
-    pub fn check(&self) -> Result<(), SettingError> {
+    pub(crate) fn check(&self) -> Result<(), SettingError> {
         if self.block_bytes == 0 || self.blocks < 4 {
             return Err(SettingError::new(
                 Setting::TraceReading,
@@ -63,7 +67,7 @@ impl ReadConfig {
 
     /// The reader's arena: every block with its headroom (mapped lazily; the
     /// lowest free block is taken, but a slow worker can hold them all).
-    pub fn memory_bytes(&self) -> u64 {
+    pub(crate) fn memory_bytes(&self) -> u64 {
         (self.headroom as u64).saturating_add(self.block_bytes as u64).saturating_mul(self.blocks as u64)
     }
 }
@@ -125,18 +129,18 @@ enum Reader {
 
 pub(super) struct Input {
     /// What to call the trace in messages.
-    pub label: String,
+    pub(crate) label: String,
     cfg: ReadConfig,
     arena: Arc<BlockArena>,
     reader: Reader,
     buf: Buf,
     /// Unconsumed bytes are `buf[pos..len]`; `buf[pos]` is at file offset `offset`.
-    pub pos: usize,
+    pub(crate) pos: usize,
     len: usize,
     offset_at_pos: u64,
     /// File offset of the next byte the reader will produce.
     read_offset: u64,
-    pub eof: bool,
+    pub(crate) eof: bool,
     /// Not a regular file: every read is handed over as it returns.
     stream: bool,
     /// Bytes read from the input so far, by whichever thread reads.
@@ -154,7 +158,7 @@ fn opening(label: String, error: std::io::Error) -> SourceError {
 }
 
 impl Input {
-    pub fn open(path: Option<&Path>, cfg: ReadConfig) -> Result<(Input, Option<u64>), SourceError> {
+    pub(crate) fn open(path: Option<&Path>, cfg: ReadConfig) -> Result<(Input, Option<u64>), SourceError> {
         cfg.check()?;
         let (label, file) = match path {
             Some(p) => {
@@ -193,29 +197,29 @@ impl Input {
         Ok((input, size))
     }
 
-    pub fn unread(&self) -> &[u8] {
+    pub(crate) fn unread(&self) -> &[u8] {
         &self.buf.bytes()[self.pos..self.len]
     }
 
     /// The whole current buffer, for turning a record's range into bytes.
-    pub fn buffer(&self) -> &[u8] {
+    pub(crate) fn buffer(&self) -> &[u8] {
         self.buf.bytes()
     }
 
     /// Consume `n` bytes.
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         debug_assert!(self.pos + n <= self.len);
         self.pos += n;
         self.offset_at_pos += n as u64;
     }
 
     /// File offset of the first unconsumed byte.
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.offset_at_pos
     }
 
     /// The block the unconsumed bytes are in, if they are in one.
-    pub fn block(&self) -> Option<&BlockRef> {
+    pub(crate) fn block(&self) -> Option<&BlockRef> {
         match &self.buf {
             Buf::Block(b) => Some(b),
             _ => None,
@@ -223,7 +227,7 @@ impl Input {
     }
 
     /// Start reading ahead on a thread of its own, from where the header ended.
-    pub fn start_read_ahead(&mut self) -> Result<(), SourceError> {
+    pub(crate) fn start_read_ahead(&mut self) -> Result<(), SourceError> {
         let Reader::Direct(source) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
         if self.eof {
             return Ok(());
@@ -250,7 +254,7 @@ impl Input {
     /// Make at least `need` unconsumed bytes available, or reach the end of input.
     /// While waiting for a block, `sides` are flushed and drained, since their
     /// chunks may hold the blocks reading needs. Returns false if a stop came first.
-    pub fn refill(&mut self, need: usize, sides: &mut [CaptureSide], ctl: &Control) -> Result<bool, SourceError> {
+    pub(crate) fn refill(&mut self, need: usize, sides: &mut [CaptureSide], ctl: &Control) -> Result<bool, SourceError> {
         debug_assert!(need <= MAX_RECORD_BYTES && need > self.len - self.pos);
         while self.len - self.pos < need && !self.eof {
             let Some(next) = self.next_filled(sides, ctl)? else { return Ok(false) };
@@ -347,7 +351,7 @@ impl Input {
 
     /// Bytes a stream delivered that the run did not reach: read ahead, or
     /// part of a record. Zero for a regular file, whose rest is still there.
-    pub fn unreached(&self) -> u64 {
+    pub(crate) fn unreached(&self) -> u64 {
         if !self.stream {
             return 0;
         }

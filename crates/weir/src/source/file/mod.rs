@@ -8,4 +8,4 @@ mod input;
 mod trace;
 
 pub use input::ReadConfig;
-pub use trace::{open, TraceSource};
+pub(crate) use trace::open;

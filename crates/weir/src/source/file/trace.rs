@@ -47,7 +47,7 @@ fn malformed(label: &str, error: FormatError) -> SourceError {
 }
 
 /// A trace opened and its header read, not yet capturing.
-pub struct TraceSource {
+struct TraceSource {
     input: Input,
     walker: Walker,
     info: SourceInfo,
@@ -57,7 +57,7 @@ pub struct TraceSource {
 
 impl TraceSource {
     /// Open a trace (`None` = standard input) and read its header.
-    pub fn open(path: Option<&Path>, queues: QueueRange, name: String, cfg: ReadConfig) -> Result<TraceSource, SourceError> {
+    pub(crate) fn open(path: Option<&Path>, queues: QueueRange, name: String, cfg: ReadConfig) -> Result<TraceSource, SourceError> {
         let (mut input, size) = Input::open(path, cfg)?;
         let mut walker = Walker::new();
         let no_stop = Control::new(None);
@@ -376,7 +376,7 @@ fn capture_one(side: &mut CaptureSide, p: &Pkt<'_>, block: Option<&BlockRef>, fi
 
 /// Open a trace source by path (`None` = stdin).
 /// Open a trace once its memory and the engine's for `queues` fit the budget.
-pub fn open(
+pub(crate) fn open(
     path: Option<&PathBuf>,
     queues: QueueRange,
     name: String,

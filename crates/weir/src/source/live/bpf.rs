@@ -35,7 +35,7 @@ pub(crate) fn bpf_error(what: &str, e: &(dyn Error + 'static), needs: &str) -> S
 }
 
 /// An OS error; when it is a refusal (EPERM, EACCES), say which capability is missing.
-pub fn denied(what: String, e: io::Error, needs: &str) -> SourceError {
+pub(crate) fn denied(what: String, e: io::Error, needs: &str) -> SourceError {
     if e.kind() == io::ErrorKind::PermissionDenied {
         SourceError::Io { what: format!("{what}: needs {needs} (run as root, or grant it with setcap)"), error: e }
     } else {

@@ -20,7 +20,9 @@ pub struct LiveOptions {
     /// Open the interface inside this network namespace (a name under
     /// /var/run/netns, or a path like /proc/PID/ns/net).
     pub netns: Option<PathBuf>,
+    /// Used by `afpacket:` sources only.
     pub afpacket: AfPacketOptions,
+    /// Used by `afxdp:` sources only.
     pub afxdp: AfXdpOptions,
 }
 
@@ -104,6 +106,7 @@ pub struct AfPacketOptions {
     pub block_count: usize,
     /// The kernel hands a block over when it is full or this old.
     pub block_timeout: Duration,
+    /// How the group's sockets share the traffic.
     pub fanout: Fanout,
     /// PACKET_FANOUT_FLAG_ROLLOVER: a full socket's packets go to the next one.
     pub rollover: bool,
@@ -136,7 +139,9 @@ pub enum ZeroCopy {
     /// Zero-copy where the driver supports it, copy mode otherwise.
     #[default]
     Auto,
+    /// Zero-copy, or opening fails on a driver without it.
     On,
+    /// Copy mode: the kernel copies each packet into the UMEM.
     Off,
 }
 
@@ -147,6 +152,7 @@ pub struct AfXdpOptions {
     pub frame_size: usize,
     /// Entries of the RX and fill rings (a power of two).
     pub ring_size: u32,
+    /// Whether the UMEM is the NIC's receive memory.
     pub zero_copy: ZeroCopy,
     /// XDP_USE_NEED_WAKEUP: the kernel asks for a wake-up only when it needs one.
     pub need_wakeup: bool,
@@ -162,7 +168,7 @@ impl Default for AfXdpOptions {
 
 impl LiveOptions {
     /// Run `f` in the namespace these options name (or where we are).
-    pub fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
+    pub(crate) fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
         match &self.netns {
             None => f(),
             Some(ns) => sys::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), error: source })?,
@@ -171,12 +177,12 @@ impl LiveOptions {
 }
 
 /// The RX queues of `iface`, asked of the kernel in the calling thread's namespace.
-pub fn rx_queues(iface: &str) -> Result<u16, SourceError> {
+pub(crate) fn rx_queues(iface: &str) -> Result<u16, SourceError> {
     sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), error: source })
 }
 
 /// The index of `iface` in the calling thread's namespace.
-pub fn ifindex(iface: &str) -> Result<u32, SourceError> {
+pub(crate) fn ifindex(iface: &str) -> Result<u32, SourceError> {
     sys::ifindex(iface).map_err(|error| match error.raw_os_error() {
         Some(libc::ENODEV) => SourceError::NoSuchDevice { iface: iface.to_string() },
         _ if error.kind() == std::io::ErrorKind::InvalidInput => SourceError::Invalid(error.to_string()),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// Run `f` with the calling thread inside network namespace `ns` (a name under
 /// /var/run/netns, or a path such as /proc/PID/ns/net), then come back. Sockets
 /// made inside stay bound to that namespace.
-pub fn in_netns<T>(ns: &Path, f: impl FnOnce() -> T) -> io::Result<T> {
+pub(crate) fn in_netns<T>(ns: &Path, f: impl FnOnce() -> T) -> io::Result<T> {
     let path = if ns.components().count() == 1 { Path::new("/var/run/netns").join(ns) } else { PathBuf::from(ns) };
     let target = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("network namespace {}: {e}", path.display())))?;
     let home = File::open("/proc/thread-self/ns/net")?;
@@ -56,7 +56,7 @@ fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
 }
 
 /// The index of `iface` in the calling thread's namespace.
-pub fn ifindex(iface: &str) -> io::Result<u32> {
+pub(crate) fn ifindex(iface: &str) -> io::Result<u32> {
     let sock = ioctl_socket()?;
     let mut req = ifreq(iface)?;
     // SAFETY: SIOCGIFINDEX reads ifr_name and writes ifr_ifindex of `req`.
@@ -86,7 +86,7 @@ const ETHTOOL_GCHANNELS: u32 = 0x3c;
 
 /// RX queues of `iface` (ETHTOOL_GCHANNELS: rx plus combined), or 1 when the
 /// driver does not say.
-pub fn rx_queue_count(iface: &str) -> io::Result<u16> {
+pub(crate) fn rx_queue_count(iface: &str) -> io::Result<u16> {
     ifindex(iface)?;
     let sock = ioctl_socket()?;
     let mut req = ifreq(iface)?;
