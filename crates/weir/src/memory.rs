@@ -22,7 +22,7 @@
 //!   limit of the cgroup and each of its ancestors (v1 or v2), where the page
 //!   cache the cgroup could drop counts as room. Sums saturate, so no
 //!   configuration can overflow its way past the check.
-//! - The engine builds the engine's part per queue ([`Budget`]), with what the
+//! - The engine builds the engine's part per queue (`Budget`), with what the
 //!   application declared it will allocate beside it (automata, flow tables:
 //!   [`crate::EngineBuilder::application_memory`]); a source adds its own once
 //!   it knows how many queues it opens, and checks the whole, before it creates
@@ -94,7 +94,7 @@ impl Plan {
 /// knows its queues (see the module's contract). The engine makes it and hands
 /// it to the source it opens; only the crate can use one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     per_queue: Vec<(String, u64)>,
     /// What the application allocates beside the engine, whatever the queues.
     application: Plan,

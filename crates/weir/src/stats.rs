@@ -143,7 +143,7 @@ pub(crate) struct Tally {
 /// The shared counters of one queue, written by its capture thread and its
 /// worker; an application reads them through a [`Snapshot`] or a [`StatsReader`].
 #[derive(Debug)]
-pub struct QueueCounters {
+pub(crate) struct QueueCounters {
     queue: QueueId,
     seq: AtomicU64,
     received: AtomicU64,

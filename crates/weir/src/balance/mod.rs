@@ -2,7 +2,7 @@
 //! without ever running one flow on two workers at once or out of order.
 //!
 //! Flows map to buckets through an RSS-style indirection table
-//! ([`IndirectionTable`](crate::rss::IndirectionTable), 512 entries or more). The
+//! (`IndirectionTable`, 512 entries or more). The
 //! controller watches, every tick, what each queue received, what its worker
 //! finished and how much waits, and moves buckets away from a queue only when it
 //! has been overloaded for several ticks in a row: a short burst, which the pool

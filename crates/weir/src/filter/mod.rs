@@ -45,7 +45,7 @@ use std::sync::Arc;
 pub use libpcap::BpfInsn;
 pub use program::MAX_INSNS;
 pub(crate) use program::{code, SKF_AD_OFF};
-pub use switch::FilterSwitch;
+pub(crate) use switch::FilterSwitch;
 pub(crate) use switch::FilterWatch;
 
 use program::Op;

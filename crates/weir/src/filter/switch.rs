@@ -47,7 +47,7 @@ impl Shared {
 /// a running capture's filter is replaced through
 /// [`Reader::replace_filter`](crate::engine::Reader::replace_filter).
 #[derive(Clone)]
-pub struct FilterSwitch {
+pub(crate) struct FilterSwitch {
     shared: Arc<Shared>,
 }
 

@@ -64,7 +64,7 @@ pub(crate) struct NoCell;
 ///
 /// The engine makes one per queue and hands them to the source's capture
 /// unit; only the crate can use one.
-pub struct CaptureSide {
+pub(crate) struct CaptureSide {
     pub(super) pool: Arc<Pool>,
     pub(super) counters: Arc<QueueCounters>,
     /// Chunks waiting for this queue's own worker.

@@ -6,7 +6,7 @@
 //! ([`OffloadThreshold`]). A queue holds at most M × R packets between capture
 //! and delivery; past that, packets wait in the source or are dropped there
 //! (counted in [`crate::stats`]). Everything else is the engine's: it makes each
-//! queue's [`CaptureSide`] and [`WorkerSide`] and hands them to the capture unit
+//! queue's `CaptureSide` and `WorkerSide` and hands them to the capture unit
 //! and the worker.
 //!
 //! A chunk moves through `Free → Attached → Captured → Delivering → Free`:
@@ -57,12 +57,12 @@ mod worker;
 pub(crate) use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
 pub use buddy::OffloadThreshold;
 pub(crate) use buddy::WorkerLoad;
-pub use capture::CaptureSide;
+pub(crate) use capture::CaptureSide;
 pub(crate) use capture::{share_bell, Fence, NoCell};
 pub(crate) use chunk::ChunkToken;
 pub use config::{ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
 pub(crate) use frames::FrameArena;
-pub use worker::WorkerSide;
+pub(crate) use worker::WorkerSide;
 pub(crate) use worker::{any_ready, wait_any, HeldChunk, Kept, Next};
 
 use crate::ring::{self, Capacity};

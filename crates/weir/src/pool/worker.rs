@@ -129,7 +129,7 @@ pub(super) struct BuddyIn {
 ///
 /// The engine makes one per queue and runs it in the queue's worker (or the
 /// [`Reader`](crate::engine::Reader)); only the crate can use one.
-pub struct WorkerSide {
+pub(crate) struct WorkerSide {
     pub(super) own: Link,
     pub(super) captured: RefCell<Consumer<u32>>,
     /// Chunks waiting for this worker, shared with every capture side feeding it.

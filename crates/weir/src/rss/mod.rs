@@ -136,7 +136,7 @@ impl BucketCount {
 /// [`Rss`] and the sources make one, and [`crate::balance`] moves buckets in
 /// it between queues; only the crate can change or read one.
 #[derive(Clone, Debug)]
-pub struct IndirectionTable {
+pub(crate) struct IndirectionTable {
     queues: Box<[u16]>,
     mask: u32,
 }

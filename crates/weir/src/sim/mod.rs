@@ -19,10 +19,10 @@
 //!   of fixed slots.
 //!
 //! For weir's engine the model owns no queueing logic of its own: arrivals are
-//! `push_copy`'d into real [`CaptureSide`](crate::pool::CaptureSide)s, workers
-//! take real chunks from real [`WorkerSide`](crate::pool::WorkerSide)s, chunks
+//! `push_copy`'d into real `CaptureSide`s, workers
+//! take real chunks from real `WorkerSide`s, chunks
 //! are offloaded by the pool's buddy links and buckets moved by the real
-//! [`Steering`](crate::balance::Steering). Only time is virtual: the capture
+//! `Steering`. Only time is virtual: the capture
 //! thread is taken to be instantaneous (as WireCAP's, which only moves chunk
 //! descriptors), a partly filled chunk is published `flush_ns` after its first
 //! packet, and a worker takes a chunk as soon as it is free and one waits.

@@ -6,7 +6,7 @@
 //! options are checked before anything is touched, then the interface is looked
 //! up, the queues decided (one per RX queue of the device, or the range named),
 //! and per queue one socket made: TPACKET_V3, a ring of `block_count` blocks of
-//! `block_bytes` mapped into a [`BlockArena`](crate::pool::BlockArena) shared with
+//! `block_bytes` mapped into a `BlockArena` shared with
 //! the kernel, promiscuous membership if asked. The sockets receive nothing yet.
 //! Everything that needs a privilege (CAP_NET_RAW) happens here, so a caller may
 //! drop privileges before capture starts.
