@@ -27,7 +27,8 @@ demo: build
 	$(WEIR) count $(DEMO_TRACE)@0-1
 	$(WEIR) count --json -f 'tcp port 443' $(DEMO_TRACE)
 
-# The library's top-level modules may only use modules below them: no cycle.
+# The library's top-level modules may only use modules below them (no cycle), and
+# README.md shows them as they are.
 layers:
 	scripts/module-graph --check
 
