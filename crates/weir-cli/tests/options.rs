@@ -57,7 +57,7 @@ struct Case {
     /// Arguments that make a short run; an option driven replaces its own here.
     base: Vec<String>,
     /// Options of this subcommand that are numeric.
-    numeric: &'static [&'static str],
+    numeric: Vec<&'static str>,
     /// Options that are text here though numeric elsewhere (`weir run --queues` is a range).
     text: &'static [&'static str],
 }
@@ -78,6 +78,11 @@ const SOURCE_NUMERIC: &[&str] = &[
     "--ring-size",
 ];
 
+/// The engine's numeric options, which every subcommand that captures has, and `extra`.
+fn with_source(extra: &[&'static str]) -> Vec<&'static str> {
+    SOURCE_NUMERIC.iter().chain(extra).copied().collect()
+}
+
 fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let out = |name: &str| dir.join(name).display().to_string();
@@ -87,146 +92,50 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
         v
     };
     vec![
-        Case { cmd: &["count"], base: engine(&["-q"]), numeric: SOURCE_NUMERIC, text: &[] },
+        Case { cmd: &["count"], base: engine(&["-q"]), numeric: with_source(&[]), text: &[] },
         Case {
             cmd: &["record"],
             base: engine(&["-w", &out("r.pcap")]),
-            numeric: &[
-                "--count",
-                "--duration",
-                "--pps",
-                "--mbps",
-                "--speed",
-                "--locality",
-                "--locality-timeout-ms",
-                "--snaplen",
-                "--block-kib",
-                "--blocks",
-                "--block-timeout",
-                "--frame-size",
-                "--ring-size",
-                "--file-size",
-                "--rotate-seconds",
-                "--file-packets",
-                "--max-files",
-            ],
+            numeric: with_source(&["--file-size", "--rotate-seconds", "--file-packets", "--max-files"]),
             text: &[],
         },
-        Case {
-            cmd: &["replay"],
-            base: engine(&["-o", "weirnosuchif0"]),
-            numeric: &[
-                "--count",
-                "--duration",
-                "--pps",
-                "--mbps",
-                "--speed",
-                "--locality",
-                "--locality-timeout-ms",
-                "--snaplen",
-                "--block-kib",
-                "--blocks",
-                "--block-timeout",
-                "--frame-size",
-                "--ring-size",
-                "--loop",
-            ],
-            text: &[],
-        },
+        Case { cmd: &["replay"], base: engine(&["-o", "weirnosuchif0"]), numeric: with_source(&["--loop"]), text: &[] },
         Case {
             cmd: &["synth"],
             base: s(&["-o", &out("s.pcap"), "--packets", "300", "--flows", "20"]),
-            numeric: &["--packets", "--flows", "--seed", "--mbps", "--snaplen"],
+            numeric: vec!["--packets", "--flows", "--seed", "--mbps", "--snaplen"],
             text: &[],
         },
-        Case {
-            cmd: &["handle"],
-            base: engine(&["-q"]),
-            numeric: &[
-                "--times",
-                "--wait-us",
-                "--count",
-                "--duration",
-                "--pps",
-                "--mbps",
-                "--speed",
-                "--locality",
-                "--locality-timeout-ms",
-                "--snaplen",
-                "--block-kib",
-                "--blocks",
-                "--block-timeout",
-                "--frame-size",
-                "--ring-size",
-            ],
-            text: &[],
-        },
+        Case { cmd: &["handle"], base: engine(&["-q"]), numeric: with_source(&["--times", "--wait-us"]), text: &[] },
         Case {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
-            numeric: &[
-                "--group-rules",
-                "--count",
-                "--duration",
-                "--pps",
-                "--mbps",
-                "--speed",
-                "--locality",
-                "--locality-timeout-ms",
-                "--snaplen",
-                "--block-kib",
-                "--blocks",
-                "--block-timeout",
-                "--frame-size",
-                "--ring-size",
-                "--max-flows",
-                "--idle-timeout",
-            ],
+            numeric: with_source(&["--group-rules", "--max-flows", "--idle-timeout"]),
             text: &[],
         },
-        Case {
-            cmd: &["queues"],
-            base: engine(&["-q", "-o", &out("q")]),
-            numeric: &[
-                "--bin-ms",
-                "--count",
-                "--duration",
-                "--pps",
-                "--mbps",
-                "--speed",
-                "--locality",
-                "--locality-timeout-ms",
-                "--snaplen",
-                "--block-kib",
-                "--blocks",
-                "--block-timeout",
-                "--frame-size",
-                "--ring-size",
-            ],
-            text: &[],
-        },
+        Case { cmd: &["queues"], base: engine(&["-q", "-o", &out("q")]), numeric: with_source(&["--bin-ms"]), text: &[] },
         Case {
             cmd: &["run"],
             base: s(&["-q", "--lib", &lib.display().to_string(), "--", "true"]),
-            numeric: &["--locality", "--locality-timeout-ms"],
+            numeric: vec!["--locality", "--locality-timeout-ms"],
             text: &["--queues"],
         },
         Case {
             cmd: &["sim", "run"],
             base: s(&["--engine", "B-256,100", "--burst", "2000"]),
-            numeric: &["--queues", "--cost-ns", "--cost-from-handle", "--burst", "--skewed", "--load", "--seed"],
+            numeric: vec!["--queues", "--cost-ns", "--cost-from-handle", "--burst", "--skewed", "--load", "--seed"],
             text: &[],
         },
         Case {
             cmd: &["sim", "burst"],
             base: s(&["-o", &out("b"), "--bursts", "1000", "--engines", "B-256,100"]),
-            numeric: &["--bursts", "--light-ns", "--heavy-ns"],
+            numeric: vec!["--bursts", "--light-ns", "--heavy-ns"],
             text: &[],
         },
         Case {
             cmd: &["sim", "imbalance"],
             base: s(&["-o", &out("i"), "--packets", "20000", "--flows", "200", "--queues", "2"]),
-            numeric: &["--queues", "--cost-ns", "--cost-from-handle", "--packets", "--flows", "--zipf", "--load", "--seed"],
+            numeric: vec!["--queues", "--cost-ns", "--cost-from-handle", "--packets", "--flows", "--zipf", "--load", "--seed"],
             text: &[],
         },
     ]
@@ -327,7 +236,7 @@ fn extreme_values(which: impl Fn(&[&str]) -> bool) {
                 unclassified.push(format!("weir {} {o}", c.cmd.join(" ")));
             }
         }
-        for o in c.numeric {
+        for o in &c.numeric {
             assert!(opts.contains(*o), "weir {} has no option {o} any more: update this test", c.cmd.join(" "));
         }
     }
