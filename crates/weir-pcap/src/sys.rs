@@ -32,7 +32,7 @@ macro_rules! delegated {
             Ok(System {
                 $($field: {
                     // SAFETY: the type given matches the libpcap 1.10 prototype of the symbol.
-                    unsafe { lib.symbol($name) }.ok_or_else(|| format!("{}: no symbol {}", lib.path().display(), $name))?
+                    unsafe { lib.required($name) }.map_err(|e| e.to_string())?
                 },)*
                 lib,
             })

@@ -119,6 +119,26 @@ pub struct Libpcap {
 
 static SYSTEM: OnceLock<Result<Libpcap, LoadError>> = OnceLock::new();
 
+/// Function `name` of `lib`, or `None` if it lacks it.
+///
+/// # Safety
+/// `F` is the function pointer type of `name`'s prototype.
+unsafe fn lookup<F: Copy>(lib: &libloading::Library, name: &str) -> Option<F> {
+    let mut z = name.as_bytes().to_vec();
+    z.push(0);
+    // SAFETY: as the caller promises.
+    unsafe { lib.get::<F>(&z) }.ok().map(|s| *s)
+}
+
+/// Function `name` of `lib`, loaded from `path`; its absence is an error.
+///
+/// # Safety
+/// As [`lookup`].
+unsafe fn required<F: Copy>(lib: &libloading::Library, path: &Path, name: &'static str) -> Result<F, LoadError> {
+    // SAFETY: as the caller promises.
+    unsafe { lookup(lib, name) }.ok_or_else(|| LoadError::Symbol { path: path.to_path_buf(), symbol: name })
+}
+
 impl Libpcap {
     /// The process-wide instance, loaded on first use; a failure to load is
     /// remembered and returned to every later call.
@@ -143,12 +163,10 @@ impl Libpcap {
             .map_err(|e| LoadError::Open { path: path.clone(), message: e.to_string() })?;
         let lib: libloading::Library = lib.into();
         macro_rules! sym {
-            ($name:literal) => {{
+            ($name:literal) => {
                 // SAFETY: the type given matches the libpcap 1.x prototype of $name.
-                let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                    .map_err(|_| LoadError::Symbol { path: path.clone(), symbol: $name })?;
-                *s
-            }};
+                unsafe { required(&lib, &path, $name) }?
+            };
         }
         Ok(Libpcap {
             open_dead: sym!("pcap_open_dead"),
@@ -174,10 +192,21 @@ impl Libpcap {
     /// # Safety
     /// `F` is the function pointer type of `name`'s libpcap 1.10 prototype.
     pub unsafe fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
-        let mut z = name.as_bytes().to_vec();
-        z.push(0);
         // SAFETY: as the caller promises.
-        unsafe { self.lib.get::<F>(&z) }.ok().map(|s| *s)
+        unsafe { lookup(&self.lib, name) }
+    }
+
+    /// As [`symbol`](Self::symbol), for a function the caller cannot do
+    /// without: its absence is the error that names the library and `name`.
+    ///
+    /// # Errors
+    /// This libpcap lacks `name`.
+    ///
+    /// # Safety
+    /// `F` is the function pointer type of `name`'s libpcap 1.10 prototype.
+    pub unsafe fn required<F: Copy>(&self, name: &'static str) -> Result<F, LoadError> {
+        // SAFETY: as the caller promises.
+        unsafe { required(&self.lib, &self.path, name) }
     }
 
     /// The library's version string (`pcap_lib_version()`).

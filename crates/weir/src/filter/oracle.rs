@@ -50,7 +50,7 @@ impl Oracle {
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the type given matches the libpcap 1.x prototype of $name.
-                unsafe { lib.symbol($name) }.ok_or_else(|| LoadError::Symbol { path: lib.path().to_path_buf(), symbol: $name })?
+                unsafe { lib.required($name) }?
             };
         }
         Ok(Oracle {
