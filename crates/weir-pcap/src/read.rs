@@ -190,8 +190,7 @@ impl Handle {
             if self.take_break() {
                 return Got::Break;
             }
-            let look = reader.next(Duration::ZERO);
-            match look {
+            match reader.next(Duration::ZERO) {
                 Read::Packet(p) => {
                     self.records.set(self.records.get() + 1);
                     if st.here.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
