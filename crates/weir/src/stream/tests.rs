@@ -374,12 +374,14 @@ impl Sink for StepRecorder {
     }
 }
 
-/// Runs a scenario: the SYN first, then every segment, with a flush after a
-/// segment now and then if `flush_every` is not 0, then a close.
-fn drive(isn: u32, config: Config, sent: &[Sent], flush_every: usize) -> (Reassembler, StepRecorder) {
+/// Runs a scenario: the SYN first if `syn`, then every segment, with a flush
+/// after a segment now and then if `flush_every` is not 0, then a close.
+fn drive(isn: u32, config: Config, sent: &[Sent], flush_every: usize, syn: bool) -> (Reassembler, StepRecorder) {
     let mut r = Reassembler::new(config);
     let mut sink = StepRecorder::default();
-    r.segment(Segment { seq: isn, payload: &[], flags: Flags::SYN }, &mut sink);
+    if syn {
+        r.segment(Segment { seq: isn, payload: &[], flags: Flags::SYN }, &mut sink);
+    }
     for (step, s) in sent.iter().enumerate() {
         sink.step = step;
         let seq = isn.wrapping_add(1).wrapping_add(s.offset as u32);
@@ -426,7 +428,7 @@ proptest! {
         let fin_seen = sent.iter().any(|s| s.fin);
         let cut = cutoff.map_or(Cutoff::NONE, Cutoff::after);
         let config = config(Mode::TcpFast, HoldLimit::MAX, cut, false);
-        let (r, sink) = drive(isn, config, &sent, 0);
+        let (r, sink) = drive(isn, config, &sent, 0, true);
 
         // What a first-copy-wins receiver reports: up to the FIN if it came,
         // else up to the last byte seen; never past the cutoff.
@@ -469,7 +471,10 @@ proptest! {
     /// With a small hold limit and flushes along the way, holes are given up
     /// early: every delivered byte is still the first copy seen at its
     /// offset, a gap only covers offsets no byte had arrived for when it was
-    /// reported, and every byte is still counted once.
+    /// reported, and every byte is still counted once. Without the SYN, the
+    /// stream starts at the first segment to arrive (fast mode, or strict
+    /// with midstream), and what lies before it is refused; strict mode
+    /// without midstream refuses it all.
     #[test]
     fn gives_up_holes_without_losing_what_it_saw(
         isn in isn(),
@@ -481,6 +486,8 @@ proptest! {
         hold in 0u64..700,
         flush_every in 0usize..8,
         strict in any::<bool>(),
+        syn in any::<bool>(),
+        midstream in any::<bool>(),
     ) {
         let mut rng = Rng(seed | 1);
         let sent = scenario(&mut rng, len, loss, dup, overlaps);
@@ -489,25 +496,34 @@ proptest! {
             model.see(s, step);
         }
         let mode = if strict { Mode::TcpStrict } else { Mode::TcpFast };
-        let (r, sink) = drive(isn, config(mode, hold, Cutoff::NONE, false), &sent, flush_every);
+        let (r, sink) = drive(isn, config(mode, hold, Cutoff::NONE, midstream), &sent, flush_every, syn);
+        let c = r.counters();
+        if !syn && strict && !midstream {
+            prop_assert_eq!(c.refused, c.received);
+            prop_assert!(sink.inner.events.len() <= 1, "data without a SYN in strict mode: {:?}", sink.inner.events);
+        }
+        // Where the reassembler's offset 0 lies in the scenario's stream.
+        let origin = if syn { 0 } else { sent.first().map_or(0, |s| s.offset) };
         for event in &sink.inner.events {
             if let Event::Data(offset, bytes) = event {
                 for (i, &b) in bytes.iter().enumerate() {
-                    let first = model.first[*offset as usize + i].map(|(b, _)| b);
-                    prop_assert_eq!(Some(b), first, "offset {} is not the first copy", *offset as usize + i);
+                    let o = (origin + offset) as usize + i;
+                    prop_assert_eq!(Some(b), model.first[o].map(|(b, _)| b), "offset {} is not the first copy", o);
                 }
             }
         }
         for &(offset, len, step) in &sink.gaps {
-            for o in offset..offset + len {
+            for o in origin + offset..origin + offset + len {
                 if let Some(&Some((_, seen))) = model.first.get(o as usize) {
                     prop_assert!(seen > step, "offset {} was seen at step {} but reported as a gap at step {}", o, seen, step);
                 }
             }
         }
-        let c = r.counters();
+        let before_origin: u64 = sent.iter().map(|s| origin.saturating_sub(s.offset).min(s.bytes.len() as u64)).sum();
+        if syn || !strict || midstream {
+            prop_assert_eq!(c.refused, before_origin);
+        }
         prop_assert_eq!(c.held, 0);
-        prop_assert_eq!(c.refused, 0);
         prop_assert_eq!(c.received, c.delivered + c.duplicate + c.discarded_cutoff + c.refused);
         prop_assert_eq!(r.next_offset(), c.delivered + c.gap);
         prop_assert!(r.is_ended());
