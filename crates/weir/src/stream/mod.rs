@@ -18,7 +18,9 @@
 //! - **gap**: a run of offsets whose bytes were never seen by the time the
 //!   reassembler gave up waiting for them (the bytes held out of order passed
 //!   their limit, or the caller flushed), with its exact length. A gap is
-//!   never glued over: the data after it is reported at its true offset;
+//!   never glued over: the data after it is reported at its true offset. A
+//!   flush reports gaps up to the furthest byte (or FIN) seen, never past
+//!   it;
 //! - **end**: the stream is over (FIN reached, RST, or the caller closed it)
 //!   and why; nothing follows it.
 //!

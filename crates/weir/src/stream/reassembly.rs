@@ -347,9 +347,11 @@ impl Reassembler {
         self.check();
     }
 
-    /// Gives up every hole now (the caller's timeout): each becomes a gap, the
-    /// held bytes after it are delivered, and if the FIN is known, the offsets
-    /// before it that never came become a last gap and the stream ends.
+    /// Gives up every hole now (the caller's timeout): each becomes a gap and
+    /// the held bytes after it are delivered. The offsets that never came
+    /// before the furthest byte seen (even past the cutoff) or the FIN become
+    /// a last gap; after the FIN, the stream ends. Offsets past anything seen
+    /// are not reported: the stream may not reach them.
     pub fn flush_gap(&mut self, sink: &mut impl Sink) {
         if self.state != State::Open {
             return;
@@ -454,20 +456,22 @@ impl Reassembler {
         if let Some((&start, before)) = self.held.range(..lo).next_back() {
             cursor = cursor.max((start + before.len() as u64).min(hi));
         }
-        let mut uncovered = Vec::new();
-        for (&start, held) in self.held.range(lo..hi) {
-            if start > cursor {
-                uncovered.push((cursor, start));
-            }
-            cursor = cursor.max((start + held.len() as u64).min(hi));
-        }
-        if cursor < hi {
-            uncovered.push((cursor, hi));
-        }
+        // Walk the held segments from `cursor`, filling what lies between
+        // them; each look-up starts afresh, so the map can be changed as we go.
         let mut new = 0;
-        for (a, b) in uncovered {
-            self.held.insert(a, bytes[(a - lo) as usize..(b - lo) as usize].to_vec());
-            new += b - a;
+        while cursor < hi {
+            let next_held = self.held.range(cursor..hi).next().map(|(&start, held)| (start, start + held.len() as u64));
+            let fill_to = match next_held {
+                Some((start, end)) if start == cursor => {
+                    cursor = end.min(hi);
+                    continue;
+                }
+                Some((start, _)) => start,
+                None => hi,
+            };
+            self.held.insert(cursor, bytes[(cursor - lo) as usize..(fill_to - lo) as usize].to_vec());
+            new += fill_to - cursor;
+            cursor = fill_to;
         }
         self.counters.held += new;
         self.counters.duplicate += (hi - lo) - new;

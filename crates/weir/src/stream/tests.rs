@@ -231,6 +231,27 @@ fn table() {
             counts: (4, 0, 2, 0, 0),
         },
         Case {
+            name: "a retransmission after the FIN is a duplicate, data past it refused",
+            config: fast(),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s, b"ab", FIN), Seg(s, b"abc", D)],
+            events: vec![data(0, b"ab"), Event::End(EndReason::Fin)],
+            counts: (2, 0, 2, 0, 1),
+        },
+        Case {
+            name: "a flush gives up the offsets before bytes seen past the cutoff",
+            config: config(Mode::TcpFast, 1024, Cutoff::after(4), false),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s + 2, b"cdef", D), Seg(s + 7, b"h", D), Flush, Seg(s, b"ab", D)],
+            events: vec![Event::Gap(0, 2), data(2, b"cd")],
+            counts: (2, 2, 2, 3, 0),
+        },
+        Case {
+            name: "only bytes past the cutoff: the offsets before it are a gap once flushed",
+            config: config(Mode::TcpFast, 1024, Cutoff::after(2), false),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s + 3, b"d", D), Flush, Seg(s + 4, b"", FIN)],
+            events: vec![Event::Gap(0, 2), Event::End(EndReason::Fin)],
+            counts: (0, 2, 0, 1, 0),
+        },
+        Case {
             name: "close flushes holes and says why; nothing follows",
             config: fast(),
             steps: vec![Seg(ISN, b"", SYN), Seg(s + 1, b"b", D), Close(EndReason::Timeout), Seg(s, b"a", D)],
