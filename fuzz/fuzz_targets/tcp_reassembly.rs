@@ -1,5 +1,5 @@
-//! Arbitrary segments, flushes and closes through one direction's TCP
-//! reassembler (`weir::stream::reassembly`).
+//! Arbitrary segments, flushes, cutoff changes and closes through one
+//! direction's TCP reassembler (`weir::stream::reassembly`).
 //!
 //! Input: a configuration (mode, midstream, hold limit, cutoff, initial
 //! sequence number), then operations of four bytes each, `kind, lo, hi,
@@ -79,7 +79,8 @@ fuzz_target!(|input: &[u8]| {
         let distance = u32::from(u16::from_le_bytes([lo, hi]));
         match kind >> 5 {
             0 => r.flush_gap(&mut sink),
-            1 => r.close(EndReason::Timeout, &mut sink),
+            1 if lo & 1 == 0 => r.close(EndReason::Timeout, &mut sink),
+            1 => r.set_cutoff(if hi == 0xff { Cutoff::NONE } else { Cutoff::after(u64::from(hi) * 16) }, &mut sink),
             kind_high => {
                 // Mostly near the initial sequence number, where segments
                 // meet and overlap; sometimes behind it, or anywhere.

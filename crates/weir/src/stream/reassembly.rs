@@ -386,6 +386,28 @@ impl Reassembler {
         self.check();
     }
 
+    /// Moves the cutoff while the stream runs (an application raising,
+    /// lowering, or with `Cutoff::after(0)` discarding the rest of a stream
+    /// from a callback). Reported bytes cannot be taken back, so a cutoff
+    /// below the next offset is put at it. Held bytes past the new cutoff are
+    /// discarded now. Bytes discarded before a raise are gone: their offsets
+    /// become a gap when flushed. After the end it changes nothing: an ended
+    /// stream stays ended, even if the FIN was reached only through the
+    /// cutoff.
+    pub fn set_cutoff(&mut self, cutoff: Cutoff, sink: &mut impl Sink) {
+        if self.is_ended() {
+            return;
+        }
+        self.config.cutoff = match cutoff.0 {
+            None => Cutoff::NONE,
+            Some(at) => Cutoff::after(at.max(self.next)),
+        };
+        let cut = self.release_held_from(self.config.cutoff.offset());
+        self.counters.discarded_cutoff += cut;
+        self.end_if_complete(sink);
+        self.check();
+    }
+
     /// The stream offset of sequence number `seq`, read as the nearest one to
     /// the next expected offset (serial-number arithmetic): negative when it
     /// lies before offset 0.
@@ -520,17 +542,24 @@ impl Reassembler {
     fn set_fin(&mut self, fin: u64) {
         self.fin = Some(fin);
         self.seen_end = fin;
-        let past = self.held.split_off(&fin);
+        let cut = self.release_held_from(fin);
+        self.counters.refused += cut;
+    }
+
+    /// Lets go of the held bytes at and past offset `at` and returns how many,
+    /// for the caller to count where they now belong.
+    fn release_held_from(&mut self, at: u64) -> u64 {
+        let past = self.held.split_off(&at);
         let mut cut: u64 = past.values().map(|bytes| bytes.len() as u64).sum();
-        if let Some((&start, bytes)) = self.held.range_mut(..fin).next_back() {
-            let keep = (fin - start) as usize;
+        if let Some((&start, bytes)) = self.held.range_mut(..at).next_back() {
+            let keep = (at - start) as usize;
             if bytes.len() > keep {
                 cut += (bytes.len() - keep) as u64;
                 bytes.truncate(keep);
             }
         }
         self.counters.held -= cut;
-        self.counters.refused += cut;
+        cut
     }
 
     /// Ends the stream once every offset up to the FIN (or the cutoff, if the

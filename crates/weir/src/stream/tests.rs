@@ -55,9 +55,10 @@ enum Step {
     Seg(u32, &'static [u8], Flags),
     Flush,
     Close(EndReason),
+    SetCutoff(Cutoff),
 }
 
-use Step::{Close, Flush, Seg};
+use Step::{Close, Flush, Seg, SetCutoff};
 
 const ISN: u32 = 1000;
 const D: Flags = Flags::NONE;
@@ -94,6 +95,7 @@ fn run_case(case: &Case) {
             Seg(seq, payload, flags) => r.segment(Segment { seq, payload, flags }, &mut sink),
             Flush => r.flush_gap(&mut sink),
             Close(reason) => r.close(reason, &mut sink),
+            SetCutoff(cutoff) => r.set_cutoff(cutoff, &mut sink),
         }
     }
     assert_eq!(sink.events, case.events, "case {}: events", case.name);
@@ -250,6 +252,34 @@ fn table() {
             steps: vec![Seg(ISN, b"", SYN), Seg(s + 3, b"d", D), Flush, Seg(s + 4, b"", FIN)],
             events: vec![Event::Gap(0, 2), Event::End(EndReason::Fin)],
             counts: (0, 2, 0, 1, 0),
+        },
+        Case {
+            name: "lowering the cutoff discards held bytes past it; below the next offset it stops there",
+            config: fast(),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s, b"ab", D), Seg(s + 3, b"defg", D), SetCutoff(Cutoff::after(5)), Seg(s + 2, b"c", D)],
+            events: vec![data(0, b"abcde")],
+            counts: (5, 0, 0, 2, 0),
+        },
+        Case {
+            name: "discarding the rest of a stream, then its FIN ends it",
+            config: fast(),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s, b"ab", D), SetCutoff(Cutoff::after(0)), Seg(s + 2, b"cd", FIN)],
+            events: vec![data(0, b"ab"), Event::End(EndReason::Fin)],
+            counts: (2, 0, 0, 2, 0),
+        },
+        Case {
+            name: "raising the cutoff: what was discarded is a gap, what follows is data",
+            config: config(Mode::TcpFast, 1024, Cutoff::after(2), false),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s, b"abcd", D), SetCutoff(Cutoff::NONE), Seg(s + 4, b"ef", D), Flush],
+            events: vec![data(0, b"ab"), Event::Gap(2, 2), data(4, b"ef")],
+            counts: (4, 2, 0, 2, 0),
+        },
+        Case {
+            name: "a stream ended at its cutoff stays ended when the cutoff is raised",
+            config: config(Mode::TcpFast, 1024, Cutoff::after(2), false),
+            steps: vec![Seg(ISN, b"", SYN), Seg(s + 4, b"", FIN), Seg(s, b"ab", D), SetCutoff(Cutoff::NONE), Seg(s + 2, b"cd", D)],
+            events: vec![data(0, b"ab"), Event::End(EndReason::Fin)],
+            counts: (2, 0, 0, 2, 0),
         },
         Case {
             name: "close flushes holes and says why; nothing follows",
