@@ -2,8 +2,9 @@
 //! segments, for applications that want bytes rather than packets (Scap's
 //! stream capture, issue 20).
 //!
-//! This first part is the per-direction reassembler ([`reassembly`]); the
-//! stream table, the events to the application, pieces, the memory arena and
+//! This first part is the per-direction reassembler ([`reassembly`]), with
+//! the IPv4 and IPv6 fragment reassembly that comes before it
+//! ([`fragment`]); the stream table, the events to the application, pieces, the memory arena and
 //! the engine wiring build on it.
 //!
 //! # The contract
@@ -48,7 +49,10 @@
 //! memory: when its held bytes pass their limit it gives up on the hole
 //! instead, which turns unseen offsets (not seen bytes) into a gap.
 
+pub(crate) mod fragment;
 pub(crate) mod reassembly;
 
+#[cfg(test)]
+mod fragment_tests;
 #[cfg(test)]
 mod tests;
