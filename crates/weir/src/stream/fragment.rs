@@ -50,8 +50,11 @@
 //! burst of never-completed ones stop all reassembly for a whole timeout.
 //! Bytes held count what each pending datagram has allocated: its kept
 //! header and its data buffer from offset 0 to the furthest byte seen,
-//! holes included (its list of received ranges is at most a sixteenth of
-//! that, as every range and hole but the last is a multiple of 8 bytes).
+//! holes included. Its list of received ranges is not counted: as every
+//! range and every hole but the last is at least 8 bytes, the list holds at
+//! most one 16-byte range per 16 bytes of the span, so at worst (a datagram
+//! cut into 8-byte fragments, every other one missing) it doubles what the
+//! datagram really takes.
 //!
 //! # Counting
 //!
@@ -401,6 +404,10 @@ impl Pending {
     /// Copies the bytes of `data` at `offset` that no earlier fragment
     /// brought, and says whether the ones it did bring differ.
     fn insert(&mut self, offset: usize, data: &[u8]) -> bool {
+        if data.is_empty() {
+            // An empty last fragment says where the end is, and brings no range.
+            return false;
+        }
         let (lo, hi) = (offset, offset + data.len());
         if self.data.len() < hi {
             self.data.resize(hi, 0);
@@ -748,6 +755,7 @@ impl Defrag {
         debug_assert!(c.bytes_held <= self.limits.max_bytes, "more bytes held than the limit");
         for p in self.pending.values() {
             debug_assert!(!p.is_complete(), "a complete datagram left pending");
+            debug_assert!(p.ranges.iter().all(|(s, e)| s < e), "an empty received range");
             debug_assert!(p.ranges.windows(2).all(|w| w[0].1 < w[1].0), "received ranges overlap, touch or are out of order");
             debug_assert_eq!(p.received, p.ranges.iter().map(|(s, e)| e - s).sum::<usize>(), "received is not the ranges' bytes");
             debug_assert!(p.end.is_none_or(|end| p.data.len() <= end), "data past the end");

@@ -270,6 +270,17 @@ fn table() {
             counters: reassembled(4, 2),
         },
         Case {
+            name: "v4 empty last fragment, before and after the data",
+            limits: lim,
+            steps: vec![
+                (0, f(40, 40, false), Held),
+                (0, f(0, 40, true), Complete(d.clone())),
+                (0, f(0, 40, true), Held),
+                (0, f(40, 40, false), Complete(d.clone())),
+            ],
+            counters: reassembled(4, 2),
+        },
+        Case {
             name: "v4 missing last, timed out",
             limits: lim,
             steps: vec![(0, f(0, 16, true), Held), (SECOND, f(16, 32, true), Held), (31 * SECOND, d.clone(), NotFragment)],
