@@ -10,7 +10,8 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite
+.PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
+	nids-streams streams-oracle
 
 setup:
 	@scripts/setup
@@ -106,6 +107,11 @@ pcap-suite: pcap-lib
 		scripts/testbed --queues 2 -- python3 tests/pcap-compat/live_handles_check.py \
 			--libdir $(TARGET_DIR)/weir-pcap; \
 	else echo "pcap-suite: live checks skipped (they need root for the veth test bed)"; fi
+
+# The libnids peer of `weir streams` (bench/peers/nids_streams.c): oracle and benchmark peer.
+nids-streams: setup
+	@mkdir -p $(TARGET_DIR)/peers
+	cc -O2 -Wall -o $(TARGET_DIR)/peers/nids_streams bench/peers/nids_streams.c -lnids -lpcap
 
 test: layers style unit privileged miri fuzz-smoke pcap-suite
 	@echo "make test: all suites passed"
