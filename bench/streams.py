@@ -26,15 +26,20 @@ which cannot read below this script's own RSS).
    enough packets to time. Each N runs weir with its defaults (statistics with
    --cutoff 0, and delivery) and libnids with its table raised to hold N
    (`-n` 4N/3 + 16: libnids keeps at most 3/4 of its table), in stats and in
-   data mode. Reported: packets/s, CPU ns per packet, peak RSS, and streams
-   lost: weir's `evicted` from --stats, and for both the connections and
-   payload bytes missing from what the trace holds. libnids data mode gives
+   data mode. Reported: packets/s, CPU ns per packet, peak RSS, `evicted`
+   (weir's from --stats; for libnids, established connections its table limit
+   closed, NIDS_TIMED_OUT, which nids_streams reports as timed_out), and for
+   both the connections and payload bytes missing from what the trace holds
+   ("streams lost", "bytes lost"). The last is the measure for libnids: a full
+   table evicts its oldest connection, here a half-open one (every SYN comes
+   first), which it drops without a word. libnids data mode gives
    every collecting direction a 4 KiB buffer at its first byte, so it needs
    about 8 KiB per open connection: where that does not fit in MemAvailable it
    is skipped, and the reason recorded. A trace that does not fit on the disk
    (with a margin) is not written: the generator feeds the tool through a pipe
-   instead (`weir streams -`, libnids reading /dev/stdin), marked "pipe" in the
-   results; the generator's CPU is then not in the tool's CPU figure, but it
+   instead (`weir streams -`, libnids reading /dev/stdin; nids_streams opens
+   its trace twice today, so it fails on a pipe and is reported failed),
+   marked "pipe" in the results; the generator's CPU is then not in the tool's CPU figure, but it
    shares the 2 cores, so its wall time is pessimistic.
 4. `weir inspect` on streams, with a 10 KiB cutoff and without one, on the
    trace of 1 and 2 (skipped, with a message, when `weir inspect --help` has no
@@ -72,11 +77,12 @@ PKTS_PER_FLOW = 6 + 2 * SEGMENTS
 DISK_MARGIN = 4 << 30                # left free after writing a trace
 MEM_MARGIN = 2 << 30                 # left free after a run's expected peak
 # What a run is expected to need at most, per open stream, for the memory check:
-# libnids: a table slot (4/3 pointers) and a struct tcp_stream (288 bytes), and in
+# libnids: a table slot (4/3 pointers), a struct tcp_stream (288 bytes) and the
+# peer's own record of the connection, and in
 # data mode 2 x 4 KiB of buffer; weir: a guess, generous (its table and the
 # reassembly arena, 1 GiB per queue by default, are bounded by its options).
-NIDS_STATS_PER_STREAM = 300
-NIDS_DATA_PER_STREAM = 300 + 2 * 4096 + 64
+NIDS_STATS_PER_STREAM = 400
+NIDS_DATA_PER_STREAM = 400 + 2 * 4096 + 64
 WEIR_PER_STREAM = 1024
 WEIR_FIXED = 1 << 30
 
@@ -156,16 +162,27 @@ def run(cmd, feed=None, stats=None):
     }
 
 
-def rounds(configs, n_rounds, label):
+def rounds(configs, n_rounds, label, failed=None):
     """Run every config of {name: (cmd, feed, stats)} once per round, rotating the
-    order; returns {name: [run, ...]}."""
+    order; returns {name: [run, ...]}. With a dict `failed`, a config that fails is
+    recorded there (name: message) and dropped; without, its failure is raised."""
     names = list(configs)
     out = {n: [] for n in names}
     for r in range(n_rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
+            if failed is not None and name in failed:
+                continue
             cmd, feed, stats = configs[name]
-            res = run(cmd, feed, stats)
+            try:
+                res = run(cmd, feed, stats)
+            except RuntimeError as e:
+                if failed is None:
+                    raise
+                failed[name] = str(e)
+                log(f"{label} {name} failed: {e}")
+                out.pop(name, None)
+                continue
             out[name].append(res)
             log(f"{label} round {r + 1}/{n_rounds} {name:22} {res['wall_s']:8.3f} s  "
                 f"cpu {res['cpu_s']:7.3f} s  rss {res['maxrss_bytes'] / 2**20:8.1f} MiB")
@@ -189,7 +206,7 @@ def summarise(rs, packets):
         s["self_elapsed_s"] = median([r["stats"].get("elapsed_s", 0) for r in rs])
     else:                                   # nids_streams' JSON
         rep = last["report"]
-        s.update({"packets": rep.get("packets"), "streams": rep.get("streams"),
+        s.update({"packets": rep.get("packets"), "streams": rep.get("streams"), "evicted": rep.get("timed_out"),
                   "delivered_bytes": rep.get("bytes"), "sum": rep.get("sum")})
         s["self_elapsed_s"] = median([r["report"].get("elapsed_s", 0) for r in rs])
     return s
@@ -221,13 +238,13 @@ def part_synth(part, trace, packets, nids, weir_ok, n_rounds):
     configs = {}
     if nids:
         if part == "stats":
-            configs["libnids"] = ([str(nids), "-n", str(table), "stats", str(trace)], None, None)
+            configs["libnids"] = ([str(nids), "stats", str(trace), "-n", str(table)], None, None)
         else:
             why = check_memory(2 << 30, "libnids data mode on the synth trace")
             if why:
                 log(f"skipped libnids data: {why}")
             else:
-                configs["libnids"] = ([str(nids), "-n", str(table), "data", str(trace)], None, None)
+                configs["libnids"] = ([str(nids), "data", str(trace), "-n", str(table)], None, None)
     if weir_ok:
         why = check_memory(WEIR_FIXED * 2 + SYNTH_FLOWS * 2 * WEIR_PER_STREAM, "weir streams on the synth trace")
         if why:
@@ -296,13 +313,14 @@ def part_concurrency(sizes, min_flows, nids, weir_ok, n_rounds, gen, pipe):
                 if why:
                     row["skipped"][f"libnids-{mode}"] = why
                 else:
-                    configs[f"libnids-{mode}"] = ([str(nids), "-n", str(nids_table(n)), mode, nids_src], feed, None)
+                    configs[f"libnids-{mode}"] = ([str(nids), mode, nids_src, "-n", str(nids_table(n))], feed, None)
         for k, why in row["skipped"].items():
             log(f"N={n}: skipped {k}: {why}")
         try:
             if feed is None:
                 warm(trace)
-            raw = rounds(configs, n_rounds, f"N={n}")
+            row["failed"] = {}
+            raw = rounds(configs, n_rounds, f"N={n}", row["failed"])
         finally:
             trace.unlink(missing_ok=True)
         row["commands"] = {k: [str(a) for a in v[0]] for k, v in configs.items()}
@@ -412,6 +430,8 @@ def main():
                       f"{s['streams_missing']:>12} {str(s.get('payload_missing', '-')):>11}")
             for name, why in row["skipped"].items():
                 print(f"{n:>9} {name:14} skipped: {why}")
+            for name, why in row["failed"].items():
+                print(f"{n:>9} {name:14} FAILED: {why[-300:]}")
     if "inspect" in parts:
         result["inspect"] = part_inspect(trace, packets, weir_ok, n_rounds)
         if "summary" in result["inspect"]:
