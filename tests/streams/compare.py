@@ -1162,7 +1162,11 @@ def one_trace(rel, args, work):
             return rel, "error", {}, "nids_streams failed (%d): %s" % (rc, err.strip()[-300:])
         out["nids"] = listing(dirs["nids"])
         if not args.peers_only:
-            rc, _, err, _ = run([args.weir, "streams", src, "-o", dirs["weir"]])
+            # Neither peer closes a connection for being idle, and the
+            # corpus has traces whose clocks jump by hours (kday*.pcap), so
+            # weir's idle timeout is set past any trace; its hold limit is
+            # raised as far as it goes, as neither peer gives a hole up.
+            rc, _, err, _ = run([args.weir, "streams", src, "-o", dirs["weir"], "-q", "--idle-timeout", "1000000000", "--hold-limit", "1073741824"])
             if rc != 0:
                 return rel, "error", {}, "weir streams failed (%d): %s" % (rc, err.strip()[-300:])
             out["weir"] = listing(dirs["weir"])

@@ -272,6 +272,39 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         self.slots.capacity() * std::mem::size_of::<Slot<K, V>>() + self.index.bytes()
     }
 
+    /// The value of `key`'s flow, without touching its place in the recency
+    /// order or the clock.
+    pub fn get(&self, key: &K) -> Option<&V> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.index.find(hash, |i| slots[i as usize].flow.key == *key).map(|(_, i)| &self.slots[i as usize].flow.value)
+    }
+
+    /// Takes the flow of `key` out of the table (its owner ended it), or
+    /// `None` if the table does not hold it. No [`End`] is given: the caller
+    /// knows why.
+    pub fn remove(&mut self, key: &K) -> Option<Flow<K, V>> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
+        Some(self.take(i))
+    }
+
+    /// Moves the table's clock to packet time `now_ns` (if later) and ends the
+    /// flows idle past the timeout, as a packet at that time would.
+    pub fn advance(&mut self, now_ns: u64, mut gone: impl FnMut(Flow<K, V>, End)) {
+        self.now_ns = self.now_ns.max(now_ns);
+        self.expire(&mut gone);
+    }
+
+    /// Takes every flow out, least recently seen first, handing each to
+    /// `gone` (the caller knows why: the input ended).
+    pub fn drain(&mut self, mut gone: impl FnMut(Flow<K, V>)) {
+        while self.oldest != NIL {
+            gone(self.take(self.oldest));
+        }
+    }
+
     /// The flows still held, in no particular order: the end of a run.
     pub fn into_flows(self) -> impl Iterator<Item = Flow<K, V>> {
         self.slots.into_iter().map(|s| s.flow)
@@ -310,6 +343,16 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     /// Take slot `i`'s flow out of the table and hand it to `gone`. The last slot
     /// moves into `i`, so its index entry and neighbours are pointed there.
     fn leave(&mut self, i: u32, why: End, gone: &mut impl FnMut(Flow<K, V>, End)) {
+        let flow = self.take(i);
+        match why {
+            End::Idle => self.stats.timeouts += 1,
+            End::Evicted => self.stats.evictions += 1,
+        }
+        gone(flow, why);
+    }
+
+    /// Takes slot `i` out of the recency list, the index and the slots.
+    fn take(&mut self, i: u32) -> Flow<K, V> {
         self.unlink(i);
         let hash = self.hasher.hash_one(&self.slots[i as usize].flow.key);
         let (b, _) = self.index.find(hash, |j| j == i).expect("every slot is indexed");
@@ -330,12 +373,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
                 n => self.slots[n as usize].older = i,
             }
         }
-        let flow = self.slots.swap_remove(i as usize).flow;
-        match why {
-            End::Idle => self.stats.timeouts += 1,
-            End::Evicted => self.stats.evictions += 1,
-        }
-        gone(flow, why);
+        self.slots.swap_remove(i as usize).flow
     }
 
     fn make_newest(&mut self, i: u32) {

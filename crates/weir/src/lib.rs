@@ -112,10 +112,7 @@ pub mod sim;
 pub mod sink;
 pub mod source;
 pub mod stats;
-// The stream layer's reassembler comes before its engine wiring (issue 20's
-// next step); until the workers call it, only its tests do.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) mod stream;
+pub mod stream;
 pub mod tracefile;
 pub mod tx;
 pub mod wire;

@@ -29,14 +29,10 @@
 //!   direction, same VLAN part), not connections of the 4-tuple; and a
 //!   directory that already holds files shifts the numbers.
 //! - tcpflow also writes `report.xml` (its DFXML run report) into the
-//!   directory; see [`OTHER_FILES`].
+//!   directory, which weir does not.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
-
-/// Files tcpflow 1.6.1 writes into its output directory that are not streams
-/// (with its default options: no `-a`, no `-e http`, no `-I`).
-pub const OTHER_FILES: &[&str] = &["report.xml"];
 
 /// The name tcpflow gives the file of one direction of a TCP connection.
 ///

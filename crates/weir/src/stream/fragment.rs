@@ -134,7 +134,7 @@ use layout::{v4, v6, MAX_LEN};
 
 /// How much a [`Defrag`] may hold.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FragLimits {
+pub struct FragLimits {
     /// Datagrams pending at once; past it the oldest is dropped. 0 holds none.
     pub max_datagrams: usize,
     /// Bytes pending datagrams may hold; past it the oldest is dropped.
@@ -217,7 +217,7 @@ impl std::error::Error for FragFailure {}
 
 /// Where every fragment went; see the module doc for the identities.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub(crate) struct FragCounters {
+pub struct FragCounters {
     /// Packets found to be fragments (atomic ones included).
     pub fragments: u64,
     /// Datagrams begun: by their first fragment to arrive, or an atomic one.
@@ -255,6 +255,30 @@ pub(crate) struct FragCounters {
     /// Fragments taken whose overlap with bytes already held carried other
     /// bytes (the held ones were kept).
     pub overlap_conflicts: u64,
+}
+
+impl FragCounters {
+    /// Adds another reassembler's counts.
+    pub fn add(&mut self, o: &FragCounters) {
+        self.fragments += o.fragments;
+        self.datagrams += o.datagrams;
+        self.datagrams_reassembled += o.datagrams_reassembled;
+        self.fragments_reassembled += o.fragments_reassembled;
+        self.datagrams_held += o.datagrams_held;
+        self.fragments_held += o.fragments_held;
+        self.bytes_held += o.bytes_held;
+        self.datagrams_timed_out += o.datagrams_timed_out;
+        self.fragments_timed_out += o.fragments_timed_out;
+        self.datagrams_evicted += o.datagrams_evicted;
+        self.fragments_evicted += o.fragments_evicted;
+        self.datagrams_over_memory += o.datagrams_over_memory;
+        self.fragments_over_memory += o.fragments_over_memory;
+        self.datagrams_too_big += o.datagrams_too_big;
+        self.fragments_too_big += o.fragments_too_big;
+        self.malformed += o.malformed;
+        self.inconsistent += o.inconsistent;
+        self.overlap_conflicts += o.overlap_conflicts;
+    }
 }
 
 /// What identifies a datagram's fragments.

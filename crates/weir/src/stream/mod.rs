@@ -44,15 +44,26 @@
 //! So `received = delivered + duplicate + discarded + refused + held` at all
 //! times, and the next offset to deliver is `delivered + gap` bytes. Bytes
 //! **dropped for memory** are the fifth category of the design; they belong
-//! to the per-worker arena that shares memory out among streams by priority,
-//! which is not built yet. A single reassembler never drops seen data for
-//! memory: when its held bytes pass their limit it gives up on the hole
+//! to the per-worker arena (`arena.rs`) that shares memory out among streams
+//! by priority, and are counted in the stream's record, never handed to the
+//! reassembler. A single reassembler never drops seen data for memory: when its held bytes pass their limit it gives up on the hole
 //! instead, which turns unseen offsets (not seen bytes) into a gap.
 
-pub(crate) mod fragment;
-pub(crate) mod reassembly;
+mod api;
+mod arena;
+mod config;
+mod decode;
+pub mod fragment;
+mod layer;
+pub mod reassembly;
+
+pub use api::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
+pub use config::{Class, Mode, StreamConfig, MAX_PIECE, PRIORITIES};
+pub use layer::Streams;
 
 #[cfg(test)]
 mod fragment_tests;
+#[cfg(test)]
+mod layer_tests;
 #[cfg(test)]
 mod tests;

@@ -22,8 +22,8 @@
 // contract by a reader, the table of cases and the byte-map model in the
 // tests, and the fuzz target.
 
+use crate::{Setting, SettingError};
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// How much the reassembler checks before it accepts data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -65,9 +65,10 @@ impl HoldLimit {
 
     /// A limit of `bytes`, from 0 (nothing is held: any hole is a gap at
     /// once) to [`HoldLimit::MAX`].
-    pub fn new(bytes: u64) -> Result<HoldLimit, HoldLimitError> {
+    pub fn new(bytes: u64) -> Result<HoldLimit, SettingError> {
         if bytes > HoldLimit::MAX {
-            return Err(HoldLimitError(bytes));
+            let problem = format!("the out-of-order hold limit must be from 0 to {} bytes, not {bytes}", HoldLimit::MAX);
+            return Err(SettingError::new(Setting::Streams, problem));
         }
         Ok(HoldLimit(bytes))
     }
@@ -85,18 +86,6 @@ impl Default for HoldLimit {
         HoldLimit(256 * 1024)
     }
 }
-
-/// A hold limit above [`HoldLimit::MAX`] was asked for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HoldLimitError(pub u64);
-
-impl fmt::Display for HoldLimitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the out-of-order hold limit must be from 0 to {} bytes, not {}", HoldLimit::MAX, self.0)
-    }
-}
-
-impl std::error::Error for HoldLimitError {}
 
 /// The stream offset from which bytes are discarded: counted, not copied.
 ///
@@ -277,6 +266,13 @@ impl Reassembler {
     /// The next stream offset to be reported: delivered plus gap bytes.
     pub fn next_offset(&self) -> u64 {
         self.next
+    }
+
+    /// Whether a segment's payload would be held (it starts past the next
+    /// offset while the stream is open): the bytes that need memory.
+    pub fn would_hold(&self, seq: u32, syn: bool) -> bool {
+        let first_seq = if syn { seq.wrapping_add(1) } else { seq };
+        self.state == State::Open && self.offset_of(first_seq) > self.next as i64
     }
 
     /// Whether the sink has been told the end.
