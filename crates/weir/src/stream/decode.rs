@@ -185,7 +185,7 @@ mod tests {
         f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 1, 0x40, 0, 64, 6, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2]);
         f.extend_from_slice(&[0x30, 0x39, 0, 80, 0, 0, 0, 100, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
         f.extend_from_slice(payload);
-        f.extend(std::iter::repeat(0xee).take(pad));
+        f.resize(f.len() + pad, 0xee);
         f
     }
 

@@ -1,7 +1,7 @@
 //! IPv4 and IPv6 fragment reassembly, before the stream layer looks for TCP.
 //!
-//! A [`Defrag`] takes IP packets in arrival order, one worker's share, and
-//! gives back for each an [`Outcome`]: not a fragment (hand the packet on as
+//! A `Defrag` takes IP packets in arrival order, one worker's share, and
+//! gives back for each an `Outcome`: not a fragment (hand the packet on as
 //! it is), held (a fragment was taken and its datagram is still missing
 //! bytes), complete (this fragment finished its datagram, returned whole as
 //! if it had never been fragmented), or failed (this fragment was dropped,
@@ -58,7 +58,7 @@
 //!
 //! # Counting
 //!
-//! Every fragment pushed (every packet that is not [`Outcome::NotFragment`])
+//! Every fragment pushed (every packet that is not `Outcome::NotFragment`)
 //! is counted in exactly one of: the fragments of reassembled datagrams, the
 //! fragments held now, the fragments dropped with their datagram (timed out,
 //! evicted for too many pending, evicted for memory, too big), or the
@@ -132,7 +132,7 @@ mod layout {
 
 use layout::{v4, v6, MAX_LEN};
 
-/// How much a [`Defrag`] may hold.
+/// How much a `Defrag` may hold.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FragLimits {
     /// Datagrams pending at once; past it the oldest is dropped. 0 holds none.
@@ -397,7 +397,7 @@ fn parse_v6(ip: &[u8]) -> Parsed<'_> {
 }
 
 /// A datagram waiting for fragments. Its buffers come from, and go back to,
-/// the [`Defrag`]'s spares.
+/// the `Defrag`'s spares.
 #[derive(Debug, Default)]
 struct Pending {
     /// Its place in the age order.

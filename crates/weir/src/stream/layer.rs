@@ -175,8 +175,7 @@ impl<H: StreamHandler> Streams<H> {
         }
         // A SYN (without ACK) on a direction that already had another SYN, or
         // was closed, starts a new connection on the same ports.
-        if let Some((seq, f)) = tcp.filter(|&(_, f)| syn_only(f)) {
-            let _ = f;
+        if let Some((seq, _)) = tcp.filter(|&(_, f)| syn_only(f)) {
             let reused = table
                 .get(&key)
                 .and_then(|c| c.dirs[side].as_ref())
@@ -192,7 +191,7 @@ impl<H: StreamHandler> Streams<H> {
         if conn.dirs[side].is_none() {
             let initiator = if fresh {
                 // The first packet's sender opened it, unless that is a SYN-ACK.
-                !tcp.is_some_and(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN | field::tcp::ACK)
+                tcp.is_none_or(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) != field::tcp::SYN | field::tcp::ACK)
             } else {
                 conn.dirs[1 - side].as_ref().is_some_and(|o| o.rec.direction == Direction::Responder)
             };
