@@ -31,7 +31,8 @@
 //! control bytes and slot numbers costs three.
 
 use crate::{Setting, SettingError};
-use std::hash::{BuildHasher, Hash, RandomState};
+use foldhash::fast::RandomState;
+use std::hash::{BuildHasher, Hash};
 
 /// Slot number meaning "none" in the recency list.
 const NIL: u32 = u32::MAX;
@@ -215,7 +216,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     pub fn new(limits: TableLimits) -> FlowTable<K, V> {
         FlowTable {
             index: Index::new(limits.max_flows),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             slots: Vec::with_capacity(limits.max_flows),
             oldest: NIL,
             newest: NIL,
@@ -270,6 +271,26 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     /// Bytes allocated for the slots and the index: all the table will ever use.
     pub fn memory_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot<K, V>>() + self.index.bytes()
+    }
+
+    /// As [`entry`](Self::entry) for a packet that may not start a flow: the
+    /// value of `key`'s flow, seen at `ts_ns`, or `None` (and nothing
+    /// inserted) when the table has none.
+    pub fn touch(&mut self, key: &K, ts_ns: u64, mut gone: impl FnMut(Flow<K, V>, End)) -> Option<&mut V> {
+        self.now_ns = self.now_ns.max(ts_ns);
+        self.expire(&mut gone);
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
+        if !self.within_timeout(i, ts_ns) {
+            self.leave(i, End::Idle, &mut gone);
+            return None;
+        }
+        self.make_newest(i);
+        let flow = &mut self.slots[i as usize].flow;
+        flow.first_ns = flow.first_ns.min(ts_ns);
+        flow.last_ns = flow.last_ns.max(ts_ns);
+        Some(&mut flow.value)
     }
 
     /// The value of `key`'s flow, without touching its place in the recency

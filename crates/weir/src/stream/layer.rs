@@ -165,14 +165,6 @@ impl<H: StreamHandler> Streams<H> {
         // A TCP packet that neither opens a connection nor carries data (an
         // ACK, FIN or RST after the end) starts nothing: it is counted apart.
         let opens = tcp.is_none_or(|(_, f)| f & field::tcp::SYN != 0 || !payload.is_empty());
-        if !opens && table.get(&key).is_none() {
-            table.advance(ts, &mut gone);
-            env.stats.untracked += 1;
-            for (conn, reason) in closing {
-                close_conn(conn, reason, &mut env);
-            }
-            return;
-        }
         // A SYN (without ACK) on a direction that already had another SYN, or
         // was closed, starts a new connection on the same ports.
         if let Some((seq, _)) = tcp.filter(|&(_, f)| syn_only(f)) {
@@ -186,7 +178,20 @@ impl<H: StreamHandler> Streams<H> {
                 }
             }
         }
-        let conn = table.entry(key, ts, || Conn { dirs: [None, None] }, &mut gone);
+        let conn = if opens {
+            table.entry(key, ts, || Conn { dirs: [None, None] }, &mut gone)
+        } else {
+            match table.touch(&key, ts, &mut gone) {
+                Some(conn) => conn,
+                None => {
+                    env.stats.untracked += 1;
+                    for (conn, reason) in closing {
+                        close_conn(conn, reason, &mut env);
+                    }
+                    return;
+                }
+            }
+        };
         let fresh = conn.dirs.iter().all(Option::is_none);
         if conn.dirs[side].is_none() {
             let initiator = if fresh {
@@ -237,7 +242,10 @@ impl<H: StreamHandler> Streams<H> {
         this.rec.last_ns = this.rec.last_ns.max(ts);
         this.rec.bytes += payload.len() as u64;
         let before = this.rec;
-        if this.state.is_some() {
+        if this.state.is_none() {
+            // Closed: a late copy, or data after a RST, is not stream data.
+            this.rec.refused += payload.len() as u64;
+        } else {
             if this.packets && this.rec.cutoff.is_none_or(|c| offered(this) < c) {
                 let mut ctl = StreamCtl::new(&this.rec, opposite);
                 env.handler.packet(&mut ctl, this.state.as_mut().expect("open"), p);
@@ -296,14 +304,10 @@ impl<H: StreamHandler> Streams<H> {
                 end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
             }
         }
-        if conn.dirs.iter().flatten().all(|d| d.state.is_none()) {
-            if let Some(flow) = table.remove(&key) {
-                let [a, b] = flow.value.dirs;
-                for d in [a, b].into_iter().flatten() {
-                    env.stats.record_closed(&d.rec);
-                }
-            }
-        }
+        // A connection whose streams all closed stays in the table (as TCP's
+        // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
+        // with data, or data after a RST, is then counted in its records
+        // instead of starting a connection of its own. A new SYN starts one.
         for (conn, reason) in closing {
             close_conn(conn, reason, &mut env);
         }

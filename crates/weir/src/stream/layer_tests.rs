@@ -166,6 +166,8 @@ fn text(n: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_connection_is_two_streams_delivered_in_pieces_and_closed_by_fin() {
+    // (A retransmitted FIN with data after the close is refused, not a new
+    // connection: see `a_late_fin_with_data_is_not_a_new_connection`.)
     let (up, down) = (text(5000, 1), text(40_000, 2));
     let cfg = StreamConfig { piece: 4096, ..StreamConfig::default() };
     let mut l = layer(&cfg, Collect::default());
@@ -184,8 +186,8 @@ fn a_connection_is_two_streams_delivered_in_pieces_and_closed_by_fin() {
     let st = l.stats();
     assert!(st.packets_add_up(), "{st:?}");
     assert_eq!((st.streams, st.connections, st.closed_fin, st.bytes, st.delivered), (2, 1, 2, 45_000, 45_000));
-    // The last ACK after both FINs belongs to no open stream.
-    assert_eq!(st.untracked, 1);
+    // The last ACK after both FINs still finds the closed connection.
+    assert_eq!(st.untracked, 0);
 }
 
 #[test]
@@ -277,12 +279,32 @@ fn a_rst_closes_both_directions_and_later_data_is_not_taken() {
     feed(&mut l, &frames);
     let h = l.handler();
     assert_eq!(h.streams[&server(1, 40000)].closed.unwrap().closed, Some(CloseReason::Rst));
-    assert_eq!(h.earlier.len(), 1);
-    assert_eq!(h.earlier[0].closed.unwrap().closed, Some(CloseReason::Rst));
-    assert_eq!(h.earlier[0].bytes, b"hello");
-    assert_eq!(h.streams[&client(1, 40000)].bytes, b"late");
-    // "late" opened a new connection: midstream pickup in tcp-fast.
-    assert_eq!(l.stats().connections, 2);
+    let c = &h.streams[&client(1, 40000)];
+    assert_eq!(c.closed.unwrap().closed, Some(CloseReason::Rst));
+    assert_eq!(c.bytes, b"hello");
+    // "late" came after the RST: refused, counted, no new connection.
+    assert_eq!(l.stats().refused, 4);
+    assert!(h.earlier.is_empty());
+    assert_eq!(l.stats().connections, 1);
+}
+
+#[test]
+fn a_late_fin_with_data_is_not_a_new_connection_but_a_new_syn_is() {
+    let mut frames = connection(1, 40000, b"hello", b"", 1000, 0);
+    // The client's FIN again, with its last bytes, after the close.
+    frames.push((50_000, frame(1, 40000, false, Some((1003, FIN | ACK | PSH)), b"llo")));
+    frames.extend(connection(1, 40000, b"again", b"", 1000, 100_000));
+    let mut l = layer(&StreamConfig::default(), Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    let st = l.stats();
+    // Both streams of the first connection made way for the second's.
+    assert_eq!(h.earlier.len(), 2, "{st:?}");
+    assert!(h.earlier.iter().any(|s| s.bytes == b"hello"));
+    assert_eq!(st.refused, 3);
+    assert_eq!(h.streams[&client(1, 40000)].bytes, b"again");
+    assert_eq!((st.connections, st.closed_reused), (2, 0));
+    assert!(st.packets_add_up());
 }
 
 #[test]
