@@ -34,8 +34,10 @@ pub(crate) struct Conn<S> {
 /// One direction: its record, reassembly and the piece being filled.
 struct Dir<S> {
     rec: Stream,
-    /// `None` in packets mode and for datagram streams.
-    reasm: Option<Reassembler>,
+    /// `None` in packets mode and for datagram streams. Boxed: the
+    /// reassembler is taken out for each segment (its sink borrows the rest
+    /// of the direction), and a pointer moves where its 150 bytes would.
+    reasm: Option<Box<Reassembler>>,
     /// The piece being filled, from stream offset `piece_at`; its first
     /// `carried` bytes repeat the end of the previous piece.
     piece: Vec<u8>,
@@ -68,6 +70,9 @@ pub struct Streams<H: StreamHandler> {
     /// A datagram rebuilt from fragments, copied out of the fragment
     /// reassembler so both can be borrowed while it is handled.
     whole: Vec<u8>,
+    /// Connections the table let go of while a packet was handled, closed
+    /// once it was; kept to reuse its allocation.
+    closing: Vec<(Conn<H::State>, CloseReason)>,
 }
 
 /// What the per-direction work needs besides the direction itself.
@@ -100,6 +105,7 @@ impl<H: StreamHandler> Streams<H> {
             arena: Arena::new(arena, cfg),
             stats: StreamStats::default(),
             whole: Vec::new(),
+            closing: Vec::new(),
         })
     }
 
@@ -156,9 +162,9 @@ impl<H: StreamHandler> Streams<H> {
             Transport::Datagram { payload, missing } => (None, *payload, *missing),
         };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
-        let Streams { handler, queue, cfg, classes, table, arena, stats, .. } = self;
+        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, .. } = self;
         let mut env = Env { handler, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
-        let mut closing: Vec<(Conn<H::State>, CloseReason)> = Vec::new();
+        let mut closing = std::mem::take(closing_buf);
         let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
             closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
         };
@@ -185,9 +191,10 @@ impl<H: StreamHandler> Streams<H> {
                 Some(conn) => conn,
                 None => {
                     env.stats.untracked += 1;
-                    for (conn, reason) in closing {
+                    for (conn, reason) in closing.drain(..) {
                         close_conn(conn, reason, &mut env);
                     }
+                    *closing_buf = closing;
                     return;
                 }
             }
@@ -204,13 +211,13 @@ impl<H: StreamHandler> Streams<H> {
             let (mode, cutoff, priority) = classify(cfg, classes, p);
             let rec = Stream { cutoff, priority, mode, ..new_record(&d.tuple, *queue, ts, direction) };
             let reasm = (mode != Mode::Packets && tcp.is_some()).then(|| {
-                Reassembler::new(reassembly::Config {
+                Box::new(Reassembler::new(reassembly::Config {
                     mode: if mode == Mode::TcpStrict { reassembly::Mode::TcpStrict } else { reassembly::Mode::TcpFast },
                     overlap: cfg.overlap,
                     hold_limit: cfg.hold_limit,
                     cutoff: cutoff.map_or(Cutoff::NONE, Cutoff::after),
                     midstream: cfg.midstream,
-                })
+                }))
             });
             let mut dir = Dir {
                 rec,
@@ -241,7 +248,7 @@ impl<H: StreamHandler> Streams<H> {
         this.rec.packets += 1;
         this.rec.last_ns = this.rec.last_ns.max(ts);
         this.rec.bytes += payload.len() as u64;
-        let before = this.rec;
+        let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
         if this.state.is_none() {
             // Closed: a late copy, or data after a RST, is not stream data.
             this.rec.refused += payload.len() as u64;
@@ -285,8 +292,8 @@ impl<H: StreamHandler> Streams<H> {
             }
             apply_pending(this, opposite, &mut env);
         }
-        let dropped = this.rec.dropped - before.dropped;
-        let discarded = this.rec.discarded - before.discarded;
+        let dropped = this.rec.dropped - dropped_before;
+        let discarded = this.rec.discarded - discarded_before;
         if dropped > 0 {
             env.stats.dropped_packets += 1;
         } else if !payload.is_empty() && discarded == payload.len() as u64 {
@@ -308,9 +315,10 @@ impl<H: StreamHandler> Streams<H> {
         // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
         // with data, or data after a RST, is then counted in its records
         // instead of starting a connection of its own. A new SYN starts one.
-        for (conn, reason) in closing {
+        for (conn, reason) in closing.drain(..) {
             close_conn(conn, reason, &mut env);
         }
+        *closing_buf = closing;
     }
 
     /// Closes every stream still open, for `reason`.
@@ -463,7 +471,7 @@ fn count_unbuffered<S>(d: &mut Dir<S>, len: u64) {
 
 /// The offset the stream's next byte would have: what its cutoff counts.
 fn offered<S>(d: &Dir<S>) -> u64 {
-    d.reasm.as_ref().map_or(d.rec.bytes, Reassembler::next_offset)
+    d.reasm.as_ref().map_or(d.rec.bytes, |r| r.next_offset())
 }
 
 /// Delivers the bytes waiting in the piece (a full piece, or a partial one
