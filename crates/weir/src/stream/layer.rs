@@ -192,7 +192,7 @@ impl<H: StreamHandler> Streams<H> {
         if conn.dirs[side].is_none() {
             let initiator = if fresh {
                 // The first packet's sender opened it, unless that is a SYN-ACK.
-                !tcp.is_some_and(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN | field::tcp::ACK)
+                tcp.is_none_or(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) != field::tcp::SYN | field::tcp::ACK)
             } else {
                 conn.dirs[1 - side].as_ref().is_some_and(|o| o.rec.direction == Direction::Responder)
             };
