@@ -70,6 +70,8 @@ fuzz-smoke: setup-nightly
 	scripts/fuzz-smoke 30
 	scripts/fuzz-smoke 5 pcap_offline
 	scripts/fuzz-smoke 5 cbpf
+	scripts/fuzz-smoke 5 tcp_reassembly
+	scripts/fuzz-smoke 5 ip_defrag
 
 # Where cargo builds (CARGO_TARGET_DIR or target/), asked when a recipe needs it.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
