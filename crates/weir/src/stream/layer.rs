@@ -20,15 +20,20 @@ use crate::wire::{field, FlowTuple};
 use crate::{Handler, LinkType, Packet, QueueId, SettingError};
 use std::net::IpAddr;
 
-/// Memory the table of `connections` takes, without the application's state.
+/// Memory the table of `connections` takes with both streams of each,
+/// without the application's state.
 pub(crate) fn table_bytes(connections: usize) -> u64 {
-    FlowTable::<FlowTuple, Conn<()>>::memory_for(connections)
+    let streams = (connections as u64).saturating_mul(2 * std::mem::size_of::<Dir<()>>() as u64);
+    FlowTable::<FlowTuple, Conn<()>>::memory_for(connections).saturating_add(streams)
 }
 
 /// Both directions of a connection, keyed by its canonical tuple: `dirs[0]`
 /// is the direction whose packets carry the canonical tuple as sent.
 pub(crate) struct Conn<S> {
-    dirs: [Option<Dir<S>>; 2],
+    /// Boxed, so the table's slots stay small (the recency list and the
+    /// moves of a slot that leaves touch little memory) and a direction
+    /// is never moved once made.
+    dirs: [Option<Box<Dir<S>>>; 2],
 }
 
 /// One direction: its record, reassembly and the piece being filled.
@@ -239,7 +244,7 @@ impl<H: StreamHandler> Streams<H> {
             dir.state = Some(env.handler.created(&mut ctl));
             let req = ctl.requests();
             apply(&mut dir, opposite, req, &mut env);
-            conn.dirs[side] = Some(dir);
+            conn.dirs[side] = Some(Box::new(dir));
         }
         let [d0, d1] = &mut conn.dirs;
         let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
