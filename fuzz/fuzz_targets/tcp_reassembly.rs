@@ -16,16 +16,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-// The stream layer is pub(crate) in weir until the engine wires it in (issue
-// 20), so the target compiles the reassembler's own source file rather than
-// make weir's API public for a fuzzer. The file needs nothing from the rest
-// of weir; if it ever does, expose it through a feature, as the filter's
-// oracle is exposed, and use it from there.
-#[path = "../../crates/weir/src/stream/reassembly.rs"]
-#[allow(dead_code)]
-mod reassembly;
-
-use reassembly::{Config, Cutoff, EndReason, Flags, HoldLimit, Mode, Reassembler, Segment, Sink};
+use weir::stream::reassembly::{Config, Cutoff, EndReason, Flags, HoldLimit, Mode, Reassembler, Segment, Sink};
 
 /// Checks what the reassembler reports, as an application would rely on it.
 #[derive(Default)]
