@@ -154,7 +154,8 @@ impl<'a> StreamCtl<'a> {
 
     /// Sets the stream's cutoff (`None`: no cutoff). Offsets already
     /// delivered stay delivered; a lower cutoff takes effect from the next
-    /// packet.
+    /// packet. A TCP stream whose cutoff was 0 when it was created keeps
+    /// no reassembly state (statistics only), so raising it changes nothing.
     pub fn set_cutoff(&mut self, cutoff: Option<u64>) {
         self.req.cutoff = Some(cutoff);
     }

@@ -215,7 +215,10 @@ impl<H: StreamHandler> Streams<H> {
             let direction = if initiator { Direction::Initiator } else { Direction::Responder };
             let (mode, cutoff, priority) = classify(cfg, classes, p);
             let rec = Stream { cutoff, priority, mode, ..new_record(&d.tuple, *queue, ts, direction) };
-            let reasm = (mode != Mode::Packets && tcp.is_some()).then(|| {
+            // A stream whose cutoff is 0 from the start (flow statistics)
+            // keeps no reassembly state at all: its bytes are counted as
+            // discarded and its FIN or RST closes it, as in packets mode.
+            let reasm = (mode != Mode::Packets && tcp.is_some() && cutoff != Some(0)).then(|| {
                 Box::new(Reassembler::new(reassembly::Config {
                     mode: if mode == Mode::TcpStrict { reassembly::Mode::TcpStrict } else { reassembly::Mode::TcpFast },
                     overlap: cfg.overlap,
@@ -516,7 +519,10 @@ fn apply<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, req
     if let Some(p) = req.packets {
         d.packets = p;
     }
-    if let Some(cutoff) = req.cutoff {
+    // A TCP stream made with cutoff 0 has no reassembler to deliver with
+    // (see where streams are made): its cutoff stays 0.
+    let stateless = d.reasm.is_none() && d.rec.proto == 6 && d.rec.mode != Mode::Packets;
+    if let Some(cutoff) = req.cutoff.filter(|_| !stateless) {
         let cutoff = cutoff.map(|c| c.max(offered(d)));
         d.rec.cutoff = cutoff;
         if let Some(mut r) = d.reasm.take() {
