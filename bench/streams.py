@@ -201,8 +201,11 @@ def summarise(rs, packets):
     last = rs[-1]
     if last["stats"] is not None:           # weir's --stats
         st = last["stats"]
-        s.update({k: st.get(k) for k in ("packets", "streams", "evicted", "delivered_bytes", "discarded_bytes",
+        s.update({k: st.get(k) for k in ("packets", "evicted", "delivered_bytes", "discarded_bytes",
                                           "dropped_bytes", "gap_bytes")})
+        # weir counts a stream per direction; libnids counts connections.
+        s["streams"] = st.get("connections")
+        s["directions"] = st.get("streams")
         s["self_elapsed_s"] = median([r["stats"].get("elapsed_s", 0) for r in rs])
     else:                                   # nids_streams' JSON
         rep = last["report"]
