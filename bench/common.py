@@ -80,3 +80,21 @@ def machine():
         "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
         "libpcap": sh(["dpkg-query", "-W", "-f=${Version}", "libpcap0.8"]).stdout if shutil.which("dpkg-query") else "?",
     }
+
+
+def mem_available():
+    """MemAvailable from /proc/meminfo, in bytes."""
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def disk_free(path):
+    """Bytes free to an unprivileged writer on the file system holding `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def gib(n):
+    return f"{n / (1 << 30):.1f} GiB"

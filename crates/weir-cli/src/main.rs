@@ -15,6 +15,7 @@ mod record;
 mod replay;
 mod run;
 mod sim;
+mod streams;
 mod synth;
 mod wrap;
 
@@ -53,6 +54,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run a libpcap filter N times on every packet, then discard it: a heavy application of known cost (WireCAP's pkt_handler).
     Handle(handle::HandleArgs),
+    /// Reassemble TCP streams (and track UDP ones) on the workers: files as tcpflow writes them, JSON records, cutoffs (Scap's stream capture).
+    Streams(streams::StreamsArgs),
     /// Match signatures per service port and keep per-flow counters: an IDS workload whose caches locality buffering helps.
     Inspect(inspect::InspectArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim::run(a),
         Command::Handle(a) => handle::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Streams(a) => streams::run(a),
         Command::Queues(a) => queues::run(a),
         Command::Run(a) => wrap::run(a),
     };

@@ -290,7 +290,11 @@ pub fn run_to_end<H: Handler>(
     quiet: bool,
     make: impl FnMut(weir::QueueId) -> H,
 ) -> anyhow::Result<Report<H>> {
-    let running = engine.start(make)?;
+    run_started(engine.start(make)?, cmd, live, quiet)
+}
+
+/// [`run_to_end`] for an engine its caller started (the stream layer's).
+pub fn run_started<H: Handler>(running: Running<H>, cmd: &str, live: &LiveArgs, quiet: bool) -> anyhow::Result<Report<H>> {
     drop_privileges(live)?;
     stop_on_signal(running.stop_handle())?;
     announce(cmd, &running);

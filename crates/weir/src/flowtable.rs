@@ -31,7 +31,8 @@
 //! control bytes and slot numbers costs three.
 
 use crate::{Setting, SettingError};
-use std::hash::{BuildHasher, Hash, RandomState};
+use foldhash::fast::RandomState;
+use std::hash::{BuildHasher, Hash};
 
 /// Slot number meaning "none" in the recency list.
 const NIL: u32 = u32::MAX;
@@ -215,7 +216,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     pub fn new(limits: TableLimits) -> FlowTable<K, V> {
         FlowTable {
             index: Index::new(limits.max_flows),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             slots: Vec::with_capacity(limits.max_flows),
             oldest: NIL,
             newest: NIL,
@@ -272,6 +273,59 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         self.slots.capacity() * std::mem::size_of::<Slot<K, V>>() + self.index.bytes()
     }
 
+    /// As [`entry`](Self::entry) for a packet that may not start a flow: the
+    /// value of `key`'s flow, seen at `ts_ns`, or `None` (and nothing
+    /// inserted) when the table has none.
+    pub fn touch(&mut self, key: &K, ts_ns: u64, mut gone: impl FnMut(Flow<K, V>, End)) -> Option<&mut V> {
+        self.now_ns = self.now_ns.max(ts_ns);
+        self.expire(&mut gone);
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
+        if !self.within_timeout(i, ts_ns) {
+            self.leave(i, End::Idle, &mut gone);
+            return None;
+        }
+        self.make_newest(i);
+        let flow = &mut self.slots[i as usize].flow;
+        flow.first_ns = flow.first_ns.min(ts_ns);
+        flow.last_ns = flow.last_ns.max(ts_ns);
+        Some(&mut flow.value)
+    }
+
+    /// The value of `key`'s flow, without touching its place in the recency
+    /// order or the clock.
+    pub fn get(&self, key: &K) -> Option<&V> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.index.find(hash, |i| slots[i as usize].flow.key == *key).map(|(_, i)| &self.slots[i as usize].flow.value)
+    }
+
+    /// Takes the flow of `key` out of the table (its owner ended it), or
+    /// `None` if the table does not hold it. No [`End`] is given: the caller
+    /// knows why.
+    pub fn remove(&mut self, key: &K) -> Option<Flow<K, V>> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
+        Some(self.take(i))
+    }
+
+    /// Moves the table's clock to packet time `now_ns` (if later) and ends the
+    /// flows idle past the timeout, as a packet at that time would.
+    pub fn advance(&mut self, now_ns: u64, mut gone: impl FnMut(Flow<K, V>, End)) {
+        self.now_ns = self.now_ns.max(now_ns);
+        self.expire(&mut gone);
+    }
+
+    /// Takes every flow out, least recently seen first, handing each to
+    /// `gone` (the caller knows why: the input ended).
+    pub fn drain(&mut self, mut gone: impl FnMut(Flow<K, V>)) {
+        while self.oldest != NIL {
+            gone(self.take(self.oldest));
+        }
+    }
+
     /// The flows still held, in no particular order: the end of a run.
     pub fn into_flows(self) -> impl Iterator<Item = Flow<K, V>> {
         self.slots.into_iter().map(|s| s.flow)
@@ -310,6 +364,16 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     /// Take slot `i`'s flow out of the table and hand it to `gone`. The last slot
     /// moves into `i`, so its index entry and neighbours are pointed there.
     fn leave(&mut self, i: u32, why: End, gone: &mut impl FnMut(Flow<K, V>, End)) {
+        let flow = self.take(i);
+        match why {
+            End::Idle => self.stats.timeouts += 1,
+            End::Evicted => self.stats.evictions += 1,
+        }
+        gone(flow, why);
+    }
+
+    /// Takes slot `i` out of the recency list, the index and the slots.
+    fn take(&mut self, i: u32) -> Flow<K, V> {
         self.unlink(i);
         let hash = self.hasher.hash_one(&self.slots[i as usize].flow.key);
         let (b, _) = self.index.find(hash, |j| j == i).expect("every slot is indexed");
@@ -330,12 +394,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
                 n => self.slots[n as usize].older = i,
             }
         }
-        let flow = self.slots.swap_remove(i as usize).flow;
-        match why {
-            End::Idle => self.stats.timeouts += 1,
-            End::Evicted => self.stats.evictions += 1,
-        }
-        gone(flow, why);
+        self.slots.swap_remove(i as usize).flow
     }
 
     fn make_newest(&mut self, i: u32) {

@@ -112,6 +112,7 @@ pub mod sim;
 pub mod sink;
 pub mod source;
 pub mod stats;
+pub mod stream;
 pub mod tracefile;
 pub mod tx;
 pub mod wire;

@@ -137,6 +137,11 @@ pub trait Handler: Send + 'static {
     /// Handle one packet. Its bytes are only borrowed: copy what must outlive
     /// the call. A panic here ends the run with [`RunError::HandlerPanicked`](crate::engine::RunError::HandlerPanicked).
     fn packet(&mut self, packet: &Packet<'_>);
+
+    /// The queue's input ended (or the run stopped): no packet follows.
+    /// Handlers that keep state across packets (the stream layer) close it
+    /// here, on the worker, before the report takes them back.
+    fn finish(&mut self) {}
 }
 
 impl<F> Handler for F

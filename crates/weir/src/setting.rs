@@ -34,6 +34,9 @@ pub enum Setting {
     FlowTable,
     /// The simulator's model and workload.
     Simulation,
+    /// The stream layer: its modes, cutoffs and classes, pieces, timeouts,
+    /// table and memory.
+    Streams,
 }
 
 impl Setting {
@@ -50,6 +53,7 @@ impl Setting {
             Setting::Queues => "queues",
             Setting::FlowTable => "flow table",
             Setting::Simulation => "simulation",
+            Setting::Streams => "stream layer",
         }
     }
 }

@@ -117,6 +117,10 @@ pub enum RunError {
     /// The system refused a thread.
     #[error("cannot start thread: {0}")]
     Spawn(std::io::Error),
+    /// A setting of the run was refused before it started (the stream
+    /// layer's, or one that contradicts the engine's).
+    #[error(transparent)]
+    Setting(SettingError),
     /// A queue's pool could not be mapped.
     #[error("cannot allocate the pool of queue {queue}: {error}")]
     Memory {
@@ -443,6 +447,47 @@ impl Engine {
         Ok(self.start(make)?.join())
     }
 
+    /// Run the stream layer ([`crate::stream`]) on every queue's worker, each
+    /// with the handler `make` returns for it, to the end, and report; the
+    /// report's handlers are the [`Streams`](crate::stream::Streams) layers,
+    /// with their statistics. [`start_streams`](Self::start_streams), then
+    /// [`Running::join`].
+    pub fn run_streams<H: crate::stream::StreamHandler>(
+        self,
+        cfg: &crate::stream::StreamConfig,
+        make: impl FnMut(QueueId) -> H,
+    ) -> Result<Report<crate::stream::Streams<H>>, RunError> {
+        Ok(self.start_streams(cfg, make)?.join())
+    }
+
+    /// Start the stream layer on every queue's worker and return at once.
+    ///
+    /// Streams keep their state on the worker of their queue, so the balance
+    /// modes that hand a queue's packets to another worker are refused:
+    /// offloading (a buddy worker would see packets of streams whose state
+    /// lives elsewhere) and rebalancing (a moved bucket would split its
+    /// streams between two workers).
+    pub fn start_streams<H: crate::stream::StreamHandler>(
+        self,
+        cfg: &crate::stream::StreamConfig,
+        mut make: impl FnMut(QueueId) -> H,
+    ) -> Result<Running<crate::stream::Streams<H>>, RunError> {
+        if self.balance.offload().is_some() || self.balance.controller().is_some() {
+            return Err(RunError::Setting(SettingError::new(
+                Setting::Balance,
+                "the stream layer keeps each stream on its queue's worker: offloading and rebalancing would move \
+                 its packets to another worker; use the basic mode (or RSS alone)",
+            )));
+        }
+        let (link, queues) = (self.info.link_type, self.info.queues.len());
+        let mut layers = Vec::new();
+        for &q in &self.info.queues {
+            layers.push(Some(crate::stream::Streams::new(cfg, link, q, queues, make(q)).map_err(RunError::Setting)?));
+        }
+        let mut next = layers.into_iter();
+        self.start(move |_| next.next().flatten().expect("one stream layer per queue, in queue order"))
+    }
+
     /// Start the threads and return at once. `make` is called once per queue,
     /// on this thread, before its worker starts. On an error, whatever had
     /// started is asked to stop.
@@ -658,7 +703,8 @@ fn worker_loop<H: Handler>(
                 Next::Closed => break,
             }
         },
-    }));
+    }))
+    .and_then(|()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.finish())));
     match result {
         Ok(()) => Ok(handler),
         Err(p) => {

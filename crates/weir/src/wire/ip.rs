@@ -51,6 +51,16 @@ impl<'a> Ipv4Packet<'a> {
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buf[self.header_len..]
     }
+
+    /// The header's length, options included.
+    pub(crate) fn header_len(&self) -> usize {
+        self.header_len
+    }
+
+    /// The total length field: header and payload as sent.
+    pub(crate) fn total_len(&self) -> usize {
+        usize::from(be16(self.buf, field::ipv4::TOTAL_LEN))
+    }
 }
 
 /// A checked view of an IPv6 header, with its extension headers walked.

@@ -19,7 +19,7 @@
 //! (truncated snaplen captures, bad checksums, odd options) without a verdict.
 
 pub(crate) mod flow;
-mod ip;
+pub(crate) mod ip;
 mod key;
 pub mod link;
 
@@ -62,6 +62,7 @@ pub(crate) mod field {
     pub(crate) mod ipv4 {
         use super::Range;
         pub(crate) const VER_IHL: usize = 0;
+        pub(crate) const TOTAL_LEN: Range<usize> = 2..4;
         pub(crate) const FLAGS_FRAG: Range<usize> = 6..8;
         pub(crate) const PROTOCOL: usize = 9;
         pub(crate) const SRC: Range<usize> = 12..16;
@@ -74,6 +75,7 @@ pub(crate) mod field {
     /// IPv6 and its extension headers.
     pub(crate) mod ipv6 {
         use super::Range;
+        pub(crate) const PAYLOAD_LEN: Range<usize> = 4..6;
         pub(crate) const NEXT_HEADER: usize = 6;
         pub(crate) const SRC: Range<usize> = 8..24;
         pub(crate) const DST: Range<usize> = 24..40;
@@ -92,6 +94,23 @@ pub(crate) mod field {
         pub(crate) const SRC_PORT: Range<usize> = 0..2;
         pub(crate) const DST_PORT: Range<usize> = 2..4;
         pub(crate) const PORTS_LEN: usize = 4;
+    }
+    /// TCP, past the ports.
+    pub(crate) mod tcp {
+        use super::Range;
+        pub(crate) const SEQ: Range<usize> = 4..8;
+        /// Data offset in the high nibble, in 32-bit words.
+        pub(crate) const DATA_OFFSET: usize = 12;
+        pub(crate) const FLAGS: usize = 13;
+        pub(crate) const MIN_HEADER_LEN: usize = 20;
+        pub(crate) const FIN: u8 = 0x01;
+        pub(crate) const SYN: u8 = 0x02;
+        pub(crate) const RST: u8 = 0x04;
+        pub(crate) const ACK: u8 = 0x10;
+    }
+    /// UDP's fixed header.
+    pub(crate) mod udp {
+        pub(crate) const HEADER_LEN: usize = 8;
     }
 }
 

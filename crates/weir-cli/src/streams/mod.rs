@@ -1,0 +1,337 @@
+//! `weir streams`: the stream layer as a tool. Reassembles every TCP stream
+//! (and tracks UDP and other datagram streams) on the workers, and writes
+//! what the user asks for: each TCP stream's bytes in a directory laid out as
+//! tcpflow lays it out (`-o`), one JSON record per closed stream (`--json`),
+//! the totals (`--stats`). Without an output the data is still read, byte by
+//! byte, so a timing measures the whole delivery.
+//!
+//! Files are written as the pieces come, at their stream offsets: a gap is a
+//! hole (zeros), as tcpflow leaves it. A write that fails (a full disk) stops
+//! that file, is counted, and the first such error is reported at the end
+//! with exit status 1; nothing is lost silently.
+
+pub mod tcpflow;
+
+use crate::exit::{bad_input, setting_error};
+use crate::run::{human_rate, run_started, SourceArgs};
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use weir::engine::RunError;
+use weir::stream::{Class, Mode, Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::Packet;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  weir streams trace.pcap -o /tmp/flows\n  \
+weir streams trace.pcap@0-1 --json > streams.jsonl\n  \
+weir streams trace.pcap --cutoff 0 --stats /tmp/s.json          # flow statistics only\n  \
+weir streams trace.pcap --cutoff 10240 --cutoff-class 'port 25=0' -o /tmp/f\n\n\
+Every packet that reaches the stream layer is counted once: not IP, malformed, a fragment held for \
+reassembly, untracked (a bare ACK/FIN/RST of no open stream), taken by its stream, discarded (all its \
+bytes past the cutoff) or dropped (bytes refused for lack of memory). Every payload byte of a stream is \
+delivered, a duplicate, discarded past the cutoff, dropped for memory, or refused (not stream data).\n\n\
+Overlapping retransmissions with different bytes: the first copy wins (tcpflow keeps the last).")]
+pub struct StreamsArgs {
+    #[command(flatten)]
+    pub src: SourceArgs,
+
+    /// Write each TCP stream's bytes to DIR, one file per direction with payload, named as tcpflow names them.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: Option<PathBuf>,
+
+    /// Print one JSON line per closed stream (TCP, UDP and others) on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the totals as one JSON object to FILE at the end.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+
+    /// Reassembly: packets (track streams, no payload), tcp-fast, tcp-strict.
+    #[arg(long, default_value = "tcp-fast", value_parser = parse_mode)]
+    pub mode: Mode,
+
+    /// tcp-strict: also pick up streams whose handshake was not seen.
+    #[arg(long)]
+    pub midstream: bool,
+
+    /// Bytes of each stream delivered before the rest is discarded (0: statistics only). Default: no cutoff.
+    #[arg(long, value_name = "BYTES")]
+    pub cutoff: Option<u64>,
+
+    /// A class with its own cutoff, EXPR=BYTES with a libpcap filter expression (repeatable; first match wins).
+    #[arg(long = "cutoff-class", value_name = "EXPR=BYTES", value_parser = Class::parse_cutoff)]
+    pub cutoff_class: Vec<Class>,
+
+    /// Bytes of one stream held out of order before its first hole is given up as a gap (at most 1 GiB).
+    #[arg(long, value_name = "BYTES", default_value_t = 262_144)]
+    pub hold_limit: u64,
+
+    /// Bytes per piece of data handed to the application.
+    #[arg(long, value_name = "BYTES", default_value_t = 16384)]
+    pub piece: usize,
+
+    /// Bytes of the previous piece repeated at the start of the next.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub piece_overlap: usize,
+
+    /// Deliver a partial piece once its oldest byte waited this long (packet time, ms).
+    #[arg(long, value_name = "MS")]
+    pub flush_timeout: Option<u64>,
+
+    /// Close a stream after this long without a packet (packet time, seconds).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub idle_timeout: u64,
+
+    /// Most connections tracked at once (all queues together); the least recently seen is evicted past it.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub max_streams: usize,
+
+    /// Reassembly memory, all queues together (held out-of-order bytes and partial pieces), in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub memory: u64,
+
+    /// No status lines while running.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+impl StreamsArgs {
+    fn config(&self) -> anyhow::Result<StreamConfig> {
+        let hold_limit = weir::stream::reassembly::HoldLimit::new(self.hold_limit).map_err(|e| setting_error(&e))?;
+        Ok(StreamConfig {
+            hold_limit,
+            mode: self.mode,
+            midstream: self.midstream,
+            cutoff: self.cutoff,
+            classes: self.cutoff_class.clone(),
+            piece: self.piece,
+            piece_overlap: self.piece_overlap,
+            flush_timeout_ns: self.flush_timeout.map(|ms| ms.saturating_mul(1_000_000)),
+            idle_timeout_ns: self.idle_timeout.saturating_mul(1_000_000_000),
+            max_connections: self.max_streams,
+            memory: self.memory.saturating_mul(1 << 20),
+            ..StreamConfig::default()
+        })
+    }
+}
+
+/// One queue's writer.
+struct Writer {
+    dir: Option<Arc<PathBuf>>,
+    json: bool,
+    /// A running sum of every delivered byte, so the data is read.
+    sum: u64,
+    files: u64,
+    write_errors: u64,
+    first_error: Option<String>,
+}
+
+/// Per stream: its file once it has data, and the VLAN tag of its first packet.
+#[derive(Default)]
+struct Out {
+    file: Option<File>,
+    name: String,
+    vlan: Option<u16>,
+    failed: bool,
+}
+
+impl Writer {
+    fn open(&mut self, dir: &Path, s: &Stream, vlan: Option<u16>) -> Option<(File, String)> {
+        for c in 0u32.. {
+            let name = tcpflow::file_name(s.src, s.sport, s.dst, s.dport, vlan, c);
+            match OpenOptions::new().write(true).create_new(true).open(dir.join(&name)) {
+                Ok(f) => {
+                    self.files += 1;
+                    return Some((f, name));
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    self.fail(format!("{}: {e}", dir.join(&name).display()));
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    fn fail(&mut self, msg: String) {
+        self.write_errors += 1;
+        self.first_error.get_or_insert(msg);
+    }
+}
+
+impl StreamHandler for Writer {
+    type State = Out;
+
+    fn created(&mut self, ctl: &mut StreamCtl<'_>) -> Out {
+        // tcpflow names a file after the VLAN tag of the direction's first
+        // packet: ask for that packet only.
+        if self.dir.is_some() && ctl.stream().proto == 6 {
+            ctl.want_packets(true);
+        }
+        Out::default()
+    }
+
+    fn packet(&mut self, ctl: &mut StreamCtl<'_>, out: &mut Out, p: &Packet<'_>) {
+        let d = p.data();
+        if d.len() >= 16 && d[12..14] == [0x81, 0x00] {
+            out.vlan = Some(u16::from_be_bytes([d[14], d[15]]));
+        }
+        ctl.want_packets(false);
+    }
+
+    fn data(&mut self, ctl: &mut StreamCtl<'_>, out: &mut Out, piece: &Piece<'_>) {
+        self.sum = piece.data.iter().fold(self.sum, |s, &b| s.wrapping_add(u64::from(b)));
+        let Some(dir) = self.dir.clone() else { return };
+        if ctl.stream().proto != 6 || out.failed {
+            return;
+        }
+        if out.file.is_none() {
+            match self.open(&dir, ctl.stream(), out.vlan) {
+                Some((f, name)) => {
+                    out.file = Some(f);
+                    out.name = name;
+                }
+                None => {
+                    out.failed = true;
+                    return;
+                }
+            }
+        }
+        let file = out.file.as_ref().expect("opened above");
+        if let Err(e) = file.write_all_at(piece.data, piece.offset) {
+            out.failed = true;
+            self.fail(format!("{}: {e}", dir.join(&out.name).display()));
+        }
+    }
+
+    fn closed(&mut self, s: &Stream, out: Out) {
+        if let (Some(f), Some(dir)) = (out.file, &self.dir) {
+            // A file whose last bytes were a gap ends with a hole, as tcpflow's.
+            let end = s.delivered + s.gap;
+            if let Err(e) = f.set_len(end) {
+                self.fail(format!("{}: {e}", dir.join(&out.name).display()));
+            }
+        }
+        if self.json {
+            let line = json!({
+                "src": s.src.to_string(), "sport": s.sport, "dst": s.dst.to_string(), "dport": s.dport,
+                "proto": s.proto, "queue": s.queue.0, "direction": format!("{:?}", s.direction).to_lowercase(),
+                "first_ns": s.first_ns, "last_ns": s.last_ns, "packets": s.packets, "bytes": s.bytes,
+                "delivered": s.delivered, "gap": s.gap, "duplicate": s.duplicate, "discarded": s.discarded,
+                "dropped": s.dropped, "refused": s.refused, "cutoff": s.cutoff,
+                "close": s.closed.map(|c| c.name()),
+            });
+            println!("{line}");
+        }
+    }
+}
+
+pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.config()?;
+    cfg.check().map_err(|e| setting_error(&e))?;
+    if let Some(dir) = &args.output {
+        std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
+    }
+    let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
+    let dir = args.output.clone().map(Arc::new);
+    let running = engine
+        .start_streams(&cfg, |_| Writer { dir: dir.clone(), json: args.json, sum: 0, files: 0, write_errors: 0, first_error: None })
+        .map_err(|e| match e {
+            RunError::Setting(s) => setting_error(&s),
+            other => anyhow::Error::new(other),
+        })?;
+    let report = run_started(running, "streams", &args.src.live, args.quiet || args.json)?;
+    let mut total = StreamStats::default();
+    let (mut sum, mut files, mut write_errors, mut first_error) = (0u64, 0u64, 0u64, None);
+    for (_, layer) in &report.handlers {
+        total.add(&layer.stats());
+        let w = layer.handler();
+        sum = sum.wrapping_add(w.sum);
+        files += w.files;
+        write_errors += w.write_errors;
+        if first_error.is_none() {
+            first_error.clone_from(&w.first_error);
+        }
+    }
+    let delivered = report.stats.total().delivered;
+    if report.handlers.len() == report.stats.queues.len() && (total.packets != delivered || !total.packets_add_up()) {
+        anyhow::bail!("internal accounting error: the engine delivered {delivered} packets, the stream layer counted {total:?}");
+    }
+    let elapsed = report.elapsed;
+    if let Some(path) = &args.stats {
+        let f = &total.fragment;
+        let j = json!({
+            "packets": total.packets, "stream_packets": total.to_stream + total.discarded_packets + total.dropped_packets,
+            "not_stream": total.not_ip + total.malformed, "not_ip": total.not_ip, "malformed": total.malformed,
+            "fragments": total.fragments, "untracked": total.untracked, "to_stream": total.to_stream,
+            "discarded_packets": total.discarded_packets, "dropped_packets": total.dropped_packets,
+            "streams": total.streams, "connections": total.connections, "evicted": total.evicted,
+            "closed": {"fin": total.closed_fin, "rst": total.closed_rst, "idle": total.closed_idle, "evicted": total.evicted,
+                       "end_of_input": total.closed_end, "reused": total.closed_reused},
+            "bytes": total.bytes, "delivered_bytes": total.delivered, "gap_bytes": total.gap, "duplicate_bytes": total.duplicate,
+            "discarded_bytes": total.discarded, "dropped_bytes": total.dropped, "refused_bytes": total.refused,
+            "pieces": total.pieces, "memory_peak": total.memory_peak, "files": files, "write_errors": write_errors, "sum": sum,
+            "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
+                             "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
+                             "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
+            "elapsed_s": elapsed.as_secs_f64(),
+        });
+        std::fs::write(path, format!("{j}\n")).with_context(|| format!("--stats {}", path.display()))?;
+    }
+    if !args.json {
+        let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
+        eprintln!(
+            "weir streams: {} packets ({}) in {:.2} s: {} streams in {} connections; {} bytes delivered, {} gap, {} discarded past the cutoff, {} dropped for memory, {} duplicate; {} files",
+            total.packets,
+            human_rate(pps),
+            elapsed.as_secs_f64(),
+            total.streams,
+            total.connections,
+            total.delivered,
+            total.gap,
+            total.discarded,
+            total.dropped,
+            total.duplicate,
+            files
+        );
+        eprintln!(
+            "weir streams: packets: {} to streams, {} discarded, {} dropped, {} untracked, {} fragments, {} not IP, {} malformed; closed: {} fin, {} rst, {} idle, {} evicted, {} at the end, {} reused",
+            total.to_stream,
+            total.discarded_packets,
+            total.dropped_packets,
+            total.untracked,
+            total.fragments,
+            total.not_ip,
+            total.malformed,
+            total.closed_fin,
+            total.closed_rst,
+            total.closed_idle,
+            total.evicted,
+            total.closed_end,
+            total.closed_reused
+        );
+    }
+    for e in &report.errors {
+        eprintln!("weir streams: {e}");
+    }
+    if let Some(e) = first_error {
+        eprintln!("weir streams: {write_errors} write error(s), the first: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    if report.failed_on_bad_input() {
+        return Ok(ExitCode::from(crate::exit::BAD_INPUT));
+    }
+    Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,335 @@
+//! What the application sees of the stream layer: the [`StreamHandler`] it
+//! writes, the [`Stream`] record, the [`Piece`]s of data, the [`StreamCtl`]
+//! it steers a stream with from a callback, and the [`StreamStats`].
+
+use super::config::Mode;
+use super::fragment::FragCounters;
+use crate::{Packet, QueueId};
+use std::net::IpAddr;
+
+/// Which side of its connection a stream is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Sent by the side that opened the connection (the SYN's sender, or the
+    /// sender of the first packet seen).
+    Initiator,
+    /// Sent by the other side.
+    Responder,
+}
+
+/// Why a stream was closed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Its FIN was reached: every byte up to it was delivered or reported as
+    /// a gap (or it lies past the cutoff).
+    Fin,
+    /// A RST ended its connection.
+    Rst,
+    /// No packet came for the idle timeout (packet time).
+    Idle,
+    /// The table was full and it was the connection seen least recently.
+    Evicted,
+    /// The input ended (or the run was stopped) with the stream open.
+    EndOfInput,
+    /// A new SYN opened another connection on the same addresses and ports.
+    Reused,
+}
+
+impl CloseReason {
+    /// Its name in records: `fin`, `rst`, `idle`, `evicted`, `end-of-input`, `reused`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseReason::Fin => "fin",
+            CloseReason::Rst => "rst",
+            CloseReason::Idle => "idle",
+            CloseReason::Evicted => "evicted",
+            CloseReason::EndOfInput => "end-of-input",
+            CloseReason::Reused => "reused",
+        }
+    }
+}
+
+/// The record of one stream (one direction of a connection), as Scap's
+/// `stream_t`. Byte counts are TCP or datagram payload bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// Sender's address.
+    pub src: IpAddr,
+    /// Receiver's address.
+    pub dst: IpAddr,
+    /// Sender's port (0 for protocols without ports).
+    pub sport: u16,
+    /// Receiver's port.
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// Which side sent it.
+    pub direction: Direction,
+    /// The queue whose worker runs it.
+    pub queue: QueueId,
+    /// Packet time of its first packet (ns since the epoch).
+    pub first_ns: u64,
+    /// Packet time of its latest packet.
+    pub last_ns: u64,
+    /// Packets seen.
+    pub packets: u64,
+    /// Payload bytes captured.
+    pub bytes: u64,
+    /// Bytes handed to the application as data.
+    pub delivered: u64,
+    /// Offsets never seen, reported as gaps.
+    pub gap: u64,
+    /// Bytes seen again (retransmitted or overlapping; first copy wins).
+    pub duplicate: u64,
+    /// Bytes past the cutoff: counted, never copied.
+    pub discarded: u64,
+    /// Bytes dropped because the arena was short of memory.
+    pub dropped: u64,
+    /// Bytes that were not stream data (before the handshake in strict mode,
+    /// past the FIN, with or after a RST).
+    pub refused: u64,
+    /// Its cutoff now (`None`: the whole stream).
+    pub cutoff: Option<u64>,
+    /// Its priority under memory pressure (0 lowest).
+    pub priority: u8,
+    /// Its reassembly mode.
+    pub mode: Mode,
+    /// Why it was closed, once it is.
+    pub closed: Option<CloseReason>,
+}
+
+/// A run of a stream's data handed to the application.
+#[derive(Copy, Clone, Debug)]
+pub struct Piece<'a> {
+    /// Stream offset of `data[0]` (0 is the first byte after the SYN).
+    pub offset: u64,
+    /// The bytes; the first `overlap` repeat the end of the previous piece.
+    pub data: &'a [u8],
+    /// Bytes at the start carried over from the previous piece.
+    pub overlap: usize,
+}
+
+/// Changes an application asks for from a callback, applied when it returns.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Requests {
+    pub(crate) cutoff: Option<Option<u64>>,
+    pub(crate) priority: Option<u8>,
+    pub(crate) packets: Option<bool>,
+}
+
+impl Requests {
+    /// Adds later requests: each one asked for again replaces the earlier.
+    pub(crate) fn merge(&mut self, later: Requests) {
+        self.cutoff = later.cutoff.or(self.cutoff);
+        self.priority = later.priority.or(self.priority);
+        self.packets = later.packets.or(self.packets);
+    }
+}
+
+/// A stream as a callback sees it, with what the callback may change.
+pub struct StreamCtl<'a> {
+    stream: &'a Stream,
+    opposite: Option<&'a Stream>,
+    req: Requests,
+}
+
+impl<'a> StreamCtl<'a> {
+    pub(crate) fn new(stream: &'a Stream, opposite: Option<&'a Stream>) -> StreamCtl<'a> {
+        StreamCtl { stream, opposite, req: Requests::default() }
+    }
+
+    pub(crate) fn requests(&self) -> Requests {
+        self.req
+    }
+
+    /// The stream's record.
+    pub fn stream(&self) -> &Stream {
+        self.stream
+    }
+
+    /// The other direction of its connection, once a packet of it was seen.
+    pub fn opposite(&self) -> Option<&Stream> {
+        self.opposite
+    }
+
+    /// Sets the stream's cutoff (`None`: no cutoff). Offsets already
+    /// delivered stay delivered; a lower cutoff takes effect from the next
+    /// packet. A TCP stream whose cutoff was 0 when it was created keeps
+    /// no reassembly state (statistics only), so raising it changes nothing.
+    pub fn set_cutoff(&mut self, cutoff: Option<u64>) {
+        self.req.cutoff = Some(cutoff);
+    }
+
+    /// Discards the rest of the stream: counted, no more data.
+    pub fn discard(&mut self) {
+        self.req.cutoff = Some(Some(0));
+    }
+
+    /// Sets its priority under memory pressure (0 to [`PRIORITIES`](super::PRIORITIES) − 1; higher values are taken as the highest).
+    pub fn set_priority(&mut self, priority: u8) {
+        self.req.priority = Some(priority.min(super::PRIORITIES - 1));
+    }
+
+    /// Asks for (or stops) the stream's packets, through [`StreamHandler::packet`].
+    pub fn want_packets(&mut self, yes: bool) {
+        self.req.packets = Some(yes);
+    }
+}
+
+/// The application of the stream layer, one per queue, called on that
+/// queue's worker. `State` is the application's own per-stream state: made
+/// at `created`, handed back at `closed`.
+pub trait StreamHandler: Send + 'static {
+    /// What the application keeps per stream.
+    type State: Send + 'static;
+
+    /// A new stream: its first packet arrived.
+    fn created(&mut self, stream: &mut StreamCtl<'_>) -> Self::State;
+
+    /// A piece of the stream's data, in stream order.
+    fn data(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, piece: &Piece<'_>);
+
+    /// Offsets `offset..offset + len` were never seen and will not be: the
+    /// next piece starts after them.
+    fn gap(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, offset: u64, len: u64) {
+        let _ = (stream, state, offset, len);
+    }
+
+    /// One of the stream's packets, for a stream that asked for them
+    /// ([`StreamCtl::want_packets`]), while it is within its cutoff; the
+    /// pool's cell, not a copy.
+    fn packet(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, packet: &Packet<'_>) {
+        let _ = (stream, state, packet);
+    }
+
+    /// The stream is closed ([`Stream::closed`] says why); its state is
+    /// handed back. Nothing follows.
+    fn closed(&mut self, stream: &Stream, state: Self::State);
+}
+
+/// What one queue's stream layer counted. Every packet that reached it is
+/// in exactly one of `not_ip`, `malformed`, `fragments`, `untracked`,
+/// `to_stream`, `discarded_packets` and `dropped_packets`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Packets that reached the layer.
+    pub packets: u64,
+    /// Not IPv4 or IPv6.
+    pub not_ip: u64,
+    /// IP with bad or cut headers.
+    pub malformed: u64,
+    /// IP fragments that did not themselves complete a datagram (held,
+    /// merged into one, or failed: see `fragment`).
+    pub fragments: u64,
+    /// TCP packets without SYN or payload for no open stream (the tail of a
+    /// closed connection).
+    pub untracked: u64,
+    /// Packets taken by their stream (delivered, held, duplicates, no payload).
+    pub to_stream: u64,
+    /// Packets whose every payload byte was past the cutoff.
+    pub discarded_packets: u64,
+    /// Packets with bytes dropped for memory.
+    pub dropped_packets: u64,
+    /// Streams created (each direction counts).
+    pub streams: u64,
+    /// Connections created.
+    pub connections: u64,
+    /// Streams closed, by reason.
+    pub closed_fin: u64,
+    /// Closed by a RST.
+    pub closed_rst: u64,
+    /// Closed idle.
+    pub closed_idle: u64,
+    /// Closed to make room in the table.
+    pub evicted: u64,
+    /// Closed at the end of input.
+    pub closed_end: u64,
+    /// Closed because a new connection reused the ports.
+    pub closed_reused: u64,
+    /// Payload bytes captured.
+    pub bytes: u64,
+    /// Bytes delivered as data.
+    pub delivered: u64,
+    /// Offsets reported as gaps.
+    pub gap: u64,
+    /// Duplicate bytes.
+    pub duplicate: u64,
+    /// Bytes past the cutoff.
+    pub discarded: u64,
+    /// Bytes dropped for memory.
+    pub dropped: u64,
+    /// Bytes that were not stream data.
+    pub refused: u64,
+    /// Pieces delivered.
+    pub pieces: u64,
+    /// Most arena bytes in use at once.
+    pub memory_peak: u64,
+    /// IP fragment reassembly.
+    pub fragment: FragCounters,
+}
+
+impl StreamStats {
+    /// Adds another queue's counts (peaks add, as the arenas are separate).
+    pub fn add(&mut self, o: &StreamStats) {
+        macro_rules! sum { ($($f:ident),*) => { $(self.$f += o.$f;)* } }
+        sum!(
+            packets,
+            not_ip,
+            malformed,
+            fragments,
+            untracked,
+            to_stream,
+            discarded_packets,
+            dropped_packets,
+            streams,
+            connections,
+            closed_fin,
+            closed_rst,
+            closed_idle,
+            evicted,
+            closed_end,
+            closed_reused,
+            bytes,
+            delivered,
+            gap,
+            duplicate,
+            discarded,
+            dropped,
+            refused,
+            pieces,
+            memory_peak
+        );
+        self.fragment.add(&o.fragment);
+    }
+
+    /// Counts a stream that left the table: its bytes and why it closed.
+    pub(crate) fn record_closed(&mut self, s: &Stream) {
+        self.bytes += s.bytes;
+        self.delivered += s.delivered;
+        self.gap += s.gap;
+        self.duplicate += s.duplicate;
+        self.discarded += s.discarded;
+        self.dropped += s.dropped;
+        self.refused += s.refused;
+        match s.closed {
+            Some(CloseReason::Fin) => self.closed_fin += 1,
+            Some(CloseReason::Rst) => self.closed_rst += 1,
+            Some(CloseReason::Idle) => self.closed_idle += 1,
+            Some(CloseReason::Evicted) => self.evicted += 1,
+            Some(CloseReason::EndOfInput) | None => self.closed_end += 1,
+            Some(CloseReason::Reused) => self.closed_reused += 1,
+        }
+    }
+
+    /// Whether every packet is in exactly one category.
+    pub fn packets_add_up(&self) -> bool {
+        self.packets
+            == self.not_ip
+                + self.malformed
+                + self.fragments
+                + self.untracked
+                + self.to_stream
+                + self.discarded_packets
+                + self.dropped_packets
+    }
+}

@@ -1,0 +1,205 @@
+//! How the stream layer is set up: the mode, cutoffs and classes, pieces,
+//! timeouts, the table and the memory arena, checked against each other
+//! before a run ([`StreamConfig::check`]).
+
+use super::fragment::FragLimits;
+use super::reassembly::{HoldLimit, OverlapPolicy};
+use crate::filter::Filter;
+use crate::memory::Plan;
+use crate::{LinkType, Setting, SettingError};
+
+/// How much of a stream's payload the layer rebuilds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Streams are tracked (records, events, cutoff, packets on request) but
+    /// no payload is reassembled or buffered: no data events.
+    Packets,
+    /// TCP bytes in order as they come; out-of-order bytes held up to the hold
+    /// limit, then the hole becomes a gap. Streams are picked up midstream.
+    #[default]
+    TcpFast,
+    /// TCP bytes as the receiving TCP accepts them: nothing before the
+    /// handshake unless midstream pickup is allowed.
+    TcpStrict,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "packets" => Ok(Mode::Packets),
+            "tcp-fast" => Ok(Mode::TcpFast),
+            "tcp-strict" => Ok(Mode::TcpStrict),
+            other => Err(format!("`{other}` is not a stream mode (packets, tcp-fast, tcp-strict)")),
+        }
+    }
+}
+
+/// Priorities a stream can have: 0 (lowest, the default) to `PRIORITIES - 1`.
+pub const PRIORITIES: u8 = 4;
+
+/// A class of traffic, selected by a libpcap filter expression run on a
+/// stream's first packet, with settings that override the engine's for the
+/// streams it selects. The first class (in the order added) that matches wins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Class {
+    /// The filter expression (libpcap syntax).
+    pub expression: String,
+    /// The class's cutoff; `None` keeps the engine's.
+    pub cutoff: Option<Option<u64>>,
+    /// The class's mode; `None` keeps the engine's.
+    pub mode: Option<Mode>,
+    /// The class's priority; `None` keeps 0.
+    pub priority: Option<u8>,
+}
+
+impl Class {
+    /// A class of the streams `expression` matches, with no override yet.
+    pub fn new(expression: impl Into<String>) -> Class {
+        Class { expression: expression.into(), cutoff: None, mode: None, priority: None }
+    }
+
+    /// Parses the command line's `EXPR=BYTES` (a cutoff class): the last `=`
+    /// splits, so the expression may hold one.
+    pub fn parse_cutoff(text: &str) -> Result<Class, String> {
+        let (expr, bytes) = text.rsplit_once('=').ok_or_else(|| format!("`{text}` is not EXPR=BYTES"))?;
+        let bytes: u64 = bytes.trim().parse().map_err(|_| format!("`{bytes}` in `{text}` is not a number of bytes"))?;
+        if expr.trim().is_empty() {
+            return Err(format!("`{text}` has no filter expression before the `=`"));
+        }
+        Ok(Class { cutoff: Some(Some(bytes)), ..Class::new(expr.trim()) })
+    }
+}
+
+/// The stream layer's settings. Build with the `with_`/`set` methods, then
+/// [`check`](Self::check) them (the engine does before it runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// Reassembly mode, for streams no class overrides.
+    pub mode: Mode,
+    /// Which copy of an overlapped byte wins (first copy).
+    pub overlap: OverlapPolicy,
+    /// In [`Mode::TcpStrict`], pick up streams whose SYN was not seen.
+    pub midstream: bool,
+    /// Bytes of one stream held out of order before its first hole becomes a
+    /// gap.
+    pub hold_limit: HoldLimit,
+    /// The cutoff of every stream no class overrides: bytes delivered before
+    /// the rest is discarded. `Some(0)`: statistics only.
+    pub cutoff: Option<u64>,
+    /// Classes, first match wins.
+    pub classes: Vec<Class>,
+    /// Bytes per data piece handed to the application.
+    pub piece: usize,
+    /// Bytes of the previous piece repeated at the start of the next (for
+    /// matching across the boundary); less than `piece`.
+    pub piece_overlap: usize,
+    /// A partial piece waiting longer than this (packet time) is delivered
+    /// at the stream's next packet; `None`: only when full or at the end.
+    pub flush_timeout_ns: Option<u64>,
+    /// A stream with no packet for this long (packet time) is closed.
+    pub idle_timeout_ns: u64,
+    /// Most connections (stream pairs) tracked at once, for the whole engine;
+    /// each queue's table gets its share.
+    pub max_connections: usize,
+    /// Bytes of reassembly memory (held out-of-order bytes and partial
+    /// pieces) for the whole engine; each queue's arena gets its share.
+    pub memory: u64,
+    /// Above this share of the arena (percent), streams are admitted new
+    /// held bytes by priority.
+    pub base_percent: u8,
+    /// Above this share of the arena (percent), every stream keeps only its
+    /// first `overload_keep` bytes.
+    pub overload_percent: u8,
+    /// Bytes of each stream still taken above the overload threshold.
+    pub overload_keep: u64,
+    /// Limits of IP fragment reassembly, per queue.
+    pub fragments: FragLimits,
+}
+
+impl Default for StreamConfig {
+    fn default() -> StreamConfig {
+        StreamConfig {
+            mode: Mode::TcpFast,
+            overlap: OverlapPolicy::FirstCopyWins,
+            midstream: false,
+            hold_limit: HoldLimit::default(),
+            cutoff: None,
+            classes: Vec::new(),
+            piece: 16 * 1024,
+            piece_overlap: 0,
+            flush_timeout_ns: None,
+            // Zeek's TCP inactivity timeout; UDP shares it.
+            idle_timeout_ns: 300 * 1_000_000_000,
+            max_connections: 1_000_000,
+            memory: 1 << 30,
+            base_percent: 50,
+            overload_percent: 90,
+            overload_keep: 4096,
+            fragments: FragLimits::default(),
+        }
+    }
+}
+
+/// Largest piece: 16 MiB.
+pub const MAX_PIECE: usize = 16 << 20;
+
+impl StreamConfig {
+    /// Checks the settings against each other.
+    pub fn check(&self) -> Result<(), SettingError> {
+        let bad = |problem: String| Err(SettingError::new(Setting::Streams, problem));
+        if self.piece == 0 || self.piece > MAX_PIECE {
+            return bad(format!("the piece size must be from 1 to {MAX_PIECE} bytes, not {}", self.piece));
+        }
+        if self.piece_overlap >= self.piece {
+            return bad(format!("the piece overlap ({}) must be less than the piece size ({})", self.piece_overlap, self.piece));
+        }
+        if self.max_connections == 0 || self.max_connections >= u32::MAX as usize {
+            return bad(format!("the stream table holds 1 to {} connections, not {}", u32::MAX - 1, self.max_connections));
+        }
+        if self.idle_timeout_ns == 0 {
+            return bad("the idle timeout must be more than 0".into());
+        }
+        if !(self.base_percent < self.overload_percent && self.overload_percent <= 100) {
+            return bad(format!(
+                "the memory thresholds must be base < overload <= 100 percent, not {} and {}",
+                self.base_percent, self.overload_percent
+            ));
+        }
+        for c in &self.classes {
+            if c.priority.is_some_and(|p| p >= PRIORITIES) {
+                return bad(format!("class `{}`: priorities are 0 to {}", c.expression, PRIORITIES - 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The share of the table and arena of one queue among `queues`.
+    pub(crate) fn per_queue(&self, queues: usize) -> (usize, u64) {
+        let q = queues.max(1);
+        (self.max_connections.div_ceil(q).max(1), self.memory / q as u64)
+    }
+
+    /// What the stream layer may use, for the engine's memory check: the
+    /// tables (allocated at the start) and the arenas (a bound, not
+    /// allocated up front).
+    pub fn memory_plan(&self, queues: usize) -> Plan {
+        let (conns, arena) = self.per_queue(queues);
+        let mut plan = Plan::new();
+        plan.add(format!("stream tables ({} connections)", conns * queues.max(1)), super::layer::table_bytes(conns) * queues.max(1) as u64);
+        plan.add("stream reassembly arenas", arena * queues.max(1) as u64);
+        plan
+    }
+
+    /// Compiles the classes' expressions for `link`.
+    pub(crate) fn compile_classes(&self, link: LinkType) -> Result<Vec<(Filter, Class)>, SettingError> {
+        self.classes
+            .iter()
+            .map(|c| {
+                Filter::compile(&c.expression, link, 262_144)
+                    .map(|f| (f, c.clone()))
+                    .map_err(|e| SettingError::new(Setting::Streams, format!("class `{}`: {e}", c.expression)))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,646 @@
+//! The stream layer of one worker: its table, arena and fragment reassembly,
+//! turning the packets of its queue into stream events for the application's
+//! [`StreamHandler`].
+//!
+//! [`Streams`] is a [`Handler`]: the engine runs it on the worker of its
+//! queue like any packet handler (after locality and the filter), so it needs
+//! no lock, and calls [`Handler::finish`] at the end of input to close what
+//! is still open.
+
+use super::api::Requests;
+use super::arena::Arena;
+use super::config::{Class, Mode, StreamConfig};
+use super::decode::{self, Frame, Transport};
+use super::fragment::{Defrag, Outcome};
+use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Sink};
+use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
+use crate::filter::Filter;
+use crate::flowtable::{End, Flow, FlowTable, TableLimits};
+use crate::wire::{field, FlowTuple};
+use crate::{Handler, LinkType, Packet, QueueId, SettingError};
+use std::net::IpAddr;
+
+/// Memory the table of `connections` takes with both streams of each,
+/// without the application's state.
+pub(crate) fn table_bytes(connections: usize) -> u64 {
+    let streams = (connections as u64).saturating_mul(2 * std::mem::size_of::<Dir<()>>() as u64);
+    FlowTable::<FlowTuple, Conn<()>>::memory_for(connections).saturating_add(streams)
+}
+
+/// Both directions of a connection, keyed by its canonical tuple: `dirs[0]`
+/// is the direction whose packets carry the canonical tuple as sent.
+pub(crate) struct Conn<S> {
+    /// Boxed, so the table's slots stay small (the recency list and the
+    /// moves of a slot that leaves touch little memory) and a direction
+    /// is never moved once made.
+    dirs: [Option<Box<Dir<S>>>; 2],
+}
+
+/// One direction: its record, reassembly and the piece being filled.
+struct Dir<S> {
+    rec: Stream,
+    /// `None` in packets mode and for datagram streams. Boxed: the
+    /// reassembler is taken out for each segment (its sink borrows the rest
+    /// of the direction), and a pointer moves where its 150 bytes would.
+    reasm: Option<Box<Reassembler>>,
+    /// The piece being filled, from stream offset `piece_at`; its first
+    /// `carried` bytes repeat the end of the previous piece.
+    piece: Vec<u8>,
+    piece_at: u64,
+    carried: usize,
+    /// Packet time of the oldest byte waiting in `piece` past the carried ones.
+    piece_since_ns: u64,
+    /// Held bytes last counted into the arena.
+    held: u64,
+    /// What callbacks asked for while the reassembler was busy.
+    pending: Requests,
+    /// The application's state; `None` once the direction is closed.
+    state: Option<S>,
+    packets: bool,
+    /// The SYN's sequence number, when one was seen.
+    isn: Option<u32>,
+}
+
+/// The stream layer of one queue, running the application's `H`.
+pub struct Streams<H: StreamHandler> {
+    handler: H,
+    link: LinkType,
+    queue: QueueId,
+    cfg: StreamConfig,
+    classes: Vec<(Filter, Class)>,
+    table: FlowTable<FlowTuple, Conn<H::State>>,
+    defrag: Defrag,
+    arena: Arena,
+    stats: StreamStats,
+    /// A datagram rebuilt from fragments, copied out of the fragment
+    /// reassembler so both can be borrowed while it is handled.
+    whole: Vec<u8>,
+    /// Connections the table let go of while a packet was handled, closed
+    /// once it was; kept to reuse its allocation.
+    closing: Vec<(Conn<H::State>, CloseReason)>,
+}
+
+/// What the per-direction work needs besides the direction itself.
+struct Env<'a, H> {
+    handler: &'a mut H,
+    arena: &'a mut Arena,
+    stats: &'a mut StreamStats,
+    piece: usize,
+    overlap: usize,
+    now: u64,
+}
+
+impl<H: StreamHandler> Streams<H> {
+    /// The stream layer of `queue` among `queues`, for packets of link type
+    /// `link`, handing events to `handler`. The table and arena are this
+    /// queue's share of the configuration's.
+    pub fn new(cfg: &StreamConfig, link: LinkType, queue: QueueId, queues: usize, handler: H) -> Result<Streams<H>, SettingError> {
+        cfg.check()?;
+        let classes = cfg.compile_classes(link)?;
+        let (conns, arena) = cfg.per_queue(queues);
+        let limits = TableLimits::new(conns, cfg.idle_timeout_ns)?;
+        Ok(Streams {
+            handler,
+            link,
+            queue,
+            cfg: cfg.clone(),
+            classes,
+            table: FlowTable::new(limits),
+            defrag: Defrag::new(cfg.fragments),
+            arena: Arena::new(arena, cfg),
+            stats: StreamStats::default(),
+            whole: Vec::new(),
+            closing: Vec::new(),
+        })
+    }
+
+    /// What the layer counted so far. Byte counts are added as streams
+    /// close; after the run, every stream is closed.
+    pub fn stats(&self) -> StreamStats {
+        let mut s = self.stats;
+        s.memory_peak = self.arena.peak();
+        s.fragment = self.defrag.counters();
+        s
+    }
+
+    /// The application's handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The application's handler, taken back.
+    pub fn into_handler(self) -> H {
+        self.handler
+    }
+
+    fn take_packet(&mut self, p: &Packet<'_>) {
+        self.stats.packets += 1;
+        match decode::frame(self.link, p.data()) {
+            Frame::NotIp => self.stats.not_ip += 1,
+            Frame::Malformed => self.stats.malformed += 1,
+            Frame::Datagram(d) => self.datagram(&d, p),
+            Frame::Fragment(ip) => match self.defrag.push(p.ts_ns(), ip) {
+                Outcome::Complete(whole) => {
+                    let mut buf = std::mem::take(&mut self.whole);
+                    buf.clear();
+                    buf.extend_from_slice(whole);
+                    match decode::ip(&buf) {
+                        Frame::Datagram(d) => self.datagram(&d, p),
+                        _ => self.stats.malformed += 1,
+                    }
+                    self.whole = buf;
+                }
+                // The decoder saw a fragment where the reassembler sees none:
+                // a header too damaged for either to read.
+                Outcome::NotFragment => self.stats.malformed += 1,
+                Outcome::Held | Outcome::Failed(_) => self.stats.fragments += 1,
+            },
+        }
+    }
+
+    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>) {
+        let ts = p.ts_ns();
+        let key = d.tuple.canonical();
+        let side = usize::from(key != d.tuple);
+        let (tcp, payload, missing) = match &d.transport {
+            Transport::Tcp(s) => (Some((s.seq, s.flags)), s.payload, s.missing),
+            Transport::Datagram { payload, missing } => (None, *payload, *missing),
+        };
+        let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
+        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, .. } = self;
+        let mut env = Env { handler, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
+        let mut closing = std::mem::take(closing_buf);
+        let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
+            closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
+        };
+        // A TCP packet that neither opens a connection nor carries data (an
+        // ACK, FIN or RST after the end) starts nothing: it is counted apart.
+        let opens = tcp.is_none_or(|(_, f)| f & field::tcp::SYN != 0 || !payload.is_empty());
+        // A SYN (without ACK) on a direction that already had another SYN, or
+        // was closed, starts a new connection on the same ports.
+        if let Some((seq, _)) = tcp.filter(|&(_, f)| syn_only(f)) {
+            let reused = table
+                .get(&key)
+                .and_then(|c| c.dirs[side].as_ref())
+                .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none());
+            if reused {
+                if let Some(flow) = table.remove(&key) {
+                    close_conn(flow.value, CloseReason::Reused, &mut env);
+                }
+            }
+        }
+        let conn = if opens {
+            table.entry(key, ts, || Conn { dirs: [None, None] }, &mut gone)
+        } else {
+            match table.touch(&key, ts, &mut gone) {
+                Some(conn) => conn,
+                None => {
+                    env.stats.untracked += 1;
+                    for (conn, reason) in closing.drain(..) {
+                        close_conn(conn, reason, &mut env);
+                    }
+                    *closing_buf = closing;
+                    return;
+                }
+            }
+        };
+        let fresh = conn.dirs.iter().all(Option::is_none);
+        if conn.dirs[side].is_none() {
+            let initiator = if fresh {
+                // The first packet's sender opened it, unless that is a SYN-ACK.
+                tcp.is_none_or(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) != field::tcp::SYN | field::tcp::ACK)
+            } else {
+                conn.dirs[1 - side].as_ref().is_some_and(|o| o.rec.direction == Direction::Responder)
+            };
+            let direction = if initiator { Direction::Initiator } else { Direction::Responder };
+            let (mode, cutoff, priority) = classify(cfg, classes, p);
+            let rec = Stream { cutoff, priority, mode, ..new_record(&d.tuple, *queue, ts, direction) };
+            // A stream whose cutoff is 0 from the start (flow statistics)
+            // keeps no reassembly state at all: its bytes are counted as
+            // discarded and its FIN or RST closes it, as in packets mode.
+            let reasm = (mode != Mode::Packets && tcp.is_some() && cutoff != Some(0)).then(|| {
+                Box::new(Reassembler::new(reassembly::Config {
+                    mode: if mode == Mode::TcpStrict { reassembly::Mode::TcpStrict } else { reassembly::Mode::TcpFast },
+                    overlap: cfg.overlap,
+                    hold_limit: cfg.hold_limit,
+                    cutoff: cutoff.map_or(Cutoff::NONE, Cutoff::after),
+                    midstream: cfg.midstream,
+                }))
+            });
+            let mut dir = Dir {
+                rec,
+                reasm,
+                piece: Vec::new(),
+                piece_at: 0,
+                carried: 0,
+                piece_since_ns: ts,
+                held: 0,
+                pending: Requests::default(),
+                state: None,
+                packets: false,
+                isn: None,
+            };
+            env.stats.streams += 1;
+            env.stats.connections += u64::from(fresh);
+            let opposite = conn.dirs[1 - side].as_ref().map(|o| &o.rec);
+            let mut ctl = StreamCtl::new(&dir.rec, opposite);
+            dir.state = Some(env.handler.created(&mut ctl));
+            let req = ctl.requests();
+            apply(&mut dir, opposite, req, &mut env);
+            conn.dirs[side] = Some(Box::new(dir));
+        }
+        let [d0, d1] = &mut conn.dirs;
+        let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
+        let this = this.as_mut().expect("made above");
+        let opposite = other.as_ref().map(|o| &o.rec);
+        this.rec.packets += 1;
+        this.rec.last_ns = this.rec.last_ns.max(ts);
+        this.rec.bytes += payload.len() as u64;
+        let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
+        if this.state.is_none() {
+            // Closed: a late copy, or data after a RST, is not stream data.
+            this.rec.refused += payload.len() as u64;
+        } else {
+            if this.packets && this.rec.cutoff.is_none_or(|c| offered(this) < c) {
+                let mut ctl = StreamCtl::new(&this.rec, opposite);
+                env.handler.packet(&mut ctl, this.state.as_mut().expect("open"), p);
+                let req = ctl.requests();
+                apply(this, opposite, req, &mut env);
+            }
+            match tcp {
+                Some((seq, flags)) if this.reasm.is_some() => {
+                    // A FIN in a segment cut by the snapshot length would end
+                    // the stream before the bytes not captured: left out.
+                    let f = Flags {
+                        syn: flags & field::tcp::SYN != 0,
+                        fin: flags & field::tcp::FIN != 0 && missing == 0,
+                        rst: flags & field::tcp::RST != 0,
+                    };
+                    if f.syn && this.isn.is_none() {
+                        this.isn = Some(seq);
+                    }
+                    tcp_segment(this, opposite, seq, f, payload, &mut env);
+                }
+                Some((seq, flags)) => {
+                    if flags & field::tcp::SYN != 0 && this.isn.is_none() {
+                        this.isn = Some(seq);
+                    }
+                    count_unbuffered(this, payload.len() as u64);
+                    if flags & field::tcp::FIN != 0 && this.rec.closed.is_none() {
+                        this.rec.closed = Some(CloseReason::Fin);
+                    }
+                }
+                None if this.rec.mode == Mode::Packets => count_unbuffered(this, payload.len() as u64),
+                None => datagram_payload(this, opposite, payload, &mut env),
+            }
+            if let Some(flush) = cfg.flush_timeout_ns {
+                if this.piece.len() > this.carried && ts.saturating_sub(this.piece_since_ns) >= flush {
+                    emit(this, opposite, &mut env);
+                }
+            }
+            apply_pending(this, opposite, &mut env);
+        }
+        let dropped = this.rec.dropped - dropped_before;
+        let discarded = this.rec.discarded - discarded_before;
+        if dropped > 0 {
+            env.stats.dropped_packets += 1;
+        } else if !payload.is_empty() && discarded == payload.len() as u64 {
+            env.stats.discarded_packets += 1;
+        } else {
+            env.stats.to_stream += 1;
+        }
+        if let Some(reason) = this.rec.closed {
+            end_dir(this, opposite, reason, &mut env);
+        }
+        if tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0) {
+            // A RST ends both directions.
+            end_dir(this, opposite, CloseReason::Rst, &mut env);
+            if let Some(o) = other.as_mut() {
+                end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+            }
+        }
+        // A connection whose streams all closed stays in the table (as TCP's
+        // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
+        // with data, or data after a RST, is then counted in its records
+        // instead of starting a connection of its own. A new SYN starts one.
+        for (conn, reason) in closing.drain(..) {
+            close_conn(conn, reason, &mut env);
+        }
+        *closing_buf = closing;
+    }
+
+    /// Closes every stream still open, for `reason`.
+    fn close_all(&mut self, reason: CloseReason) {
+        let mut conns = Vec::new();
+        self.table.drain(|flow| conns.push(flow.value));
+        let mut env = Env {
+            handler: &mut self.handler,
+            arena: &mut self.arena,
+            stats: &mut self.stats,
+            piece: self.cfg.piece,
+            overlap: self.cfg.piece_overlap,
+            now: 0,
+        };
+        for conn in conns {
+            close_conn(conn, reason, &mut env);
+        }
+    }
+}
+
+impl<H: StreamHandler> Handler for Streams<H> {
+    fn packet(&mut self, packet: &Packet<'_>) {
+        self.take_packet(packet);
+    }
+
+    fn finish(&mut self) {
+        self.close_all(CloseReason::EndOfInput);
+        self.defrag.expire(u64::MAX);
+        debug_assert!(self.stats.packets_add_up(), "a packet in no category: {:?}", self.stats);
+        debug_assert_eq!(self.arena.used(), 0, "arena bytes left after every stream closed");
+    }
+}
+
+/// Closes whatever is open of a connection that leaves the table, and counts
+/// its streams.
+fn close_conn<H: StreamHandler>(conn: Conn<H::State>, reason: CloseReason, env: &mut Env<'_, H>) {
+    let [mut a, mut b] = conn.dirs;
+    if let Some(d) = a.as_mut() {
+        end_dir(d, b.as_ref().map(|o| &o.rec), reason, env);
+    }
+    if let Some(d) = b.as_mut() {
+        end_dir(d, a.as_ref().map(|o| &o.rec), reason, env);
+    }
+    for d in [a, b].into_iter().flatten() {
+        env.stats.record_closed(&d.rec);
+    }
+}
+
+/// Ends one direction for `reason` (unless it ended already): what is held
+/// or waiting in the piece is delivered, holes become gaps, and the
+/// application gets its state back with `closed`.
+fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, reason: CloseReason, env: &mut Env<'_, H>) {
+    if d.state.is_none() {
+        return;
+    }
+    if d.rec.closed.is_none() {
+        d.rec.closed = Some(reason);
+    }
+    if let Some(mut r) = d.reasm.take() {
+        let why = match reason {
+            CloseReason::Rst => EndReason::Rst,
+            CloseReason::Idle => EndReason::Timeout,
+            CloseReason::Evicted | CloseReason::Reused => EndReason::Evicted,
+            CloseReason::Fin | CloseReason::EndOfInput => EndReason::EndOfInput,
+        };
+        r.close(why, &mut PieceSink { d, opposite, env });
+        sync(d, &r, env.arena);
+        d.reasm = Some(r);
+    }
+    if d.piece.len() > d.carried {
+        emit(d, opposite, env);
+    }
+    env.arena.release(d.piece.capacity() as u64);
+    d.piece = Vec::new();
+    d.carried = 0;
+    let state = d.state.take().expect("open");
+    env.handler.closed(&d.rec, state);
+}
+
+/// One TCP segment of a direction that is reassembled.
+fn tcp_segment<H: StreamHandler>(
+    d: &mut Dir<H::State>,
+    opposite: Option<&Stream>,
+    seq: u32,
+    f: Flags,
+    payload: &[u8],
+    env: &mut Env<'_, H>,
+) {
+    let mut r = d.reasm.take().expect("reassembled");
+    let len = payload.len() as u64;
+    let admitted = len == 0 || !r.would_hold(seq, f.syn) || env.arena.admit(d.rec.priority, r.next_offset(), len);
+    if admitted {
+        r.segment(Segment { seq, payload, flags: f }, &mut PieceSink { d, opposite, env });
+    } else {
+        // No memory to hold it: its bytes are dropped (counted), its flags
+        // still count, and the holes before it are given up so the stream
+        // goes on instead of waiting for bytes it could not keep anyway.
+        d.rec.dropped += len;
+        let seq = if f.syn { seq } else { seq.wrapping_add(len as u32) };
+        let mut sink = PieceSink { d, opposite, env };
+        r.segment(Segment { seq, payload: &[], flags: f }, &mut sink);
+        r.flush_gap(&mut sink);
+    }
+    sync(d, &r, env.arena);
+    d.reasm = Some(r);
+    if env.arena.pressed() && d.piece.len() > d.carried {
+        emit(d, opposite, env);
+    }
+}
+
+/// Copies the reassembler's counts into the record and its held bytes into
+/// the arena.
+fn sync<S>(d: &mut Dir<S>, r: &Reassembler, arena: &mut Arena) {
+    let c = r.counters();
+    if c.held > d.held {
+        arena.take(c.held - d.held);
+    } else {
+        arena.release(d.held - c.held);
+    }
+    d.held = c.held;
+    d.rec.delivered = c.delivered;
+    d.rec.gap = c.gap;
+    d.rec.duplicate = c.duplicate;
+    d.rec.discarded = c.discarded_cutoff;
+    d.rec.refused = c.refused;
+}
+
+/// A datagram's payload, appended to its stream up to the cutoff.
+fn datagram_payload<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, payload: &[u8], env: &mut Env<'_, H>) {
+    let len = payload.len() as u64;
+    let at = d.rec.bytes - len;
+    let keep = d.rec.cutoff.map_or(len, |c| c.saturating_sub(at).min(len));
+    d.rec.discarded += len - keep;
+    if keep > 0 {
+        d.rec.delivered += keep;
+        PieceSink { d, opposite, env }.data(at, &payload[..keep as usize]);
+    }
+    if env.arena.pressed() && d.piece.len() > d.carried {
+        emit(d, opposite, env);
+    }
+}
+
+/// Bytes of a stream whose payload is not rebuilt: counted, past the cutoff
+/// as discarded.
+fn count_unbuffered<S>(d: &mut Dir<S>, len: u64) {
+    let at = d.rec.bytes - len;
+    let keep = d.rec.cutoff.map_or(len, |c| c.saturating_sub(at).min(len));
+    d.rec.discarded += len - keep;
+}
+
+/// The offset the stream's next byte would have: what its cutoff counts.
+fn offered<S>(d: &Dir<S>) -> u64 {
+    d.reasm.as_ref().map_or(d.rec.bytes, |r| r.next_offset())
+}
+
+/// Delivers the bytes waiting in the piece (a full piece, or a partial one
+/// flushed early), keeping the overlap for the next.
+fn emit<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, env: &mut Env<'_, H>) {
+    let Some(state) = d.state.as_mut() else { return };
+    let mut ctl = StreamCtl::new(&d.rec, opposite);
+    env.handler.data(&mut ctl, state, &Piece { offset: d.piece_at, data: &d.piece, overlap: d.carried });
+    env.stats.pieces += 1;
+    let req = ctl.requests();
+    let cap = d.piece.capacity();
+    let keep = env.overlap.min(d.piece.len());
+    let cut = d.piece.len() - keep;
+    d.piece.drain(..cut);
+    d.piece_at += cut as u64;
+    d.carried = keep;
+    if env.arena.pressed() {
+        d.piece.shrink_to_fit();
+    }
+    env.arena.release((cap - d.piece.capacity()) as u64);
+    d.pending.merge(req);
+}
+
+/// Applies what callbacks asked for while the direction was being worked on.
+fn apply_pending<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, env: &mut Env<'_, H>) {
+    let req = std::mem::take(&mut d.pending);
+    if req != Requests::default() {
+        apply(d, opposite, req, env);
+    }
+}
+
+/// Applies what a callback asked for.
+fn apply<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, req: Requests, env: &mut Env<'_, H>) {
+    if let Some(p) = req.priority {
+        d.rec.priority = p;
+    }
+    if let Some(p) = req.packets {
+        d.packets = p;
+    }
+    // A TCP stream made with cutoff 0 has no reassembler to deliver with
+    // (see where streams are made): its cutoff stays 0.
+    let stateless = d.reasm.is_none() && d.rec.proto == 6 && d.rec.mode != Mode::Packets;
+    if let Some(cutoff) = req.cutoff.filter(|_| !stateless) {
+        let cutoff = cutoff.map(|c| c.max(offered(d)));
+        d.rec.cutoff = cutoff;
+        if let Some(mut r) = d.reasm.take() {
+            r.set_cutoff(cutoff.map_or(Cutoff::NONE, Cutoff::after), &mut PieceSink { d, opposite, env });
+            sync(d, &r, env.arena);
+            d.reasm = Some(r);
+        }
+    }
+}
+
+/// Where a reassembler's output goes: into the direction's piece, and from
+/// there to the application.
+struct PieceSink<'d, 'e, 'h, H: StreamHandler> {
+    d: &'d mut Dir<H::State>,
+    opposite: Option<&'d Stream>,
+    env: &'e mut Env<'h, H>,
+}
+
+impl<H: StreamHandler> Sink for PieceSink<'_, '_, '_, H> {
+    fn data(&mut self, offset: u64, mut bytes: &[u8]) {
+        let d = &mut *self.d;
+        let size = self.env.piece;
+        if d.piece.len() == d.carried {
+            d.piece_at = offset - d.carried as u64;
+            d.piece_since_ns = self.env.now;
+        }
+        // Whole pieces straight from the packet when nothing waits: no copy.
+        if d.piece.is_empty() {
+            while bytes.len() >= size && self.env.overlap == 0 {
+                if let Some(state) = d.state.as_mut() {
+                    let mut ctl = StreamCtl::new(&d.rec, self.opposite);
+                    self.env.handler.data(&mut ctl, state, &Piece { offset: d.piece_at, data: &bytes[..size], overlap: 0 });
+                    self.env.stats.pieces += 1;
+                    let req = ctl.requests();
+                    d.piece_at += size as u64;
+                    bytes = &bytes[size..];
+                    d.pending.merge(req);
+                }
+            }
+        }
+        while !bytes.is_empty() {
+            let room = size - d.piece.len();
+            let n = room.min(bytes.len());
+            let cap = d.piece.capacity();
+            d.piece.extend_from_slice(&bytes[..n]);
+            self.env.arena.take((d.piece.capacity() - cap) as u64);
+            bytes = &bytes[n..];
+            if d.piece.len() == size {
+                emit(d, self.opposite, self.env);
+            }
+        }
+    }
+
+    fn gap(&mut self, offset: u64, len: u64) {
+        let d = &mut *self.d;
+        if d.piece.len() > d.carried {
+            emit(d, self.opposite, self.env);
+        }
+        // The overlap is not carried across a gap: the bytes are not adjacent.
+        d.piece.clear();
+        d.carried = 0;
+        if let Some(state) = d.state.as_mut() {
+            let mut ctl = StreamCtl::new(&d.rec, self.opposite);
+            self.env.handler.gap(&mut ctl, state, offset, len);
+            d.pending.merge(ctl.requests());
+        }
+    }
+
+    fn end(&mut self, reason: EndReason) {
+        if self.d.rec.closed.is_none() {
+            self.d.rec.closed = Some(match reason {
+                EndReason::Fin => CloseReason::Fin,
+                EndReason::Rst => CloseReason::Rst,
+                EndReason::Timeout => CloseReason::Idle,
+                EndReason::Evicted => CloseReason::Evicted,
+                EndReason::EndOfInput => CloseReason::EndOfInput,
+            });
+        }
+    }
+}
+
+fn new_record(t: &FlowTuple, queue: QueueId, ts: u64, direction: Direction) -> Stream {
+    let (src, dst, proto) = match *t {
+        FlowTuple::V4 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
+        FlowTuple::V6 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
+    };
+    let (sport, dport) = t.ports().map_or((0, 0), |p| (p.src, p.dst));
+    Stream {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+        direction,
+        queue,
+        first_ns: ts,
+        last_ns: ts,
+        packets: 0,
+        bytes: 0,
+        delivered: 0,
+        gap: 0,
+        duplicate: 0,
+        discarded: 0,
+        dropped: 0,
+        refused: 0,
+        cutoff: None,
+        priority: 0,
+        mode: Mode::TcpFast,
+        closed: None,
+    }
+}
+
+/// The mode, cutoff and priority of a stream whose first packet is `p`: the
+/// first class that matches, else the engine's.
+fn classify(cfg: &StreamConfig, classes: &[(Filter, Class)], p: &Packet<'_>) -> (Mode, Option<u64>, u8) {
+    let class = classes.iter().find(|(f, _)| f.matches(p.data(), p.wire_len())).map(|(_, c)| c);
+    let mode = class.and_then(|c| c.mode).unwrap_or(cfg.mode);
+    let cutoff = class.and_then(|c| c.cutoff).unwrap_or(cfg.cutoff);
+    let priority = class.and_then(|c| c.priority).unwrap_or(0);
+    (mode, cutoff, priority)
+}

@@ -1,0 +1,481 @@
+//! The stream layer driven with real frames: events, cutoffs, classes,
+//! eviction, memory pressure and the accounting identities, each against
+//! what the frames sent.
+
+use super::*;
+use crate::{Handler, LinkType, Packet, QueueId};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+type Key = (IpAddr, u16, IpAddr, u16);
+
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+const FIN: u8 = 0x01;
+const RST: u8 = 0x04;
+const PSH: u8 = 0x08;
+
+/// An Ethernet/IPv4 frame from 198.18.0.`c`:`cport` to 198.19.0.1:80 (or
+/// back, with `back`), carrying TCP or UDP.
+fn frame(c: u8, cport: u16, back: bool, tcp: Option<(u32, u8)>, payload: &[u8]) -> Vec<u8> {
+    let (mut src, mut dst) = ([198, 18, 0, c], [198, 19, 0, 1]);
+    let (mut sp, mut dp) = (cport, 80u16);
+    if back {
+        std::mem::swap(&mut src, &mut dst);
+        std::mem::swap(&mut sp, &mut dp);
+    }
+    let l4 = if tcp.is_some() { 20 } else { 8 };
+    let total = 20 + l4 + payload.len();
+    let mut f = vec![0u8; 12];
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, if tcp.is_some() { 6 } else { 17 }, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&sp.to_be_bytes());
+    f.extend_from_slice(&dp.to_be_bytes());
+    match tcp {
+        Some((seq, flags)) => {
+            f.extend_from_slice(&seq.to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        }
+        None => f.extend_from_slice(&[((8 + payload.len()) >> 8) as u8, (8 + payload.len()) as u8, 0, 0]),
+    }
+    f.extend_from_slice(payload);
+    // Link padding up to Ethernet's minimum: never payload.
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+/// What a test handler saw of one stream.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    bytes: Vec<u8>,
+    gaps: Vec<(u64, u64)>,
+    pieces: usize,
+    closed: Option<Stream>,
+}
+
+/// Rebuilds each stream from its pieces and gaps, checking that they come
+/// in order; optionally steers streams from callbacks.
+#[derive(Default)]
+struct Collect {
+    streams: BTreeMap<Key, Seen>,
+    order: Vec<Key>,
+    /// Streams whose key a later connection took.
+    earlier: Vec<Seen>,
+    /// Discard the rest of a stream after this many delivered bytes.
+    discard_after: Option<u64>,
+    /// Priority for streams whose client port is odd.
+    odd_priority: Option<u8>,
+}
+
+impl StreamHandler for Collect {
+    type State = Key;
+
+    fn created(&mut self, ctl: &mut StreamCtl<'_>) -> Key {
+        let s = ctl.stream();
+        let key = (s.src, s.sport, s.dst, s.dport);
+        if let Some(p) = self.odd_priority {
+            if (s.sport.min(s.dport)) % 2 == 1 {
+                ctl.set_priority(p);
+            }
+        }
+        // A key comes back only as a new connection, after the old one closed.
+        if let Some(old) = self.streams.insert(key, Seen::default()) {
+            assert!(old.closed.is_some(), "created twice while open: {key:?}");
+            self.earlier.push(old);
+        }
+        self.order.push(key);
+        key
+    }
+
+    fn data(&mut self, ctl: &mut StreamCtl<'_>, key: &mut Key, piece: &Piece<'_>) {
+        let seen = self.streams.get_mut(key).expect("created");
+        let fresh = &piece.data[piece.overlap..];
+        let at = piece.offset as usize + piece.overlap;
+        assert_eq!(at, seen.bytes.len(), "pieces out of order");
+        assert!(
+            piece.overlap == 0 || seen.bytes[at - piece.overlap..] == piece.data[..piece.overlap],
+            "the overlap is not the end of the previous piece"
+        );
+        seen.bytes.extend_from_slice(fresh);
+        seen.pieces += 1;
+        if self.discard_after.is_some_and(|n| seen.bytes.len() as u64 >= n) {
+            ctl.discard();
+        }
+    }
+
+    fn gap(&mut self, _: &mut StreamCtl<'_>, key: &mut Key, offset: u64, len: u64) {
+        let seen = self.streams.get_mut(key).expect("created");
+        assert_eq!(offset, seen.bytes.len() as u64, "a gap out of order");
+        seen.gaps.push((offset, len));
+        seen.bytes.resize(seen.bytes.len() + len as usize, 0);
+    }
+
+    fn closed(&mut self, stream: &Stream, key: Key) {
+        let seen = self.streams.get_mut(&key).expect("created");
+        assert!(seen.closed.is_none(), "closed twice");
+        seen.closed = Some(*stream);
+    }
+}
+
+fn layer(cfg: &StreamConfig, h: Collect) -> Streams<Collect> {
+    Streams::new(cfg, LinkType::ETHERNET, QueueId(0), 1, h).expect("valid config")
+}
+
+fn feed(l: &mut Streams<Collect>, frames: &[(u64, Vec<u8>)]) {
+    for (ts, f) in frames {
+        l.packet(&Packet::new(f, f.len() as u32, *ts, QueueId(0)));
+    }
+    l.finish();
+}
+
+fn client(c: u8, port: u16) -> Key {
+    (IpAddr::from([198, 18, 0, c]), port, IpAddr::from([198, 19, 0, 1]), 80)
+}
+
+fn server(c: u8, port: u16) -> Key {
+    (IpAddr::from([198, 19, 0, 1]), 80, IpAddr::from([198, 18, 0, c]), port)
+}
+
+/// A whole connection: handshake, `up` from the client in segments of
+/// `mss`, `down` back, FINs; ts from `t0`, 1 µs apart.
+fn connection(c: u8, port: u16, up: &[u8], down: &[u8], mss: usize, t0: u64) -> Vec<(u64, Vec<u8>)> {
+    let (ci, si) = (1000u32, 5000u32);
+    let mut v = vec![
+        frame(c, port, false, Some((ci, SYN)), b""),
+        frame(c, port, true, Some((si, SYN | ACK)), b""),
+        frame(c, port, false, Some((ci + 1, ACK)), b""),
+    ];
+    for (i, seg) in up.chunks(mss).enumerate() {
+        v.push(frame(c, port, false, Some((ci + 1 + (i * mss) as u32, ACK | PSH)), seg));
+    }
+    for (i, seg) in down.chunks(mss).enumerate() {
+        v.push(frame(c, port, true, Some((si + 1 + (i * mss) as u32, ACK | PSH)), seg));
+    }
+    v.push(frame(c, port, false, Some((ci + 1 + up.len() as u32, FIN | ACK)), b""));
+    v.push(frame(c, port, true, Some((si + 1 + down.len() as u32, FIN | ACK)), b""));
+    v.push(frame(c, port, false, Some((ci + 2 + up.len() as u32, ACK)), b""));
+    v.into_iter().enumerate().map(|(i, f)| (t0 + i as u64 * 1000, f)).collect()
+}
+
+fn text(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn a_connection_is_two_streams_delivered_in_pieces_and_closed_by_fin() {
+    // (A retransmitted FIN with data after the close is refused, not a new
+    // connection: see `a_late_fin_with_data_is_not_a_new_connection`.)
+    let (up, down) = (text(5000, 1), text(40_000, 2));
+    let cfg = StreamConfig { piece: 4096, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &connection(1, 40000, &up, &down, 1460, 0));
+    let h = l.handler();
+    assert_eq!(h.streams[&client(1, 40000)].bytes, up);
+    assert_eq!(h.streams[&server(1, 40000)].bytes, down);
+    assert_eq!(h.streams[&server(1, 40000)].pieces, 40_000usize.div_ceil(4096));
+    assert_eq!(h.order, vec![client(1, 40000), server(1, 40000)], "the SYN's sender first");
+    for s in h.streams.values() {
+        let rec = s.closed.expect("closed");
+        assert_eq!(rec.closed, Some(CloseReason::Fin));
+        assert_eq!(rec.delivered, rec.bytes);
+    }
+    assert_eq!(h.streams[&client(1, 40000)].closed.unwrap().direction, Direction::Initiator);
+    let st = l.stats();
+    assert!(st.packets_add_up(), "{st:?}");
+    assert_eq!((st.streams, st.connections, st.closed_fin, st.bytes, st.delivered), (2, 1, 2, 45_000, 45_000));
+    // The last ACK after both FINs still finds the closed connection.
+    assert_eq!(st.untracked, 0);
+}
+
+#[test]
+fn the_cutoff_discards_exactly_the_bytes_past_it_and_counts_them() {
+    let up = text(10_000, 3);
+    for cutoff in [0u64, 1, 1459, 1460, 4000, 9999, 10_000, 20_000] {
+        let cfg = StreamConfig { cutoff: Some(cutoff), piece: 1000, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        feed(&mut l, &connection(1, 40000, &up, b"", 1460, 0));
+        let kept = cutoff.min(10_000) as usize;
+        let seen = &l.handler().streams[&client(1, 40000)];
+        assert_eq!(seen.bytes, up[..kept], "cutoff {cutoff}");
+        let rec = seen.closed.unwrap();
+        assert_eq!((rec.delivered, rec.discarded), (kept as u64, 10_000 - kept as u64), "cutoff {cutoff}");
+        let st = l.stats();
+        assert_eq!(st.discarded, 10_000 - kept as u64);
+        assert!(st.packets_add_up());
+        // Segments wholly past the cutoff are discarded packets.
+        let whole_past = (0..10_000usize.div_ceil(1460)).filter(|i| (i * 1460) as u64 >= cutoff).count() as u64;
+        assert_eq!(st.discarded_packets, whole_past, "cutoff {cutoff}");
+    }
+}
+
+#[test]
+fn a_class_cutoff_applies_to_its_streams_only() {
+    let up = text(3000, 4);
+    let mut frames = connection(1, 40001, &up, b"", 1000, 0);
+    frames.extend(connection(2, 40002, &up, b"", 1000, 1_000_000));
+    let cfg = StreamConfig {
+        classes: vec![Class::parse_cutoff("src host 198.18.0.2 or dst host 198.18.0.2=100").unwrap()],
+        ..StreamConfig::default()
+    };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    assert_eq!(h.streams[&client(1, 40001)].bytes, up);
+    assert_eq!(h.streams[&client(2, 40002)].bytes, up[..100]);
+    assert_eq!(h.streams[&client(2, 40002)].closed.unwrap().cutoff, Some(100));
+    assert!(Streams::new(
+        &StreamConfig { classes: vec![Class::new("not a filter (")], ..StreamConfig::default() },
+        LinkType::ETHERNET,
+        QueueId(0),
+        1,
+        Collect::default()
+    )
+    .is_err());
+}
+
+#[test]
+fn a_callback_discards_the_rest_of_its_stream() {
+    let up = text(20_000, 5);
+    let cfg = StreamConfig { piece: 1000, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect { discard_after: Some(3000), ..Collect::default() });
+    feed(&mut l, &connection(1, 40000, &up, b"", 1460, 0));
+    let seen = &l.handler().streams[&client(1, 40000)];
+    // The discard takes effect after the packet whose piece asked for it.
+    let rec = seen.closed.unwrap();
+    assert_eq!(seen.bytes, up[..rec.delivered as usize]);
+    assert!(rec.delivered >= 3000 && rec.delivered < 3000 + 1460 + 1000, "{rec:?}");
+    assert_eq!(rec.delivered + rec.discarded, 20_000);
+}
+
+#[test]
+fn out_of_order_segments_are_reordered_and_a_lost_one_is_a_gap() {
+    let up = text(6000, 6);
+    let mut frames = connection(1, 40000, &up, b"", 1000, 0);
+    // Segments are frames 3..9: send 5 before 4, lose 7.
+    frames.swap(4, 5);
+    frames.remove(7);
+    let mut l = layer(&StreamConfig::default(), Collect::default());
+    feed(&mut l, &frames);
+    let seen = &l.handler().streams[&client(1, 40000)];
+    assert_eq!(seen.gaps, vec![(4000, 1000)]);
+    let mut want = up.clone();
+    want[4000..5000].fill(0);
+    assert_eq!(seen.bytes, want);
+    let rec = seen.closed.unwrap();
+    // The FIN cannot be reached across the hole: the stream ends with the input.
+    assert_eq!((rec.delivered, rec.gap, rec.closed), (5000, 1000, Some(CloseReason::EndOfInput)));
+}
+
+#[test]
+fn a_rst_closes_both_directions_and_later_data_is_not_taken() {
+    let mut frames = connection(1, 40000, b"hello", b"world", 1000, 0);
+    frames.truncate(5);
+    frames.push((9000, frame(1, 40000, true, Some((5006, RST | ACK)), b"")));
+    frames.push((9001, frame(1, 40000, false, Some((1006, ACK)), b"late")));
+    let mut l = layer(&StreamConfig::default(), Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    assert_eq!(h.streams[&server(1, 40000)].closed.unwrap().closed, Some(CloseReason::Rst));
+    let c = &h.streams[&client(1, 40000)];
+    assert_eq!(c.closed.unwrap().closed, Some(CloseReason::Rst));
+    assert_eq!(c.bytes, b"hello");
+    // "late" came after the RST: refused, counted, no new connection.
+    assert_eq!(l.stats().refused, 4);
+    assert!(h.earlier.is_empty());
+    assert_eq!(l.stats().connections, 1);
+}
+
+#[test]
+fn a_late_fin_with_data_is_not_a_new_connection_but_a_new_syn_is() {
+    let mut frames = connection(1, 40000, b"hello", b"", 1000, 0);
+    // The client's FIN again, with its last bytes, after the close.
+    frames.push((50_000, frame(1, 40000, false, Some((1003, FIN | ACK | PSH)), b"llo")));
+    frames.extend(connection(1, 40000, b"again", b"", 1000, 100_000));
+    let mut l = layer(&StreamConfig::default(), Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    let st = l.stats();
+    // Both streams of the first connection made way for the second's.
+    assert_eq!(h.earlier.len(), 2, "{st:?}");
+    assert!(h.earlier.iter().any(|s| s.bytes == b"hello"));
+    assert_eq!(st.refused, 3);
+    assert_eq!(h.streams[&client(1, 40000)].bytes, b"again");
+    assert_eq!((st.connections, st.closed_reused), (2, 0));
+    assert!(st.packets_add_up());
+}
+
+#[test]
+fn a_full_table_evicts_the_least_recently_seen_and_counts_it() {
+    let mut frames = Vec::new();
+    for c in 0..10u8 {
+        frames.push((u64::from(c), frame(c, 40000, false, Some((1, ACK)), b"data")));
+    }
+    let cfg = StreamConfig { max_connections: 4, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let st = l.stats();
+    assert_eq!((st.connections, st.evicted, st.closed_end), (10, 6, 4));
+    let h = l.handler();
+    for c in 0..6u8 {
+        assert_eq!(h.streams[&client(c, 40000)].closed.unwrap().closed, Some(CloseReason::Evicted));
+    }
+    assert_eq!(h.streams[&client(9, 40000)].closed.unwrap().closed, Some(CloseReason::EndOfInput));
+}
+
+#[test]
+fn an_idle_stream_is_closed_in_packet_time() {
+    let frames = vec![(0, frame(1, 40000, false, Some((1, ACK)), b"a")), (10_000_000_000, frame(2, 40000, false, Some((1, ACK)), b"b"))];
+    let cfg = StreamConfig { idle_timeout_ns: 5_000_000_000, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    assert_eq!(l.handler().streams[&client(1, 40000)].closed.unwrap().closed, Some(CloseReason::Idle));
+    assert_eq!(l.stats().closed_idle, 1);
+}
+
+#[test]
+fn memory_pressure_drops_low_priority_streams_first() {
+    // Twenty streams each hold 2000 bytes out of order (their first segment
+    // is lost until the end); the arena takes 40,000 bytes, base 50%.
+    let mut frames = Vec::new();
+    let mut t = 0;
+    for c in 1..=20u8 {
+        for i in 1..3u32 {
+            t += 1;
+            frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1 + 1000 * i, ACK)), &text(1000, c))));
+        }
+    }
+    for c in 1..=20u8 {
+        t += 1;
+        frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1, ACK)), &text(1000, c))));
+    }
+    // The streams open midstream at their first segment seen (offset 0 is
+    // sequence 1001), so seed each with a byte at 1 first.
+    let mut seeded = Vec::new();
+    for c in 1..=20u8 {
+        seeded.push((0, frame(c, 40000 + u16::from(c), false, Some((0, ACK)), b"s")));
+    }
+    seeded.extend(frames);
+    let cfg = StreamConfig { memory: 40_000, base_percent: 50, overload_percent: 90, overload_keep: 0, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect { odd_priority: Some(3), ..Collect::default() });
+    feed(&mut l, &seeded);
+    let h = l.handler();
+    let dropped = |odd: bool| -> u64 {
+        h.streams.values().filter_map(|s| s.closed).filter(|r| (r.sport.min(r.dport) % 2 == 1) == odd).map(|r| r.dropped).sum()
+    };
+    let st = l.stats();
+    assert!(st.dropped > 0, "no pressure: {st:?}");
+    assert!(dropped(false) > dropped(true), "low priority lost {} bytes, high {}", dropped(false), dropped(true));
+    assert_eq!(dropped(false) + dropped(true), st.dropped);
+    assert!(st.memory_peak <= 40_000);
+    assert!(st.packets_add_up());
+    assert_eq!(st.bytes, st.delivered + st.duplicate + st.discarded + st.dropped + st.refused);
+}
+
+#[test]
+fn udp_is_a_datagram_stream_with_the_same_events() {
+    let mut frames = Vec::new();
+    for i in 0..5u64 {
+        frames.push((i, frame(1, 5353, i % 2 == 1, None, &text(300, i as u8))));
+    }
+    let cfg = StreamConfig { cutoff: Some(500), ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    let up: Vec<u8> = [text(300, 0), text(300, 2)].concat();
+    assert_eq!(h.streams[&client(1, 5353)].bytes, up[..500]);
+    let rec = h.streams[&client(1, 5353)].closed.unwrap();
+    assert_eq!((rec.proto, rec.packets, rec.discarded, rec.closed), (17, 3, 400, Some(CloseReason::EndOfInput)));
+}
+
+#[test]
+fn pieces_carry_the_configured_overlap() {
+    let up = text(10_000, 7);
+    let cfg = StreamConfig { piece: 1000, piece_overlap: 100, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &connection(1, 40000, &up, b"", 1460, 0));
+    // Collect checks every overlap against the bytes before it.
+    assert_eq!(l.handler().streams[&client(1, 40000)].bytes, up);
+}
+
+#[test]
+fn non_ip_malformed_and_fragments_are_counted_apart() {
+    let mut bad = frame(1, 40000, false, Some((1, ACK)), b"x");
+    bad[14 + 20 + 12] = 0x10; // a 4-byte TCP header
+    let mut arp = vec![0u8; 60];
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    let mut frag = frame(1, 40000, false, Some((1, ACK)), b"12345678");
+    frag[14 + 6] = 0x20; // more fragments follow
+    let mut l = layer(&StreamConfig::default(), Collect::default());
+    feed(&mut l, &[(0, bad), (1, arp), (2, frag)]);
+    let st = l.stats();
+    assert_eq!((st.packets, st.malformed, st.not_ip, st.fragments, st.streams), (3, 1, 1, 1, 0));
+    assert!(st.packets_add_up());
+}
+
+#[test]
+fn settings_are_checked_against_each_other() {
+    for bad in [
+        StreamConfig { piece: 0, ..StreamConfig::default() },
+        StreamConfig { piece: 100, piece_overlap: 100, ..StreamConfig::default() },
+        StreamConfig { max_connections: 0, ..StreamConfig::default() },
+        StreamConfig { base_percent: 90, overload_percent: 50, ..StreamConfig::default() },
+        StreamConfig { idle_timeout_ns: 0, ..StreamConfig::default() },
+    ] {
+        let e = bad.check().unwrap_err();
+        assert_eq!(e.setting, crate::Setting::Streams);
+    }
+    assert!(StreamConfig::default().check().is_ok());
+    assert!(Class::parse_cutoff("tcp port 80=x").is_err() && Class::parse_cutoff("=5").is_err());
+    assert_eq!(Class::parse_cutoff("len >= 100=5").unwrap().expression, "len >= 100");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random connections, their segments shuffled, some duplicated: every
+    /// stream's delivered bytes are its bytes, under any piece size, and
+    /// every packet and byte is in one category.
+    #[test]
+    fn shuffled_connections_deliver_their_bytes(
+        sizes in prop::collection::vec((0usize..5000, 0usize..5000), 1..6),
+        piece in 1usize..3000,
+        mss in 100usize..1500,
+        seed in any::<u64>(),
+    ) {
+        let mut frames = Vec::new();
+        for (i, (u, d)) in sizes.iter().enumerate() {
+            let conn = connection(i as u8 + 1, 40000 + i as u16, &text(*u, i as u8), &text(*d, 100 + i as u8), mss, 0);
+            // Keep the handshake first and the FINs last; shuffle the data.
+            let n = conn.len();
+            let (head, rest) = conn.split_at(3);
+            let (data, tail) = rest.split_at(n - 6);
+            let mut data = data.to_vec();
+            let mut r = seed.wrapping_add(i as u64);
+            for k in (1..data.len()).rev() {
+                r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                data.swap(k, (r >> 33) as usize % (k + 1));
+            }
+            if let Some(first) = data.first().cloned() {
+                data.push(first);
+            }
+            frames.extend(head.iter().cloned().chain(data).chain(tail.iter().cloned()));
+        }
+        let frames: Vec<(u64, Vec<u8>)> = frames.into_iter().enumerate().map(|(t, (_, f))| (t as u64, f)).collect();
+        let cfg = StreamConfig { piece, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        feed(&mut l, &frames);
+        let h = l.handler();
+        for (i, (u, d)) in sizes.iter().enumerate() {
+            let got = |k: Key| h.streams.get(&k).map(|s| s.bytes.clone()).unwrap_or_default();
+            prop_assert_eq!(got(client(i as u8 + 1, 40000 + i as u16)), text(*u, i as u8));
+            prop_assert_eq!(got(server(i as u8 + 1, 40000 + i as u16)), text(*d, 100 + i as u8));
+        }
+        let st = l.stats();
+        prop_assert!(st.packets_add_up());
+        prop_assert_eq!(st.bytes, st.delivered + st.duplicate + st.discarded + st.dropped + st.refused);
+        prop_assert_eq!(st.gap, 0);
+    }
+}
