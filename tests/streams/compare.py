@@ -332,7 +332,8 @@ DOCUMENTED = {
         '178.200.100.200.39976-096.126.098.124.00080c2': 'eth-padding',
     },
     'zeek-traces/tcp/reassembly.pcap': {
-        '063.193.213.194.02564-128.003.097.175.00080': 'truncated',
+        # diagnose.py: 5 truncated segments, 2 overlaps with different bytes.
+        '063.193.213.194.02564-128.003.097.175.00080': [('truncated', 'nids'), ('overlap', 'tcpflow')],
     },
     'zeek-traces/tcp/retransmit-timeout.pcapng': {
         '010.000.000.001.51889-192.168.000.001.00080': 'no-handshake',
@@ -347,7 +348,8 @@ DOCUMENTED = {
         '010.099.099.045.00080-010.099.099.001.55534': 'syn-data',
     },
     'zeek-traces/tcp/timestamp.pcap': {
-        '192.168.002.020.12345-192.168.001.010.60706': 'truncated',
+        # diagnose.py: all 691 data segments cut by the snapshot length.
+        '192.168.002.020.12345-192.168.001.010.60706': [('truncated', 'nids'), ('weir-truncated-gap', 'weir')],
     },
     'zeek-traces/rdp/rdp-no-cookie-mstshash.pcap': {
         '010.128.036.245.50204-010.132.153.076.03389': 'eth-padding',
