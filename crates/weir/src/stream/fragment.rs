@@ -258,6 +258,28 @@ pub struct FragCounters {
 }
 
 impl FragCounters {
+    /// Fragments in some category: equal to `fragments` (the first identity).
+    pub fn fragments_accounted(&self) -> u64 {
+        self.fragments_reassembled
+            + self.fragments_held
+            + self.fragments_timed_out
+            + self.fragments_evicted
+            + self.fragments_over_memory
+            + self.fragments_too_big
+            + self.malformed
+            + self.inconsistent
+    }
+
+    /// Datagrams in some category: equal to `datagrams` (the second identity).
+    pub fn datagrams_accounted(&self) -> u64 {
+        self.datagrams_reassembled
+            + self.datagrams_held
+            + self.datagrams_timed_out
+            + self.datagrams_evicted
+            + self.datagrams_over_memory
+            + self.datagrams_too_big
+    }
+
     /// Adds another reassembler's counts.
     pub fn add(&mut self, o: &FragCounters) {
         self.fragments += o.fragments;
@@ -750,28 +772,8 @@ impl Defrag {
             return;
         }
         let c = &self.counters;
-        debug_assert_eq!(
-            c.fragments,
-            c.fragments_reassembled
-                + c.fragments_held
-                + c.fragments_timed_out
-                + c.fragments_evicted
-                + c.fragments_over_memory
-                + c.fragments_too_big
-                + c.malformed
-                + c.inconsistent,
-            "a fragment in no category: {c:?}"
-        );
-        debug_assert_eq!(
-            c.datagrams,
-            c.datagrams_reassembled
-                + c.datagrams_held
-                + c.datagrams_timed_out
-                + c.datagrams_evicted
-                + c.datagrams_over_memory
-                + c.datagrams_too_big,
-            "a datagram in no category: {c:?}"
-        );
+        debug_assert_eq!(c.fragments, c.fragments_accounted(), "a fragment in no category: {c:?}");
+        debug_assert_eq!(c.datagrams, c.datagrams_accounted(), "a datagram in no category: {c:?}");
         debug_assert_eq!(c.datagrams_held, self.pending.len() as u64, "the held datagrams counter is not what is held");
         debug_assert_eq!(c.fragments_held, self.pending.values().map(|p| p.fragments).sum::<u64>(), "the held fragments counter");
         debug_assert_eq!(c.bytes_held, self.pending.values().map(Pending::bytes).sum::<u64>(), "the held bytes counter");
