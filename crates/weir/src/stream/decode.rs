@@ -113,34 +113,12 @@ fn ipv6(b: &[u8]) -> Frame<'_> {
     let sent = if stated == 0 { b.len() } else { field::ipv6::HEADER_LEN + stated };
     let b = &b[..sent.min(b.len())];
     let Ok(ip) = Ipv6Packet::new_checked(b) else { return Frame::Malformed };
-    if has_fragment_header(b) {
+    if ip.is_fragment() {
         return Frame::Fragment(b);
     }
     let Some((proto, payload)) = ip.upper_layer() else { return Frame::Malformed };
     let missing = sent.saturating_sub(b.len());
     transport(proto, payload, missing, |ports| FlowTuple::V6 { src: ip.src(), dst: ip.dst(), proto, ports })
-}
-
-/// Whether the extension chain of an IPv6 packet holds a fragment header
-/// (walked as [`Ipv6Packet`] walks it).
-fn has_fragment_header(b: &[u8]) -> bool {
-    let mut next = b[field::ipv6::NEXT_HEADER];
-    let mut at = field::ipv6::HEADER_LEN;
-    for _ in 0..8 {
-        match next {
-            ip_proto::FRAGMENT => return true,
-            ip_proto::HOPOPT | ip_proto::ROUTING | ip_proto::DSTOPTS | ip_proto::AH => {
-                let (Some(&n), Some(&len)) = (b.get(at + field::ipv6::EXT_NEXT), b.get(at + field::ipv6::EXT_LEN)) else {
-                    return false;
-                };
-                let len = usize::from(len);
-                at += if next == ip_proto::AH { (len + 2) * 4 } else { (len + 1) * 8 };
-                next = n;
-            }
-            _ => return false,
-        }
-    }
-    false
 }
 
 fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Option<L4Ports>) -> FlowTuple) -> Frame<'a> {

@@ -290,7 +290,9 @@ impl<H: StreamHandler> Streams<H> {
                         this.rec.closed = Some(CloseReason::Fin);
                     }
                 }
-                None if this.rec.mode == Mode::Packets => count_unbuffered(this, payload.len() as u64),
+                None if this.rec.mode == Mode::Packets => {
+                    count_unbuffered(this, payload.len() as u64);
+                }
                 None => datagram_payload(this, opposite, payload, &mut env),
             }
             if let Some(flush) = cfg.flush_timeout_ns {
@@ -456,10 +458,8 @@ fn sync<S>(d: &mut Dir<S>, r: &Reassembler, arena: &mut Arena) {
 
 /// A datagram's payload, appended to its stream up to the cutoff.
 fn datagram_payload<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, payload: &[u8], env: &mut Env<'_, H>) {
-    let len = payload.len() as u64;
-    let at = d.rec.bytes - len;
-    let keep = d.rec.cutoff.map_or(len, |c| c.saturating_sub(at).min(len));
-    d.rec.discarded += len - keep;
+    let at = d.rec.bytes - payload.len() as u64;
+    let keep = count_unbuffered(d, payload.len() as u64);
     if keep > 0 {
         d.rec.delivered += keep;
         PieceSink { d, opposite, env }.data(at, &payload[..keep as usize]);
@@ -469,12 +469,13 @@ fn datagram_payload<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&S
     }
 }
 
-/// Bytes of a stream whose payload is not rebuilt: counted, past the cutoff
-/// as discarded.
-fn count_unbuffered<S>(d: &mut Dir<S>, len: u64) {
+/// The last `len` bytes the record counted, without reassembly: those past
+/// the cutoff are counted as discarded; returns how many are within it.
+fn count_unbuffered<S>(d: &mut Dir<S>, len: u64) -> u64 {
     let at = d.rec.bytes - len;
     let keep = d.rec.cutoff.map_or(len, |c| c.saturating_sub(at).min(len));
     d.rec.discarded += len - keep;
+    keep
 }
 
 /// The offset the stream's next byte would have: what its cutoff counts.

@@ -67,8 +67,19 @@ impl<'a> Ipv4Packet<'a> {
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Ipv6Packet<'a> {
     buf: &'a [u8],
-    /// The upper-layer protocol after the extension headers, and where it starts.
-    upper: Option<(u8, usize)>,
+    /// Where the extension headers lead.
+    chain: Chain,
+}
+
+/// The end of an IPv6 extension chain.
+#[derive(Copy, Clone, Debug)]
+enum Chain {
+    /// The upper-layer protocol and where it starts.
+    Upper(u8, usize),
+    /// A fragment header (captured whole).
+    Fragment,
+    /// Cut by the snaplen, or longer than weir walks.
+    Opaque,
 }
 
 /// Most extension headers weir walks before treating the packet as opaque.
@@ -80,8 +91,7 @@ impl<'a> Ipv6Packet<'a> {
         if buf.len() < field::ipv6::HEADER_LEN || buf[0] >> 4 != 6 {
             return Err(Truncated);
         }
-        let upper = walk_extensions(buf);
-        Ok(Ipv6Packet { buf, upper })
+        Ok(Ipv6Packet { buf, chain: walk_extensions(buf) })
     }
 
     pub(crate) fn src(&self) -> [u8; 16] {
@@ -101,36 +111,39 @@ impl<'a> Ipv6Packet<'a> {
     /// The upper-layer protocol and its bytes, or `None` for a non-first fragment or an
     /// extension chain that was cut off by the snaplen.
     pub(crate) fn upper_layer(&self) -> Option<(u8, &'a [u8])> {
-        self.upper.map(|(p, at)| (p, &self.buf[at..]))
+        match self.chain {
+            Chain::Upper(p, at) => Some((p, &self.buf[at..])),
+            Chain::Fragment | Chain::Opaque => None,
+        }
+    }
+
+    /// True when the extension chain holds a fragment header: a fragment,
+    /// first or not (or an atomic one), for fragment reassembly to take.
+    pub(crate) fn is_fragment(&self) -> bool {
+        matches!(self.chain, Chain::Fragment)
     }
 }
 
-fn walk_extensions(buf: &[u8]) -> Option<(u8, usize)> {
+fn walk_extensions(buf: &[u8]) -> Chain {
     let mut next = buf[field::ipv6::NEXT_HEADER];
     let mut at = field::ipv6::HEADER_LEN;
     for _ in 0..MAX_EXTENSION_HEADERS {
-        match next {
-            ip_proto::HOPOPT | ip_proto::ROUTING | ip_proto::DSTOPTS => {
-                let len = (usize::from(*buf.get(at + field::ipv6::EXT_LEN)?) + 1) * 8;
-                next = buf[at + field::ipv6::EXT_NEXT];
-                at = at.checked_add(len)?;
-            }
-            ip_proto::AH => {
-                let len = (usize::from(*buf.get(at + field::ipv6::EXT_LEN)?) + 2) * 4;
-                next = buf[at + field::ipv6::EXT_NEXT];
-                at = at.checked_add(len)?;
-            }
+        let unit_len = match next {
+            ip_proto::HOPOPT | ip_proto::ROUTING | ip_proto::DSTOPTS => |len: usize| (len + 1) * 8,
+            ip_proto::AH => |len: usize| (len + 2) * 4,
             ip_proto::FRAGMENT => {
-                let h = buf.get(at..at + field::ipv6::FRAG_HEADER_LEN)?;
                 // Only the first fragment carries the upper-layer header; and we treat
                 // every fragment alike (as NICs do) so all pieces of a datagram hash alike.
-                let _ = be16(h, field::ipv6::FRAG_OFFSET);
-                return None;
+                let whole = buf.get(at..at + field::ipv6::FRAG_HEADER_LEN).is_some();
+                return if whole { Chain::Fragment } else { Chain::Opaque };
             }
-            _ => return (at <= buf.len()).then_some((next, at)),
-        }
+            _ => return if at <= buf.len() { Chain::Upper(next, at) } else { Chain::Opaque },
+        };
+        let Some(&len) = buf.get(at + field::ipv6::EXT_LEN) else { return Chain::Opaque };
+        next = buf[at + field::ipv6::EXT_NEXT];
+        at += unit_len(usize::from(len));
     }
-    None
+    Chain::Opaque
 }
 
 #[cfg(test)]

@@ -84,8 +84,6 @@ pub(crate) mod field {
         pub(crate) const EXT_NEXT: usize = 0;
         pub(crate) const EXT_LEN: usize = 1;
         pub(crate) const FRAG_HEADER_LEN: usize = 8;
-        /// Fragment offset and M flag within the fragment header.
-        pub(crate) const FRAG_OFFSET: Range<usize> = 2..4;
     }
 
     /// The first four bytes of TCP, UDP, SCTP and DCCP are the two ports.
