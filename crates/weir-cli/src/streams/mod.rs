@@ -129,6 +129,8 @@ impl StreamsArgs {
 /// One queue's writer.
 struct Writer {
     dir: Option<Arc<PathBuf>>,
+    /// tcpflow names files after a VLAN tag only on Ethernet links.
+    ethernet: bool,
     json: bool,
     /// A running sum of every delivered byte, so the data is read.
     sum: u64,
@@ -177,13 +179,14 @@ impl StreamHandler for Writer {
     fn created(&mut self, ctl: &mut StreamCtl<'_>) -> Out {
         // tcpflow names a file after the VLAN tag of the direction's first
         // packet: ask for that packet only.
-        if self.dir.is_some() && ctl.stream().proto == 6 {
+        if self.dir.is_some() && self.ethernet && ctl.stream().proto == 6 {
             ctl.want_packets(true);
         }
         Out::default()
     }
 
     fn packet(&mut self, ctl: &mut StreamCtl<'_>, out: &mut Out, p: &Packet<'_>) {
+        // The outer EtherType only: tcpflow reads no other tag (0x88a8 gives no VLAN part).
         let d = p.data();
         if d.len() >= 16 && d[12..14] == [0x81, 0x00] {
             out.vlan = Some(u16::from_be_bytes([d[14], d[15]]));
@@ -246,8 +249,17 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     }
     let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
     let dir = args.output.clone().map(Arc::new);
+    let ethernet = engine.info().link_type == weir::LinkType::ETHERNET;
     let running = engine
-        .start_streams(&cfg, |_| Writer { dir: dir.clone(), json: args.json, sum: 0, files: 0, write_errors: 0, first_error: None })
+        .start_streams(&cfg, |_| Writer {
+            dir: dir.clone(),
+            ethernet,
+            json: args.json,
+            sum: 0,
+            files: 0,
+            write_errors: 0,
+            first_error: None,
+        })
         .map_err(|e| match e {
             RunError::Setting(s) => setting_error(&s),
             other => anyhow::Error::new(other),
