@@ -50,6 +50,9 @@ extern "C" {
  * WEIR_PRIORITIES - 1. */
 #define WEIR_PRIORITIES 4
 
+/* A class setting left as the engine's (weir_streams_add_class). */
+#define WEIR_UNSET (-2)
+
 /* Reassembly modes (weir_streams_set_mode). */
 enum weir_mode {
     /* Streams are tracked (records, cutoff) but no payload is rebuilt: no
@@ -109,7 +112,8 @@ typedef struct weir_stream_info {
     uint64_t delivered;   /* bytes handed to the application as data */
     uint64_t gap;         /* offsets never seen, reported as gaps */
     uint64_t duplicate;   /* bytes seen again (first copy wins) */
-    uint64_t discarded;   /* bytes past the cutoff: counted, never copied */
+    uint64_t discarded;   /* bytes past the cutoff, or all of a stream in packets
+                             mode: counted, never copied */
     uint64_t dropped;     /* bytes dropped for lack of memory */
     uint64_t refused;     /* bytes that were not stream data */
     int64_t cutoff;       /* its cutoff in bytes, -1: none */
@@ -140,7 +144,7 @@ typedef struct weir_stream_stats {
     uint64_t delivered;         /* bytes delivered as data */
     uint64_t gap;               /* offsets reported as gaps */
     uint64_t duplicate;         /* duplicate bytes */
-    uint64_t discarded;         /* bytes past the cutoff */
+    uint64_t discarded;         /* bytes past the cutoff or in packets mode */
     uint64_t dropped;           /* bytes dropped for memory */
     uint64_t refused;           /* bytes that were not stream data */
     uint64_t pieces;            /* data callbacks made */
@@ -190,6 +194,21 @@ int weir_streams_set_cutoff(weir_streams_t *h, long long bytes);
  * first packet, with its own cutoff (-1: none). Classes are tried in the
  * order added; the first match wins. The expression is compiled at the run. */
 int weir_streams_add_cutoff_class(weir_streams_t *h, const char *filter_expression, long long bytes);
+/* A class with any of its own cutoff, mode and priority: each argument given
+ * as WEIR_UNSET leaves that setting as for the streams of no class (the
+ * engine's cutoff and mode, priority 0). `cutoff`: bytes, -1 (none) or
+ * WEIR_UNSET; `mode`: enum weir_mode or WEIR_UNSET; `priority`: 0 ..
+ * WEIR_PRIORITIES - 1 or WEIR_UNSET. A class in WEIR_MODE_PACKETS gets no
+ * data callbacks for its streams; under memory pressure, streams of lower
+ * priority lose held bytes first. weir_streams_add_cutoff_class(h, e, n) is
+ * weir_streams_add_class(h, e, n, WEIR_UNSET, WEIR_UNSET). For example, UDP
+ * tracked only, and HTTP kept whole and last to lose data:
+ *
+ *     weir_streams_add_class(h, "udp", WEIR_UNSET, WEIR_MODE_PACKETS, WEIR_UNSET);
+ *     weir_streams_add_class(h, "tcp port 80", -1, WEIR_UNSET, WEIR_PRIORITIES - 1);
+ */
+int weir_streams_add_class(weir_streams_t *h, const char *filter_expression, long long cutoff, int mode,
+                           int priority);
 /* Bytes per data callback (1 to 16 MiB; default 16384) and bytes of the
  * previous piece repeated at the start of the next (less than `bytes`;
  * default 0). */

@@ -26,7 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
-use weir::stream::{Class, Mode, StreamConfig, StreamStats, MAX_PIECE};
+use weir::stream::{Class, Mode, StreamConfig, StreamStats, MAX_PIECE, PRIORITIES};
 use weir::Engine;
 
 /// Size of `weir_streams_create`'s error buffer (`WEIR_ERRBUF_SIZE`).
@@ -190,6 +190,18 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, String> {
     s.to_str().map_err(|_| format!("{what} is not UTF-8"))
 }
 
+fn mode(mode: c_int) -> Result<Mode, String> {
+    match mode {
+        0 => Ok(Mode::Packets),
+        1 => Ok(Mode::TcpFast),
+        2 => Ok(Mode::TcpStrict),
+        m => Err(format!("{m} is not a mode (WEIR_MODE_PACKETS, WEIR_MODE_TCP_FAST, WEIR_MODE_TCP_STRICT)")),
+    }
+}
+
+/// A class setting left as the engine's (`WEIR_UNSET`).
+pub const UNSET: c_longlong = -2;
+
 fn cutoff(bytes: c_longlong) -> Result<Option<u64>, String> {
     match bytes {
         -1 => Ok(None),
@@ -287,12 +299,7 @@ pub unsafe extern "C" fn weir_streams_error(h: *mut WeirStreams) -> *const c_cha
 #[no_mangle]
 pub unsafe extern "C" fn weir_streams_set_mode(h: *mut WeirStreams, mode: c_int) -> c_int {
     set(h, |s| {
-        s.cfg.mode = match mode {
-            0 => Mode::Packets,
-            1 => Mode::TcpFast,
-            2 => Mode::TcpStrict,
-            m => return Err(format!("{m} is not a mode (WEIR_MODE_PACKETS, WEIR_MODE_TCP_FAST, WEIR_MODE_TCP_STRICT)")),
-        };
+        s.cfg.mode = self::mode(mode)?;
         Ok(())
     })
 }
@@ -322,6 +329,45 @@ pub unsafe extern "C" fn weir_streams_add_cutoff_class(h: *mut WeirStreams, expr
             return Err("the class's filter expression is empty".into());
         }
         s.cfg.classes.push(Class { cutoff: Some(cutoff(bytes)?), ..Class::new(e) });
+        Ok(())
+    })
+}
+
+/// `weir_streams_add_class`.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `expr` is NULL or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn weir_streams_add_class(
+    h: *mut WeirStreams,
+    expr: *const c_char,
+    bytes: c_longlong,
+    mode: c_int,
+    priority: c_int,
+) -> c_int {
+    set(h, |s| {
+        // SAFETY: the caller's contract.
+        let e = unsafe { text(expr, "the class's filter expression") }?.trim();
+        if e.is_empty() {
+            return Err("the class's filter expression is empty".into());
+        }
+        let unset = |v: c_int| c_longlong::from(v) == UNSET;
+        let class = Class {
+            cutoff: match bytes {
+                UNSET => None,
+                -1 => Some(None),
+                b if b >= 0 => Some(Some(b as u64)),
+                b => return Err(format!("class `{e}`: a cutoff is a number of bytes, -1 (none) or WEIR_UNSET, not {b}")),
+            },
+            mode: (!unset(mode)).then(|| self::mode(mode)).transpose().map_err(|m| format!("class `{e}`: {m}, or WEIR_UNSET"))?,
+            priority: match priority {
+                p if unset(p) => None,
+                p if (0..c_int::from(PRIORITIES)).contains(&p) => Some(p as u8),
+                p => return Err(format!("class `{e}`: a priority is 0 to {} or WEIR_UNSET, not {p}", PRIORITIES - 1)),
+            },
+            ..Class::new(e)
+        };
+        s.cfg.classes.push(class);
         Ok(())
     })
 }

@@ -83,6 +83,25 @@ fn arguments_are_checked_and_errors_explained() {
         assert_eq!(weir_streams_add_cutoff_class(h, c" ".as_ptr(), 0), -1);
         assert_eq!(weir_streams_add_cutoff_class(h, std::ptr::null(), 0), -1);
         assert_eq!(weir_streams_add_cutoff_class(h, c"port 25".as_ptr(), 0), 0);
+        for (expr, cutoff, mode, priority, says) in [
+            (c" ".as_ptr(), UNSET, UNSET as i32, UNSET as i32, "expression is empty"),
+            (std::ptr::null(), UNSET, UNSET as i32, UNSET as i32, "NULL"),
+            (
+                c"udp".as_ptr(),
+                -3,
+                UNSET as i32,
+                UNSET as i32,
+                "class `udp`: a cutoff is a number of bytes, -1 (none) or WEIR_UNSET, not -3",
+            ),
+            (c"udp".as_ptr(), UNSET, 3, UNSET as i32, "class `udp`: 3 is not a mode"),
+            (c"udp".as_ptr(), UNSET, UNSET as i32, 4, "class `udp`: a priority is 0 to 3 or WEIR_UNSET, not 4"),
+            (c"udp".as_ptr(), UNSET, UNSET as i32, -1, "not -1"),
+        ] {
+            assert_eq!(weir_streams_add_class(h, expr, cutoff, mode, priority), -1, "{says}");
+            assert!(error(h).contains(says), "{}", error(h));
+        }
+        assert_eq!(weir_streams_add_class(h, c"port 53".as_ptr(), -1, 0, 3), 0);
+        assert_eq!(weir_streams_add_class(h, c"port 54".as_ptr(), UNSET, UNSET as i32, UNSET as i32), 0);
         assert_eq!(weir_streams_set_filter(h, c"udp".as_ptr()), 0);
         assert_eq!(weir_streams_set_filter(h, std::ptr::null()), 0);
         assert_eq!(weir_streams_stats(h, std::ptr::null_mut()), -1);
@@ -196,4 +215,42 @@ fn callbacks_see_the_record_and_the_user_slot_and_stop_ends_a_run() {
         assert_eq!(stats.packets, 1000);
         weir_streams_destroy(h);
     }
+}
+
+/// Per client port 1000..1010: the mode and priority its stream closed with.
+static CLASSED: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+
+unsafe extern "C" fn note_class(s: *mut CStream, _user: *mut c_void) {
+    let mut info = StreamInfo::default();
+    // SAFETY: `s` is the callback's stream.
+    assert_eq!(unsafe { weir_stream_info(s, &mut info) }, 0);
+    CLASSED[usize::from(info.sport - 1000)].store(((info.mode as u64) << 8) | info.priority as u64, Ordering::Relaxed);
+}
+
+#[test]
+fn a_class_gives_its_streams_a_mode_a_cutoff_and_a_priority() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("udp.pcap");
+    // Ten flows of 100 datagrams of 100 bytes, on two queues.
+    udp_trace(&trace, 1000, 10);
+    let h = create(&format!("{}@0-1", trace.display()));
+    let mut stats = CStats::default();
+    // SAFETY: `h` is live until destroyed; the callback only uses atomics.
+    unsafe {
+        assert_eq!(weir_streams_add_class(h, c"udp src port 1000".as_ptr(), UNSET, 0, UNSET as i32), 0, "{}", error(h));
+        assert_eq!(weir_streams_add_class(h, c"udp src port 1001".as_ptr(), 50, UNSET as i32, 2), 0, "{}", error(h));
+        // Never reached: the first match wins.
+        assert_eq!(weir_streams_add_class(h, c"udp".as_ptr(), 0, UNSET as i32, 1), 0, "{}", error(h));
+        assert_eq!(weir_streams_on_closed(h, Some(note_class), std::ptr::null_mut()), 0);
+        assert_eq!(weir_streams_run(h), 0, "{}", error(h));
+        assert_eq!(weir_streams_stats(h, &mut stats), 0);
+        weir_streams_destroy(h);
+    }
+    // Port 1000: tracked, nothing delivered; 1001: 50 bytes; the others: a cutoff of 0.
+    assert_eq!((stats.streams, stats.delivered, stats.discarded, stats.bytes), (10, 50, 99_950, 100_000));
+    let got: Vec<u64> = CLASSED.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    let mut want = vec![(1 << 8) | 1; 10];
+    want[0] = 0;
+    want[1] = (1 << 8) | 2;
+    assert_eq!(got, want, "mode << 8 | priority per port");
 }

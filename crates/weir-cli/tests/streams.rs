@@ -114,6 +114,46 @@ fn a_cutoff_keeps_the_first_bytes_of_each_stream_and_counts_the_rest() {
 }
 
 #[test]
+fn a_class_in_packets_mode_writes_no_bytes_and_classes_go_in_the_order_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path());
+    let t = trace.to_str().unwrap();
+    let (all, s_all) = streams(dir.path(), "all", t, &[]);
+    // --class and its short form --cutoff-class are one list: the port 443
+    // class given first wins over the `tcp` one for HTTPS streams.
+    let (files, s) = streams(
+        dir.path(),
+        "classes",
+        t,
+        &["--cutoff", "0", "--class", "tcp port 443;mode=packets,priority=3", "--cutoff-class", "tcp=20", "--class", "udp ;cutoff=none"],
+    );
+    adds_up(&s);
+    assert!(all.keys().filter(|f| f.contains(".00443")).count() > 10, "the synth mix has HTTPS");
+    assert!(!files.keys().any(|f| f.contains(".00443")), "a packets-mode class writes no files");
+    for (f, bytes) in &files {
+        assert_eq!(bytes[..], all[f][..all[f].len().min(20)], "{f}");
+    }
+    assert_eq!(files.len(), all.keys().filter(|f| !f.contains(".00443")).count());
+    assert_eq!(n(&s, "bytes"), n(&s_all, "bytes"));
+    // Every HTTPS byte is counted as discarded, none delivered.
+    let o = weir(&["streams", t, "--json", "--class", "tcp port 443;mode=packets,priority=3", "--class", "udp;priority=1,mode=tcp-strict"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let records: Vec<Value> = text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let https: Vec<&Value> = records.iter().filter(|r| r["proto"] == 6 && (r["sport"] == 443 || r["dport"] == 443)).collect();
+    assert!(https.iter().any(|r| n(r, "bytes") > 0));
+    for r in &https {
+        assert_eq!((&r["mode"], n(r, "priority"), n(r, "delivered")), (&Value::from("packets"), 3, 0), "{r}");
+        assert_eq!(n(r, "discarded"), n(r, "bytes") - n(r, "refused") - n(r, "duplicate"), "{r}");
+    }
+    for r in records.iter().filter(|r| r["proto"] == 17) {
+        assert_eq!((&r["mode"], n(r, "priority")), (&Value::from("tcp-strict"), 1), "{r}");
+    }
+    for r in records.iter().filter(|r| r["proto"] == 6 && r["sport"] != 443 && r["dport"] != 443) {
+        assert_eq!((&r["mode"], n(r, "priority")), (&Value::from("tcp-fast"), 0), "{r}");
+    }
+}
+
+#[test]
 fn json_records_describe_every_stream() {
     let dir = tempfile::tempdir().unwrap();
     let trace = synth(dir.path());
@@ -144,6 +184,12 @@ fn bad_settings_and_balance_modes_that_split_streams_are_refused() {
         (vec!["streams", t, "--piece", "100", "--piece-overlap", "100"], "overlap"),
         (vec!["streams", t, "--cutoff-class", "tcp port=5"], "tcp port"),
         (vec!["streams", t, "--cutoff-class", "tcp"], "EXPR=BYTES"),
+        (vec!["streams", t, "--class", "tcp;mode=fast"], "`fast` is not a stream mode"),
+        (vec!["streams", t, "--class", "tcp;priority=4"], "priority `4` in `tcp;priority=4` is not one of 0 to 3"),
+        (vec!["streams", t, "--class", "tcp;cutoff=1,colour=red"], "`colour` in `tcp;cutoff=1,colour=red` is not a class setting"),
+        (vec!["streams", t, "--class", "tcp;cutoff=1,cutoff=2"], "`cutoff` is given twice"),
+        (vec!["streams", t, "--class", "tcp;"], "no settings after the `;`"),
+        (vec!["streams", t, "--class", "tcp prt 80;cutoff=1"], "class `tcp prt 80`"),
         (vec!["streams", t, "--mode", "udp"], "stream mode"),
         (vec!["streams", t, "--hold-limit", "2000000000"], "hold limit"),
     ] {

@@ -31,7 +31,11 @@ use weir::Packet;
 #[command(after_help = "Examples:\n  weir streams trace.pcap -o /tmp/flows\n  \
 weir streams trace.pcap@0-1 --json > streams.jsonl\n  \
 weir streams trace.pcap --cutoff 0 --stats /tmp/s.json          # flow statistics only\n  \
-weir streams trace.pcap --cutoff 10240 --cutoff-class 'port 25=0' -o /tmp/f\n\n\
+weir streams trace.pcap --cutoff 10240 --cutoff-class 'port 25=0' -o /tmp/f\n  \
+weir streams afpacket:eth0 --class 'udp;mode=packets' --class 'tcp port 22;cutoff=0' --class 'tcp port 80;cutoff=none,priority=3'\n\n\
+A class is EXPR;KEY=VALUE,...: the last `;` ends the filter expression (libpcap's language has none), and any of \
+cutoff=BYTES|none, mode=packets|tcp-fast|tcp-strict and priority=0..3 follow, comma-separated. Under memory pressure \
+(above half the reassembly memory) streams of priority 0 lose held out-of-order bytes first, those of priority 3 last.\n\n\
 Every packet that reaches the stream layer is counted once: not IP, malformed, a fragment held for \
 reassembly, untracked (a bare ACK/FIN/RST of no open stream), taken by its stream, discarded (all its \
 bytes past the cutoff) or dropped (bytes refused for lack of memory). Every payload byte of a stream is \
@@ -65,9 +69,12 @@ pub struct StreamsArgs {
     #[arg(long, value_name = "BYTES")]
     pub cutoff: Option<u64>,
 
-    /// A class with its own cutoff, EXPR=BYTES with a libpcap filter expression (repeatable; first match wins).
-    #[arg(long = "cutoff-class", value_name = "EXPR=BYTES", value_parser = Class::parse_cutoff)]
-    pub cutoff_class: Vec<Class>,
+    /// A class of streams with its own settings: EXPR;KEY=VALUE,... where EXPR is a libpcap filter expression run on a
+    /// stream's first packet and the keys (any of them, comma-separated) are cutoff=BYTES|none, mode=packets|tcp-fast|tcp-strict,
+    /// priority=0..3 (who loses data last under memory pressure). EXPR=BYTES is short for EXPR;cutoff=BYTES. Repeatable; classes
+    /// are tried in the order given, --class and --cutoff-class alike, and the first match wins.
+    #[arg(long = "class", visible_alias = "cutoff-class", value_name = "EXPR;KEY=VALUE,...", value_parser = Class::parse)]
+    pub classes: Vec<Class>,
 
     /// Bytes of one stream held out of order before its first hole is given up as a gap (at most 1 GiB).
     #[arg(long, value_name = "BYTES", default_value_t = 262_144)]
@@ -114,7 +121,7 @@ impl StreamsArgs {
             mode: self.mode,
             midstream: self.midstream,
             cutoff: self.cutoff,
-            classes: self.cutoff_class.clone(),
+            classes: self.classes.clone(),
             piece: self.piece,
             piece_overlap: self.piece_overlap,
             flush_timeout_ns: self.flush_timeout.map(|ms| ms.saturating_mul(1_000_000)),
@@ -233,7 +240,7 @@ impl StreamHandler for Writer {
                 "proto": s.proto, "queue": s.queue.0, "direction": format!("{:?}", s.direction).to_lowercase(),
                 "first_ns": s.first_ns, "last_ns": s.last_ns, "packets": s.packets, "bytes": s.bytes,
                 "delivered": s.delivered, "gap": s.gap, "duplicate": s.duplicate, "discarded": s.discarded,
-                "dropped": s.dropped, "refused": s.refused, "cutoff": s.cutoff,
+                "dropped": s.dropped, "refused": s.refused, "cutoff": s.cutoff, "mode": s.mode.name(), "priority": s.priority,
                 "close": s.closed.map(|c| c.name()),
             });
             println!("{line}");

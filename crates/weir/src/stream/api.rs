@@ -81,7 +81,8 @@ pub struct Stream {
     pub gap: u64,
     /// Bytes seen again (retransmitted or overlapping; first copy wins).
     pub duplicate: u64,
-    /// Bytes past the cutoff: counted, never copied.
+    /// Bytes past the cutoff, and every byte of a stream in packets mode
+    /// (which rebuilds no payload): counted, never copied.
     pub discarded: u64,
     /// Bytes dropped because the arena was short of memory.
     pub dropped: u64,
@@ -254,7 +255,7 @@ pub struct StreamStats {
     pub gap: u64,
     /// Duplicate bytes.
     pub duplicate: u64,
-    /// Bytes past the cutoff.
+    /// Bytes past the cutoff, or of streams in packets mode.
     pub discarded: u64,
     /// Bytes dropped for memory.
     pub dropped: u64,

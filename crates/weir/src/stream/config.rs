@@ -23,15 +23,24 @@ pub enum Mode {
     TcpStrict,
 }
 
+impl Mode {
+    /// The name the command line and records use for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Packets => "packets",
+            Mode::TcpFast => "tcp-fast",
+            Mode::TcpStrict => "tcp-strict",
+        }
+    }
+}
+
 impl std::str::FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Mode, String> {
-        match s {
-            "packets" => Ok(Mode::Packets),
-            "tcp-fast" => Ok(Mode::TcpFast),
-            "tcp-strict" => Ok(Mode::TcpStrict),
-            other => Err(format!("`{other}` is not a stream mode (packets, tcp-fast, tcp-strict)")),
-        }
+        [Mode::Packets, Mode::TcpFast, Mode::TcpStrict]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("`{s}` is not a stream mode (packets, tcp-fast, tcp-strict)"))
     }
 }
 
@@ -68,6 +77,54 @@ impl Class {
             return Err(format!("`{text}` has no filter expression before the `=`"));
         }
         Ok(Class { cutoff: Some(Some(bytes)), ..Class::new(expr.trim()) })
+    }
+
+    /// Parses the command line's `EXPR;KEY=VALUE,...`: a class with any of
+    /// `cutoff=BYTES|none`, `mode=packets|tcp-fast|tcp-strict` and
+    /// `priority=0..3`. Text without a `;` is the short form `EXPR=BYTES`
+    /// ([`parse_cutoff`](Self::parse_cutoff)). The last `;` splits: libpcap's
+    /// filter language has no `;`, so no expression is cut short by it.
+    pub fn parse(text: &str) -> Result<Class, String> {
+        let Some((expr, settings)) = text.rsplit_once(';') else {
+            if !text.contains('=') {
+                return Err(format!("`{text}` is neither EXPR;KEY=VALUE,... nor EXPR=BYTES"));
+            }
+            return Class::parse_cutoff(text);
+        };
+        if expr.trim().is_empty() {
+            return Err(format!("`{text}` has no filter expression before the `;`"));
+        }
+        let mut class = Class::new(expr.trim());
+        if settings.trim().is_empty() {
+            return Err(format!("`{text}` has no settings after the `;` (cutoff=BYTES, mode=MODE, priority=P)"));
+        }
+        for part in settings.split(',') {
+            let (key, value) = part.split_once('=').ok_or_else(|| format!("`{}` in `{text}` is not KEY=VALUE", part.trim()))?;
+            let (key, value) = (key.trim(), value.trim());
+            let twice = match key {
+                "cutoff" => class
+                    .cutoff
+                    .replace(match value {
+                        "none" => None,
+                        n => Some(n.parse().map_err(|_| format!("cutoff `{n}` in `{text}` is not a number of bytes or `none`"))?),
+                    })
+                    .is_some(),
+                "mode" => class.mode.replace(value.parse().map_err(|e| format!("{e} in `{text}`"))?).is_some(),
+                "priority" => {
+                    let p = value
+                        .parse()
+                        .ok()
+                        .filter(|&p| p < PRIORITIES)
+                        .ok_or_else(|| format!("priority `{value}` in `{text}` is not one of 0 to {}", PRIORITIES - 1))?;
+                    class.priority.replace(p).is_some()
+                }
+                other => return Err(format!("`{other}` in `{text}` is not a class setting (cutoff, mode, priority)")),
+            };
+            if twice {
+                return Err(format!("`{key}` is given twice in `{text}`"));
+            }
+        }
+        Ok(class)
     }
 }
 
@@ -201,5 +258,39 @@ impl StreamConfig {
                     .map_err(|e| SettingError::new(Setting::Streams, format!("class `{}`: {e}", c.expression)))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_specs_parse_or_name_their_bad_part() {
+        let class = |expr: &str, cutoff, mode, priority| Class { cutoff, mode, priority, ..Class::new(expr) };
+        for (text, want) in [
+            ("tcp port 80;cutoff=100", class("tcp port 80", Some(Some(100)), None, None)),
+            ("tcp port 80;cutoff=none", class("tcp port 80", Some(None), None, None)),
+            ("udp ; mode=packets , priority=3", class("udp", None, Some(Mode::Packets), Some(3))),
+            ("ip[8]=64;priority=1,mode=tcp-strict,cutoff=0", class("ip[8]=64", Some(Some(0)), Some(Mode::TcpStrict), Some(1))),
+            // Without a `;`, the short form: the last `=` splits.
+            ("ip[8]=64=10", class("ip[8]=64", Some(Some(10)), None, None)),
+        ] {
+            assert_eq!(Class::parse(text), Ok(want), "{text}");
+        }
+        for (text, says) in [
+            ("tcp", "neither EXPR;KEY=VALUE,... nor EXPR=BYTES"),
+            (";cutoff=1", "no filter expression"),
+            ("tcp;", "no settings after the `;`"),
+            ("tcp;cutoff", "`cutoff` in `tcp;cutoff` is not KEY=VALUE"),
+            ("tcp;cutoff=-1", "cutoff `-1`"),
+            ("tcp;mode=fast", "`fast` is not a stream mode"),
+            ("tcp;priority=4", "priority `4` in `tcp;priority=4` is not one of 0 to 3"),
+            ("tcp;prio=1", "`prio` in `tcp;prio=1` is not a class setting"),
+            ("tcp;cutoff=1,cutoff=2", "`cutoff` is given twice"),
+        ] {
+            let e = Class::parse(text).expect_err(text);
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 }

@@ -257,6 +257,8 @@ impl<H: StreamHandler> Streams<H> {
         this.rec.last_ns = this.rec.last_ns.max(ts);
         this.rec.bytes += payload.len() as u64;
         let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
+        // Bytes counted as discarded only because packets mode keeps no payload.
+        let mut unkept = 0;
         if this.state.is_none() {
             // Closed: a late copy, or data after a RST, is not stream data.
             this.rec.refused += payload.len() as u64;
@@ -285,14 +287,12 @@ impl<H: StreamHandler> Streams<H> {
                     if flags & field::tcp::SYN != 0 && this.isn.is_none() {
                         this.isn = Some(seq);
                     }
-                    count_unbuffered(this, payload.len() as u64);
+                    unkept = not_reassembled(this, payload.len() as u64);
                     if flags & field::tcp::FIN != 0 && this.rec.closed.is_none() {
                         this.rec.closed = Some(CloseReason::Fin);
                     }
                 }
-                None if this.rec.mode == Mode::Packets => {
-                    count_unbuffered(this, payload.len() as u64);
-                }
+                None if this.rec.mode == Mode::Packets => unkept = not_reassembled(this, payload.len() as u64),
                 None => datagram_payload(this, opposite, payload, &mut env),
             }
             if let Some(flush) = cfg.flush_timeout_ns {
@@ -303,7 +303,7 @@ impl<H: StreamHandler> Streams<H> {
             apply_pending(this, opposite, &mut env);
         }
         let dropped = this.rec.dropped - dropped_before;
-        let discarded = this.rec.discarded - discarded_before;
+        let discarded = this.rec.discarded - discarded_before - unkept;
         if dropped > 0 {
             env.stats.dropped_packets += 1;
         } else if !payload.is_empty() && discarded == payload.len() as u64 {
@@ -475,6 +475,15 @@ fn count_unbuffered<S>(d: &mut Dir<S>, len: u64) -> u64 {
     let at = d.rec.bytes - len;
     let keep = d.rec.cutoff.map_or(len, |c| c.saturating_sub(at).min(len));
     d.rec.discarded += len - keep;
+    keep
+}
+
+/// The last `len` bytes of a stream without a reassembler (packets mode, or
+/// a TCP cutoff of 0): none becomes data, so all are counted as discarded.
+/// Returns those within the cutoff, which only packets mode has.
+fn not_reassembled<S>(d: &mut Dir<S>, len: u64) -> u64 {
+    let keep = count_unbuffered(d, len);
+    d.rec.discarded += keep;
     keep
 }
 

@@ -237,6 +237,29 @@ fn a_class_cutoff_applies_to_its_streams_only() {
 }
 
 #[test]
+fn a_class_in_packets_mode_tracks_its_streams_without_their_bytes() {
+    let up = text(3000, 4);
+    let mut frames = connection(1, 40001, &up, &up, 1000, 0);
+    frames.extend(connection(2, 40002, &up, &up, 1000, 1_000_000));
+    let cfg = StreamConfig { classes: vec![Class::parse("host 198.18.0.2;mode=packets,priority=2").unwrap()], ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    for key in [client(1, 40001), server(1, 40001)] {
+        assert_eq!(h.streams[&key].bytes, up, "{key:?}");
+        assert_eq!(h.streams[&key].closed.unwrap().mode, Mode::TcpFast);
+    }
+    for key in [client(2, 40002), server(2, 40002)] {
+        let seen = &h.streams[&key];
+        let rec = seen.closed.unwrap();
+        assert_eq!((seen.pieces, rec.delivered, rec.bytes, rec.discarded), (0, 0, 3000, 3000), "{key:?}");
+        assert_eq!((rec.mode, rec.priority, rec.closed), (Mode::Packets, 2, Some(CloseReason::Fin)), "{key:?}");
+    }
+    let st = l.stats();
+    assert_eq!((st.streams, st.delivered, st.discarded), (4, 6000, 6000));
+}
+
+#[test]
 fn a_callback_discards_the_rest_of_its_stream() {
     let up = text(20_000, 5);
     let cfg = StreamConfig { piece: 1000, ..StreamConfig::default() };
@@ -372,6 +395,44 @@ fn memory_pressure_drops_low_priority_streams_first() {
     assert!(st.memory_peak <= 40_000);
     assert!(st.packets_add_up());
     assert_eq!(st.bytes, st.delivered + st.duplicate + st.discarded + st.dropped + st.refused);
+}
+
+#[test]
+fn a_class_priority_decides_who_loses_data_under_memory_pressure() {
+    // As above, but the priority comes from a class on the odd client
+    // ports, and the even ones get an explicit 0; swapping the classes'
+    // priorities swaps who loses.
+    let mut frames = Vec::new();
+    for c in 1..=20u8 {
+        frames.push((0, frame(c, 40000 + u16::from(c), false, Some((0, ACK)), b"s")));
+    }
+    let mut t = 0;
+    for c in 1..=20u8 {
+        for i in 1..3u32 {
+            t += 1;
+            frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1 + 1000 * i, ACK)), &text(1000, c))));
+        }
+    }
+    for c in 1..=20u8 {
+        t += 1;
+        frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1, ACK)), &text(1000, c))));
+    }
+    let odd = "tcp[0:2] & 1 = 1 and src net 198.18.0.0/16";
+    let even = "tcp[0:2] & 1 = 0 and src net 198.18.0.0/16";
+    for (odd_p, even_p) in [(3u8, 0u8), (0, 3)] {
+        let classes =
+            vec![Class::parse(&format!("{odd};priority={odd_p}")).unwrap(), Class::parse(&format!("{even};priority={even_p}")).unwrap()];
+        let cfg = StreamConfig { classes, memory: 40_000, overload_keep: 0, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        feed(&mut l, &frames);
+        let recs: Vec<Stream> = l.handler().streams.values().filter_map(|s| s.closed).collect();
+        assert!(recs.iter().all(|r| r.priority == if r.sport % 2 == 1 { odd_p } else { even_p }), "{recs:?}");
+        let dropped = |p: u8| recs.iter().filter(|r| r.priority == p).map(|r| r.dropped).sum::<u64>();
+        let st = l.stats();
+        assert!(dropped(0) > dropped(3), "odd {odd_p}: priority 0 lost {} bytes, 3 lost {}", dropped(0), dropped(3));
+        assert_eq!(dropped(0) + dropped(3), st.dropped);
+        assert_eq!(st.bytes, st.delivered + st.duplicate + st.discarded + st.dropped + st.refused);
+    }
 }
 
 #[test]
