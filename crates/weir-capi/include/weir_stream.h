@@ -214,11 +214,14 @@ int weir_streams_add_class(weir_streams_t *h, const char *filter_expression, lon
  * default 0). */
 int weir_streams_set_piece(weir_streams_t *h, size_t bytes, size_t overlap);
 /* A partial piece whose oldest byte waited this long (packet time) is
- * delivered at the stream's next packet; 0: only when full or at the end
- * (the default). */
+ * delivered at the next packet of its queue, or, when no packet comes, by
+ * the idle worker: packet time then moves on with the wall clock, and the
+ * piece comes within about 0.1 s of the timeout. 0: only when full or at
+ * the end (the default). */
 int weir_streams_set_flush_timeout_ms(weir_streams_t *h, unsigned long long ms);
-/* A stream without a packet for this long (packet time) is closed; more than
- * 0 (default 300000). */
+/* A stream without a packet for this long (packet time, moving on with the
+ * wall clock while no packet comes, as for the flush timeout) is closed;
+ * more than 0 (default 300000). */
 int weir_streams_set_idle_timeout_ms(weir_streams_t *h, unsigned long long ms);
 /* Most connections tracked at once, all queues together (default 1000000);
  * the least recently seen is evicted past it. */

@@ -301,6 +301,14 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         self.index.find(hash, |i| slots[i as usize].flow.key == *key).map(|(_, i)| &self.slots[i as usize].flow.value)
     }
 
+    /// As [`get`](Self::get), for changing the value.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
+        Some(&mut self.slots[i as usize].flow.value)
+    }
+
     /// Takes the flow of `key` out of the table (its owner ended it), or
     /// `None` if the table does not hold it. No [`End`] is given: the caller
     /// knows why.

@@ -138,6 +138,13 @@ pub trait Handler: Send + 'static {
     /// the call. A panic here ends the run with [`RunError::HandlerPanicked`](crate::engine::RunError::HandlerPanicked).
     fn packet(&mut self, packet: &Packet<'_>);
 
+    /// The worker found no packet on its queue for a while (the engine waits
+    /// about 0.1 s), and is called again each such wait while the queue stays
+    /// quiet. Handlers that act on timeouts in packet time (the stream
+    /// layer's flush and idle timeouts) act here when no packet comes to
+    /// move that time on. Keep it cheap.
+    fn idle(&mut self) {}
+
     /// The queue's input ended (or the run stopped): no packet follows.
     /// Handlers that keep state across packets (the stream layer) close it
     /// here, on the worker, before the report takes them back.

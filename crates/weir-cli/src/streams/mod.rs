@@ -88,11 +88,12 @@ pub struct StreamsArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     pub piece_overlap: usize,
 
-    /// Deliver a partial piece once its oldest byte waited this long (packet time, ms).
+    /// Deliver a partial piece once its oldest byte waited this long (packet time, ms). On a quiet link packet
+    /// time moves on with the wall clock, so the piece comes within about 0.1 s of the timeout.
     #[arg(long, value_name = "MS")]
     pub flush_timeout: Option<u64>,
 
-    /// Close a stream after this long without a packet (packet time, seconds).
+    /// Close a stream after this long without a packet (packet time, seconds; moving on with the wall clock on a quiet link).
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub idle_timeout: u64,
 

@@ -699,7 +699,7 @@ fn worker_loop<H: Handler>(
                         handler.packet(&p);
                     }
                 }
-                Next::Idle => {}
+                Next::Idle => handler.idle(),
                 Next::Closed => break,
             }
         },

@@ -59,7 +59,7 @@ pub(crate) fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityC
     let mut cur = Batch::new();
     let mut next = Batch::new();
     loop {
-        let closed = gather(side, &mut cur, cfg, link, idle);
+        let closed = gather(side, &mut cur, cfg, link, idle, handler);
         if cfg.double_buffer {
             deliver(&mut cur, handler, || {
                 while next.len() < batch {
@@ -80,8 +80,16 @@ pub(crate) fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityC
 }
 
 /// Add chunks to `b` until it is due or the source waits for memory it holds,
-/// or the capture is over (true then).
-fn gather<'w>(side: &'w WorkerSide, b: &mut Batch<HeldChunk<'w>>, cfg: &LocalityConfig, link: LinkType, idle: Duration) -> bool {
+/// or the capture is over (true then). The handler is told when the queue
+/// stays empty with nothing held.
+fn gather<'w>(
+    side: &'w WorkerSide,
+    b: &mut Batch<HeldChunk<'w>>,
+    cfg: &LocalityConfig,
+    link: LinkType,
+    idle: Duration,
+    handler: &mut impl Handler,
+) -> bool {
     while !b.is_due(cfg) {
         let gathering = b.is_gathering();
         let wait = if gathering { b.wait_left(cfg) } else { idle };
@@ -104,7 +112,7 @@ fn gather<'w>(side: &'w WorkerSide, b: &mut Batch<HeldChunk<'w>>, cfg: &Locality
                 side.take_starved();
                 return false;
             }
-            Next::Idle => {}
+            Next::Idle => handler.idle(),
             Next::Closed => return true,
         }
     }

@@ -152,9 +152,14 @@ pub struct StreamConfig {
     /// matching across the boundary); less than `piece`.
     pub piece_overlap: usize,
     /// A partial piece waiting longer than this (packet time) is delivered
-    /// at the stream's next packet; `None`: only when full or at the end.
+    /// at the next packet of its queue, or when the worker finds its queue
+    /// empty, packet time then moving on with the wall clock (within about
+    /// 0.1 s of the timeout on a quiet link); `None`: only when full or at
+    /// the end.
     pub flush_timeout_ns: Option<u64>,
-    /// A stream with no packet for this long (packet time) is closed.
+    /// A stream with no packet for this long (packet time, moving on with
+    /// the wall clock while the worker is idle, as for the flush timeout) is
+    /// closed.
     pub idle_timeout_ns: u64,
     /// Most connections (stream pairs) tracked at once, for the whole engine;
     /// each queue's table gets its share.
@@ -245,6 +250,11 @@ impl StreamConfig {
         let mut plan = Plan::new();
         plan.add(format!("stream tables ({} connections)", conns * queues.max(1)), super::layer::table_bytes(conns) * queues.max(1) as u64);
         plan.add("stream reassembly arenas", arena * queues.max(1) as u64);
+        if self.flush_timeout_ns.is_some() {
+            // An entry per direction with a partial piece, at most.
+            let entries = (conns as u64).saturating_mul(2 * queues.max(1) as u64);
+            plan.add("stream flush queues", entries.saturating_mul(super::layer::FLUSH_ENTRY_BYTES));
+        }
         plan
     }
 

@@ -20,6 +20,10 @@ use crate::wire::{field, FlowTuple};
 use crate::{Handler, LinkType, Packet, QueueId, SettingError};
 use std::net::IpAddr;
 
+mod flush;
+
+pub(crate) use flush::ENTRY_BYTES as FLUSH_ENTRY_BYTES;
+
 /// Memory the table of `connections` takes with both streams of each,
 /// without the application's state.
 pub(crate) fn table_bytes(connections: usize) -> u64 {
@@ -57,6 +61,8 @@ struct Dir<S> {
     /// The application's state; `None` once the direction is closed.
     state: Option<S>,
     packets: bool,
+    /// Whether the flush queue has an entry for it.
+    flush_queued: bool,
     /// The SYN's sequence number, when one was seen.
     isn: Option<u32>,
 }
@@ -78,6 +84,10 @@ pub struct Streams<H: StreamHandler> {
     /// Connections the table let go of while a packet was handled, closed
     /// once it was; kept to reuse its allocation.
     closing: Vec<(Conn<H::State>, CloseReason)>,
+    /// Directions with a partial piece, for the flush timeout.
+    waiting: flush::Waiting,
+    /// Packet time when the worker is idle.
+    idle: flush::IdleClock,
 }
 
 /// What the per-direction work needs besides the direction itself.
@@ -111,6 +121,8 @@ impl<H: StreamHandler> Streams<H> {
             stats: StreamStats::default(),
             whole: Vec::new(),
             closing: Vec::new(),
+            waiting: flush::Waiting::default(),
+            idle: flush::IdleClock::default(),
         })
     }
 
@@ -135,6 +147,7 @@ impl<H: StreamHandler> Streams<H> {
 
     fn take_packet(&mut self, p: &Packet<'_>) {
         self.stats.packets += 1;
+        self.idle.packet(p.ts_ns());
         match decode::frame(self.link, p.data()) {
             Frame::NotIp => self.stats.not_ip += 1,
             Frame::Malformed => self.stats.malformed += 1,
@@ -156,6 +169,7 @@ impl<H: StreamHandler> Streams<H> {
                 Outcome::Held | Outcome::Failed(_) => self.stats.fragments += 1,
             },
         }
+        self.flush_due(p.ts_ns());
     }
 
     fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>) {
@@ -167,7 +181,7 @@ impl<H: StreamHandler> Streams<H> {
             Transport::Datagram { payload, missing } => (None, *payload, *missing),
         };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
-        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, .. } = self;
+        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, .. } = self;
         let mut env = Env { handler, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
         let mut closing = std::mem::take(closing_buf);
         let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
@@ -238,6 +252,7 @@ impl<H: StreamHandler> Streams<H> {
                 pending: Requests::default(),
                 state: None,
                 packets: false,
+                flush_queued: false,
                 isn: None,
             };
             env.stats.streams += 1;
@@ -321,6 +336,9 @@ impl<H: StreamHandler> Streams<H> {
                 end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
             }
         }
+        if cfg.flush_timeout_ns.is_some() {
+            flush::queue(waiting, this, key, side);
+        }
         // A connection whose streams all closed stays in the table (as TCP's
         // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
         // with data, or data after a RST, is then counted in its records
@@ -352,6 +370,10 @@ impl<H: StreamHandler> Streams<H> {
 impl<H: StreamHandler> Handler for Streams<H> {
     fn packet(&mut self, packet: &Packet<'_>) {
         self.take_packet(packet);
+    }
+
+    fn idle(&mut self) {
+        self.idle_tick();
     }
 
     fn finish(&mut self) {

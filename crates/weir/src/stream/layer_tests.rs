@@ -359,6 +359,78 @@ fn an_idle_stream_is_closed_in_packet_time() {
 }
 
 #[test]
+fn a_waiting_piece_is_flushed_by_a_later_packet_of_another_stream_or_an_idle_worker() {
+    let ms = 1_000_000u64;
+    let cfg = StreamConfig { flush_timeout_ns: Some(50 * ms), idle_timeout_ns: 2000 * ms, ..StreamConfig::default() };
+    let at = |t: u64, f: &[u8], l: &mut Streams<Collect>| l.packet(&Packet::new(f, f.len() as u32, t, QueueId(0)));
+    let hello = |c: u8| frame(c, 40000, false, Some((1, ACK | PSH)), b"hello");
+    let bytes = |l: &Streams<Collect>, c: u8| l.handler().streams[&client(c, 40000)].bytes.clone();
+
+    // Another stream's packet past the timeout delivers the piece.
+    let mut l = layer(&cfg, Collect::default());
+    at(1000 * ms, &hello(1), &mut l);
+    at(1049 * ms, &hello(2), &mut l);
+    assert_eq!(bytes(&l, 1), b"");
+    at(1050 * ms, &hello(2), &mut l);
+    assert_eq!((bytes(&l, 1), bytes(&l, 2)), (b"hello".to_vec(), b"".to_vec()));
+    assert_eq!(l.flush_queue_len(), 1, "only stream 2's piece waits");
+
+    // A quiet queue: the worker's idle calls move packet time on by the
+    // wall clock from the first of them.
+    let mut l = layer(&cfg, Collect::default());
+    l.idle();
+    at(1000 * ms, &hello(1), &mut l);
+    l.idle();
+    assert_eq!(bytes(&l, 1), b"", "the clock starts at the first idle call");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    l.idle();
+    let seen = &l.handler().streams[&client(1, 40000)];
+    assert_eq!((seen.bytes.as_slice(), seen.pieces, seen.closed.is_none()), (&b"hello"[..], 1, true));
+    assert_eq!(l.flush_queue_len(), 0);
+    // More data, a new piece, a new wait.
+    at(1001 * ms, &frame(1, 40000, false, Some((6, ACK | PSH)), b" world"), &mut l);
+    l.idle();
+    assert_eq!(bytes(&l, 1), b"hello");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    l.idle();
+    assert_eq!(bytes(&l, 1), b"hello world");
+    assert_eq!(l.stats().pieces, 2);
+
+    // Idle past the idle timeout: closed as idle, without a packet.
+    let cfg = StreamConfig { idle_timeout_ns: 30 * ms, ..cfg };
+    let mut l = layer(&cfg, Collect::default());
+    at(1000 * ms, &hello(1), &mut l);
+    l.idle();
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    l.idle();
+    let rec = l.handler().streams[&client(1, 40000)].closed.expect("closed while idle");
+    assert_eq!((rec.closed, rec.delivered), (Some(CloseReason::Idle), 5));
+    l.finish();
+    assert_eq!(l.stats().closed_idle, 1);
+    assert!(l.stats().packets_add_up());
+}
+
+#[test]
+fn the_flush_queue_holds_one_entry_per_waiting_direction() {
+    // Streams that send many small segments fill and deliver many pieces;
+    // each keeps at most one entry queued.
+    let ms = 1_000_000u64;
+    let cfg = StreamConfig { piece: 1000, flush_timeout_ns: Some(10 * ms), ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    for i in 0..2000u32 {
+        for c in 1..=5u8 {
+            let f = frame(c, 40000, false, Some((1 + 300 * i, ACK)), &text(300, c));
+            l.packet(&Packet::new(&f, f.len() as u32, u64::from(i) * 100_000, QueueId(0)));
+        }
+        assert!(l.flush_queue_len() <= 5, "{} entries", l.flush_queue_len());
+    }
+    l.finish();
+    for c in 1..=5u8 {
+        assert_eq!(l.handler().streams[&client(c, 40000)].bytes, text(300, c).repeat(2000));
+    }
+}
+
+#[test]
 fn memory_pressure_drops_low_priority_streams_first() {
     // Twenty streams each hold 2000 bytes out of order (their first segment
     // is lost until the end); the arena takes 40,000 bytes, base 50%.
