@@ -12,6 +12,8 @@ use std::process::Command;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
+mod support;
+
 const SYN: u8 = 0x02;
 const FIN: u8 = 0x01;
 const ACK: u8 = 0x10;
@@ -141,53 +143,13 @@ fn write_trace(path: &Path, conns: &[Conn]) {
     w.finish().unwrap();
 }
 
-/// The directory holding this build's libweirstream.so: the test binary is
-/// in `<target>/<profile>/deps`, and cargo builds the library (cdylib and
-/// rlib at once) into that directory before the tests that link it.
-fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let deps = exe.parent().expect("the test's directory").to_path_buf();
-    for dir in [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()] {
-        if dir.join("libweirstream.so").exists() {
-            return dir;
-        }
-    }
-    panic!("libweirstream.so is neither in {} nor beside it: build weir-capi first", deps.display());
-}
-
-/// The example, built; its loader finds the library through `LD_LIBRARY_PATH`,
-/// which [`example`] sets to this build's directory alone (cargo's own
-/// `LD_LIBRARY_PATH` also names `<target>/<profile>`, where an older copy of
-/// the library may lie, and the loader looks there before any run path).
 fn compile_example(out: &Path) -> PathBuf {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = library_dir();
-    let bin = out.join("stream_dump");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o"])
-        .arg(&bin)
-        .arg("-I")
-        .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("examples/stream_dump.c"))
-        .arg(format!("-L{}", lib.display()))
-        .args(["-lweirstream", "-lpthread"])
-        .status()
-        .unwrap_or_else(|e| panic!("{cc}: {e}"));
-    assert!(status.success(), "{cc} failed on examples/stream_dump.c");
-    bin
-}
-
-/// A command running the example against this build's library.
-fn example(bin: &Path) -> Command {
-    let mut c = Command::new(bin);
-    c.env("LD_LIBRARY_PATH", library_dir());
-    c
+    support::compile(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/stream_dump.c"), out)
 }
 
 /// Runs the example, returns its `key=value` figures.
 fn run(bin: &Path, source: &str, cutoff: i64) -> HashMap<String, u64> {
-    let out = example(bin).arg(source).arg(cutoff.to_string()).output().unwrap();
+    let out = support::command(bin).arg(source).arg(cutoff.to_string()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "stream_dump {source} {cutoff}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     eprintln!("stream_dump {source} {cutoff}: {stdout}");
@@ -276,7 +238,7 @@ fn stream_dump_prints_the_figures_of_the_payloads() {
 fn stream_dump_reports_a_missing_trace() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_example(dir.path());
-    let out = example(&bin).arg(dir.path().join("missing.pcap")).arg("-1").output().unwrap();
+    let out = support::command(&bin).arg(dir.path().join("missing.pcap")).arg("-1").output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("missing.pcap"), "{err}");
