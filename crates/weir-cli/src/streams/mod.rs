@@ -39,7 +39,7 @@ cutoff=BYTES|none, mode=packets|tcp-fast|tcp-strict and priority=0..3 follow, co
 Every packet that reaches the stream layer is counted once: not IP, malformed, a fragment held for \
 reassembly, untracked (a bare ACK/FIN/RST of no open stream), taken by its stream, discarded (all its \
 bytes past the cutoff) or dropped (bytes refused for lack of memory). Every payload byte of a stream is \
-delivered, a duplicate, discarded past the cutoff, dropped for memory, or refused (not stream data).\n\n\
+delivered, a duplicate, discarded (past the cutoff, or in packets mode), dropped for memory, or refused (not stream data).\n\n\
 Overlapping retransmissions with different bytes: the first copy wins (tcpflow keeps the last).")]
 pub struct StreamsArgs {
     #[command(flatten)]
