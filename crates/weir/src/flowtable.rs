@@ -16,6 +16,11 @@
 //! - [`End::Evicted`]: the table is full and a packet of a new flow arrives: the
 //!   flow seen least recently leaves to make room.
 //!
+//! The caller may also take flows out itself ([`FlowTable::remove`],
+//! [`FlowTable::take_where`]) and put them into another table
+//! ([`FlowTable::put`]) with their times, as rebalancing moves a bucket's
+//! flows between workers.
+//!
 //! So within one flow, its packet times sorted are never more than the timeout
 //! apart. A reader that merges the flows of one key whose times lie within the
 //! timeout of each other gets the same flows whatever the table's size and
@@ -324,6 +329,40 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         while self.oldest != NIL {
             gone(self.take(self.oldest));
         }
+    }
+
+    /// Takes out every flow `pick` chooses, handing each to `out` (the
+    /// caller knows why: it moves them to another table). Costs a look at
+    /// every flow held.
+    pub fn take_where(&mut self, mut pick: impl FnMut(&Flow<K, V>) -> bool, mut out: impl FnMut(Flow<K, V>)) {
+        // Downwards: `take` moves the last slot, already looked at, into the gap.
+        for i in (0..self.slots.len()).rev() {
+            if pick(&self.slots[i].flow) {
+                out(self.take(i as u32));
+            }
+        }
+    }
+
+    /// Puts in a flow taken out of another table ([`take_where`](Self::take_where)),
+    /// with its times, as the one seen most recently; the flow seen least
+    /// recently leaves to `gone` if the table is full. A flow whose key the
+    /// table holds already is handed back.
+    pub fn put(&mut self, flow: Flow<K, V>, mut gone: impl FnMut(Flow<K, V>, End)) -> Result<(), Flow<K, V>> {
+        let hash = self.hasher.hash_one(&flow.key);
+        let slots = &self.slots;
+        if self.index.find(hash, |i| slots[i as usize].flow.key == flow.key).is_some() {
+            return Err(flow);
+        }
+        if self.slots.len() == self.limits.max_flows {
+            self.leave(self.oldest, End::Evicted, &mut gone);
+        }
+        self.now_ns = self.now_ns.max(flow.last_ns);
+        let i = self.slots.len() as u32;
+        self.slots.push(Slot { flow, older: NIL, newer: NIL });
+        self.link_newest(i);
+        self.index.insert(hash, i);
+        self.stats.peak = self.stats.peak.max(self.slots.len());
+        Ok(())
     }
 
     /// The flows still held, in no particular order: the end of a run.

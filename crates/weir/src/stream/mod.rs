@@ -54,6 +54,7 @@ mod arena;
 mod config;
 mod decode;
 pub mod fragment;
+mod handover;
 mod layer;
 pub mod reassembly;
 
@@ -63,6 +64,8 @@ pub use layer::Streams;
 
 #[cfg(test)]
 mod fragment_tests;
+#[cfg(test)]
+mod handover_tests;
 #[cfg(test)]
 mod layer_tests;
 #[cfg(test)]
