@@ -508,6 +508,32 @@ mod tests {
     }
 
     #[test]
+    fn flows_taken_out_go_into_another_table_whole() {
+        let limits = TableLimits::new(3, 3600 * S).unwrap();
+        let (_, mut from) = feed(limits, &[(1, S), (2, 2 * S), (3, 3 * S), (2, 4 * S), (4, 5 * S)]);
+        let mut moving = Vec::new();
+        from.take_where(|f| f.key % 2 == 0, |f| moving.push(f));
+        moving.sort_by_key(|f| f.key);
+        assert_eq!(
+            moving,
+            [Flow { key: 2, first_ns: 2 * S, last_ns: 4 * S, value: 2 }, Flow { key: 4, first_ns: 5 * S, last_ns: 5 * S, value: 1 }]
+        );
+        assert_eq!(from.into_flows().map(|f| f.key).collect::<Vec<_>>(), [3], "flow 1 was evicted for 4, 2 and 4 left");
+        // The other table holds two flows: 9 is older than what comes, so it
+        // is evicted for the second; a key it holds already is handed back.
+        let (_, mut to) = feed(TableLimits::new(2, 3600 * S).unwrap(), &[(9, S), (2, 6 * S)]);
+        let mut gone = Vec::new();
+        let [two, four] = <[Flow<u32, u64>; 2]>::try_from(moving).unwrap();
+        assert_eq!(to.put(two.clone(), |f, why| gone.push((f, why))), Err(two));
+        assert_eq!(to.put(four.clone(), |f, why| gone.push((f, why))), Ok(()));
+        assert_eq!(gone, [(Flow { key: 9, first_ns: S, last_ns: S, value: 1 }, End::Evicted)]);
+        *to.entry(4, 7 * S, || 0, |_, _| panic!("nothing leaves")) += 1;
+        let mut held: Vec<_> = to.into_flows().map(|f| (f.key, f.first_ns, f.value)).collect();
+        held.sort();
+        assert_eq!(held, [(2, 6 * S, 1), (4, 5 * S, 2)], "4 kept its first time and count");
+    }
+
+    #[test]
     fn idle_flows_leave_in_packet_time() {
         let limits = TableLimits::new(100, 10 * S).unwrap();
         // Flow 1 is idle from 1 s; at 12 s (more than 10 s later) it leaves.

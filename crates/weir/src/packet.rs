@@ -169,7 +169,8 @@ pub type Handover = Box<dyn std::any::Any + Send>;
 
 /// One bucket of the indirection table that rebalancing moves: the flows
 /// whose symmetric Toeplitz hash (as [`Rss`](crate::rss::Rss) computes it
-/// from a frame) falls in it.
+/// from a frame) falls in it; [`Rss::in_bucket`](crate::rss::Rss::in_bucket)
+/// says whether a frame's flow is one of them.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FlowBucket {
     index: usize,
@@ -186,12 +187,6 @@ impl FlowBucket {
     /// Its place in the table.
     pub fn index(&self) -> usize {
         self.index
-    }
-
-    /// Whether the flow of `frame` (of the link type `rss` was made for) is in
-    /// this bucket: the steering's own hash, so its answer is the steering's.
-    pub fn holds_frame(&self, rss: &crate::rss::Rss, frame: &[u8]) -> bool {
-        self.holds(rss.flow_hash(frame).unwrap_or(0))
     }
 
     /// Whether a flow of hash `hash` ([`Rss`](crate::rss::Rss)'s flow hash, 0

@@ -176,9 +176,9 @@ impl Controller {
         #[cfg(test)]
         if let Some(every) = self.cfg.churn {
             self.ticks += 1;
-            let busiest = (0..table.len()).filter(|&b| self.bucket_rate[b] > 0.0 && movable(b)).max_by(|&a, &b| {
-                self.bucket_rate[a].total_cmp(&self.bucket_rate[b]).then(b.cmp(&a))
-            });
+            let busiest = (0..table.len())
+                .filter(|&b| self.bucket_rate[b] > 0.0 && movable(b))
+                .max_by(|&a, &b| self.bucket_rate[a].total_cmp(&self.bucket_rate[b]).then(b.cmp(&a)));
             return match busiest.filter(|_| self.ticks % every == 0) {
                 Some(bucket) => {
                     let from = table.queue_of_bucket(bucket);

@@ -57,7 +57,14 @@ fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between
 /// Run the stage until the capture queue (and every buddy's) is closed and
 /// drained. A `desk` is served before each batch is delivered (flow state
 /// handed over for its packets was posted before their chunks) and when idle.
-pub(crate) fn run<H: Handler>(side: &WorkerSide, handler: &mut H, cfg: &LocalityConfig, link: LinkType, idle: Duration, desk: Option<&Desk>) {
+pub(crate) fn run<H: Handler>(
+    side: &WorkerSide,
+    handler: &mut H,
+    cfg: &LocalityConfig,
+    link: LinkType,
+    idle: Duration,
+    desk: Option<&Desk>,
+) {
     let batch = cfg.batch.get();
     let mut cur = Batch::new();
     let mut next = Batch::new();

@@ -85,3 +85,6 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -65,8 +65,6 @@ pub use layer::Streams;
 #[cfg(test)]
 mod fragment_tests;
 #[cfg(test)]
-mod handover_tests;
-#[cfg(test)]
 mod layer_tests;
 #[cfg(test)]
 mod tests;

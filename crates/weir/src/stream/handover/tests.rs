@@ -10,13 +10,13 @@
 //! are parked; every stream of the trace runs from near its start to near
 //! its end, so each moved bucket carries streams in the middle of their data.
 
-use super::layer_tests::frame;
-use super::*;
 use crate::balance::{ControllerConfig, Mode as Balance};
 use crate::engine::{Engine, Report};
 use crate::locality::{BatchSize, LocalityConfig};
 use crate::sink::{FileFormat, TraceWriter, TsPrecision};
 use crate::source::Pacing;
+use crate::stream::layer_tests::frame;
+use crate::stream::{Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats, Streams};
 use crate::{LinkType, Packet, QueueId};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -184,10 +184,7 @@ fn run(source: &str, balance: Balance, locality: bool, slow: Option<Duration>, p
         b = b.locality(Some(LocalityConfig::new(BatchSize::new(256).unwrap())));
     }
     let cfg = StreamConfig { piece: 64, ..StreamConfig::default() };
-    b.build()
-        .unwrap()
-        .run_streams(&cfg, |q| Gather { slow: slow.filter(|_| q == QueueId(0)), streams: BTreeMap::new() })
-        .unwrap()
+    b.build().unwrap().run_streams(&cfg, |q| Gather { slow: slow.filter(|_| q == QueueId(0)), streams: BTreeMap::new() }).unwrap()
 }
 
 fn rebalance() -> Balance {
@@ -238,7 +235,8 @@ fn offloading_is_refused_with_its_reason() {
     write_trace(&path);
     let two = format!("{}@0-1", path.display());
     let threshold = crate::pool::OffloadThreshold::new(50).unwrap();
-    for balance in [Balance::Advanced(threshold), Balance::Rebalance { controller: ControllerConfig::default(), offload: Some(threshold) }] {
+    for balance in [Balance::Advanced(threshold), Balance::Rebalance { controller: ControllerConfig::default(), offload: Some(threshold) }]
+    {
         let engine = Engine::builder().source(&two).unwrap().balance(balance).build().unwrap();
         let err = engine.run_streams(&StreamConfig::default(), |_| Gather { slow: None, streams: BTreeMap::new() }).err().expect("refused");
         let msg = err.to_string();
