@@ -67,6 +67,8 @@ fn the_same_streams_whatever_the_queues_and_locality() {
     for (name, source, extra) in [
         ("two", two.as_str(), &[][..]),
         ("two-locality", two.as_str(), &["--locality", "256"][..]),
+        ("two-rebalance", two.as_str(), &["--balance", "rebalance"][..]),
+        ("two-rebalance-locality", two.as_str(), &["--balance", "rebalance", "--locality", "256"][..]),
         ("pieces", t, &["--piece", "100", "--piece-overlap", "10"][..]),
     ] {
         let (files, s) = streams(dir.path(), name, source, extra);
@@ -172,14 +174,14 @@ fn json_records_describe_every_stream() {
 }
 
 #[test]
-fn bad_settings_and_balance_modes_that_split_streams_are_refused() {
+fn bad_settings_and_offloading_which_would_split_streams_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let trace = synth(dir.path());
     let t = trace.to_str().unwrap();
     let two = format!("{t}@0-1");
     for (args, says) in [
-        (vec!["streams", two.as_str(), "--balance", "offload:50"], "offloading"),
-        (vec!["streams", two.as_str(), "--balance", "rebalance"], "rebalancing"),
+        (vec!["streams", two.as_str(), "--balance", "offload:50"], "two workers at once"),
+        (vec!["streams", two.as_str(), "--balance", "rebalance:50"], "two workers at once"),
         (vec!["streams", t, "--piece", "0"], "piece size"),
         (vec!["streams", t, "--piece", "100", "--piece-overlap", "100"], "overlap"),
         (vec!["streams", t, "--cutoff-class", "tcp port=5"], "tcp port"),
@@ -199,4 +201,35 @@ fn bad_settings_and_balance_modes_that_split_streams_are_refused() {
     }
     let o = weir(&["streams", "/nonexistent.pcap"]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// The `--json` records of every stream, without the queue that ran it, sorted.
+fn records(source: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["streams", source, "--json"];
+    args.extend_from_slice(extra);
+    let o = weir(&args);
+    assert!(o.status.success(), "weir {args:?}: {}", text(&o.stderr));
+    let mut lines: Vec<String> = text(&o.stdout)
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("queue");
+            v.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn json_records_are_the_same_under_rebalancing_apart_from_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path());
+    let t = trace.to_str().unwrap();
+    let two = format!("{t}@0-1");
+    let one = records(t, &[]);
+    assert!(one.len() > 500, "{} records", one.len());
+    for extra in [&["--balance", "rebalance"][..], &["--balance", "rebalance", "--locality", "256"][..]] {
+        assert!(records(&two, extra) == one, "{extra:?}: other records");
+    }
 }

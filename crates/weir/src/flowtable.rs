@@ -16,6 +16,11 @@
 //! - [`End::Evicted`]: the table is full and a packet of a new flow arrives: the
 //!   flow seen least recently leaves to make room.
 //!
+//! The caller may also take flows out itself ([`FlowTable::remove`],
+//! [`FlowTable::take_where`]) and put them into another table
+//! ([`FlowTable::put`]) with their times, as rebalancing moves a bucket's
+//! flows between workers.
+//!
 //! So within one flow, its packet times sorted are never more than the timeout
 //! apart. A reader that merges the flows of one key whose times lie within the
 //! timeout of each other gets the same flows whatever the table's size and
@@ -334,6 +339,40 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         }
     }
 
+    /// Takes out every flow `pick` chooses, handing each to `out` (the
+    /// caller knows why: it moves them to another table). Costs a look at
+    /// every flow held.
+    pub fn take_where(&mut self, mut pick: impl FnMut(&Flow<K, V>) -> bool, mut out: impl FnMut(Flow<K, V>)) {
+        // Downwards: `take` moves the last slot, already looked at, into the gap.
+        for i in (0..self.slots.len()).rev() {
+            if pick(&self.slots[i].flow) {
+                out(self.take(i as u32));
+            }
+        }
+    }
+
+    /// Puts in a flow taken out of another table ([`take_where`](Self::take_where)),
+    /// with its times, as the one seen most recently; the flow seen least
+    /// recently leaves to `gone` if the table is full. A flow whose key the
+    /// table holds already is handed back.
+    pub fn put(&mut self, flow: Flow<K, V>, mut gone: impl FnMut(Flow<K, V>, End)) -> Result<(), Flow<K, V>> {
+        let hash = self.hasher.hash_one(&flow.key);
+        let slots = &self.slots;
+        if self.index.find(hash, |i| slots[i as usize].flow.key == flow.key).is_some() {
+            return Err(flow);
+        }
+        if self.slots.len() == self.limits.max_flows {
+            self.leave(self.oldest, End::Evicted, &mut gone);
+        }
+        self.now_ns = self.now_ns.max(flow.last_ns);
+        let i = self.slots.len() as u32;
+        self.slots.push(Slot { flow, older: NIL, newer: NIL });
+        self.link_newest(i);
+        self.index.insert(hash, i);
+        self.stats.peak = self.stats.peak.max(self.slots.len());
+        Ok(())
+    }
+
     /// The flows still held, in no particular order: the end of a run.
     pub fn into_flows(self) -> impl Iterator<Item = Flow<K, V>> {
         self.slots.into_iter().map(|s| s.flow)
@@ -474,6 +513,32 @@ mod tests {
         let mut held: Vec<_> = t.into_flows().map(|f| (f.key, f.value)).collect();
         held.sort();
         assert_eq!(held, [(1, 2), (3, 1)]);
+    }
+
+    #[test]
+    fn flows_taken_out_go_into_another_table_whole() {
+        let limits = TableLimits::new(3, 3600 * S).unwrap();
+        let (_, mut from) = feed(limits, &[(1, S), (2, 2 * S), (3, 3 * S), (2, 4 * S), (4, 5 * S)]);
+        let mut moving = Vec::new();
+        from.take_where(|f| f.key % 2 == 0, |f| moving.push(f));
+        moving.sort_by_key(|f| f.key);
+        assert_eq!(
+            moving,
+            [Flow { key: 2, first_ns: 2 * S, last_ns: 4 * S, value: 2 }, Flow { key: 4, first_ns: 5 * S, last_ns: 5 * S, value: 1 }]
+        );
+        assert_eq!(from.into_flows().map(|f| f.key).collect::<Vec<_>>(), [3], "flow 1 was evicted for 4, 2 and 4 left");
+        // The other table holds two flows: 9 is older than what comes, so it
+        // is evicted for the second; a key it holds already is handed back.
+        let (_, mut to) = feed(TableLimits::new(2, 3600 * S).unwrap(), &[(9, S), (2, 6 * S)]);
+        let mut gone = Vec::new();
+        let [two, four] = <[Flow<u32, u64>; 2]>::try_from(moving).unwrap();
+        assert_eq!(to.put(two.clone(), |f, why| gone.push((f, why))), Err(two));
+        assert_eq!(to.put(four.clone(), |f, why| gone.push((f, why))), Ok(()));
+        assert_eq!(gone, [(Flow { key: 9, first_ns: S, last_ns: S, value: 1 }, End::Evicted)]);
+        *to.entry(4, 7 * S, || 0, |_, _| panic!("nothing leaves")) += 1;
+        let mut held: Vec<_> = to.into_flows().map(|f| (f.key, f.first_ns, f.value)).collect();
+        held.sort();
+        assert_eq!(held, [(2, 6 * S, 1), (4, 5 * S, 2)], "4 kept its first time and count");
     }
 
     #[test]

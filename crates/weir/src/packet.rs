@@ -149,6 +149,58 @@ pub trait Handler: Send + 'static {
     /// Handlers that keep state across packets (the stream layer) close it
     /// here, on the worker, before the report takes them back.
     fn finish(&mut self) {}
+
+    /// Rebalancing moves `bucket` off this queue, and this worker has handled
+    /// every packet of it that it will get: give up what it keeps about the
+    /// bucket's flows, for the handler of the queue the bucket goes to
+    /// ([`import`](Self::import)). `None`, the default, hands nothing over.
+    /// Called on this worker, between two chunks, for trace sources (whose
+    /// capture thread holds the bucket's new packets until the state is
+    /// taken in; see [`crate::balance`]).
+    fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
+        let _ = bucket;
+        None
+    }
+
+    /// What another queue's handler gave up in [`export`](Self::export),
+    /// taken in before any packet of its bucket is handed to this one. The
+    /// default drops it.
+    fn import(&mut self, state: Handover) {
+        let _ = state;
+    }
+}
+
+/// Flow state one worker's handler hands to another's when rebalancing moves
+/// a bucket (see [`Handler::export`]); the receiving handler downcasts it.
+pub type Handover = Box<dyn std::any::Any + Send>;
+
+/// One bucket of the indirection table that rebalancing moves: the flows
+/// whose symmetric Toeplitz hash (as [`Rss`](crate::rss::Rss) computes it
+/// from a frame) falls in it; [`Rss::in_bucket`](crate::rss::Rss::in_bucket)
+/// says whether a frame's flow is one of them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlowBucket {
+    index: usize,
+    mask: u32,
+}
+
+impl FlowBucket {
+    /// Bucket `index` of a table of `buckets` entries (a power of two).
+    pub(crate) fn new(index: usize, buckets: usize) -> FlowBucket {
+        debug_assert!(buckets.is_power_of_two() && index < buckets);
+        FlowBucket { index, mask: (buckets - 1) as u32 }
+    }
+
+    /// Its place in the table.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Whether a flow of hash `hash` ([`Rss`](crate::rss::Rss)'s flow hash, 0
+    /// for a frame without a flow) is in this bucket.
+    pub(crate) fn holds(&self, hash: u32) -> bool {
+        hash & self.mask == self.index as u32
+    }
 }
 
 impl<F> Handler for F

@@ -40,6 +40,9 @@ Every packet that reaches the stream layer is counted once: not IP, malformed, a
 reassembly, untracked (a bare ACK/FIN/RST of no open stream), taken by its stream, discarded (all its \
 bytes past the cutoff) or dropped (bytes refused for lack of memory). Every payload byte of a stream is \
 delivered, a duplicate, discarded (past the cutoff, or in packets mode), dropped for memory, or refused (not stream data).\n\n\
+Balance: --balance rebalance moves whole streams with their bucket (the old worker hands them to the new one \
+before the bucket's next packet), on traces; offload:T and rebalance:T are refused (a buddy worker would handle \
+a stream's packets away from its state), and so is rebalancing a live capture.\n\n\
 Overlapping retransmissions with different bytes: the first copy wins (tcpflow keeps the last).")]
 pub struct StreamsArgs {
     #[command(flatten)]
@@ -297,7 +300,9 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
             "not_stream": total.not_ip + total.malformed, "not_ip": total.not_ip, "malformed": total.malformed,
             "fragments": total.fragments, "untracked": total.untracked, "to_stream": total.to_stream,
             "discarded_packets": total.discarded_packets, "dropped_packets": total.dropped_packets,
-            "streams": total.streams, "connections": total.connections, "evicted": total.evicted,
+            "streams": total.streams, "connections": total.connections, "handed_in": total.handed_in, "evicted": total.evicted,
+            "rebalance": report.balance.map(|b| json!({"buckets_moved": b.buckets_moved, "parked": b.parked,
+                                                        "park_drops": b.park_drops, "handover_drops": b.handover_drops})),
             "closed": {"fin": total.closed_fin, "rst": total.closed_rst, "idle": total.closed_idle, "evicted": total.evicted,
                        "end_of_input": total.closed_end, "reused": total.closed_reused},
             "bytes": total.bytes, "delivered_bytes": total.delivered, "gap_bytes": total.gap, "duplicate_bytes": total.duplicate,

@@ -42,6 +42,18 @@ pub struct ControllerConfig {
     headroom: f64,
     /// Packets waiting at both ends of a tick for it to count as busy throughout.
     busy_backlog: u64,
+    /// Tests: every this many ticks, move the busiest bucket to the next
+    /// queue whatever the load, so moves happen without contriving one.
+    #[cfg(test)]
+    churn: Option<u32>,
+}
+
+impl ControllerConfig {
+    /// Tests: move a bucket every `ticks` ticks (see `churn`).
+    #[cfg(test)]
+    pub(crate) fn churning(ticks: u32) -> ControllerConfig {
+        ControllerConfig { churn: Some(ticks.max(1)), ..ControllerConfig::default() }
+    }
 }
 
 impl Default for ControllerConfig {
@@ -49,7 +61,14 @@ impl Default for ControllerConfig {
         // With 10 ms ticks: 50 ms of sustained overload, longer than any burst a
         // default pool absorbs at line rate, and 50 ms to see a move's effect.
         // 1024 packets: four default chunks, more than a worker below capacity queues.
-        ControllerConfig { persist_ticks: 5, cooldown_ticks: 5, headroom: 0.9, busy_backlog: 1024 }
+        ControllerConfig {
+            persist_ticks: 5,
+            cooldown_ticks: 5,
+            headroom: 0.9,
+            busy_backlog: 1024,
+            #[cfg(test)]
+            churn: None,
+        }
     }
 }
 
@@ -90,6 +109,9 @@ pub(crate) struct Controller {
     bucket_rate: Vec<f64>,
     /// The weight `bucket_rate`'s sums carry (all buckets share it).
     bucket_weight: f64,
+    /// Ticks so far, for `churn`.
+    #[cfg(test)]
+    ticks: u32,
 }
 
 /// Weight of the newest tick in every average: the last twenty or so ticks
@@ -128,6 +150,8 @@ impl Controller {
             capacity: vec![Average::default(); queues],
             bucket_rate: Vec::new(),
             bucket_weight: 0.0,
+            #[cfg(test)]
+            ticks: 0,
         }
     }
 
@@ -149,6 +173,20 @@ impl Controller {
             *r = *r * (1.0 - DECAY) + f64::from(a);
         }
         self.bucket_weight = self.bucket_weight * (1.0 - DECAY) + 1.0;
+        #[cfg(test)]
+        if let Some(every) = self.cfg.churn {
+            self.ticks += 1;
+            let busiest = (0..table.len())
+                .filter(|&b| self.bucket_rate[b] > 0.0 && movable(b))
+                .max_by(|&a, &b| self.bucket_rate[a].total_cmp(&self.bucket_rate[b]).then(b.cmp(&a)));
+            return match busiest.filter(|_| self.ticks % every == 0) {
+                Some(bucket) => {
+                    let from = table.queue_of_bucket(bucket);
+                    vec![Move { bucket, from, to: (from + 1) % n as u16 }]
+                }
+                None => Vec::new(),
+            };
+        }
         for (q, s) in samples.iter().enumerate() {
             self.served[q].add(s.served as f64);
             let busy = s.backlog >= self.cfg.busy_backlog;

@@ -10,11 +10,15 @@
 //! path of trace and simulated sources, where one thread fills every queue: packets of a
 //! moving bucket are parked until every chunk the old queue had published is
 //! recycled, then handed to the new queue ahead of anything newer. From then on
-//! the bucket is the new queue's, and the old worker has nothing of it left.
+//! the bucket is the new queue's, and the old worker has nothing of it left:
+//! what its handler kept about the bucket's flows (the stream layer's
+//! streams) was handed to the new worker's handler before the first parked
+//! packet (`handover.rs`).
 //! Live captures, with a capture thread per queue, run the same controller and
 //! the same fence split across those threads (`threaded.rs`): AF_PACKET keeps
 //! the table in the kernel (`source::afpacket`'s `rebalance` module), AF_XDP in
-//! the capture threads (`source::afxdp`'s).
+//! the capture threads (`source::afxdp`'s). They hand no handler state over:
+//! the stream layer refuses to rebalance them.
 //!
 //! Chunk offloading (`pool::buddy`) is the other answer to imbalance, WireCAP's;
 //! it reacts at once but splits flows across workers. The two combine: the
@@ -22,12 +26,14 @@
 //! threshold.
 
 mod controller;
+mod handover;
 mod park;
 mod steer;
 pub(crate) mod threaded;
 
 pub use controller::ControllerConfig;
 pub(crate) use controller::{Controller, Move, QueueSample};
+pub(crate) use handover::{Desk, Handovers};
 pub(crate) use park::{Parked, ParkingLot};
 pub use steer::SteeringStats;
 pub(crate) use steer::{Route, Steering};

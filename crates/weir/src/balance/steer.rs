@@ -13,6 +13,10 @@
 //!    [`Steering::tick`]), the parked packets are pushed into q' in order, and
 //!    the table points b at q'. Anything of b that arrives later is behind them.
 //!
+//! With a [`Handovers`] (a push engine), step 3 waits for one more: q's
+//! worker hands the state its handler keeps about b's flows over to q''s
+//! (see `handover.rs`) before the parked packets go in.
+//!
 //! So b's packets are finished by q before q' sees any of them, and q' sees them
 //! in arrival order: no flow of b is processed by two workers at once or
 //! reordered. Parking copies (into a [`ParkingLot`]), which costs only packets
@@ -24,10 +28,13 @@
 //! sides are passed to it by index; callers map their own queue numbers.
 
 use super::controller::{Controller, ControllerConfig, Move, QueueSample};
+use super::handover::{Handovers, Ticket};
 use super::park::{Parked, ParkingLot};
 use crate::pool::{CaptureSide, Fence, NoCell};
 use crate::rss::IndirectionTable;
+use crate::FlowBucket;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Where a packet of a bucket goes now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -60,6 +67,8 @@ struct Transit {
     mv: Move,
     fence: Fence,
     parked: VecDeque<Parked>,
+    /// The old worker's export of the bucket's state, once the fence is passed.
+    ticket: Option<Arc<Ticket>>,
 }
 
 /// The table, the moves in progress and the controller of one group of queues.
@@ -77,6 +86,8 @@ pub(crate) struct Steering {
     last_served: Vec<u64>,
     last_dropped: Vec<u64>,
     stats: SteeringStats,
+    /// The workers' mailboxes, when their handlers hand flow state over.
+    handovers: Option<Arc<Handovers>>,
 }
 
 impl Steering {
@@ -93,7 +104,16 @@ impl Steering {
             last_served: vec![0; queues],
             last_dropped: vec![0; queues],
             stats: SteeringStats::default(),
+            handovers: None,
         }
+    }
+
+    /// Hand each moving bucket's flow state from the old queue's worker to
+    /// the new one's before its parked packets (queue positions are the
+    /// steering's queue numbers).
+    pub(crate) fn with_handovers(mut self, handovers: Option<Arc<Handovers>>) -> Self {
+        self.handovers = handovers;
+        self
     }
 
     pub(crate) fn stats(&self) -> SteeringStats {
@@ -184,7 +204,7 @@ impl Steering {
         }
         let fence = sides[usize::from(mv.from)].fence();
         self.in_transit[mv.bucket] = Some(self.moving.len());
-        self.moving.push(Transit { mv, fence, parked: VecDeque::new() });
+        self.moving.push(Transit { mv, fence, parked: VecDeque::new(), ticket: None });
         self.stats.moves_started += 1;
     }
 
@@ -193,6 +213,9 @@ impl Steering {
     /// the queues they were going to, and the table keeps the old queues.
     pub(crate) fn abandon(&mut self, sides: &mut [CaptureSide]) {
         for t in self.moving.drain(..) {
+            if let Some(ticket) = &t.ticket {
+                ticket.cancel();
+            }
             for p in &t.parked {
                 sides[usize::from(t.mv.to)].drop_capture(p.wire_len);
                 self.stats.park_drops += 1;
@@ -206,10 +229,18 @@ impl Steering {
     pub(crate) fn hand_over(&mut self, sides: &mut [CaptureSide]) {
         let mut k = 0;
         while k < self.moving.len() {
-            let t = &self.moving[k];
+            let t = &mut self.moving[k];
             if !sides[usize::from(t.mv.from)].passed(&t.fence) {
                 k += 1;
                 continue;
+            }
+            if let Some(h) = &self.handovers {
+                let bucket = FlowBucket::new(t.mv.bucket, self.table.len());
+                let ticket = t.ticket.get_or_insert_with(|| h.request(usize::from(t.mv.from), usize::from(t.mv.to), bucket));
+                if !ticket.done() {
+                    k += 1;
+                    continue;
+                }
             }
             let t = self.moving.remove(k);
             let to = &mut sides[usize::from(t.mv.to)];

@@ -462,21 +462,32 @@ impl Engine {
 
     /// Start the stream layer on every queue's worker and return at once.
     ///
-    /// Streams keep their state on the worker of their queue, so the balance
-    /// modes that hand a queue's packets to another worker are refused:
-    /// offloading (a buddy worker would see packets of streams whose state
-    /// lives elsewhere) and rebalancing (a moved bucket would split its
-    /// streams between two workers).
+    /// Streams keep their state on the worker of their queue. Rebalancing a
+    /// trace moves a bucket's streams with it: the old worker hands them to
+    /// the new one before the bucket's next packet (see [`balance`]), so no
+    /// stream is split. Refused: offloading (`offload:T`, `rebalance:T`),
+    /// where a buddy worker would handle packets of streams whose state lives
+    /// on another worker at the same time, and rebalancing a live source,
+    /// whose capture threads or kernel move buckets without that hand-over.
     pub fn start_streams<H: crate::stream::StreamHandler>(
         self,
         cfg: &crate::stream::StreamConfig,
         mut make: impl FnMut(QueueId) -> H,
     ) -> Result<Running<crate::stream::Streams<H>>, RunError> {
-        if self.balance.offload().is_some() || self.balance.controller().is_some() {
+        if self.balance.offload().is_some() {
             return Err(RunError::Setting(SettingError::new(
                 Setting::Balance,
-                "the stream layer keeps each stream on its queue's worker: offloading and rebalancing would move \
-                 its packets to another worker; use the basic mode (or RSS alone)",
+                "offloading hands a queue's chunks to another worker while the queue's own worker runs, so packets of \
+                 one stream would be handled on two workers at once, away from its state: the stream layer refuses it; \
+                 use basic or rebalance (without :T), which moves whole buckets with their streams",
+            )));
+        }
+        if self.balance.controller().is_some() && self.info.trace.is_none() {
+            return Err(RunError::Setting(SettingError::new(
+                Setting::Balance,
+                "rebalancing a live capture moves buckets in the kernel (afpacket) or the capture threads (afxdp), \
+                 which do not yet hand a bucket's streams from the old worker to the new one, so its streams would \
+                 be split: the stream layer rebalances traces only; use basic on a live source",
             )));
         }
         let (link, queues) = (self.info.link_type, self.info.queues.len());
@@ -495,8 +506,9 @@ impl Engine {
         let mut l = self.launch(false)?;
         let mut workers = Vec::new();
         let locality = l.locality.map(|cfg| (cfg, l.info.link_type));
-        for (q, side) in std::mem::take(&mut l.worker_sides) {
+        for (i, (q, side)) in std::mem::take(&mut l.worker_sides).into_iter().enumerate() {
             let handler = make(q);
+            let desk = l.handovers.as_ref().map(|h| h.desk(i));
             let cpu = l.placements.iter().find(|p| p.queue == q).and_then(|p| p.worker_cpu);
             let thread_ctl = Arc::clone(&l.ctl);
             l.ctl.thread_started();
@@ -505,7 +517,7 @@ impl Engine {
                 .spawn(move || {
                     let _end = ThreadEnd(&thread_ctl);
                     pin(cpu);
-                    worker_loop(side, handler, &thread_ctl, locality)
+                    worker_loop(side, handler, &thread_ctl, locality, desk)
                 })
                 .map_err(|e| {
                     l.ctl.thread_ended();
@@ -544,17 +556,6 @@ impl Engine {
         let balance = Arc::new(balance::BalanceCounters::default());
         let filter = FilterSwitch::new(self.filter);
         let rebalancing = self.balance.controller().is_some();
-        let units = self
-            .source
-            .into_units(source::CaptureOptions {
-                filter: filter.clone(),
-                pacing: self.pacing,
-                pool: self.pool,
-                balance: self.balance,
-                balance_counters: Arc::clone(&balance),
-            })
-            .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
-
         let mut counters = Vec::new();
         let mut caps = Vec::new();
         let mut works = Vec::new();
@@ -568,6 +569,24 @@ impl Engine {
             caps.push(cap);
             works.push(work);
         }
+        // Workers that run handlers hand flow state over with each bucket moved;
+        // one thread reading every queue keeps all of it anyway.
+        let handovers = (rebalancing && !pull).then(|| {
+            let (h, flags) = balance::Handovers::new(works.iter().map(WorkerSide::wake_handle).collect());
+            works.iter_mut().zip(flags).for_each(|(w, f)| w.watch(f));
+            h
+        });
+        let units = self
+            .source
+            .into_units(source::CaptureOptions {
+                filter: filter.clone(),
+                pacing: self.pacing,
+                pool: self.pool,
+                balance: self.balance,
+                balance_counters: Arc::clone(&balance),
+                handovers: handovers.clone(),
+            })
+            .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
         // The buddy group is every queue of the engine: the queues one application reads.
         if let Some(t) = self.balance.offload().filter(|_| caps.len() > 1) {
             pool::link_buddies(&mut caps, &mut works, t);
@@ -622,6 +641,7 @@ impl Engine {
             info: self.info,
             locality: self.locality,
             filter,
+            handovers,
         })
     }
 }
@@ -641,6 +661,8 @@ pub(crate) struct Launched {
     pub(crate) locality: Option<LocalityConfig>,
     /// Replaces the capture units' filter while they run (a reader's `replace_filter`).
     pub(crate) filter: FilterSwitch,
+    /// The workers' mailboxes, when they hand flow state over (see [`balance`]).
+    pub(crate) handovers: Option<Arc<balance::Handovers>>,
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since
@@ -688,21 +710,36 @@ fn worker_loop<H: Handler>(
     mut handler: H,
     ctl: &Control,
     locality: Option<(LocalityConfig, LinkType)>,
+    desk: Option<balance::Desk>,
 ) -> Result<H, RunError> {
     let queue = side.queue();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &locality {
-        Some((cfg, link)) => crate::locality::run(&side, &mut handler, cfg, *link, WORKER_IDLE),
-        None => loop {
-            match side.next(WORKER_IDLE) {
-                Next::Chunk(chunk) => {
-                    for p in chunk.packets() {
-                        handler.packet(&p);
+    let serve = |handler: &mut H| {
+        if let Some(d) = &desk {
+            d.serve(handler);
+        }
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        match &locality {
+            Some((cfg, link)) => crate::locality::run(&side, &mut handler, cfg, *link, WORKER_IDLE, desk.as_ref()),
+            None => loop {
+                match side.next(WORKER_IDLE) {
+                    Next::Chunk(chunk) => {
+                        // State handed over for this chunk's packets was posted before it.
+                        serve(&mut handler);
+                        for p in chunk.packets() {
+                            handler.packet(&p);
+                        }
                     }
+                    Next::Idle => {
+                        serve(&mut handler);
+                        handler.idle();
+                    }
+                    Next::Closed => break,
                 }
-                Next::Idle => handler.idle(),
-                Next::Closed => break,
-            }
-        },
+            },
+        }
+        // State handed over as the capture stopped was posted before it closed.
+        serve(&mut handler);
     }))
     .and_then(|()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.finish())));
     match result {

@@ -9,6 +9,7 @@
 
 use super::batch::Batch;
 use super::LocalityConfig;
+use crate::balance::Desk;
 use crate::pool::{HeldChunk, Next, WorkerSide};
 use crate::Handler;
 use crate::LinkType;
@@ -53,13 +54,31 @@ fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between
     b.release();
 }
 
-/// Run the stage until the capture queue (and every buddy's) is closed and drained.
-pub(crate) fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityConfig, link: LinkType, idle: Duration) {
+/// Run the stage until the capture queue (and every buddy's) is closed and
+/// drained. A `desk` is served before each batch is delivered (flow state
+/// handed over for its packets was posted before their chunks) and when idle.
+pub(crate) fn run<H: Handler>(
+    side: &WorkerSide,
+    handler: &mut H,
+    cfg: &LocalityConfig,
+    link: LinkType,
+    idle: Duration,
+    desk: Option<&Desk>,
+) {
     let batch = cfg.batch.get();
     let mut cur = Batch::new();
     let mut next = Batch::new();
+    let serve = |h: &mut H| {
+        if let Some(d) = desk {
+            d.serve(h);
+        }
+    };
     loop {
-        let closed = gather(side, &mut cur, cfg, link, idle, handler);
+        let closed = gather(side, &mut cur, cfg, link, idle, &mut || {
+            serve(handler);
+            handler.idle();
+        });
+        serve(handler);
         if cfg.double_buffer {
             deliver(&mut cur, handler, || {
                 while next.len() < batch {
@@ -80,15 +99,15 @@ pub(crate) fn run(side: &WorkerSide, handler: &mut impl Handler, cfg: &LocalityC
 }
 
 /// Add chunks to `b` until it is due or the source waits for memory it holds,
-/// or the capture is over (true then). The handler is told when the queue
-/// stays empty with nothing held.
+/// or the capture is over (true then). `on_idle` runs when the queue stays
+/// empty with nothing held.
 fn gather<'w>(
     side: &'w WorkerSide,
     b: &mut Batch<HeldChunk<'w>>,
     cfg: &LocalityConfig,
     link: LinkType,
     idle: Duration,
-    handler: &mut impl Handler,
+    on_idle: &mut impl FnMut(),
 ) -> bool {
     while !b.is_due(cfg) {
         let gathering = b.is_gathering();
@@ -112,7 +131,7 @@ fn gather<'w>(
                 side.take_starved();
                 return false;
             }
-            Next::Idle => handler.idle(),
+            Next::Idle => on_idle(),
             Next::Closed => return true,
         }
     }

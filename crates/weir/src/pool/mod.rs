@@ -148,6 +148,7 @@ pub(crate) fn work_queue_pair(
         load,
         inbox: Vec::new(),
         turn: StdCell::new(0),
+        attention: None,
     };
     Ok((capture, worker))
 }

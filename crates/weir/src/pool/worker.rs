@@ -17,7 +17,7 @@ use crate::ring::{Consumer, Producer, WakeHandle};
 use crate::stats::QueueCounters;
 use crate::{LinkType, Packet, QueueId};
 use std::cell::{Cell as StdCell, RefCell};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -139,6 +139,9 @@ pub(crate) struct WorkerSide {
     /// Where the next look for a chunk starts (0 = own queue, i+1 = inbox i), so
     /// that no source of chunks waits behind a busy other.
     pub(super) turn: StdCell<usize>,
+    /// Set by another thread that wants this worker's attention between
+    /// chunks (a flow-state hand-over): ends an idle wait early.
+    pub(super) attention: Option<Arc<AtomicBool>>,
 }
 
 impl WorkerSide {
@@ -151,7 +154,13 @@ impl WorkerSide {
         self.own.pool.queue.0.wrapping_add(1)
     }
 
-    /// Take the next captured chunk, sleeping up to `timeout` for one.
+    /// End idle waits early whenever `flag` is set (the worker clears it).
+    pub(crate) fn watch(&mut self, flag: Arc<AtomicBool>) {
+        self.attention = Some(flag);
+    }
+
+    /// Take the next captured chunk, sleeping up to `timeout` for one, or
+    /// less when the [`watch`](Self::watch)ed flag is set.
     pub(crate) fn next(&self, timeout: Duration) -> Next<'_> {
         self.wait_next(timeout, false)
     }
@@ -169,7 +178,11 @@ impl WorkerSide {
         {
             let own = self.captured.borrow();
             own.wait_or(timeout, || {
-                (watch_starved && self.load.is_starved()) || self.inbox.iter().any(|b| !b.take.borrow().is_empty()) || self.all_closed(&own)
+                (watch_starved && self.load.is_starved())
+                    || self.inbox.iter().any(|b| !b.take.borrow().is_empty())
+                    || self.all_closed(&own)
+                    // Relaxed: a hint to stop waiting; the reader of what it announces acquires.
+                    || self.attention.as_ref().is_some_and(|a| a.load(Ordering::Relaxed))
             });
         }
         match self.try_next() {

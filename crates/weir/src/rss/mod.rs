@@ -15,7 +15,7 @@
 //! byte position) so one IPv4 4-tuple costs 12 loads and XORs.
 
 use crate::wire::FlowTuple;
-use crate::{LinkType, QueueId};
+use crate::{FlowBucket, LinkType, QueueId};
 use crate::{Setting, SettingError};
 
 /// Length of a Toeplitz key: enough for the 36-byte IPv6 4-tuple.
@@ -222,6 +222,13 @@ impl Rss {
             return None;
         }
         Some(self.toeplitz.hash(&frame[TUPLE]))
+    }
+
+    /// Whether the flow of `frame` is in `bucket`, a bucket rebalancing moves
+    /// ([`Handler::export`](crate::Handler::export)): the steering's own hash,
+    /// so the answer is the steering's.
+    pub fn in_bucket(&self, frame: &[u8], bucket: &FlowBucket) -> bool {
+        bucket.holds(self.flow_hash(frame).unwrap_or(0))
     }
 
     /// The queue of a frame: its bucket's, so both directions of a flow get

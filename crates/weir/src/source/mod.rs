@@ -43,6 +43,9 @@ pub(crate) struct CaptureOptions {
     pub(crate) balance: crate::balance::Mode,
     /// Where a rebalancing source reports what it moved.
     pub(crate) balance_counters: Arc<crate::balance::BalanceCounters>,
+    /// The workers' mailboxes, by queue position, when a rebalancing trace
+    /// hands its handlers' flow state over with each bucket it moves.
+    pub(crate) handovers: Option<Arc<crate::balance::Handovers>>,
 }
 
 /// An opened source, before capture starts.

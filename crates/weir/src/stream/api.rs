@@ -235,6 +235,10 @@ pub struct StreamStats {
     pub streams: u64,
     /// Connections created.
     pub connections: u64,
+    /// Connections taken in from another queue's layer, with their streams,
+    /// when rebalancing moved their bucket here (made, and counted in
+    /// `connections`, on the queue they came from).
+    pub handed_in: u64,
     /// Streams closed, by reason.
     pub closed_fin: u64,
     /// Closed by a RST.
@@ -284,6 +288,7 @@ impl StreamStats {
             dropped_packets,
             streams,
             connections,
+            handed_in,
             closed_fin,
             closed_rst,
             closed_idle,

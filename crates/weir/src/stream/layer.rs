@@ -16,8 +16,9 @@ use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Si
 use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 use crate::filter::Filter;
 use crate::flowtable::{End, Flow, FlowTable, TableLimits};
+use crate::rss::Rss;
 use crate::wire::{field, FlowTuple};
-use crate::{Handler, LinkType, Packet, QueueId, SettingError};
+use crate::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, SettingError};
 use std::net::IpAddr;
 
 mod flush;
@@ -37,25 +38,28 @@ pub(crate) struct Conn<S> {
     /// Boxed, so the table's slots stay small (the recency list and the
     /// moves of a slot that leaves touch little memory) and a direction
     /// is never moved once made.
-    dirs: [Option<Box<Dir<S>>>; 2],
+    pub(super) dirs: [Option<Box<Dir<S>>>; 2],
+    /// The steering's hash of the packet that made it ([`Rss`]'s flow hash):
+    /// what rebalancing moves it by (`handover.rs`).
+    pub(super) steer: u32,
 }
 
 /// One direction: its record, reassembly and the piece being filled.
-struct Dir<S> {
-    rec: Stream,
+pub(super) struct Dir<S> {
+    pub(super) rec: Stream,
     /// `None` in packets mode and for datagram streams. Boxed: the
     /// reassembler is taken out for each segment (its sink borrows the rest
     /// of the direction), and a pointer moves where its 150 bytes would.
     reasm: Option<Box<Reassembler>>,
     /// The piece being filled, from stream offset `piece_at`; its first
     /// `carried` bytes repeat the end of the previous piece.
-    piece: Vec<u8>,
+    pub(super) piece: Vec<u8>,
     piece_at: u64,
     carried: usize,
     /// Packet time of the oldest byte waiting in `piece` past the carried ones.
     piece_since_ns: u64,
     /// Held bytes last counted into the arena.
-    held: u64,
+    pub(super) held: u64,
     /// What callbacks asked for while the reassembler was busy.
     pending: Requests,
     /// The application's state; `None` once the direction is closed.
@@ -71,13 +75,15 @@ struct Dir<S> {
 pub struct Streams<H: StreamHandler> {
     handler: H,
     link: LinkType,
-    queue: QueueId,
+    pub(super) queue: QueueId,
     cfg: StreamConfig,
     classes: Vec<(Filter, Class)>,
-    table: FlowTable<FlowTuple, Conn<H::State>>,
+    pub(super) table: FlowTable<FlowTuple, Conn<H::State>>,
     defrag: Defrag,
-    arena: Arena,
-    stats: StreamStats,
+    pub(super) arena: Arena,
+    pub(super) stats: StreamStats,
+    /// The steering's flow hash, for [`Conn::steer`].
+    rss: Rss,
     /// A datagram rebuilt from fragments, copied out of the fragment
     /// reassembler so both can be borrowed while it is handled.
     whole: Vec<u8>,
@@ -123,6 +129,7 @@ impl<H: StreamHandler> Streams<H> {
             closing: Vec::new(),
             waiting: flush::Waiting::default(),
             idle: flush::IdleClock::default(),
+            rss: Rss::new(link, 1),
         })
     }
 
@@ -181,7 +188,7 @@ impl<H: StreamHandler> Streams<H> {
             Transport::Datagram { payload, missing } => (None, *payload, *missing),
         };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
-        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, .. } = self;
+        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, .. } = self;
         let mut env = Env { handler, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
         let mut closing = std::mem::take(closing_buf);
         let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
@@ -204,7 +211,7 @@ impl<H: StreamHandler> Streams<H> {
             }
         }
         let conn = if opens {
-            table.entry(key, ts, || Conn { dirs: [None, None] }, &mut gone)
+            table.entry(key, ts, || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0) }, &mut gone)
         } else {
             match table.touch(&key, ts, &mut gone) {
                 Some(conn) => conn,
@@ -349,10 +356,30 @@ impl<H: StreamHandler> Streams<H> {
         *closing_buf = closing;
     }
 
+    /// Queues for the flush timeout the waiting pieces of a connection handed
+    /// in from another queue: their entries stayed in the old queue's flush
+    /// queue, which drops them when they come due.
+    pub(super) fn queue_handed_in(&mut self, key: FlowTuple, conn: &mut Conn<H::State>) {
+        if self.cfg.flush_timeout_ns.is_none() {
+            return;
+        }
+        for (side, d) in conn.dirs.iter_mut().enumerate() {
+            if let Some(d) = d {
+                d.flush_queued = false;
+                flush::queue(&mut self.waiting, d, key, side);
+            }
+        }
+    }
+
     /// Closes every stream still open, for `reason`.
     fn close_all(&mut self, reason: CloseReason) {
         let mut conns = Vec::new();
-        self.table.drain(|flow| conns.push(flow.value));
+        self.table.drain(|flow| conns.push((flow.value, reason)));
+        self.close(conns);
+    }
+
+    /// Closes connections that left the table, each for its reason.
+    pub(super) fn close(&mut self, conns: Vec<(Conn<H::State>, CloseReason)>) {
         let mut env = Env {
             handler: &mut self.handler,
             arena: &mut self.arena,
@@ -361,7 +388,7 @@ impl<H: StreamHandler> Streams<H> {
             overlap: self.cfg.piece_overlap,
             now: 0,
         };
-        for conn in conns {
+        for (conn, reason) in conns {
             close_conn(conn, reason, &mut env);
         }
     }
@@ -374,6 +401,14 @@ impl<H: StreamHandler> Handler for Streams<H> {
 
     fn idle(&mut self) {
         self.idle_tick();
+    }
+
+    fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
+        self.export_bucket(bucket)
+    }
+
+    fn import(&mut self, state: Handover) {
+        self.import_bucket(state);
     }
 
     fn finish(&mut self) {

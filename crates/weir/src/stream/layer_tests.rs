@@ -18,7 +18,7 @@ const PSH: u8 = 0x08;
 
 /// An Ethernet/IPv4 frame from 198.18.0.`c`:`cport` to 198.19.0.1:80 (or
 /// back, with `back`), carrying TCP or UDP.
-fn frame(c: u8, cport: u16, back: bool, tcp: Option<(u32, u8)>, payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(c: u8, cport: u16, back: bool, tcp: Option<(u32, u8)>, payload: &[u8]) -> Vec<u8> {
     let (mut src, mut dst) = ([198, 18, 0, c], [198, 19, 0, 1]);
     let (mut sp, mut dp) = (cport, 80u16);
     if back {

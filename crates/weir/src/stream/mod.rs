@@ -54,6 +54,7 @@ mod arena;
 mod config;
 mod decode;
 pub mod fragment;
+mod handover;
 mod layer;
 pub mod reassembly;
 

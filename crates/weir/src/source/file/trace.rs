@@ -114,7 +114,8 @@ impl Source for TraceSource {
                     total - 1
                 )))
             }
-            (Some(c), Some(rss)) => Some(Steering::new(rss.table().clone(), usize::from(total), c)),
+            // Every queue is opened, so positions are queue numbers, as the steering's.
+            (Some(c), Some(rss)) => Some(Steering::new(rss.table().clone(), usize::from(total), c).with_handovers(opts.handovers)),
             _ => None,
         };
         let unit = TraceUnit {
