@@ -176,7 +176,8 @@ fn timed_trace(path: &Path, packets: &[(u32, u16)]) {
     let frames: Vec<(u32, Vec<u8>)> = packets
         .iter()
         .map(|&(sec, flow)| {
-            let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1];
+            let mut f =
+                vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1];
             f.extend_from_slice(&(1000 + flow).to_be_bytes());
             f.extend_from_slice(&[0, 53, 0, 8, 0, 0]);
             (sec, f)

@@ -290,7 +290,12 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     let elapsed = report.elapsed;
     if let Some(path) = &args.stats {
         let mut j = stats_json(&total);
-        for (k, v) in [("files", json!(files)), ("write_errors", json!(write_errors)), ("sum", json!(sum)), ("elapsed_s", json!(elapsed.as_secs_f64()))] {
+        for (k, v) in [
+            ("files", json!(files)),
+            ("write_errors", json!(write_errors)),
+            ("sum", json!(sum)),
+            ("elapsed_s", json!(elapsed.as_secs_f64())),
+        ] {
             j[k] = v;
         }
         std::fs::write(path, format!("{j}\n")).with_context(|| format!("--stats {}", path.display()))?;
