@@ -359,7 +359,7 @@ fn a_content_across_two_pieces_is_found_once_and_one_inside_the_overlap_is_not_r
     // The overlap is 11 bytes (the longest content less one): the short
     // content lies in the repeated bytes of several pieces.
     let rules = rules_file(dir.path(), "1 80 \"ABCDEFGHIJKL\"\n2 80 \"wxyz\"\n3 any \"zzzz\"\n");
-    let mut data = vec![b'.'; 200];
+    let mut data = [b'.'; 200];
     let mut want = Vec::new();
     for at in [10usize, 30, 47, 100, 150] {
         data[at..at + 12].copy_from_slice(b"ABCDEFGHIJKL");
