@@ -3,7 +3,10 @@
 //! on real ones, and whatever the flow table's size; flows ended by the idle
 //! timeout in packet time and evictions from a full table, counted; records
 //! spilled to disk come back whole; rule files with mistakes are refused with the
-//! line named.
+//! line named. With `--streams`: contents split across segments and pieces
+//! found exactly once, a cutoff that leaves what is past it unscanned and
+//! counts its bytes exactly, and the same alerts whatever the queues, the
+//! locality buffer and the piece size.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -153,22 +156,34 @@ fn table_held(summary: &serde_json::Value) -> u64 {
     summary["flow_table"]["flows_held_at_end"].as_u64().unwrap()
 }
 
-/// A pcap of (seconds, flow) UDP packets: flow n goes from port 1000 + n to 53.
-fn timed_trace(path: &Path, packets: &[(u32, u16)]) {
+/// A pcap (Ethernet) of (seconds, frame) records.
+fn write_pcap(path: &Path, frames: &[(u32, Vec<u8>)]) {
     let mut b = Vec::new();
     for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
         b.extend_from_slice(&v.to_le_bytes());
     }
-    for &(sec, flow) in packets {
-        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1];
-        f.extend_from_slice(&(1000 + flow).to_be_bytes());
-        f.extend_from_slice(&[0, 53, 0, 8, 0, 0]);
-        for v in [sec, 0, f.len() as u32, f.len() as u32] {
+    for (sec, f) in frames {
+        for v in [*sec, 0, f.len() as u32, f.len() as u32] {
             b.extend_from_slice(&v.to_le_bytes());
         }
-        b.extend_from_slice(&f);
+        b.extend_from_slice(f);
     }
     std::fs::write(path, b).unwrap();
+}
+
+/// A pcap of (seconds, flow) UDP packets: flow n goes from port 1000 + n to 53.
+fn timed_trace(path: &Path, packets: &[(u32, u16)]) {
+    let frames: Vec<(u32, Vec<u8>)> = packets
+        .iter()
+        .map(|&(sec, flow)| {
+            let mut f =
+                vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1];
+            f.extend_from_slice(&(1000 + flow).to_be_bytes());
+            f.extend_from_slice(&[0, 53, 0, 8, 0, 0]);
+            (sec, f)
+        })
+        .collect();
+    write_pcap(path, &frames);
 }
 
 #[test]
@@ -243,5 +258,222 @@ fn the_table_is_reported_at_the_start_and_its_options_are_checked() {
     let help = text(&weir(&["inspect", "--help"]).stdout);
     for s in ["--max-flows", "[default: 1000000]", "--idle-timeout", "[default: 300]", "packet time", "--json"] {
         assert!(help.contains(s), "inspect --help mentions {s}");
+    }
+}
+
+const CLIENT: [u8; 4] = [198, 18, 0, 1];
+const SERVER: [u8; 4] = [198, 19, 0, 1];
+
+fn eth() -> etherparse::PacketBuilderStep<etherparse::Ethernet2Header> {
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+}
+
+/// One TCP connection from CLIENT:40000 to SERVER:`port`, a frame a second:
+/// the handshake, the client's `client` segments, the server's `server`
+/// segments, and both FINs.
+fn tcp_connection(port: u16, client: &[&[u8]], server: &[&[u8]]) -> Vec<(u32, Vec<u8>)> {
+    let (c_isn, s_isn) = (1000u32, 5000u32);
+    let c_len: u32 = client.iter().map(|s| s.len() as u32).sum();
+    let s_len: u32 = server.iter().map(|s| s.len() as u32).sum();
+    let mut frames = Vec::new();
+    let mut push = |b: etherparse::PacketBuilderStep<etherparse::TcpHeader>, payload: &[u8]| {
+        let mut f = Vec::new();
+        b.write(&mut f, payload).unwrap();
+        frames.push((frames.len() as u32, f));
+    };
+    let from_client = |seq: u32| eth().ipv4(CLIENT, SERVER, 64).tcp(40000, port, seq, 65535);
+    let from_server = |seq: u32| eth().ipv4(SERVER, CLIENT, 64).tcp(port, 40000, seq, 65535);
+    push(from_client(c_isn).syn(), &[]);
+    push(from_server(s_isn).syn().ack(c_isn + 1), &[]);
+    push(from_client(c_isn + 1).ack(s_isn + 1), &[]);
+    let mut seq = c_isn + 1;
+    for seg in client {
+        push(from_client(seq).ack(s_isn + 1), seg);
+        seq += seg.len() as u32;
+    }
+    let mut seq = s_isn + 1;
+    for seg in server {
+        push(from_server(seq).ack(c_isn + 1 + c_len), seg);
+        seq += seg.len() as u32;
+    }
+    push(from_client(c_isn + 1 + c_len).fin().ack(s_isn + 1 + s_len), &[]);
+    push(from_server(s_isn + 1 + s_len).fin().ack(c_isn + 2 + c_len), &[]);
+    frames
+}
+
+/// A UDP datagram from CLIENT:40001 to SERVER:`port`.
+fn udp_datagram(port: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    eth().ipv4(CLIENT, SERVER, 64).udp(40001, port).write(&mut f, payload).unwrap();
+    f
+}
+
+/// (rule, offset) of each stream-mode alert, in the order written; the
+/// offset is None for packet alerts.
+fn alerts(out: &str) -> Vec<(u64, Option<u64>)> {
+    out.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("alert").is_some())
+        .map(|v| (v["alert"].as_u64().unwrap(), v["offset"].as_u64()))
+        .collect()
+}
+
+fn rules_file(dir: &Path, text: &str) -> String {
+    let p = dir.join("test.rules");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn with_streams_a_content_split_across_segments_or_datagrams_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(dir.path(), "1 80 \"SPLITPATTERN\"\n2 53 \"UDPSPLIT\"\n");
+    let trace = dir.path().join("split.pcap");
+    let mut frames = tcp_connection(80, &[b"GET /SPLIT", b"PATTERN HTTP/1.1\r\n"], &[b"HTTP/1.1 200 OK\r\n"]);
+    frames.push((100, udp_datagram(53, b"xxUDP")));
+    frames.push((101, udp_datagram(53, b"SPLITyy")));
+    write_pcap(&trace, &frames);
+    let t = trace.to_str().unwrap();
+    let whole = tcp_connection(80, &[b"GET /SPLITPATTERN HTTP/1.1\r\n"], &[]);
+    let whole_trace = dir.path().join("whole.pcap");
+    write_pcap(&whole_trace, &whole);
+
+    // Packets: neither segment nor datagram holds a whole content; in one segment it is found.
+    assert_eq!(alerts(&inspect(dir.path(), t, &["--rules", &rules])), vec![]);
+    assert_eq!(alerts(&inspect(dir.path(), whole_trace.to_str().unwrap(), &["--rules", &rules])), vec![(1, None)]);
+    // Streams: both, at their stream offsets.
+    let (out, summary) = inspect_json(dir.path(), t, &["--rules", &rules, "--streams"]);
+    assert_eq!(alerts(&out), vec![(1, Some(5)), (2, Some(2))]);
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["stream"], "198.18.0.1:40000 198.19.0.1:80 6", "{first}");
+    assert_eq!(first["direction"], "initiator", "{first}");
+    assert_eq!(summary["mode"], "streams", "{summary}");
+    assert_eq!(summary["alerts"], 2, "{summary}");
+    assert_eq!(summary["delivered_bytes"], 10 + 18 + 17 + 5 + 7, "{summary}");
+    assert_eq!(summary["stream_layer"]["packets"], frames.len(), "{summary}");
+}
+
+#[test]
+fn a_content_across_two_pieces_is_found_once_and_one_inside_the_overlap_is_not_repeated() {
+    let dir = tempfile::tempdir().unwrap();
+    // The overlap is 11 bytes (the longest content less one): the short
+    // content lies in the repeated bytes of several pieces.
+    let rules = rules_file(dir.path(), "1 80 \"ABCDEFGHIJKL\"\n2 80 \"wxyz\"\n3 any \"zzzz\"\n");
+    let mut data = [b'.'; 200];
+    let mut want = Vec::new();
+    for at in [10usize, 30, 47, 100, 150] {
+        data[at..at + 12].copy_from_slice(b"ABCDEFGHIJKL");
+        want.push((1, Some(at as u64)));
+    }
+    for at in [25usize, 60, 64, 70, 90, 120, 131, 196] {
+        data[at..at + 4].copy_from_slice(b"wxyz");
+        want.push((2, Some(at as u64)));
+    }
+    // Overlapping matches count each: "zzzzzz" holds three.
+    data[170..176].copy_from_slice(b"zzzzzz");
+    want.extend([(3, Some(170)), (3, Some(171)), (3, Some(172))]);
+    want.sort_by_key(|&(rule, at)| (at, rule));
+    // Segments of 7 bytes: contents cross segment boundaries too.
+    let segments: Vec<&[u8]> = data.chunks(7).collect();
+    let trace = dir.path().join("pieces.pcap");
+    write_pcap(&trace, &tcp_connection(80, &segments, &[]));
+    let t = trace.to_str().unwrap();
+    let two = format!("{t}@0-1");
+    for (source, piece) in [(t, "12"), (t, "13"), (t, "16"), (t, "29"), (t, "16384"), (two.as_str(), "16")] {
+        let (out, summary) = inspect_json(dir.path(), source, &["--rules", &rules, "--streams", "--piece", piece]);
+        assert_eq!(alerts(&out), want, "--piece {piece} on {source}");
+        assert_eq!(summary["piece_overlap"], 11, "{summary}");
+        let pieces = summary["stream_layer"]["pieces"].as_u64().unwrap();
+        assert!(piece != "12" || pieces >= 180, "--piece 12 delivers a piece per new byte: {summary}");
+    }
+    // A piece no longer than the overlap could not hold a straddling match.
+    let o = weir(&["inspect", "-q", "--rules", &rules, "--streams", "--piece", "11", t, "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--piece 11") && text(&o.stderr).contains("last 11 bytes"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn a_cutoff_leaves_contents_past_it_unfound_and_counts_its_bytes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(dir.path(), "1 80 \"NEEDLE\"\n");
+    let mut request = vec![b'-'; 3000];
+    request[100..106].copy_from_slice(b"NEEDLE");
+    // Straddles the cutoff (1000): its first bytes are delivered, the rest is not.
+    request[997..1003].copy_from_slice(b"NEEDLE");
+    request[2500..2506].copy_from_slice(b"NEEDLE");
+    let mut response = vec![b'+'; 700];
+    response[600..606].copy_from_slice(b"NEEDLE");
+    let segments: Vec<&[u8]> = request.chunks(1400).collect();
+    let trace = dir.path().join("cut.pcap");
+    write_pcap(&trace, &tcp_connection(80, &segments, &[&response]));
+    let t = trace.to_str().unwrap();
+
+    let (all, s_all) = inspect_json(dir.path(), t, &["--rules", &rules, "--streams"]);
+    // Sorted by stream (the request's first), then offset.
+    assert_eq!(alerts(&all), vec![(1, Some(100)), (1, Some(997)), (1, Some(2500)), (1, Some(600))]);
+    assert_eq!((s_all["delivered_bytes"].as_u64(), s_all["discarded_bytes"].as_u64()), (Some(3700), Some(0)), "{s_all}");
+
+    let (cut, s_cut) = inspect_json(dir.path(), t, &["--rules", &rules, "--streams", "--cutoff", "1000"]);
+    assert_eq!(alerts(&cut), vec![(1, Some(100)), (1, Some(600))]);
+    assert_eq!(s_cut["stream_bytes"], 3700, "{s_cut}");
+    assert_eq!(s_cut["delivered_bytes"], 1000 + 700, "{s_cut}");
+    assert_eq!(s_cut["discarded_bytes"], 2000, "{s_cut}");
+    assert_eq!(s_cut["stream_layer"]["discarded_bytes"], 2000, "{s_cut}");
+    // The second and third segments (1400..2800, 2800..3000) are past the cutoff whole: discarded packets.
+    assert_eq!(s_cut["stream_layer"]["discarded_packets"], 2, "{s_cut}");
+    assert_eq!(s_cut["cutoff"], 1000, "{s_cut}");
+
+    // A class cutoff of 0 for the port leaves nothing to scan.
+    let (none, s_none) = inspect_json(dir.path(), t, &["--rules", &rules, "--streams", "--cutoff-class", "port 80=0"]);
+    assert_eq!(alerts(&none), vec![]);
+    assert_eq!((s_none["delivered_bytes"].as_u64(), s_none["discarded_bytes"].as_u64()), (Some(0), Some(3700)), "{s_none}");
+}
+
+#[test]
+fn stream_alerts_are_the_same_whatever_the_queues_locality_and_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "1500");
+    let t = trace.to_str().unwrap();
+    let (one, summary) = inspect_json(dir.path(), t, &["--streams"]);
+    let found = alerts(&one);
+    assert!(found.len() > 500, "{} alerts: the workload must find something: {summary}", found.len());
+    assert_eq!(summary["stream_layer"]["evicted"], 0, "{summary}");
+    let split = format!("{t}@0-1");
+    for (source, extra) in [
+        (split.as_str(), vec![]),
+        (split.as_str(), vec!["--locality", "500"]),
+        (t, vec!["--locality", "1000", "--piece", "100"]),
+        (t, vec!["--automaton", "nfa", "--split-any"]),
+    ] {
+        let mut args = vec!["--streams"];
+        args.extend_from_slice(&extra);
+        let (got, _) = inspect_json(dir.path(), source, &args);
+        assert!(got == one, "{source} {extra:?}: the alerts differ");
+    }
+    // Every payload byte in one category, every packet in one.
+    let s = &summary["stream_layer"];
+    let n = |k: &str| s[k].as_u64().unwrap();
+    assert_eq!(n("bytes"), n("delivered_bytes") + n("duplicate_bytes") + n("discarded_bytes") + n("dropped_bytes") + n("refused_bytes"));
+    assert_eq!(n("packets"), 20_000);
+}
+
+#[test]
+fn stream_options_need_streams_and_streams_need_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("one.pcap");
+    timed_trace(&trace, &[(0, 0)]);
+    let t = trace.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--cutoff", "10", t], "--streams"),
+        (vec!["--max-streams", "10", t], "--streams"),
+        (vec!["--streams", "--work", "flows", t], "--work flows has no rules"),
+        (vec!["--streams", "--max-flows", "10", t], "--max-flows"),
+        (vec!["--streams", "--mode", "tcp-slow", t], "tcp-slow"),
+    ] {
+        let mut all = vec!["inspect", "-q", "-o", "/dev/null"];
+        all.extend_from_slice(&args);
+        let o = weir(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(says), "{args:?}: {}", text(&o.stderr));
     }
 }

@@ -49,6 +49,8 @@ const TEXT: &[&str] = &[
     "--engine",
     "--engines",
     "--trace",
+    "--mode",
+    "--cutoff-class",
 ];
 
 struct Case {
@@ -77,6 +79,9 @@ const SOURCE_NUMERIC: &[&str] = &[
     "--frame-size",
     "--ring-size",
 ];
+
+/// The stream layer's numeric options (`weir streams`, `weir inspect --streams`).
+const STREAM_NUMERIC: &[&str] = &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--memory"];
 
 /// The engine's numeric options, which every subcommand that captures has, and `extra`.
 fn with_source(extra: &[&'static str]) -> Vec<&'static str> {
@@ -111,7 +116,15 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
             numeric: with_source(&["--group-rules", "--max-flows", "--idle-timeout"]),
-            text: &[],
+            // Refused without --streams; driven in the case below.
+            text: STREAM_NUMERIC,
+        },
+        Case {
+            cmd: &["inspect"],
+            base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null", "--streams"]),
+            numeric: with_source(&[&["--group-rules", "--idle-timeout"][..], STREAM_NUMERIC].concat()),
+            // Refused with --streams; driven in the case above.
+            text: &["--max-flows"],
         },
         Case { cmd: &["queues"], base: engine(&["-q", "-o", &out("q")]), numeric: with_source(&["--bin-ms"]), text: &[] },
         Case {

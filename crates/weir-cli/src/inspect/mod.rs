@@ -28,15 +28,20 @@
 //! error, or as JSON to standard output with `--json`.
 //!
 //! `--work flows` runs the flow table alone, the second workload.
+//!
+//! `--streams` matches the rules on the stream layer's data instead of on
+//! packets, with one alert per match at its stream offset ([`stream_mode`]).
 
 mod records;
 mod rules;
 mod spill;
+mod stream_mode;
 
 use crate::count::finish;
 use crate::exit::bad_input;
 use crate::exit::out;
 use crate::run::{human_rate, run_to_end, SourceArgs};
+use crate::streams::StreamOptions;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
@@ -57,6 +62,16 @@ use weir::{Handler, LinkType, Packet};
 #[command(
     // --print-rules needs no source.
     mut_arg("source", |a| a.required(false).required_unless_present("print_rules").default_value_if("print_rules", "true", "-")),
+    // The stream layer's options mean nothing to packet matching.
+    mut_arg("mode", |a| a.requires("streams")),
+    mut_arg("midstream", |a| a.requires("streams")),
+    mut_arg("cutoff", |a| a.requires("streams")),
+    mut_arg("cutoff_class", |a| a.requires("streams")),
+    mut_arg("hold_limit", |a| a.requires("streams")),
+    mut_arg("piece", |a| a.requires("streams")),
+    mut_arg("flush_timeout", |a| a.requires("streams")),
+    mut_arg("max_streams", |a| a.requires("streams")),
+    mut_arg("memory", |a| a.requires("streams")),
     after_help = "The rule file format (one rule per line, `#` comments):\n\n  \
 # id   ports        content\n  1001   80,8080      \"GET /admin\"\n  1002   6000-6010    \"|90 90 90|login\"\n  \
 1003   any          \"|de ad be ef|\"\n\n\
@@ -129,8 +144,20 @@ pub struct InspectArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
+    /// Match the rules on the stream layer's data instead of on packets: each
+    /// direction of a TCP connection reassembled in order (a content split
+    /// across segments is found), the datagrams of a UDP stream one after the
+    /// other. One alert per match, with its stream offset; --cutoff BYTES
+    /// leaves the rest of each direction unscanned (its bytes counted as
+    /// discarded). The stream options below apply; --idle-timeout closes streams.
+    #[arg(long, conflicts_with = "max_flows")]
+    pub streams: bool,
+
     #[command(flatten)]
     pub src: SourceArgs,
+
+    #[command(flatten, next_help_heading = "Stream options (with --streams)")]
+    pub stream: StreamOptions,
 }
 
 /// 1,000,000 flows: about 100 MiB of flow tables.
@@ -285,19 +312,26 @@ impl Matcher {
         self.groups.iter().map(|g| g.automaton.memory_usage()).sum()
     }
 
+    /// Call `found` with the rule and the place of every match in `data` of
+    /// the rules of service port `port`, overlapping matches included.
+    fn each_match(&self, port: u16, data: &[u8], mut found: impl FnMut(u32, aho_corasick::Match)) {
+        for &g in &self.lists[self.by_port[usize::from(port)] as usize] {
+            let group = &self.groups[usize::from(g)];
+            for m in group.automaton.find_overlapping_iter(data) {
+                found(group.ids[m.pattern().as_usize()], m);
+            }
+        }
+    }
+
     /// Call `alert` once per rule whose content is in `payload`.
     fn scan(&self, port: u16, payload: &[u8], seen: &mut Vec<u32>, mut alert: impl FnMut(u32)) {
         seen.clear();
-        for &g in &self.lists[self.by_port[usize::from(port)] as usize] {
-            let group = &self.groups[usize::from(g)];
-            for m in group.automaton.find_overlapping_iter(payload) {
-                let id = group.ids[m.pattern().as_usize()];
-                if !seen.contains(&id) {
-                    seen.push(id);
-                    alert(id);
-                }
+        self.each_match(port, payload, |id, _| {
+            if !seen.contains(&id) {
+                seen.push(id);
+                alert(id);
             }
-        }
+        });
     }
 }
 
@@ -408,11 +442,16 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             Some(rules::parse(&text, &origin).map_err(bad_input)?)
         }
     };
+    let stream_cfg = match (&rules, args.streams) {
+        (Some(r), true) => Some(stream_mode::config(&args, r)?),
+        (None, true) => return Err(bad_input(anyhow!("--streams matches the rules on stream data: --work flows has no rules"))),
+        (_, false) => None,
+    };
     let layout = rules.as_deref().map(|r| Layout::new(r, args.split_any)).transpose()?;
     // What this application allocates beside the engine, checked with it before
-    // either is allocated: the automata (bounded from the rules), the flow
-    // tables, and the records waiting to be written.
-    let mut app = Plan::new();
+    // either is allocated: the automata (bounded from the rules), and the flow
+    // tables or the stream layer's tables and arenas.
+    let mut app = stream_cfg.as_ref().map_or_else(Plan::new, |c| c.memory_plan(1));
     if let Some(l) = &layout {
         let source = if args.rules.is_some() { "--rules" } else { "--group-rules" };
         app.add(
@@ -420,10 +459,12 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             l.memory_bound(args.automaton),
         );
     }
-    app.add(
-        format!("flow tables of {} flows (--max-flows)", args.max_flows),
-        FlowTable::<FlowTuple, Counters>::memory_for(args.max_flows as usize),
-    );
+    if stream_cfg.is_none() {
+        app.add(
+            format!("flow tables of {} flows (--max-flows)", args.max_flows),
+            FlowTable::<FlowTuple, Counters>::memory_for(args.max_flows as usize),
+        );
+    }
     let engine = args.src.engine_with_memory(app)?;
     let matcher = match layout {
         None => None,
@@ -446,6 +487,10 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         "-" => Box::new(std::io::stdout().lock()),
         path => Box::new(std::fs::File::create(path).with_context(|| format!("creating {path}"))?),
     };
+    if let Some(cfg) = stream_cfg {
+        let matcher = matcher.expect("--streams has rules, so a matcher");
+        return stream_mode::run(engine, &cfg, matcher, out, &args);
+    }
     let link = engine.info().link_type;
     let queues = engine.info().queues.len().max(1);
     let per_queue = (args.max_flows as usize).div_ceil(queues);
@@ -537,6 +582,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let total = report.stats.total();
     if args.json {
         let summary = serde_json::json!({
+            "mode": "packets",
             "packets": total.delivered,
             "elapsed_s": secs,
             "flow_records": records,

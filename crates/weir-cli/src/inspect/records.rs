@@ -64,6 +64,22 @@ pub struct AlertRecord {
     pub rule: u32,
 }
 
+/// One match of a rule in a stream's data (`--streams`), ordered by the
+/// stream (its first packet's time, its tuple as sent, its direction), then
+/// offset and rule: what the stream's packets decide, whatever the queue or
+/// the delivery order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StreamAlert {
+    pub first_ns: u64,
+    /// The stream's tuple from its sender to its receiver.
+    pub stream: FlowTuple,
+    /// Sent by the side that did not open the connection.
+    pub responder: bool,
+    /// Stream offset of the match's first byte.
+    pub offset: u64,
+    pub rule: u32,
+}
+
 /// Bytes of a flow tuple on disk: family, two 16-byte addresses (IPv4 in the
 /// first four), protocol, whether there are ports, and the two ports.
 const TUPLE: usize = 1 + 16 + 16 + 1 + 1 + 4;
@@ -133,6 +149,24 @@ impl Fixed for AlertRecord {
     }
 }
 
+impl Fixed for StreamAlert {
+    const SIZE: usize = 8 + TUPLE + 1 + 8 + 4;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.first_ns.to_le_bytes());
+        put_tuple(&self.stream, out);
+        out.push(u8::from(self.responder));
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.rule.to_le_bytes());
+    }
+
+    fn get(b: &[u8]) -> StreamAlert {
+        let at = 8 + TUPLE;
+        let rule = u32::from_le_bytes(b[at + 9..at + 13].try_into().expect("4 bytes"));
+        StreamAlert { first_ns: u64_at(b, 0), stream: get_tuple(&b[8..]), responder: b[at] == 1, offset: u64_at(b, at + 1), rule }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,11 +178,13 @@ mod tests {
         for key in [v4, v6] {
             let f = FlowRecord { key, first_ns: 1, last_ns: u64::MAX, packets: 3, bytes: 4, alerts: 5 };
             let a = AlertRecord { ts_ns: 9, flow: key, rule: u32::MAX };
-            let (mut fb, mut ab) = (Vec::new(), Vec::new());
+            let s = StreamAlert { first_ns: 7, stream: key, responder: true, offset: u64::MAX - 1, rule: 3 };
+            let (mut fb, mut ab, mut sb) = (Vec::new(), Vec::new(), Vec::new());
             f.put(&mut fb);
             a.put(&mut ab);
-            assert_eq!((fb.len(), ab.len()), (FlowRecord::SIZE, AlertRecord::SIZE));
-            assert_eq!((FlowRecord::get(&fb), AlertRecord::get(&ab)), (f, a));
+            s.put(&mut sb);
+            assert_eq!((fb.len(), ab.len(), sb.len()), (FlowRecord::SIZE, AlertRecord::SIZE, StreamAlert::SIZE));
+            assert_eq!((FlowRecord::get(&fb), AlertRecord::get(&ab), StreamAlert::get(&sb)), (f, a, s));
         }
     }
 }

@@ -60,6 +60,25 @@ pub struct StreamsArgs {
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub stream: StreamOptions,
+
+    /// Bytes of the previous piece repeated at the start of the next.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub piece_overlap: usize,
+
+    /// Close a stream after this long without a packet (packet time, seconds; moving on with the wall clock on a quiet link).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub idle_timeout: u64,
+
+    /// No status lines while running.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// The stream layer's options that `weir streams` and `weir inspect --streams` share.
+#[derive(Args, Debug)]
+pub struct StreamOptions {
     /// Reassembly: packets (track streams, no payload), tcp-fast, tcp-strict.
     #[arg(long, default_value = "tcp-fast", value_parser = parse_mode)]
     pub mode: Mode,
@@ -87,18 +106,10 @@ pub struct StreamsArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 16384)]
     pub piece: usize,
 
-    /// Bytes of the previous piece repeated at the start of the next.
-    #[arg(long, value_name = "BYTES", default_value_t = 0)]
-    pub piece_overlap: usize,
-
     /// Deliver a partial piece once its oldest byte waited this long (packet time, ms). On a quiet link packet
     /// time moves on with the wall clock, so the piece comes within about 0.1 s of the timeout.
     #[arg(long, value_name = "MS")]
     pub flush_timeout: Option<u64>,
-
-    /// Close a stream after this long without a packet (packet time, seconds; moving on with the wall clock on a quiet link).
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
-    pub idle_timeout: u64,
 
     /// Most connections tracked at once (all queues together); the least recently seen is evicted past it.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
@@ -107,18 +118,16 @@ pub struct StreamsArgs {
     /// Reassembly memory, all queues together (held out-of-order bytes and partial pieces), in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     pub memory: u64,
-
-    /// No status lines while running.
-    #[arg(short, long)]
-    pub quiet: bool,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
     s.parse()
 }
 
-impl StreamsArgs {
-    fn config(&self) -> anyhow::Result<StreamConfig> {
+impl StreamOptions {
+    /// The stream layer's configuration, with the idle timeout and piece
+    /// overlap each command sets its own way.
+    pub fn config(&self, idle_timeout_ns: u64, piece_overlap: usize) -> anyhow::Result<StreamConfig> {
         let hold_limit = weir::stream::reassembly::HoldLimit::new(self.hold_limit).map_err(|e| setting_error(&e))?;
         Ok(StreamConfig {
             hold_limit,
@@ -127,9 +136,9 @@ impl StreamsArgs {
             cutoff: self.cutoff,
             classes: self.classes.clone(),
             piece: self.piece,
-            piece_overlap: self.piece_overlap,
+            piece_overlap,
             flush_timeout_ns: self.flush_timeout.map(|ms| ms.saturating_mul(1_000_000)),
-            idle_timeout_ns: self.idle_timeout.saturating_mul(1_000_000_000),
+            idle_timeout_ns,
             max_connections: self.max_streams,
             memory: self.memory.saturating_mul(1 << 20),
             ..StreamConfig::default()
@@ -253,7 +262,7 @@ impl StreamHandler for Writer {
 }
 
 pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args.config()?;
+    let cfg = args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap)?;
     cfg.check().map_err(|e| setting_error(&e))?;
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
@@ -288,31 +297,23 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
             first_error.clone_from(&w.first_error);
         }
     }
-    let delivered = report.stats.total().delivered;
-    if report.handlers.len() == report.stats.queues.len() && (total.packets != delivered || !total.packets_add_up()) {
-        anyhow::bail!("internal accounting error: the engine delivered {delivered} packets, the stream layer counted {total:?}");
-    }
+    check_packets(&report, &total)?;
     let elapsed = report.elapsed;
     if let Some(path) = &args.stats {
-        let f = &total.fragment;
-        let j = json!({
-            "packets": total.packets, "stream_packets": total.to_stream + total.discarded_packets + total.dropped_packets,
-            "not_stream": total.not_ip + total.malformed, "not_ip": total.not_ip, "malformed": total.malformed,
-            "fragments": total.fragments, "untracked": total.untracked, "to_stream": total.to_stream,
-            "discarded_packets": total.discarded_packets, "dropped_packets": total.dropped_packets,
-            "streams": total.streams, "connections": total.connections, "handed_in": total.handed_in, "evicted": total.evicted,
-            "rebalance": report.balance.map(|b| json!({"buckets_moved": b.buckets_moved, "parked": b.parked,
-                                                        "park_drops": b.park_drops, "handover_drops": b.handover_drops})),
-            "closed": {"fin": total.closed_fin, "rst": total.closed_rst, "idle": total.closed_idle, "evicted": total.evicted,
-                       "end_of_input": total.closed_end, "reused": total.closed_reused},
-            "bytes": total.bytes, "delivered_bytes": total.delivered, "gap_bytes": total.gap, "duplicate_bytes": total.duplicate,
-            "discarded_bytes": total.discarded, "dropped_bytes": total.dropped, "refused_bytes": total.refused,
-            "pieces": total.pieces, "memory_peak": total.memory_peak, "files": files, "write_errors": write_errors, "sum": sum,
-            "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
-                             "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
-                             "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
-            "elapsed_s": elapsed.as_secs_f64(),
-        });
+        let mut j = stats_json(&total);
+        for (k, v) in [
+            ("files", json!(files)),
+            ("write_errors", json!(write_errors)),
+            ("sum", json!(sum)),
+            (
+                "rebalance",
+                json!(report.balance.map(|b| json!({"buckets_moved": b.buckets_moved, "parked": b.parked,
+                                                     "park_drops": b.park_drops, "handover_drops": b.handover_drops}))),
+            ),
+            ("elapsed_s", json!(elapsed.as_secs_f64())),
+        ] {
+            j[k] = v;
+        }
         std::fs::write(path, format!("{j}\n")).with_context(|| format!("--stats {}", path.display()))?;
     }
     if !args.json {
@@ -331,22 +332,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
             total.duplicate,
             files
         );
-        eprintln!(
-            "weir streams: packets: {} to streams, {} discarded, {} dropped, {} untracked, {} fragments, {} not IP, {} malformed; closed: {} fin, {} rst, {} idle, {} evicted, {} at the end, {} reused",
-            total.to_stream,
-            total.discarded_packets,
-            total.dropped_packets,
-            total.untracked,
-            total.fragments,
-            total.not_ip,
-            total.malformed,
-            total.closed_fin,
-            total.closed_rst,
-            total.closed_idle,
-            total.evicted,
-            total.closed_end,
-            total.closed_reused
-        );
+        eprintln!("weir streams: {}", packet_line(&total));
     }
     for e in &report.errors {
         eprintln!("weir streams: {e}");
@@ -359,4 +345,55 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
     Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The stream layer's totals as JSON: every packet and byte category, the
+/// close reasons and IP fragment reassembly.
+pub fn stats_json(total: &StreamStats) -> serde_json::Value {
+    let f = &total.fragment;
+    json!({
+        "packets": total.packets, "stream_packets": total.to_stream + total.discarded_packets + total.dropped_packets,
+        "not_stream": total.not_ip + total.malformed, "not_ip": total.not_ip, "malformed": total.malformed,
+        "fragments": total.fragments, "untracked": total.untracked, "to_stream": total.to_stream,
+        "discarded_packets": total.discarded_packets, "dropped_packets": total.dropped_packets,
+        "streams": total.streams, "connections": total.connections, "handed_in": total.handed_in, "evicted": total.evicted,
+        "closed": {"fin": total.closed_fin, "rst": total.closed_rst, "idle": total.closed_idle, "evicted": total.evicted,
+                   "end_of_input": total.closed_end, "reused": total.closed_reused},
+        "bytes": total.bytes, "delivered_bytes": total.delivered, "gap_bytes": total.gap, "duplicate_bytes": total.duplicate,
+        "discarded_bytes": total.discarded, "dropped_bytes": total.dropped, "refused_bytes": total.refused,
+        "pieces": total.pieces, "memory_peak": total.memory_peak,
+        "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
+                         "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
+                         "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
+    })
+}
+
+/// Where the stream layer's packets went and why its streams closed, in one line.
+pub fn packet_line(total: &StreamStats) -> String {
+    format!(
+        "packets: {} to streams, {} discarded, {} dropped, {} untracked, {} fragments, {} not IP, {} malformed; closed: {} fin, {} rst, {} idle, {} evicted, {} at the end, {} reused",
+        total.to_stream,
+        total.discarded_packets,
+        total.dropped_packets,
+        total.untracked,
+        total.fragments,
+        total.not_ip,
+        total.malformed,
+        total.closed_fin,
+        total.closed_rst,
+        total.closed_idle,
+        total.evicted,
+        total.closed_end,
+        total.closed_reused
+    )
+}
+
+/// Every packet the engine delivered reached the stream layer and is in one
+/// of its categories (when no queue's handler was lost to a panic).
+pub fn check_packets<H>(report: &weir::engine::Report<H>, total: &StreamStats) -> anyhow::Result<()> {
+    let delivered = report.stats.total().delivered;
+    if report.handlers.len() == report.stats.queues.len() && (total.packets != delivered || !total.packets_add_up()) {
+        anyhow::bail!("internal accounting error: the engine delivered {delivered} packets, the stream layer counted {total:?}");
+    }
+    Ok(())
 }
