@@ -26,9 +26,14 @@
 //! timeout of each other gets the same flows whatever the table's size and
 //! whatever order packets of different flows came in (`weir inspect` does).
 //!
-//! Memory is allocated when the table is made: slots for `max_flows` flows
-//! (reserved, touched as they fill) and a hash index at most half full;
-//! [`FlowTable::memory_bytes`] says how much. The least-recently-seen order is a
+//! Memory is bounded when the table is made: slots for `max_flows` flows are
+//! reserved (touched as they fill), and the hash index, kept at most half full,
+//! starts small and doubles as flows arrive, up to its size for `max_flows`.
+//! [`FlowTable::memory_for`] says how much that is at most. An index sized for
+//! the maximum from the start would spread a few thousand flows over megabytes
+//! (a cache and TLB miss per packet), and its untouched zero pages would be
+//! read first and written later: a copy-on-write fault with a TLB shootdown to
+//! every other core for each page. The least-recently-seen order is a
 //! list threaded through the slots, so finding the flow to end is O(1). The
 //! index is a flat array of (hash bits, slot number) pairs probed linearly: a
 //! lookup in a table much larger than the caches costs one miss in the index
@@ -116,12 +121,50 @@ struct Slot<K, V> {
 struct Index {
     buckets: Box<[u64]>,
     mask: usize,
+    /// The most buckets it may grow to: twice the table's flows, rounded up.
+    max_buckets: usize,
 }
+
+/// Buckets of a new index (16 KiB): a table that stays small never grows.
+const FIRST_BUCKETS: usize = 2048;
 
 impl Index {
     fn new(max_flows: usize) -> Index {
-        let n = max_flows.saturating_mul(2).next_power_of_two().max(2);
-        Index { buckets: vec![0; n].into_boxed_slice(), mask: n - 1 }
+        let max_buckets = Index::buckets_for(max_flows);
+        let n = FIRST_BUCKETS.min(max_buckets);
+        Index { buckets: Index::zeroed(n), mask: n - 1, max_buckets }
+    }
+
+    fn buckets_for(max_flows: usize) -> usize {
+        max_flows.saturating_mul(2).next_power_of_two().max(2)
+    }
+
+    /// `n` empty buckets, written here rather than left as fresh zero pages:
+    /// lookups read buckets before inserts write them, and a zero page read
+    /// then written costs a copy-on-write fault and a TLB shootdown.
+    fn zeroed(n: usize) -> Box<[u64]> {
+        // black_box hides the fresh allocation, so the fill is not folded
+        // into an allocation of zero pages (calloc).
+        let mut v = std::hint::black_box(Vec::with_capacity(n));
+        v.resize(n, 0);
+        v.into_boxed_slice()
+    }
+
+    /// Doubles the index when `flows` would make it more than half full.
+    fn reserve(&mut self, flows: usize) {
+        let n = self.buckets.len();
+        if flows <= n / 2 || n >= self.max_buckets {
+            return;
+        }
+        let old = std::mem::replace(&mut self.buckets, Index::zeroed(n * 2));
+        self.mask = n * 2 - 1;
+        for e in old.iter().copied().filter(|&e| e != 0) {
+            let mut b = self.home((e >> 32) as u32);
+            while self.buckets[b] != 0 {
+                b = (b + 1) & self.mask;
+            }
+            self.buckets[b] = e;
+        }
     }
 
     fn home(&self, bits: u32) -> usize {
@@ -206,8 +249,9 @@ pub struct FlowTable<K, V> {
 }
 
 impl<K: Hash + Eq, V> FlowTable<K, V> {
-    /// The memory a table of at most `max_flows` flows takes, before it is made:
-    /// what [`memory_bytes`](Self::memory_bytes) will say of it.
+    /// The most memory a table of at most `max_flows` flows takes, before it is
+    /// made: what [`memory_bytes`](Self::memory_bytes) says of it once its index
+    /// has grown for them all.
     pub fn memory_for(max_flows: usize) -> u64 {
         let index = max_flows.saturating_mul(2).checked_next_power_of_two().unwrap_or(usize::MAX).max(2);
         (max_flows as u64)
@@ -215,9 +259,9 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
             .saturating_add((index as u64).saturating_mul(std::mem::size_of::<u64>() as u64))
     }
 
-    /// An empty table within `limits`. Its slots are reserved and its index
-    /// allocated here, [`memory_for`](Self::memory_for) bytes in all; the table
-    /// does not allocate again (its values may).
+    /// An empty table within `limits`. Its slots are reserved here; its index
+    /// starts small and grows with the flows held, so the table never holds
+    /// more than [`memory_for`](Self::memory_for) bytes (its values may).
     pub fn new(limits: TableLimits) -> FlowTable<K, V> {
         FlowTable {
             index: Index::new(limits.max_flows),
@@ -273,7 +317,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         self.stats
     }
 
-    /// Bytes allocated for the slots and the index: all the table will ever use.
+    /// Bytes allocated now for the slots and the index.
     pub fn memory_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot<K, V>>() + self.index.bytes()
     }
@@ -400,6 +444,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
             self.leave(self.oldest, End::Evicted, gone);
         }
         let i = self.slots.len() as u32;
+        self.index.reserve(self.slots.len() + 1);
         self.slots.push(Slot { flow: Flow { key, first_ns: ts_ns, last_ns: ts_ns, value: init() }, older: NIL, newer: NIL });
         self.link_newest(i);
         self.index.insert(hash, i);
@@ -484,12 +529,20 @@ mod tests {
 
     type Left = Vec<(Flow<u32, u64>, End)>;
 
-    /// The memory check before a table is made sees what the table then holds.
+    /// The memory check before a table is made sees what the table holds
+    /// once full, and the index grows to that as flows come, no further.
     #[test]
-    fn memory_for_is_what_a_table_takes() {
-        for n in [1, 2, 3, 1000, 1 << 20] {
-            let t: FlowTable<u32, u64> = FlowTable::new(TableLimits::new(n, S).unwrap());
+    fn memory_for_is_what_a_full_table_takes() {
+        for n in [1, 2, 3, 1000, FIRST_BUCKETS / 2, FIRST_BUCKETS / 2 + 1, 100_000] {
+            let mut t: FlowTable<u32, u64> = FlowTable::new(TableLimits::new(n, S).unwrap());
+            let empty = t.memory_bytes();
+            for k in 0..2 * n as u32 {
+                t.entry(k, u64::from(k), || 0, |_, _| {});
+                assert!(t.memory_bytes() as u64 <= FlowTable::<u32, u64>::memory_for(n), "{n} flows");
+                assert!(t.index.buckets.len() >= 2 * t.len(), "an index more than half full");
+            }
             assert_eq!(FlowTable::<u32, u64>::memory_for(n), t.memory_bytes() as u64, "{n} flows");
+            assert_eq!(empty < t.memory_bytes(), n > FIRST_BUCKETS / 2, "the index grows only past its first size");
         }
     }
 
@@ -566,14 +619,14 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_allocated_up_front() {
+    fn slots_are_reserved_up_front() {
         let mut t: FlowTable<u64, [u64; 4]> = FlowTable::new(TableLimits::new(10_000, S).unwrap());
-        let before = t.memory_bytes();
-        assert!(before >= 10_000 * 56, "{before}");
+        let slots = t.slots.capacity();
+        assert!(slots >= 10_000, "{slots}");
         for k in 0..20_000u64 {
             t.entry(k, k, || [0; 4], |_, _| {});
         }
-        assert_eq!(t.memory_bytes(), before);
+        assert_eq!(t.slots.capacity(), slots);
         assert_eq!(t.len(), 10_000);
         assert!(TableLimits::new(0, S).is_err());
     }

@@ -508,12 +508,13 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             error: None,
         })
         .collect();
-    let table_bytes: usize = workers.iter().map(|w| w.flows.memory_bytes()).sum();
+    // The index grows with the flows held: the bound is what the memory check approved.
+    let table_bytes = FlowTable::<FlowTuple, Counters>::memory_for(per_queue) as usize * queues;
     let spill_bytes: usize = workers.iter().map(|w| w.ended.memory_bytes() + w.alerts.memory_bytes()).sum();
     if !args.quiet {
         eprintln!(
             "weir inspect: flow table of at most {} flows ({per_queue} per queue), idle timeout {} s of packet time: \
-             {:.1} MiB allocated, plus {:.1} MiB for records waiting to be written",
+             {:.1} MiB at most, plus {:.1} MiB for records waiting to be written",
             per_queue * queues,
             args.idle_timeout.as_secs_f64(),
             mib(table_bytes),

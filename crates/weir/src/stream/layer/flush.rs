@@ -97,8 +97,8 @@ impl<H: StreamHandler> Streams<H> {
     /// `now_ns`.
     pub(super) fn flush_due(&mut self, now_ns: u64) {
         let Some(flush) = self.cfg.flush_timeout_ns else { return };
-        let Streams { handler, cfg, table, arena, stats, waiting, .. } = self;
-        let mut env = Env { handler, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: now_ns };
+        let Streams { handler, cfg, table, arena, stats, waiting, spare, .. } = self;
+        let mut env = Env { handler, spare, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: now_ns };
         while let Some((key, side)) = waiting.pop_due(now_ns, flush) {
             let Some(conn) = table.get_mut(&key) else { continue };
             let [d0, d1] = &mut conn.dirs;
@@ -127,6 +127,7 @@ impl<H: StreamHandler> Streams<H> {
         });
         let mut env = Env {
             handler: &mut self.handler,
+            spare: &mut self.spare,
             arena: &mut self.arena,
             stats: &mut self.stats,
             piece: self.cfg.piece,
