@@ -51,6 +51,7 @@ const TEXT: &[&str] = &[
     "--trace",
     "--mode",
     "--cutoff-class",
+    "--class",
 ];
 
 struct Case {

@@ -66,7 +66,7 @@ use weir::{Handler, LinkType, Packet};
     mut_arg("mode", |a| a.requires("streams")),
     mut_arg("midstream", |a| a.requires("streams")),
     mut_arg("cutoff", |a| a.requires("streams")),
-    mut_arg("cutoff_class", |a| a.requires("streams")),
+    mut_arg("classes", |a| a.requires("streams")),
     mut_arg("hold_limit", |a| a.requires("streams")),
     mut_arg("piece", |a| a.requires("streams")),
     mut_arg("flush_timeout", |a| a.requires("streams")),
