@@ -279,10 +279,24 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     /// the flow is new. First, flows idle past the timeout leave, the flow of `key`
     /// too if this packet is more than the timeout away from it, and the flow seen
     /// least recently if the table is full and needs room: each goes to `gone`.
-    pub fn entry(&mut self, key: K, ts_ns: u64, init: impl FnOnce() -> V, mut gone: impl FnMut(Flow<K, V>, End)) -> &mut V {
+    pub fn entry(&mut self, key: K, ts_ns: u64, init: impl FnOnce() -> V, gone: impl FnMut(Flow<K, V>, End)) -> &mut V {
+        let hash = self.hasher.hash_one(&key);
+        self.entry_hashed(hash, key, ts_ns, init, gone)
+    }
+
+    /// As [`entry`](Self::entry), with the key's [`hash`](Self::hash)
+    /// already known.
+    pub(crate) fn entry_hashed(
+        &mut self,
+        hash: u64,
+        key: K,
+        ts_ns: u64,
+        init: impl FnOnce() -> V,
+        mut gone: impl FnMut(Flow<K, V>, End),
+    ) -> &mut V {
+        debug_assert_eq!(hash, self.hasher.hash_one(&key));
         self.now_ns = self.now_ns.max(ts_ns);
         self.expire(&mut gone);
-        let hash = self.hasher.hash_one(&key);
         let slots = &self.slots;
         let found = self.index.find(hash, |i| slots[i as usize].flow.key == key).map(|(_, i)| i);
         let i = match found {
@@ -325,10 +339,16 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     /// As [`entry`](Self::entry) for a packet that may not start a flow: the
     /// value of `key`'s flow, seen at `ts_ns`, or `None` (and nothing
     /// inserted) when the table has none.
-    pub fn touch(&mut self, key: &K, ts_ns: u64, mut gone: impl FnMut(Flow<K, V>, End)) -> Option<&mut V> {
+    pub fn touch(&mut self, key: &K, ts_ns: u64, gone: impl FnMut(Flow<K, V>, End)) -> Option<&mut V> {
+        self.touch_hashed(self.hasher.hash_one(key), key, ts_ns, gone)
+    }
+
+    /// As [`touch`](Self::touch), with the key's [`hash`](Self::hash)
+    /// already known.
+    pub(crate) fn touch_hashed(&mut self, hash: u64, key: &K, ts_ns: u64, mut gone: impl FnMut(Flow<K, V>, End)) -> Option<&mut V> {
+        debug_assert_eq!(hash, self.hasher.hash_one(key));
         self.now_ns = self.now_ns.max(ts_ns);
         self.expire(&mut gone);
-        let hash = self.hasher.hash_one(key);
         let slots = &self.slots;
         let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
         if !self.within_timeout(i, ts_ns) {
@@ -340,6 +360,43 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         flow.first_ns = flow.first_ns.min(ts_ns);
         flow.last_ns = flow.last_ns.max(ts_ns);
         Some(&mut flow.value)
+    }
+
+    /// The hash the table looks `key` up by: computed once per packet when a
+    /// run of packets is warmed (prefetched) ahead of its lookups.
+    pub fn hash(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The memory a lookup of `hash` reads, for prefetch hints that let the
+    /// lookups of several packets overlap their cache misses: its index
+    /// bucket (nothing is read to find it), or with `slot`, the flow that
+    /// bucket names first (the bucket is read: hint it first) and how many
+    /// bytes that flow's slot spans. The flow may be another key's with the
+    /// same hash bits: it is a hint, not a lookup.
+    pub(crate) fn lookup_memory(&self, hash: u64, slot: bool) -> Option<(*const u8, usize)> {
+        let bucket = &self.index.buckets[self.index.home(hash as u32)];
+        if !slot {
+            return Some(((bucket as *const u64).cast(), std::mem::size_of::<u64>()));
+        }
+        let e = *bucket;
+        if e == 0 || (e >> 32) as u32 != hash as u32 {
+            return None;
+        }
+        let s = self.slots.get((e as u32).wrapping_sub(1) as usize)?;
+        Some(((s as *const Slot<K, V>).cast(), std::mem::size_of::<Slot<K, V>>()))
+    }
+
+    /// As [`get`](Self::get), with the key's [`hash`](Self::hash) already
+    /// known; and, for prefetch hints, where the links of the flow's two
+    /// neighbours in the recency order lie (the next packet of the flow
+    /// rewrites them when it moves the flow to the front).
+    pub(crate) fn peek_hashed(&self, hash: u64, key: &K) -> Option<(&V, [Option<*const u8>; 2])> {
+        let slots = &self.slots;
+        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
+        let s = &slots[i as usize];
+        let links = [s.older, s.newer].map(|n| slots.get(n as usize).map(|o| (&o.older as *const u32).cast::<u8>()));
+        Some((&s.flow.value, links))
     }
 
     /// The value of `key`'s flow, without touching its place in the recency

@@ -118,7 +118,7 @@ pub mod tx;
 pub mod wire;
 
 pub use engine::{BuildError, Engine, EngineBuilder, Read, Reader, Report, SourceError, SourceErrorKind, StopHandle, StopReason};
-pub use packet::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId};
+pub use packet::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, PACKETS_PER_RUN};
 pub use pool::PoolConfig;
 pub use setting::{Setting, SettingError};
 pub use source::SourceSpec;

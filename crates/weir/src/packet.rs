@@ -91,6 +91,9 @@ impl<'a> Packet<'a> {
 
     /// As [`new`](Self::new), for a pcap record whose fraction field was out of
     /// range and carried `ts_carry` seconds into `ts_ns`.
+    /// A placeholder, for arrays that runs of packets are gathered in.
+    pub(crate) const NONE: Packet<'static> = Packet { data: &[], wire_len: 0, ts_ns: 0, queue: QueueId(0), ts_carry: 0 };
+
     pub(crate) fn with_carry(data: &'a [u8], wire_len: u32, ts_ns: u64, queue: QueueId, ts_carry: u32) -> Self {
         Packet { data, wire_len, ts_ns, queue, ts_carry }
     }
@@ -131,12 +134,60 @@ impl<'a> Packet<'a> {
     }
 }
 
+/// Packets a worker hands to [`Handler::packets`] at once, at most: enough
+/// lookups to overlap their cache misses, few enough that the run's tables
+/// and packet headers stay in the first-level cache.
+pub const PACKETS_PER_RUN: usize = 16;
+
+/// A worker's packets gathered into runs for [`Handler::packets`], in order.
+pub(crate) struct Runs<'a> {
+    run: [Packet<'a>; PACKETS_PER_RUN],
+    len: usize,
+}
+
+impl<'a> Runs<'a> {
+    pub(crate) fn new() -> Runs<'a> {
+        Runs { run: [Packet::NONE; PACKETS_PER_RUN], len: 0 }
+    }
+
+    /// Adds `p`, handing the run over once it is full.
+    #[inline]
+    pub(crate) fn push(&mut self, p: Packet<'a>, handler: &mut impl Handler) {
+        self.run[self.len] = p;
+        self.len += 1;
+        if self.len == PACKETS_PER_RUN {
+            self.flush(handler);
+        }
+    }
+
+    /// Hands over what the run holds.
+    #[inline]
+    pub(crate) fn flush(&mut self, handler: &mut impl Handler) {
+        if self.len > 0 {
+            handler.packets(&self.run[..self.len]);
+            self.len = 0;
+        }
+    }
+}
+
 /// The application: called once per delivered packet, on the worker thread of
 /// the packet's queue. One handler per queue, so it needs no locking.
 pub trait Handler: Send + 'static {
     /// Handle one packet. Its bytes are only borrowed: copy what must outlive
     /// the call. A panic here ends the run with [`RunError::HandlerPanicked`](crate::engine::RunError::HandlerPanicked).
     fn packet(&mut self, packet: &Packet<'_>);
+
+    /// Handle a run of packets of one chunk, in order: the worker hands
+    /// them over [`PACKETS_PER_RUN`] at a time. The default hands each to
+    /// [`packet`](Self::packet). A handler that looks every packet up in a
+    /// table larger than the caches overrides it to start the lookups of the
+    /// whole run before it needs the first (the stream layer does): the cache
+    /// misses of several packets then overlap instead of following each other.
+    fn packets(&mut self, packets: &[Packet<'_>]) {
+        for p in packets {
+            self.packet(p);
+        }
+    }
 
     /// The worker found no packet on its queue for a while (the engine waits
     /// about 0.1 s), and is called again each such wait while the queue stays

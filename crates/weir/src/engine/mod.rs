@@ -29,6 +29,7 @@ use crate::capture::{CaptureUnit, Control, Progress};
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
+use crate::packet::Runs;
 use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
@@ -726,9 +727,11 @@ fn worker_loop<H: Handler>(
                     Next::Chunk(chunk) => {
                         // State handed over for this chunk's packets was posted before it.
                         serve(&mut handler);
+                        let mut runs = Runs::new();
                         for p in chunk.packets() {
-                            handler.packet(&p);
+                            runs.push(p, &mut handler);
                         }
+                        runs.flush(&mut handler);
                     }
                     Next::Idle => {
                         serve(&mut handler);

@@ -10,6 +10,7 @@
 use super::batch::Batch;
 use super::LocalityConfig;
 use crate::balance::Desk;
+use crate::packet::Runs;
 use crate::pool::{HeldChunk, Next, WorkerSide};
 use crate::Handler;
 use crate::LinkType;
@@ -35,6 +36,7 @@ fn add<'w>(b: &mut Batch<HeldChunk<'w>>, chunk: HeldChunk<'w>, link: LinkType) {
 fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between: impl FnMut()) {
     b.hand_out();
     let (order, held) = b.order();
+    let mut runs = Runs::new();
     for (n, &(slot, cell)) in order.iter().enumerate() {
         // Delivery jumps around the held chunks, so the packet after next is
         // fetched while this one is handled.
@@ -44,12 +46,14 @@ fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between
             }
         }
         if let Some(p) = held.get(slot as usize).and_then(|c| c.get(cell as usize)) {
-            handler.packet(&p);
+            runs.push(p, handler);
         }
         if (n as u32 + 1) % POLL_EVERY == 0 {
+            runs.flush(handler);
             between();
         }
     }
+    runs.flush(handler);
     // Dropping a held chunk recycles it: only now is every packet of it delivered.
     b.release();
 }

@@ -39,20 +39,10 @@ const KEY_LAG: usize = 8;
 /// transport headers for the locality key.
 #[inline]
 fn prefetch_headers(cell: &Cell) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let at = cell.data as *const i8;
-        // SAFETY: a prefetch is a hint that never faults, whatever the address;
-        // `wrapping_add` computes the address of a packet's byte 63 (its second
-        // cache line at most) without claiming it is in bounds.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(at);
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(63));
-        }
-    }
-    #[cfg(any(not(target_arch = "x86_64"), miri))]
-    let _ = cell;
+    let at = cell.data;
+    // Byte 63 of the packet: its second cache line at most.
+    super::prefetch::hint(at);
+    super::prefetch::hint(at.wrapping_add(63));
 }
 
 /// The capture thread has no cell for the packet: every chunk is in use.

@@ -51,6 +51,7 @@ mod capture;
 mod chunk;
 mod config;
 mod frames;
+pub(crate) mod prefetch;
 pub(crate) mod sys;
 mod worker;
 

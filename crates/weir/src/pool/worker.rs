@@ -350,16 +350,9 @@ impl<'w> HeldChunk<'w> {
         /// headers; the following ones the payload the application reads next,
         /// after which the processor's own stream prefetcher follows the reads.
         const LINES: usize = 4;
-        let Some(p) = self.get(i) else { return };
-        #[cfg(target_arch = "x86_64")]
-        for line in p.data().chunks(64).take(LINES) {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: a prefetch is a hint with no effect the program can observe
-            // and never faults; `sse`, which it needs, is part of every x86_64.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        if let Some(p) = self.get(i) {
+            super::prefetch::lines(p.data(), LINES);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
     }
 
     pub(crate) fn packets(&self) -> impl Iterator<Item = Packet<'_>> + '_ {

@@ -16,6 +16,7 @@ use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Si
 use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 use crate::filter::Filter;
 use crate::flowtable::{End, Flow, FlowTable, TableLimits};
+use crate::pool::prefetch;
 use crate::rss::Rss;
 use crate::wire::{field, FlowTuple};
 use crate::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, SettingError};
@@ -70,6 +71,9 @@ pub(super) struct Dir<S> {
     /// The SYN's sequence number, when one was seen.
     isn: Option<u32>,
 }
+
+/// Bytes a piece's buffer grows by at least, up to the piece size.
+const PIECE_STEP: usize = 2048;
 
 /// Directions (and reassemblers) kept for reuse by [`Spare`], at most.
 const SPARE: usize = 1024;
@@ -202,19 +206,25 @@ impl<H: StreamHandler> Streams<H> {
     }
 
     fn take_packet(&mut self, p: &Packet<'_>) {
+        self.take_frame(p, decode::frame(self.link, p.data()), None);
+    }
+
+    /// Handles `p`, decoded as `frame`; `hash` is the table's hash of its
+    /// connection's key when [`warm`](Self::warm) computed it.
+    fn take_frame(&mut self, p: &Packet<'_>, frame: Frame<'_>, hash: Option<u64>) {
         self.stats.packets += 1;
         self.idle.packet(p.ts_ns());
-        match decode::frame(self.link, p.data()) {
+        match frame {
             Frame::NotIp => self.stats.not_ip += 1,
             Frame::Malformed => self.stats.malformed += 1,
-            Frame::Datagram(d) => self.datagram(&d, p),
+            Frame::Datagram(d) => self.datagram(&d, p, hash),
             Frame::Fragment(ip) => match self.defrag.push(p.ts_ns(), ip) {
                 Outcome::Complete(whole) => {
                     let mut buf = std::mem::take(&mut self.whole);
                     buf.clear();
                     buf.extend_from_slice(whole);
                     match decode::ip(&buf) {
-                        Frame::Datagram(d) => self.datagram(&d, p),
+                        Frame::Datagram(d) => self.datagram(&d, p, None),
                         _ => self.stats.malformed += 1,
                     }
                     self.whole = buf;
@@ -225,10 +235,12 @@ impl<H: StreamHandler> Streams<H> {
                 Outcome::Held | Outcome::Failed(_) => self.stats.fragments += 1,
             },
         }
-        self.flush_due(p.ts_ns());
+        if self.cfg.flush_timeout_ns.is_some() {
+            self.flush_due(p.ts_ns());
+        }
     }
 
-    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>) {
+    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, hash: Option<u64>) {
         let ts = p.ts_ns();
         let key = d.tuple.canonical();
         let side = usize::from(key != d.tuple);
@@ -238,6 +250,7 @@ impl<H: StreamHandler> Streams<H> {
         };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
         let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, spare, .. } = self;
+        let hash = hash.unwrap_or_else(|| table.hash(&key));
         let mut env = Env { handler, spare, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
         let mut closing = std::mem::take(closing_buf);
         let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
@@ -260,9 +273,9 @@ impl<H: StreamHandler> Streams<H> {
             }
         }
         let conn = if opens {
-            table.entry(key, ts, || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0) }, &mut gone)
+            table.entry_hashed(hash, key, ts, || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0) }, &mut gone)
         } else {
-            match table.touch(&key, ts, &mut gone) {
+            match table.touch_hashed(hash, &key, ts, &mut gone) {
                 Some(conn) => conn,
                 None => {
                     env.stats.untracked += 1;
@@ -420,6 +433,48 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 
+    /// Decodes a run of packets into `frames` (with the table's hash of each
+    /// connection's key) and asks the processor for what handling them will
+    /// read, in rounds over the run: the packets' headers; each packet's
+    /// index bucket; the slot it names; the packet's direction and its
+    /// flow's neighbours in the table's recency order. At 10^5 streams and
+    /// more each is a cache miss, and one packet's depend on each other;
+    /// across the run they overlap.
+    fn warm<'p>(&self, packets: &[Packet<'p>], frames: &mut [Option<(Frame<'p>, Option<u64>)>; crate::PACKETS_PER_RUN]) {
+        for p in packets {
+            prefetch::lines(p.data(), 2);
+        }
+        let mut keys = [None; crate::PACKETS_PER_RUN];
+        for ((k, f), p) in keys.iter_mut().zip(frames.iter_mut()).zip(packets) {
+            let frame = decode::frame(self.link, p.data());
+            let mut hash = None;
+            if let Frame::Datagram(d) = &frame {
+                let key = d.tuple.canonical();
+                let h = self.table.hash(&key);
+                if let Some((at, len)) = self.table.lookup_memory(h, false) {
+                    prefetch::span(at, len);
+                }
+                *k = Some((h, key, usize::from(key != d.tuple)));
+                hash = Some(h);
+            }
+            *f = Some((frame, hash));
+        }
+        for &(hash, ..) in keys.iter().flatten() {
+            if let Some((at, len)) = self.table.lookup_memory(hash, true) {
+                prefetch::span(at, len);
+            }
+        }
+        for (hash, key, side) in keys.iter().flatten() {
+            let Some((conn, links)) = self.table.peek_hashed(*hash, key) else { continue };
+            if let Some(d) = conn.dirs[*side].as_deref() {
+                prefetch::value(d);
+            }
+            for at in links.into_iter().flatten() {
+                prefetch::hint(at);
+            }
+        }
+    }
+
     /// Closes every stream still open, for `reason`.
     fn close_all(&mut self, reason: CloseReason) {
         let mut conns = Vec::new();
@@ -447,6 +502,15 @@ impl<H: StreamHandler> Streams<H> {
 impl<H: StreamHandler> Handler for Streams<H> {
     fn packet(&mut self, packet: &Packet<'_>) {
         self.take_packet(packet);
+    }
+
+    fn packets(&mut self, packets: &[Packet<'_>]) {
+        let mut frames = [const { None }; crate::PACKETS_PER_RUN];
+        self.warm(packets, &mut frames);
+        for (p, f) in packets.iter().zip(frames) {
+            let (frame, hash) = f.expect("warm decodes every packet of the run");
+            self.take_frame(p, frame, hash);
+        }
     }
 
     fn idle(&mut self) {
@@ -684,6 +748,14 @@ impl<H: StreamHandler> Sink for PieceSink<'_, '_, '_, H> {
             let room = size - d.piece.len();
             let n = room.min(bytes.len());
             let cap = d.piece.capacity();
+            let want = d.piece.len() + n;
+            if want > cap {
+                // Grown in steps of at least PIECE_STEP, doubling, never past
+                // the piece size: Vec's own doubling from a few bytes made a
+                // stream's first piece cost a dozen reallocations and copies.
+                let to = want.max(cap * 2).max(PIECE_STEP).min(size);
+                d.piece.reserve_exact(to - d.piece.len());
+            }
             d.piece.extend_from_slice(&bytes[..n]);
             self.env.arena.take((d.piece.capacity() - cap) as u64);
             bytes = &bytes[n..];

@@ -612,3 +612,52 @@ proptest! {
         prop_assert_eq!(st.gap, 0);
     }
 }
+
+proptest! {
+    /// The engine hands the layer runs of packets (`Handler::packets`, which
+    /// decodes and prefetches the run first): every event, record and count
+    /// is what handing the same packets over one at a time gives, whatever
+    /// the runs' lengths, with a table small enough to evict and a cutoff.
+    #[test]
+    fn runs_of_packets_are_handled_as_packets_one_at_a_time(
+        sizes in prop::collection::vec((0usize..3000, 0usize..3000), 1..8),
+        runs in prop::collection::vec(1usize..=crate::PACKETS_PER_RUN, 1..64),
+        max_connections in 1usize..6,
+        cutoff in prop::option::of(0u64..4000),
+        seed in any::<u64>(),
+    ) {
+        let mut frames = Vec::new();
+        for (i, (u, d)) in sizes.iter().enumerate() {
+            frames.extend(connection(i as u8 + 1, 40000 + i as u16, &text(*u, i as u8), &text(*d, 7 + i as u8), 536, 0));
+        }
+        // Interleave the connections: a random rotation of each one's place.
+        let mut r = seed;
+        for k in (1..frames.len()).rev() {
+            r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if (r >> 40) % 4 == 0 {
+                frames.swap(k, (r >> 33) as usize % (k + 1));
+            }
+        }
+        let frames: Vec<(u64, Vec<u8>)> = frames.into_iter().enumerate().map(|(t, (_, f))| (t as u64 * 1000, f)).collect();
+        let cfg = StreamConfig { max_connections, cutoff, ..StreamConfig::default() };
+        let mut one = layer(&cfg, Collect::default());
+        feed(&mut one, &frames);
+        let mut batched = layer(&cfg, Collect::default());
+        let packets: Vec<Packet<'_>> = frames.iter().map(|(ts, f)| Packet::new(f, f.len() as u32, *ts, QueueId(0))).collect();
+        let mut at = 0;
+        for n in runs.iter().cycle() {
+            if at == packets.len() {
+                break;
+            }
+            let end = (at + n).min(packets.len());
+            batched.packets(&packets[at..end]);
+            at = end;
+        }
+        batched.finish();
+        let (a, b) = (one.handler(), batched.handler());
+        prop_assert_eq!(format!("{:?}", a.streams), format!("{:?}", b.streams));
+        prop_assert_eq!(format!("{:?}", a.earlier), format!("{:?}", b.earlier));
+        prop_assert_eq!(&a.order, &b.order);
+        prop_assert_eq!(one.stats(), batched.stats());
+    }
+}
