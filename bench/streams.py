@@ -46,7 +46,10 @@ which cannot read below this script's own RSS).
    shares the 2 cores, so its wall time is pessimistic.
 4. `weir inspect --streams` (the rules matched on each direction's
    reassembled bytes, one alert per match) with a 10 KiB cutoff and without
-   one, on the trace of 1 and 2, with the locality benchmark's rule set
+   one, on the trace of 1 and 2 and on a trace of as many packets with 50
+   times fewer flows open at once (`--flows 2000`: long transfers, whose
+   bytes past the cutoff are most of the traffic, as in the traffic Scap
+   measured), with the locality benchmark's rule set
    (`--group-rules 500`, 25,500 strings in 516 MiB of DFAs; the default 80
    with --quick), per-packet `weir inspect` beside them for reference, and the
    same command on a trace of no packets ("start-up": building the automata),
@@ -86,6 +89,10 @@ WEIR = Path(os.environ.get("WEIR_BIN", WEIR))
 TIME = Path("/usr/bin/time")
 SYNTH_PACKETS, SYNTH_FLOWS = 2_000_000, 100_000
 CUTOFF_INSPECT = 10 * 1024
+# Part 4 also runs on a trace with as many packets and 50 times fewer flows
+# open at once: each flow then sends long enough for synth's heavy-tailed
+# sizes to show (long transfers, as in the traffic Scap measured).
+LONG_FLOWS = SYNTH_FLOWS // 50
 INSPECT_GROUP_RULES = SWEEP_RULES    # the locality benchmark's rule set: 25,500 strings, 516 MiB of DFAs
 DFA_PER_GROUP_RULE = 11 << 17        # 1.1 MiB of DFAs per --group-rules step (86 MiB at 80, 516 at 500)
 PAYLOAD, SEGMENTS = 64, 1            # gen_concurrent: bytes per segment, segments per direction
@@ -238,9 +245,10 @@ def check_memory(need, what):
     return None
 
 
-def synth_trace(quick):
-    packets, flows = (200_000, 10_000) if quick else (SYNTH_PACKETS, SYNTH_FLOWS)
-    trace = WORK / f"streams-synth-{packets}.pcap"
+def synth_trace(quick, flows=None):
+    packets, default_flows = (200_000, 10_000) if quick else (SYNTH_PACKETS, SYNTH_FLOWS)
+    flows = flows or default_flows
+    trace = WORK / f"streams-synth-{packets}-{flows}.pcap"
     if not trace.exists():
         need = packets * 700          # synth averages ~610 bytes a packet at the default rate
         if disk_free(WORK) < need + DISK_MARGIN:
@@ -427,8 +435,8 @@ def part_inspect(trace, packets, flows, weir_ok, n_rounds, quick):
             "summary": summary, "cutoff_effect": effect, "raw": strip_raw(raw)}
 
 
-def inspect_table(res):
-    print(f"\n4. weir inspect on streams, 10 KiB cutoff and none (--group-rules {res['group_rules']}; "
+def inspect_table(res, label):
+    print(f"\n4. weir inspect on streams, {label}, 10 KiB cutoff and none (--group-rules {res['group_rules']}; "
           f"start-up {res['start_up_cpu_s']:.2f} s of CPU, taken off in 'net')")
     print(f"{'config':20} {'CPU s':>7} {'net CPU s':>9} {'CPU ns/pkt':>10} {'net ns/pkt':>10} "
           f"{'alerts':>9} {'discarded':>9}")
@@ -459,7 +467,7 @@ def table(title, summary, extra=()):
 
 
 # Each part's key in the results.
-PART_KEYS = {"stats": "flow_stats", "data": "delivery", "concurrency": "concurrency", "inspect": "inspect"}
+PART_KEYS = {"stats": ["flow_stats"], "data": ["delivery"], "concurrency": ["concurrency"], "inspect": ["inspect", "inspect_long"]}
 
 
 def main():
@@ -526,21 +534,26 @@ def main():
             for name, why in row["failed"].items():
                 print(f"{n:>9} {name:14} FAILED: {why[-300:]}")
     if "inspect" in parts:
-        result["inspect"] = part_inspect(trace, packets, flows, weir_ok, n_rounds, quick)
-        if "summary" in result["inspect"]:
-            inspect_table(result["inspect"])
-        else:
-            print(f"\n4. weir inspect on streams: {result['inspect']['skipped']}")
+        long_trace, _, long_flows = synth_trace(quick, LONG_FLOWS // (50 if quick else 1))
+        for key, (t, f, label) in {"inspect": (trace, flows, f"{flows} flows open"),
+                                   "inspect_long": (long_trace, long_flows, f"{long_flows} flows open (long transfers)")}.items():
+            result[key] = part_inspect(t, packets, f, weir_ok, n_rounds, quick)
+            result[key]["trace"] = {"packets": packets, "flows": f, "seed": 1}
+            if "summary" in result[key]:
+                inspect_table(result[key], label)
+            else:
+                print(f"\n4. weir inspect on streams, {label}: {result[key]['skipped']}")
     name = "streams-quick" if quick else "streams"
     # A run of some parts keeps the other parts' figures from the last run
     # (named in "kept_from_earlier_run"), so parts can be measured again alone.
     earlier = RESULTS / f"{name}.json"
     if earlier.exists():
         prev = json.loads(earlier.read_text())
-        for part, key in PART_KEYS.items():
-            if part not in parts and key in prev:
-                result[key] = prev[key]
-                result.setdefault("kept_from_earlier_run", []).append(key)
+        for part, keys in PART_KEYS.items():
+            for key in keys:
+                if part not in parts and key in prev:
+                    result[key] = prev[key]
+                    result.setdefault("kept_from_earlier_run", []).append(key)
     write_result(name, result)
     for p in problems:
         print(f"streams: {p}", file=sys.stderr)
