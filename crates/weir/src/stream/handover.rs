@@ -82,7 +82,7 @@ impl<H: StreamHandler> Streams<H> {
             }
         }
         if !closing.is_empty() {
-            self.close(closing);
+            self.close(closing, 0);
         }
     }
 }

@@ -479,11 +479,12 @@ impl<H: StreamHandler> Streams<H> {
     fn close_all(&mut self, reason: CloseReason) {
         let mut conns = Vec::new();
         self.table.drain(|flow| conns.push((flow.value, reason)));
-        self.close(conns);
+        self.close(conns, 0);
     }
 
-    /// Closes connections that left the table, each for its reason.
-    pub(super) fn close(&mut self, conns: Vec<(Conn<H::State>, CloseReason)>) {
+    /// Closes connections that left the table, each for its reason, at
+    /// packet time `now` (0 when no packet time applies).
+    pub(super) fn close(&mut self, conns: impl IntoIterator<Item = (Conn<H::State>, CloseReason)>, now: u64) {
         let mut env = Env {
             handler: &mut self.handler,
             spare: &mut self.spare,
@@ -491,7 +492,7 @@ impl<H: StreamHandler> Streams<H> {
             stats: &mut self.stats,
             piece: self.cfg.piece,
             overlap: self.cfg.piece_overlap,
-            now: 0,
+            now,
         };
         for (conn, reason) in conns {
             close_conn(conn, reason, &mut env);

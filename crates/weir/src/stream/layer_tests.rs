@@ -430,11 +430,12 @@ fn the_flush_queue_holds_one_entry_per_waiting_direction() {
     }
 }
 
-#[test]
-fn memory_pressure_drops_low_priority_streams_first() {
-    // Twenty streams each hold 2000 bytes out of order (their first segment
-    // is lost until the end); the arena takes 40,000 bytes, base 50%.
-    let mut frames = Vec::new();
+/// Twenty streams that each hold 2000 bytes out of order (their first
+/// segment is lost until the end), for an arena of 40,000 bytes.
+fn pressure_frames() -> Vec<(u64, Vec<u8>)> {
+    // The streams open midstream at their first segment seen, so each is
+    // seeded with a byte at sequence 0 first.
+    let mut frames: Vec<_> = (1..=20u8).map(|c| (0, frame(c, 40000 + u16::from(c), false, Some((0, ACK)), b"s"))).collect();
     let mut t = 0;
     for c in 1..=20u8 {
         for i in 1..3u32 {
@@ -446,13 +447,13 @@ fn memory_pressure_drops_low_priority_streams_first() {
         t += 1;
         frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1, ACK)), &text(1000, c))));
     }
-    // The streams open midstream at their first segment seen (offset 0 is
-    // sequence 1001), so seed each with a byte at 1 first.
-    let mut seeded = Vec::new();
-    for c in 1..=20u8 {
-        seeded.push((0, frame(c, 40000 + u16::from(c), false, Some((0, ACK)), b"s")));
-    }
-    seeded.extend(frames);
+    frames
+}
+
+#[test]
+fn memory_pressure_drops_low_priority_streams_first() {
+    // The arena takes 40,000 bytes, base 50%.
+    let seeded = pressure_frames();
     let cfg = StreamConfig { memory: 40_000, base_percent: 50, overload_percent: 90, overload_keep: 0, ..StreamConfig::default() };
     let mut l = layer(&cfg, Collect { odd_priority: Some(3), ..Collect::default() });
     feed(&mut l, &seeded);
@@ -474,21 +475,7 @@ fn a_class_priority_decides_who_loses_data_under_memory_pressure() {
     // As above, but the priority comes from a class on the odd client
     // ports, and the even ones get an explicit 0; swapping the classes'
     // priorities swaps who loses.
-    let mut frames = Vec::new();
-    for c in 1..=20u8 {
-        frames.push((0, frame(c, 40000 + u16::from(c), false, Some((0, ACK)), b"s")));
-    }
-    let mut t = 0;
-    for c in 1..=20u8 {
-        for i in 1..3u32 {
-            t += 1;
-            frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1 + 1000 * i, ACK)), &text(1000, c))));
-        }
-    }
-    for c in 1..=20u8 {
-        t += 1;
-        frames.push((t, frame(c, 40000 + u16::from(c), false, Some((1, ACK)), &text(1000, c))));
-    }
+    let frames = pressure_frames();
     let odd = "tcp[0:2] & 1 = 1 and src net 198.18.0.0/16";
     let even = "tcp[0:2] & 1 = 0 and src net 198.18.0.0/16";
     for (odd_p, even_p) in [(3u8, 0u8), (0, 3)] {

@@ -20,7 +20,7 @@
 //! packet, when there is nothing to do; a live source, a paced replay or a
 //! slow pipe get their timeouts on a quiet link.
 
-use super::{apply_pending, close_conn, emit, Dir, Env, Streams};
+use super::{apply_pending, emit, Dir, Env, Streams};
 use crate::flowtable::End;
 use crate::stream::{CloseReason, StreamHandler};
 use crate::wire::FlowTuple;
@@ -125,18 +125,7 @@ impl<H: StreamHandler> Streams<H> {
         self.table.advance(now, |flow, why| {
             closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
         });
-        let mut env = Env {
-            handler: &mut self.handler,
-            spare: &mut self.spare,
-            arena: &mut self.arena,
-            stats: &mut self.stats,
-            piece: self.cfg.piece,
-            overlap: self.cfg.piece_overlap,
-            now,
-        };
-        for (conn, reason) in closing.drain(..) {
-            close_conn(conn, reason, &mut env);
-        }
+        self.close(closing.drain(..), now);
         self.closing = closing;
     }
 }
