@@ -4,6 +4,7 @@
 //! trace), with the packets read before the damage still counted; 1 any other
 //! failure; 130 after a second Ctrl-C.
 
+mod alloc;
 mod args;
 mod count;
 mod exit;
@@ -65,6 +66,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    alloc::tune();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Count(a) => count::run(a),

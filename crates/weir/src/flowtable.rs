@@ -387,15 +387,22 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         Some(((s as *const Slot<K, V>).cast(), std::mem::size_of::<Slot<K, V>>()))
     }
 
-    /// As [`get`](Self::get), with the key's [`hash`](Self::hash) already
-    /// known; and, for prefetch hints, where the links of the flow's two
-    /// neighbours in the recency order lie (the next packet of the flow
-    /// rewrites them when it moves the flow to the front).
-    pub(crate) fn peek_hashed(&self, hash: u64, key: &K) -> Option<(&V, [Option<*const u8>; 2])> {
-        let slots = &self.slots;
-        let (_, i) = self.index.find(hash, |i| slots[i as usize].flow.key == *key)?;
-        let s = &slots[i as usize];
-        let links = [s.older, s.newer].map(|n| slots.get(n as usize).map(|o| (&o.older as *const u32).cast::<u8>()));
+    /// For prefetch hints: the value of the flow the index bucket of `hash`
+    /// names first, if its hash bits are those of `hash`, and where the links
+    /// of that flow's two neighbours in the recency order lie (the next packet
+    /// of the flow rewrites them when it moves the flow to the front). No key
+    /// is compared and no further bucket probed: at most half full, the index
+    /// names a flow in its home bucket nearly always, and a flow of another
+    /// key with the same 32 hash bits only makes a hint useless. Cheaper than
+    /// a lookup by a hundred instructions a packet, and it reads only memory
+    /// the lookup that follows reads too.
+    pub(crate) fn hint_hashed(&self, hash: u64) -> Option<(&V, [Option<*const u8>; 2])> {
+        let e = self.index.buckets[self.index.home(hash as u32)];
+        if e == 0 || (e >> 32) as u32 != hash as u32 {
+            return None;
+        }
+        let s = self.slots.get((e as u32).wrapping_sub(1) as usize)?;
+        let links = [s.older, s.newer].map(|n| self.slots.get(n as usize).map(|o| (&o.older as *const u32).cast::<u8>()));
         Some((&s.flow.value, links))
     }
 

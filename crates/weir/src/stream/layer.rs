@@ -72,6 +72,23 @@ pub(super) struct Dir<S> {
     isn: Option<u32>,
 }
 
+/// A packet's connection key (its tuple in canonical order), which side of
+/// the connection sent it, and the table's hash of the key: worked out once
+/// per packet, when a run is warmed.
+#[derive(Copy, Clone)]
+struct Keyed {
+    key: FlowTuple,
+    side: usize,
+    hash: u64,
+}
+
+impl Keyed {
+    fn new<V>(tuple: &FlowTuple, table: &FlowTable<FlowTuple, V>) -> Keyed {
+        let key = tuple.canonical();
+        Keyed { key, side: usize::from(key != *tuple), hash: table.hash(&key) }
+    }
+}
+
 /// Bytes a piece's buffer grows by at least, up to the piece size.
 const PIECE_STEP: usize = 2048;
 
@@ -209,15 +226,15 @@ impl<H: StreamHandler> Streams<H> {
         self.take_frame(p, decode::frame(self.link, p.data()), None);
     }
 
-    /// Handles `p`, decoded as `frame`; `hash` is the table's hash of its
-    /// connection's key when [`warm`](Self::warm) computed it.
-    fn take_frame(&mut self, p: &Packet<'_>, frame: Frame<'_>, hash: Option<u64>) {
+    /// Handles `p`, decoded as `frame`; `keyed` is its connection's key, side
+    /// and hash when [`warm`](Self::warm) computed them.
+    fn take_frame(&mut self, p: &Packet<'_>, frame: Frame<'_>, keyed: Option<Keyed>) {
         self.stats.packets += 1;
         self.idle.packet(p.ts_ns());
         match frame {
             Frame::NotIp => self.stats.not_ip += 1,
             Frame::Malformed => self.stats.malformed += 1,
-            Frame::Datagram(d) => self.datagram(&d, p, hash),
+            Frame::Datagram(d) => self.datagram(&d, p, keyed),
             Frame::Fragment(ip) => match self.defrag.push(p.ts_ns(), ip) {
                 Outcome::Complete(whole) => {
                     let mut buf = std::mem::take(&mut self.whole);
@@ -240,17 +257,15 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 
-    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, hash: Option<u64>) {
+    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, keyed: Option<Keyed>) {
         let ts = p.ts_ns();
-        let key = d.tuple.canonical();
-        let side = usize::from(key != d.tuple);
+        let Keyed { key, side, hash } = keyed.unwrap_or_else(|| Keyed::new(&d.tuple, &self.table));
         let (tcp, payload, missing) = match &d.transport {
             Transport::Tcp(s) => (Some((s.seq, s.flags)), s.payload, s.missing),
             Transport::Datagram { payload, missing } => (None, *payload, *missing),
         };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
         let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, spare, .. } = self;
-        let hash = hash.unwrap_or_else(|| table.hash(&key));
         let mut env = Env { handler, spare, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
         let mut closing = std::mem::take(closing_buf);
         let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
@@ -433,40 +448,39 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 
-    /// Decodes a run of packets into `frames` (with the table's hash of each
-    /// connection's key) and asks the processor for what handling them will
-    /// read, in rounds over the run: the packets' headers; each packet's
-    /// index bucket; the slot it names; the packet's direction and its
-    /// flow's neighbours in the table's recency order. At 10^5 streams and
-    /// more each is a cache miss, and one packet's depend on each other;
-    /// across the run they overlap.
-    fn warm<'p>(&self, packets: &[Packet<'p>], frames: &mut [Option<(Frame<'p>, Option<u64>)>; crate::PACKETS_PER_RUN]) {
+    /// Decodes a run of packets into `frames` (with each connection's key)
+    /// and asks the processor for what handling them will read, in rounds
+    /// over the run: the packets' headers; each packet's index bucket; the
+    /// slot it names; the packet's direction and its flow's neighbours in the
+    /// table's recency order. At 10^5 streams and more each is a cache miss,
+    /// and one packet's depend on each other; across the run they overlap.
+    fn warm<'p>(&self, packets: &[Packet<'p>], frames: &mut [Option<(Frame<'p>, Option<Keyed>)>; crate::PACKETS_PER_RUN]) {
         for p in packets {
             prefetch::lines(p.data(), 2);
         }
-        let mut keys = [None; crate::PACKETS_PER_RUN];
-        for ((k, f), p) in keys.iter_mut().zip(frames.iter_mut()).zip(packets) {
+        for (f, p) in frames.iter_mut().zip(packets) {
             let frame = decode::frame(self.link, p.data());
-            let mut hash = None;
-            if let Frame::Datagram(d) = &frame {
-                let key = d.tuple.canonical();
-                let h = self.table.hash(&key);
-                if let Some((at, len)) = self.table.lookup_memory(h, false) {
-                    prefetch::span(at, len);
+            let keyed = match &frame {
+                Frame::Datagram(d) => {
+                    let k = Keyed::new(&d.tuple, &self.table);
+                    if let Some((at, len)) = self.table.lookup_memory(k.hash, false) {
+                        prefetch::span(at, len);
+                    }
+                    Some(k)
                 }
-                *k = Some((h, key, usize::from(key != d.tuple)));
-                hash = Some(h);
-            }
-            *f = Some((frame, hash));
+                _ => None,
+            };
+            *f = Some((frame, keyed));
         }
-        for &(hash, ..) in keys.iter().flatten() {
-            if let Some((at, len)) = self.table.lookup_memory(hash, true) {
+        let keyed = || frames.iter().flatten().filter_map(|(_, k)| k.as_ref());
+        for k in keyed() {
+            if let Some((at, len)) = self.table.lookup_memory(k.hash, true) {
                 prefetch::span(at, len);
             }
         }
-        for (hash, key, side) in keys.iter().flatten() {
-            let Some((conn, links)) = self.table.peek_hashed(*hash, key) else { continue };
-            if let Some(d) = conn.dirs[*side].as_deref() {
+        for k in keyed() {
+            let Some((conn, links)) = self.table.hint_hashed(k.hash) else { continue };
+            if let Some(d) = conn.dirs[k.side].as_deref() {
                 prefetch::value(d);
             }
             for at in links.into_iter().flatten() {
@@ -509,8 +523,8 @@ impl<H: StreamHandler> Handler for Streams<H> {
         let mut frames = [const { None }; crate::PACKETS_PER_RUN];
         self.warm(packets, &mut frames);
         for (p, f) in packets.iter().zip(frames) {
-            let (frame, hash) = f.expect("warm decodes every packet of the run");
-            self.take_frame(p, frame, hash);
+            let (frame, keyed) = f.expect("warm decodes every packet of the run");
+            self.take_frame(p, frame, keyed);
         }
     }
 
