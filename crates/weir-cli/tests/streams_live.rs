@@ -1,8 +1,11 @@
 //! `weir streams` on the veth test bed, with a real TCP connection between
 //! its namespaces: a connection that sends a few bytes and then stays quiet
 //! gets them written within about the flush timeout, while it is still
-//! open. Root only: ignored by a plain `cargo test`, run by `make test`'s
-//! privileged step; without root (or without python3) it fails and says why.
+//! open. And `--balance rebalance` on a live source: afpacket captures with
+//! it (its moves hand streams over; `crates/weir/tests/streams_rebalance_live.rs`
+//! checks that streams stay whole), afxdp is refused, saying why. Root only:
+//! ignored by a plain `cargo test`, run by `make test`'s privileged step;
+//! without root (or without python3) it fails and says why.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -143,4 +146,24 @@ fn a_quiet_connection_gets_its_bytes_within_the_flush_timeout() {
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!((s["delivered_bytes"].as_u64(), s["files"].as_u64()), (Some(payload.len() as u64), Some(1)), "{s}");
     assert_eq!(s["closed"]["fin"].as_u64(), Some(2), "{s}");
+}
+
+#[test]
+#[ignore = "needs root: weir streams rebalancing live afpacket and afxdp captures of a veth test bed"]
+fn live_rebalancing_is_taken_on_afpacket_and_refused_on_afxdp_saying_why() {
+    let tb = TestBed::new(2);
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let afpacket = format!("afpacket:{}@0-1", tb.rx_if);
+    let mut weir = Reaped(start(&tb, &["streams", &afpacket, "-q", "--balance", "rebalance", "--stats", stats.to_str().unwrap()]));
+    Command::new("kill").args(["-INT", &weir.0.id().to_string()]).status().unwrap();
+    assert!(weir.0.wait().unwrap().success(), "weir streams --balance rebalance on afpacket failed");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert!(s["delivered_bytes"].is_u64(), "{s}");
+
+    let afxdp = format!("afxdp:{}@0-1", tb.rx_if);
+    let o = tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(["streams", &afxdp, "-q", "--balance", "rebalance"]).output().unwrap();
+    let said = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{said}");
+    assert!(said.contains("afxdp rebalances per RX queue") && said.contains("streams would be split"), "{said}");
 }

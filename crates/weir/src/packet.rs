@@ -205,9 +205,10 @@ pub trait Handler: Send + 'static {
     /// every packet of it that it will get: give up what it keeps about the
     /// bucket's flows, for the handler of the queue the bucket goes to
     /// ([`import`](Self::import)). `None`, the default, hands nothing over.
-    /// Called on this worker, between two chunks, for trace sources (whose
-    /// capture thread holds the bucket's new packets until the state is
-    /// taken in; see [`crate::balance`]).
+    /// Called on this worker, between two chunks, for trace and afpacket
+    /// sources (whose capture threads hold the bucket's new packets until
+    /// the state is posted to the new worker; see [`crate::balance`]); never
+    /// for afxdp, whose moves are not flow buckets.
     fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
         let _ = bucket;
         None

@@ -41,8 +41,10 @@ reassembly, untracked (a bare ACK/FIN/RST of no open stream), taken by its strea
 bytes past the cutoff) or dropped (bytes refused for lack of memory). Every payload byte of a stream is \
 delivered, a duplicate, discarded (past the cutoff, or in packets mode), dropped for memory, or refused (not stream data).\n\n\
 Balance: --balance rebalance moves whole streams with their bucket (the old worker hands them to the new one \
-before the bucket's next packet), on traces; offload:T and rebalance:T are refused (a buddy worker would handle \
-a stream's packets away from its state), and so is rebalancing a live capture.\n\n\
+before the bucket's next packet, which waits, parked, until they are handed over), on traces and afpacket \
+captures. Refused: offload:T and rebalance:T (a buddy worker would handle a stream's packets away from its \
+state), and rebalancing an afxdp capture (its moving entries are one RX queue's share of a bucket, and a \
+packet does not say which RX queue it came in on, so a worker cannot pick out the streams that move).\n\n\
 Overlapping retransmissions with different bytes: the first copy wins (tcpflow keeps the last).")]
 pub struct StreamsArgs {
     #[command(flatten)]

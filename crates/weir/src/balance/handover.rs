@@ -21,6 +21,14 @@
 //! keeps the state) or was (the new worker takes it in before it finishes,
 //! since the post came before its capture queue closed): a flow's state is
 //! never lost or in two places.
+//!
+//! Live captures (`threaded.rs`) take the same steps, split across threads:
+//! the ticket is made with the move ([`Handovers::ticket`]), posted by the
+//! old queue's capture thread once its fence is passed ([`Handovers::ask`]),
+//! and cancelled by the new queue's capture thread if that thread ends before
+//! the parked packets went in. The cancel is what keeps a late post from
+//! reaching a mailbox whose worker has already finished: whichever of the
+//! two threads comes first, the rule above holds.
 
 use crate::packet::{FlowBucket, Handover};
 use crate::ring::WakeHandle;
@@ -36,6 +44,8 @@ const CANCELLED: u8 = 3;
 /// One bucket's export, asked of its old queue's worker.
 pub(crate) struct Ticket {
     bucket: FlowBucket,
+    /// The old queue's position in the engine.
+    from: usize,
     /// The new queue's position in the engine.
     to: usize,
     stage: AtomicU8,
@@ -115,9 +125,21 @@ impl Handovers {
 
     /// Ask the worker of queue `from` to export `bucket` for queue `to`.
     pub(crate) fn request(&self, from: usize, to: usize, bucket: FlowBucket) -> Arc<Ticket> {
-        let t = Arc::new(Ticket { bucket, to, stage: AtomicU8::new(REQUESTED) });
-        self.boxes[from].post(Letter::Export(Arc::clone(&t)));
+        let t = Self::ticket(from, to, bucket);
+        self.ask(&t);
         t
+    }
+
+    /// An export of `bucket` from queue `from` to queue `to`, made but not yet
+    /// asked for: it can be cancelled before it is ([`ask`](Self::ask)).
+    pub(crate) fn ticket(from: usize, to: usize, bucket: FlowBucket) -> Arc<Ticket> {
+        Arc::new(Ticket { bucket, from, to, stage: AtomicU8::new(REQUESTED) })
+    }
+
+    /// Post the ticket to its old queue's worker. Call once per ticket; a
+    /// ticket cancelled before its worker serves it is passed over.
+    pub(crate) fn ask(&self, t: &Arc<Ticket>) {
+        self.boxes[t.from].post(Letter::Export(Arc::clone(t)));
     }
 
     /// The desk of the worker of queue position `me`.
@@ -164,5 +186,113 @@ impl Desk {
     #[inline]
     pub(crate) fn serve(&self, handler: &mut impl Handler) {
         self.handovers.serve(self.me, handler);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{work_queue_pair, CaptureSide, PoolConfig, WorkerSide};
+    use crate::stats::QueueCounters;
+    use crate::{Packet, QueueId};
+
+    /// A handler that keeps flow hashes, as the stream layer keeps connections.
+    #[derive(Default)]
+    struct Keeps(Vec<u32>);
+
+    impl Handler for Keeps {
+        fn packet(&mut self, _: &Packet<'_>) {}
+
+        fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
+            let (out, keep): (Vec<u32>, Vec<u32>) = self.0.iter().partition(|&&h| bucket.holds(h));
+            self.0 = keep;
+            (!out.is_empty()).then(|| Box::new(out) as Handover)
+        }
+
+        fn import(&mut self, state: Handover) {
+            self.0.extend(*state.downcast::<Vec<u32>>().expect("a Keeps exported it"));
+        }
+    }
+
+    /// Two queues' work-queue pairs (kept, so their bells stay valid) and
+    /// their workers' mailboxes.
+    fn two_workers() -> (Arc<Handovers>, Vec<(CaptureSide, WorkerSide)>) {
+        let pairs: Vec<_> = (0..2)
+            .map(|q| {
+                let counters = Arc::new(QueueCounters::new(QueueId(q)));
+                work_queue_pair(QueueId(q), &PoolConfig::new(4, 2).unwrap(), counters, None).unwrap()
+            })
+            .collect();
+        let (h, _flags) = Handovers::new(pairs.iter().map(|(_, w)| w.wake_handle()).collect());
+        (h, pairs)
+    }
+
+    /// Bucket 0x10 of 512 holds hashes 0x10 and 0x210, not 0x11.
+    fn bucket() -> FlowBucket {
+        FlowBucket::new(0x10, 512)
+    }
+
+    #[test]
+    fn an_asked_export_moves_exactly_the_buckets_flows_before_the_ticket_is_done() {
+        let (h, _pairs) = two_workers();
+        let (mut old, mut new) = (Keeps(vec![0x10, 0x11, 0x210]), Keeps::default());
+        let t = Handovers::ticket(0, 1, bucket());
+        h.desk(0).serve(&mut old);
+        assert!(!t.done() && old.0.len() == 3, "a ticket not asked for is not served");
+        h.ask(&t);
+        assert!(!t.done(), "asked, not yet served");
+        h.desk(0).serve(&mut old);
+        assert!(t.done());
+        assert_eq!(old.0, [0x11]);
+        h.desk(1).serve(&mut new);
+        assert_eq!(new.0, [0x10, 0x210]);
+    }
+
+    #[test]
+    fn a_ticket_cancelled_before_it_is_served_leaves_the_flows_on_the_old_worker() {
+        let (h, _pairs) = two_workers();
+        for asked_first in [false, true] {
+            let (mut old, mut new) = (Keeps(vec![0x10, 0x11]), Keeps::default());
+            let t = Handovers::ticket(0, 1, bucket());
+            if asked_first {
+                h.ask(&t);
+            }
+            t.cancel();
+            if !asked_first {
+                h.ask(&t);
+            }
+            h.desk(0).serve(&mut old);
+            h.desk(1).serve(&mut new);
+            assert!(!t.done(), "asked first: {asked_first}");
+            assert_eq!((old.0.as_slice(), new.0.as_slice()), (&[0x10, 0x11][..], &[][..]), "asked first: {asked_first}");
+        }
+    }
+
+    /// The new queue's capture thread cancels while the old worker serves, in
+    /// every interleaving the two threads happen to take: the bucket's flows
+    /// end on exactly one worker, and if they left the old one, the new one
+    /// finds them in its mailbox once the cancel has returned.
+    #[test]
+    fn a_cancel_racing_the_export_leaves_each_flow_in_exactly_one_place() {
+        let (h, _pairs) = two_workers();
+        for _ in 0..500 {
+            let t = Handovers::ticket(0, 1, bucket());
+            h.ask(&t);
+            let desk = h.desk(0);
+            let worker = std::thread::spawn(move || {
+                let mut old = Keeps(vec![0x10, 0x11]);
+                desk.serve(&mut old);
+                old
+            });
+            t.cancel();
+            let mut new = Keeps::default();
+            h.desk(1).serve(&mut new);
+            let old = worker.join().unwrap();
+            if t.done() {
+                assert_eq!((old.0.as_slice(), new.0.as_slice()), (&[0x11][..], &[0x10][..]));
+            } else {
+                assert_eq!((old.0.as_slice(), new.0.as_slice()), (&[0x10, 0x11][..], &[][..]));
+            }
+        }
     }
 }

@@ -17,8 +17,11 @@
 //! Live captures, with a capture thread per queue, run the same controller and
 //! the same fence split across those threads (`threaded.rs`): AF_PACKET keeps
 //! the table in the kernel (`source::afpacket`'s `rebalance` module), AF_XDP in
-//! the capture threads (`source::afxdp`'s). They hand no handler state over:
-//! the stream layer refuses to rebalance them.
+//! the capture threads (`source::afxdp`'s). AF_PACKET hands the handlers'
+//! state over as traces do, the new queue parking the bucket's packets until
+//! the old worker's export is posted; AF_XDP cannot (its entries are buckets
+//! of one RX queue's flows, which a handler cannot pick out), so the stream
+//! layer refuses to rebalance it.
 //!
 //! Chunk offloading (`pool::buddy`) is the other answer to imbalance, WireCAP's;
 //! it reacts at once but splits flows across workers. The two combine: the

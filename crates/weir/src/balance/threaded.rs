@@ -12,22 +12,45 @@
 //!    packet steered by the old entry can still be on its way to q.
 //! 2. **Fencing** (q). q takes in every packet of b steered to it before the
 //!    change, fences its pool ([`CaptureSide::fence`](crate::pool::CaptureSide::fence)),
-//!    and ends the stage once every fenced chunk is recycled: its worker has then
-//!    finished every packet of b.
+//!    and waits until every fenced chunk is recycled: its worker has then
+//!    finished every packet of b. Where the workers' handlers hand flow state
+//!    over (a push engine, and a table whose entries are flow buckets:
+//!    [`BucketTable::flow_bucket`]), q then asks its worker to export b's state
+//!    for q' ([`Rebalance::exported`]), and ends the stage only once the worker
+//!    has posted it to q''s mailbox.
 //! 3. **Fenced** (q'). q' pushes b's parked packets into its pool in arrival
 //!    order, ahead of anything of b that comes later, and ends the stage once
 //!    they are all in.
 //! 4. **Done.** The controller retires the move; the bucket may move again.
 //!
+//! So the new worker takes b's state in before b's first packet reaches it:
+//! q''s worker serves its mailbox after it takes a chunk and before it hands
+//! out any of its packets (`handover.rs`), and the chain that leads from the
+//! post to the first chunk holding a packet of b is release/acquire at every
+//! link: the worker posts (the mailbox's lock and its Release flag), then
+//! marks the ticket done (Release); q sees it done (Acquire) and ends stage 2
+//! (Release); q' sees stage 3 (Acquire), pushes the parked packets and
+//! publishes their chunk (the capture queue's Release); q''s worker takes the
+//! chunk (Acquire) and then finds the flag set. No packet of b reaches q''s
+//! worker any other way: parking holds every one from the first (stage 1).
+//!
+//! A capture that stops mid-move: q' cancels the export of every move it
+//! still parks for ([`Transit::abandon`]) before it closes its capture queue,
+//! and counts the parked packets as capture drops. A cancel that comes first
+//! keeps the state on q's worker, which closes it; an export already served
+//! was posted before the cancel returned, so q''s worker takes it in before it
+//! finishes. Either way each flow's state ends in exactly one place.
+//!
 //! The controller's inputs each tick ([`TICK`]): packets per bucket from the
 //! table's hit counts, and per queue what its worker finished, what waits and
 //! what it dropped, published by the queue's capture thread ([`Rebalance::publish`]).
 
+use super::handover::{Handovers, Ticket};
 use super::{BalanceCounters, Controller, ControllerConfig, Move, QueueSample, SteeringStats};
 use crate::capture::{CaptureUnit, Control, SourceError};
 use crate::pool::CaptureSide;
 use crate::rss::IndirectionTable;
-use crate::QueueId;
+use crate::{FlowBucket, QueueId};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -52,6 +75,10 @@ pub(crate) struct Transit {
     /// Where q's fence starts, for tables whose steering thread ends the parking
     /// stage (set before that stage ends, read after).
     cut: AtomicU64,
+    /// The old worker's export of the bucket's flow state, when the workers'
+    /// handlers hand it over: made with the move, asked for by q, cancelled
+    /// by q' if it gives the move up.
+    export: Option<Arc<Ticket>>,
 }
 
 impl Transit {
@@ -75,6 +102,15 @@ impl Transit {
     /// Relaxed: read after [`stage`](Self::stage) showed [`FENCING`] or later.
     pub(crate) fn cut(&self) -> u64 {
         self.cut.load(Ordering::Relaxed)
+    }
+
+    /// The new queue gives the move up (its capture is ending): the old
+    /// worker's export, if not begun, will not be; if begun, it is waited for,
+    /// so its post precedes the close of the new queue's capture queue.
+    pub(crate) fn abandon(&self) {
+        if let Some(t) = &self.export {
+            t.cancel();
+        }
     }
 }
 
@@ -127,6 +163,11 @@ pub(crate) trait BucketTable: Send + Sync + 'static {
     /// Make the moves' new entries take effect. Called once the moves are
     /// published; ends their parking stage unless the steering threads do.
     fn switch(&self, moves: &[Arc<Transit>]) -> Result<(), SourceError>;
+
+    /// The flows of table entry `entry`, as a handler sees them, if an entry
+    /// is a set of flows it can tell from their packets. `None`: the workers'
+    /// handlers get no flow state handed over when the entry moves.
+    fn flow_bucket(&self, entry: usize) -> Option<FlowBucket>;
 }
 
 /// One queue's figures for the controller, written by its capture thread.
@@ -151,10 +192,20 @@ pub(crate) struct Rebalance<T> {
     /// Queue units alive: the controller ends with the last of them.
     units: AtomicUsize,
     counters: Arc<BalanceCounters>,
+    /// The workers' mailboxes, when their handlers hand flow state over.
+    handovers: Option<Arc<Handovers>>,
 }
 
 impl<T: BucketTable> Rebalance<T> {
-    pub(crate) fn new(table: T, queues: usize, cfg: ControllerConfig, counters: Arc<BalanceCounters>) -> Arc<Self> {
+    /// `handovers`: the workers' mailboxes, by queue position, when the
+    /// workers' handlers hand each moving bucket's flow state over.
+    pub(crate) fn new(
+        table: T,
+        queues: usize,
+        cfg: ControllerConfig,
+        counters: Arc<BalanceCounters>,
+        handovers: Option<Arc<Handovers>>,
+    ) -> Arc<Self> {
         let published = (0..queues).map(|_| Published::default()).collect();
         Arc::new(Rebalance {
             table,
@@ -165,6 +216,7 @@ impl<T: BucketTable> Rebalance<T> {
             published,
             units: AtomicUsize::new(0),
             counters,
+            handovers,
         })
     }
 
@@ -211,13 +263,35 @@ impl<T: BucketTable> Rebalance<T> {
         }
     }
 
+    /// The end of stage 2, for a move out of the calling queue whose fence is
+    /// passed: asks the old worker for the bucket's flow state (the first
+    /// call; `asked` remembers it) and says whether the stage may end, which
+    /// is once the worker has posted the state to the new queue's mailbox (at
+    /// once when nothing is handed over).
+    pub(crate) fn exported(&self, t: &Transit, asked: &mut bool) -> bool {
+        let (Some(ticket), Some(h)) = (&t.export, &self.handovers) else {
+            return true;
+        };
+        if !*asked {
+            h.ask(ticket);
+            *asked = true;
+        }
+        ticket.done()
+    }
+
     /// Stage 1 of every move of a tick.
     fn start(&self, moves: &[Move]) -> Result<(), SourceError> {
         if moves.is_empty() {
             return Ok(());
         }
-        let transits: Vec<Arc<Transit>> =
-            moves.iter().map(|&mv| Arc::new(Transit { mv, stage: AtomicU8::new(PARKING), cut: AtomicU64::new(0) })).collect();
+        let export = |mv: Move| {
+            let bucket = self.handovers.as_ref().and_then(|_| self.table.flow_bucket(mv.bucket))?;
+            Some(Handovers::ticket(usize::from(mv.from), usize::from(mv.to), bucket))
+        };
+        let transits: Vec<Arc<Transit>> = moves
+            .iter()
+            .map(|&mv| Arc::new(Transit { mv, stage: AtomicU8::new(PARKING), cut: AtomicU64::new(0), export: export(mv) }))
+            .collect();
         self.moves().extend(transits.iter().cloned());
         // Release: see `any_moves`.
         self.active.fetch_add(transits.len(), Ordering::Release);

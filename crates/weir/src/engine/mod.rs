@@ -464,12 +464,13 @@ impl Engine {
     /// Start the stream layer on every queue's worker and return at once.
     ///
     /// Streams keep their state on the worker of their queue. Rebalancing a
-    /// trace moves a bucket's streams with it: the old worker hands them to
-    /// the new one before the bucket's next packet (see [`balance`]), so no
-    /// stream is split. Refused: offloading (`offload:T`, `rebalance:T`),
-    /// where a buddy worker would handle packets of streams whose state lives
-    /// on another worker at the same time, and rebalancing a live source,
-    /// whose capture threads or kernel move buckets without that hand-over.
+    /// trace or an afpacket capture moves a bucket's streams with it: the old
+    /// worker hands them to the new one before the bucket's next packet (see
+    /// [`balance`]), so no stream is split. Refused: offloading (`offload:T`,
+    /// `rebalance:T`), where a buddy worker would handle packets of streams
+    /// whose state lives on another worker at the same time, and rebalancing
+    /// an afxdp capture, whose moving entries are not sets of flows a worker
+    /// can pick out of its table (the error says why).
     pub fn start_streams<H: crate::stream::StreamHandler>(
         self,
         cfg: &crate::stream::StreamConfig,
@@ -483,12 +484,13 @@ impl Engine {
                  use basic or rebalance (without :T), which moves whole buckets with their streams",
             )));
         }
-        if self.balance.controller().is_some() && self.info.trace.is_none() {
+        if let Some(why) = self.balance.controller().and(self.source.handover_refusal()) {
             return Err(RunError::Setting(SettingError::new(
                 Setting::Balance,
-                "rebalancing a live capture moves buckets in the kernel (afpacket) or the capture threads (afxdp), \
-                 which do not yet hand a bucket's streams from the old worker to the new one, so its streams would \
-                 be split: the stream layer rebalances traces only; use basic on a live source",
+                format!(
+                    "rebalancing moves a bucket's streams from the old worker to the new one, and here it cannot: {why}; \
+                     the streams would be split, so the stream layer refuses it: use basic, or afpacket"
+                ),
             )));
         }
         let (link, queues) = (self.info.link_type, self.info.queues.len());

@@ -43,8 +43,9 @@ pub(crate) struct CaptureOptions {
     pub(crate) balance: crate::balance::Mode,
     /// Where a rebalancing source reports what it moved.
     pub(crate) balance_counters: Arc<crate::balance::BalanceCounters>,
-    /// The workers' mailboxes, by queue position, when a rebalancing trace
-    /// hands its handlers' flow state over with each bucket it moves.
+    /// The workers' mailboxes, by queue position, when a rebalancing source
+    /// hands its handlers' flow state over with each bucket it moves (a trace,
+    /// or afpacket; see [`Source::handover_refusal`]).
     pub(crate) handovers: Option<Arc<crate::balance::Handovers>>,
 }
 
@@ -54,6 +55,13 @@ pub(crate) trait Source: Send {
 
     /// Progress through a finite input, if it has one.
     fn progress(&self) -> Option<Arc<Progress>>;
+
+    /// Why rebalancing this source cannot hand the workers' flow state over
+    /// with a moving bucket, if it cannot: the stream layer then refuses to
+    /// rebalance it (its streams would be split).
+    fn handover_refusal(&self) -> Option<&'static str> {
+        None
+    }
 
     /// Become the capture units that will run on their own threads.
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError>;

@@ -454,7 +454,7 @@ impl Source for AfPacketSource {
             (Some(cfg), Some(binding)) => {
                 let queues = self.info.queues.clone();
                 let table = rebalance::KernelTable { steering: binding.steering().clone(), queues };
-                Some(crate::balance::threaded::Rebalance::new(table, self.info.queues.len(), cfg, opts.balance_counters))
+                Some(crate::balance::threaded::Rebalance::new(table, self.info.queues.len(), cfg, opts.balance_counters, opts.handovers))
             }
             (Some(_), None) => {
                 return Err(SettingError::new(

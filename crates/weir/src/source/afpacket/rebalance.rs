@@ -13,8 +13,17 @@
 //! 2. **Fencing** (q): q notes how far the kernel has filled its ring
 //!    ([`Ring::fill_point`]): every packet of b it will ever get is in a block
 //!    below that point. Once it has walked those blocks it fences its pool.
+//!    Once the fence is passed, q's worker has handled every packet of b: q
+//!    asks it for the state its handler keeps about b's flows (the stream
+//!    layer's streams) and ends the stage when the worker has posted that to
+//!    q''s worker ([`Rebalance::exported`](crate::balance::threaded::Rebalance::exported)).
+//!    A table entry here is a flow bucket ([`KernelTable::flow_bucket`]): the
+//!    kernel computes the bucket exactly as the stream layer does, from the
+//!    same hash, so the handler gives up exactly the flows that move.
 //! 3. **Fenced** (q'): parked packets that find no cell wait, still parked, for
-//!    the next try; b's newer packets queue behind them.
+//!    the next try; b's newer packets queue behind them. q''s worker took the
+//!    state in before it sees the first of them (see
+//!    [`crate::balance::threaded`] for why).
 //!
 //! Why q' sees the move before it sees any packet of b: the controller publishes
 //! the move and then (after a full fence) changes the table in a system call;
@@ -28,7 +37,9 @@
 //! full beyond `PARK_LIMIT` drops the packet as a
 //! capture drop of q'; when the capture stops with moves unfinished, their
 //! parked packets are capture drops of q' too (q's worker may still hold
-//! packets of b, so handing them over would break the contract).
+//! packets of b, so handing them over would break the contract), and their
+//! exports are cancelled ([`Transit::abandon`]) before q' closes its capture
+//! queue, so b's flow state is on exactly one worker when the run ends.
 //!
 //! The controller's inputs each tick ([`TICK`]): packets per bucket from the
 //! kernel's hit counters (one bpf(2) call per bucket), and per queue what its
@@ -42,7 +53,7 @@ use crate::balance::{Parked, ParkingLot, SteeringStats};
 use crate::capture::SourceError;
 use crate::pool::{CaptureSide, Fence};
 use crate::rss::{BucketCount, IndirectionTable, Rss};
-use crate::{LinkType, QueueId};
+use crate::{FlowBucket, LinkType, QueueId};
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -86,6 +97,13 @@ impl BucketTable for KernelTable {
         }
         Ok(())
     }
+
+    /// Entry b is bucket b of [`BUCKETS`]: the flows whose symmetric hash
+    /// has b in its low bits, which the fanout program and
+    /// [`Rss::bucket`](crate::rss::Rss::bucket) compute alike.
+    fn flow_bucket(&self, entry: usize) -> Option<FlowBucket> {
+        Some(FlowBucket::new(entry, BUCKETS))
+    }
 }
 
 pub(super) type Shared = Rebalance<KernelTable>;
@@ -96,6 +114,8 @@ struct Outgoing {
     /// Blocks to walk first ([`Ring::fill_point`] when the move was seen).
     blocks: u64,
     fence: Option<Fence>,
+    /// The worker was asked for the bucket's flow state.
+    asked: bool,
 }
 
 /// One queue's part in rebalancing, kept by its capture thread.
@@ -184,21 +204,22 @@ impl QueueRole {
                 self.incoming.push(Incoming { transit: Arc::clone(t), parked: VecDeque::new() });
             }
             if t.mv.from == self.me && stage == FENCING && !self.outgoing.iter().any(|o| Arc::ptr_eq(&o.transit, t)) {
-                self.outgoing.push(Outgoing { transit: Arc::clone(t), blocks: ring.fill_point(), fence: None });
+                self.outgoing.push(Outgoing { transit: Arc::clone(t), blocks: ring.fill_point(), fence: None, asked: false });
             }
         }
     }
 
     fn fence_outgoing(&mut self, walked: u64, side: &mut CaptureSide) {
+        let shared = &self.shared;
         self.outgoing.retain_mut(|o| {
             if o.fence.is_none() && walked >= o.blocks {
                 o.fence = Some(side.fence());
             }
-            let passed = o.fence.as_ref().is_some_and(|f| side.passed(f));
-            if passed {
+            let done = o.fence.as_ref().is_some_and(|f| side.passed(f)) && shared.exported(&o.transit, &mut o.asked);
+            if done {
                 o.transit.advance(FENCED);
             }
-            !passed
+            !done
         });
     }
 
@@ -216,6 +237,7 @@ impl QueueRole {
         side.reclaim();
         self.sync(ring, walking, side);
         for inc in self.incoming.drain(..) {
+            inc.transit.abandon();
             for p in &inc.parked {
                 side.drop_capture(p.wire_len);
                 self.unpublished.park_drops += 1;

@@ -152,6 +152,15 @@ impl Source for AfXdpSource {
         None
     }
 
+    /// See `ThreadTables::flow_bucket` in the `rebalance` module.
+    fn handover_refusal(&self) -> Option<&'static str> {
+        Some(
+            "afxdp rebalances per RX queue (a moving entry is one bucket of the flows the NIC put on one RX queue), \
+             and a packet does not say which RX queue it came in on, so a worker cannot give up exactly the moving \
+             entry's streams",
+        )
+    }
+
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
         super::live::refuse_pacing(opts.pacing)?;
         let frames = opts.pool.capacity();
@@ -173,7 +182,13 @@ impl Source for AfXdpSource {
                     rebalance::MAX_QUEUES
                 )))
             }
-            Some(cfg) => Some(rebalance::Shared::new(rebalance::ThreadTables::new(n), n, cfg, Arc::clone(&opts.balance_counters))),
+            Some(cfg) => Some(rebalance::Shared::new(
+                rebalance::ThreadTables::new(n),
+                n,
+                cfg,
+                Arc::clone(&opts.balance_counters),
+                opts.handovers.clone(),
+            )),
             None => None,
         };
         // A buddy group's sockets share one UMEM (WireCAP's advanced mode on one

@@ -26,7 +26,9 @@
 //!    and ends the stage. Every packet of k that r steered before that is in
 //!    q's pool or in the ring from r to q below the cut; every later one goes to q'.
 //! 2. **Fencing** (q): once q has taken packets from r's ring up to the cut, it
-//!    fences its pool, and ends the stage when the fence is passed.
+//!    fences its pool, and ends the stage when the fence is passed. No flow
+//!    state is handed over here ([`ThreadTables::flow_bucket`] says why), so
+//!    the stream layer refuses to rebalance an AF_XDP capture.
 //! 3. **Fenced** (q'): q' has parked every packet of k it got (the frames, not
 //!    copies), and pushes them into its pool in order.
 //!
@@ -48,7 +50,7 @@ use crate::capture::SourceError;
 use crate::pool::{CaptureSide, Fence, FrameArena};
 use crate::ring::{channel, Capacity, Consumer, Producer};
 use crate::rss::{BucketCount, IndirectionTable, Rss};
-use crate::LinkType;
+use crate::{FlowBucket, LinkType};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -132,6 +134,15 @@ impl BucketTable for ThreadTables {
     fn switch(&self, _moves: &[Arc<Transit>]) -> Result<(), SourceError> {
         Ok(())
     }
+
+    /// None: entry r·BUCKETS + b is the flows of bucket b *that the NIC put on
+    /// RX queue r*, and a worker holds flows of bucket b from several RX
+    /// queues (its own, and any entry moved to it). Which RX queue a packet
+    /// came in on is not in the packet, so a handler cannot give up exactly
+    /// the entry's flows: it would give up flows that stay, split them.
+    fn flow_bucket(&self, _entry: usize) -> Option<FlowBucket> {
+        None
+    }
 }
 
 pub(crate) type Shared = Rebalance<ThreadTables>;
@@ -174,6 +185,10 @@ pub(crate) fn links(n: usize, cells: usize, frames: usize) -> Vec<Links> {
 struct Outgoing {
     transit: Arc<Transit>,
     fence: Option<Fence>,
+    /// The worker was asked for the entry's flow state (never, here: see
+    /// [`ThreadTables::flow_bucket`]; kept so the stage ends as the shared
+    /// protocol says).
+    asked: bool,
 }
 
 /// Where a packet this queue received goes: its bucket here and its queue.
@@ -399,24 +414,24 @@ impl QueueRole {
                 t.advance(FENCING);
             }
             if from == self.me && t.stage() == FENCING && !self.outgoing.iter().any(|o| Arc::ptr_eq(&o.transit, t)) {
-                self.outgoing.push(Outgoing { transit: Arc::clone(t), fence: None });
+                self.outgoing.push(Outgoing { transit: Arc::clone(t), fence: None, asked: false });
             }
         }
     }
 
     fn fence_outgoing(&mut self, side: &mut CaptureSide) {
         let me = self.me;
-        let taken = &self.taken;
+        let (taken, shared) = (&self.taken, &self.shared);
         self.outgoing.retain_mut(|o| {
             let steerer = o.transit.mv.bucket / BUCKETS;
             if o.fence.is_none() && (steerer == me || taken[steerer] >= o.transit.cut()) {
                 o.fence = Some(side.fence());
             }
-            let passed = o.fence.as_ref().is_some_and(|f| side.passed(f));
-            if passed {
+            let done = o.fence.as_ref().is_some_and(|f| side.passed(f)) && shared.exported(&o.transit, &mut o.asked);
+            if done {
                 o.transit.advance(FENCED);
             }
-            !passed
+            !done
         });
     }
 
@@ -477,6 +492,7 @@ impl QueueRole {
             }
         }
         for inc in self.incoming.drain(..) {
+            inc.transit.abandon();
             for h in &inc.parked {
                 side.drop_capture(h.wire_len);
                 self.unpublished.park_drops += 1;
