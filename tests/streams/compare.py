@@ -16,7 +16,8 @@ hide a weir bug. A trace that tcpflow cannot read is skipped, and said so.
 
 usage: tests/streams/compare.py [--weir PATH] [--nids PATH] [--peers-only] [-j N]
                                 [--trace SUBSTRING] [--keep DIR] [--verbose]
-Exit 0: no undocumented difference; 1: some; 2: a tool is missing or failed.
+Exit 0: no undocumented difference and no stale entry (one naming a file that
+no longer differs); 1: some; 2: a tool is missing or failed.
 """
 import argparse
 import concurrent.futures
@@ -111,7 +112,7 @@ REASONS = {
                           "bytes (checked: communityid/tcp.pcap, 34855 > 80 seq 1:497 length 496 with 30 "
                           "bytes captured, FIN at 497: weir 496 bytes, tcpflow 30)",
     "weir-no-window": "segments far outside any window (a sampled trace whose few segments spread over the "
-                      "sequence space): weir checks no window, so it writes them at their stream offsets after "
+                      "sequence space): weir in tcp-fast, the mode compared here, checks no window, so it writes them at their stream offsets after "
                       "gaps (a sparse file); tcpflow and libnids drop them (checked: ftp/bigtransfer.pcap 37150 > "
                       "59764, weir's size is (741174212 - 3914442134) mod 2^32, the span of the segments)",
     "linktype": "a link type only one tool decodes (tcpflow or libnids answers 'unknown datalink', or "
@@ -1402,9 +1403,13 @@ def main():
     elif skipped:
         print("  skipped: " + ", ".join(r for r, _ in skipped[:8]) + (" ..." if len(skipped) > 8 else "") +
               " (--verbose says why)")
-    for rel, names in sorted(stale.items()):
-        if names:
-            print("  note: documented but now identical or absent: %s %s" % (rel, " ".join(sorted(names))))
+    # An entry that no longer names a difference is wrong too: the list must
+    # say which files differ now. Without weir, entries that only weir's file
+    # explains (weir-*) name no difference, so there it is only a note.
+    stale = [(rel, names) for rel, names in sorted(stale.items()) if names]
+    for rel, names in stale:
+        print("  %s: documented but now identical or absent: %s %s"
+              % ("note" if args.peers_only else "stale", rel, " ".join(sorted(names))))
     if errors:
         print("\nerrors:")
         for rel, note in errors:
@@ -1432,7 +1437,7 @@ def main():
         print("    },")
     if errors:
         return 2
-    return 1 if undocumented else 0
+    return 1 if undocumented or (stale and not args.peers_only) else 0
 
 
 if __name__ == "__main__":
