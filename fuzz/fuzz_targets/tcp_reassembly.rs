@@ -1,7 +1,7 @@
-//! Arbitrary segments, flushes, cutoff changes and closes through one
+//! Arbitrary segments, flushes, cutoff changes, receiver windows and closes through one
 //! direction's TCP reassembler (`weir::stream::reassembly`).
 //!
-//! Input: a configuration (mode, midstream, hold limit, cutoff, initial
+//! Input: a configuration (mode, midstream, window check, hold limit, cutoff, initial
 //! sequence number), then operations of four bytes each, `kind, lo, hi,
 //! len`, a segment's payload (`len` bytes) following each segment. The
 //! reassembler must never panic (its own debug assertions check its held
@@ -54,6 +54,7 @@ fuzz_target!(|input: &[u8]| {
     let Some((head, mut rest)) = input.split_first_chunk::<9>() else { return };
     let mode = if head[0] & 1 == 0 { Mode::TcpFast } else { Mode::TcpStrict };
     let midstream = head[0] & 2 != 0;
+    let receive_window = head[0] & 4 != 0;
     // Small limits and cutoffs, where the interesting cases are.
     let hold_limit = HoldLimit::new(u64::from(u16::from_le_bytes([head[1], head[2]])) % 2048).expect("within the limit's range");
     let cutoff = match u16::from_le_bytes([head[3], head[4]]) {
@@ -61,7 +62,7 @@ fuzz_target!(|input: &[u8]| {
         c => Cutoff::after(u64::from(c) % 4096),
     };
     let isn = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
-    let mut r = Reassembler::new(Config { mode, hold_limit, cutoff, midstream, ..Config::default() });
+    let mut r = Reassembler::new(Config { mode, hold_limit, cutoff, midstream, receive_window, ..Config::default() });
     let mut sink = Checker::default();
     while let Some((op, tail)) = rest.split_first_chunk::<4>() {
         let [kind, lo, hi, len] = *op;
@@ -71,7 +72,9 @@ fuzz_target!(|input: &[u8]| {
         match kind >> 5 {
             0 => r.flush_gap(&mut sink),
             1 if lo & 1 == 0 => r.close(EndReason::Timeout, &mut sink),
-            1 => r.set_cutoff(if hi == 0xff { Cutoff::NONE } else { Cutoff::after(u64::from(hi) * 16) }, &mut sink),
+            1 if lo & 2 == 0 => r.set_cutoff(if hi == 0xff { Cutoff::NONE } else { Cutoff::after(u64::from(hi) * 16) }, &mut sink),
+            // A window from the receiver, its acknowledgment near the start.
+            1 => r.advertise(isn.wrapping_add(u32::from(hi) * 16), u64::from(len) * 8),
             kind_high => {
                 // Mostly near the initial sequence number, where segments
                 // meet and overlap; sometimes behind it, or anywhere.

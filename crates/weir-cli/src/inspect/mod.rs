@@ -65,6 +65,7 @@ use weir::{Handler, LinkType, Packet};
     // The stream layer's options mean nothing to packet matching.
     mut_arg("mode", |a| a.requires("streams")),
     mut_arg("midstream", |a| a.requires("streams")),
+    mut_arg("ignore_window", |a| a.requires("streams")),
     mut_arg("cutoff", |a| a.requires("streams")),
     mut_arg("classes", |a| a.requires("streams")),
     mut_arg("hold_limit", |a| a.requires("streams")),

@@ -89,6 +89,11 @@ pub struct StreamOptions {
     #[arg(long)]
     pub midstream: bool,
 
+    /// tcp-strict: accept data past the receiver's advertised window, which is refused by default as the receiving TCP
+    /// refuses it (the window's scale is read from the handshake; without one, the largest scale is assumed).
+    #[arg(long)]
+    pub ignore_window: bool,
+
     /// Bytes of each stream delivered before the rest is discarded (0: statistics only). Default: no cutoff.
     #[arg(long, value_name = "BYTES")]
     pub cutoff: Option<u64>,
@@ -135,6 +140,7 @@ impl StreamOptions {
             hold_limit,
             mode: self.mode,
             midstream: self.midstream,
+            receive_window: !self.ignore_window,
             cutoff: self.cutoff,
             classes: self.classes.clone(),
             piece: self.piece,

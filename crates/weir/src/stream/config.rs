@@ -19,7 +19,9 @@ pub enum Mode {
     #[default]
     TcpFast,
     /// TCP bytes as the receiving TCP accepts them: nothing before the
-    /// handshake unless midstream pickup is allowed.
+    /// handshake unless midstream pickup is allowed, nothing past the
+    /// receiver's advertised window unless
+    /// [`receive_window`](StreamConfig::receive_window) is off.
     TcpStrict,
 }
 
@@ -138,6 +140,11 @@ pub struct StreamConfig {
     pub overlap: OverlapPolicy,
     /// In [`Mode::TcpStrict`], pick up streams whose SYN was not seen.
     pub midstream: bool,
+    /// In [`Mode::TcpStrict`], refuse data at or past the right edge of the
+    /// receiver's advertised window, as the receiving TCP does (RFC 9293
+    /// segment acceptability; windows scaled as the SYNs' options say, or by
+    /// the largest shift when a SYN was not seen). On by default.
+    pub receive_window: bool,
     /// Bytes of one stream held out of order before its first hole becomes a
     /// gap.
     pub hold_limit: HoldLimit,
@@ -185,6 +192,7 @@ impl Default for StreamConfig {
             mode: Mode::TcpFast,
             overlap: OverlapPolicy::FirstCopyWins,
             midstream: false,
+            receive_window: true,
             hold_limit: HoldLimit::default(),
             cutoff: None,
             classes: Vec::new(),

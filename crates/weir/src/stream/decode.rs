@@ -60,6 +60,13 @@ pub(crate) enum Transport<'a> {
 #[derive(Debug)]
 pub(crate) struct TcpSegment<'a> {
     pub(crate) seq: u32,
+    /// The acknowledgment number (meaningful with the ACK flag).
+    pub(crate) ack: u32,
+    /// The window field, unscaled.
+    pub(crate) window: u16,
+    /// The shift count of a window scale option, read on SYN segments only
+    /// (RFC 7323 allows it nowhere else).
+    pub(crate) window_scale: Option<u8>,
     /// The flag byte (FIN, SYN, RST, PSH, ACK, URG, ECE, CWR).
     pub(crate) flags: u8,
     /// The payload as captured.
@@ -133,9 +140,18 @@ fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Opt
             if header_len < field::tcp::MIN_HEADER_LEN || header_len > l4.len() {
                 return Frame::Malformed;
             }
-            let s = &l4[field::tcp::SEQ];
-            let seq = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
-            let segment = TcpSegment { seq, flags: l4[field::tcp::FLAGS], payload: &l4[header_len..], missing };
+            let number = |r: std::ops::Range<usize>| u32::from_be_bytes([l4[r.start], l4[r.start + 1], l4[r.start + 2], l4[r.start + 3]]);
+            let flags = l4[field::tcp::FLAGS];
+            let window_scale = if flags & field::tcp::SYN != 0 { window_scale(&l4[field::tcp::MIN_HEADER_LEN..header_len]) } else { None };
+            let segment = TcpSegment {
+                seq: number(field::tcp::SEQ),
+                ack: number(field::tcp::ACK_NUM),
+                window: be16(l4, field::tcp::WINDOW),
+                window_scale,
+                flags,
+                payload: &l4[header_len..],
+                missing,
+            };
             Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Tcp(segment) })
         }
         ip_proto::UDP | ip_proto::UDPLITE => {
@@ -150,6 +166,29 @@ fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Opt
         }
         _ => Frame::Datagram(Datagram { tuple: tuple(None), transport: Transport::Datagram { payload: l4, missing } }),
     }
+}
+
+/// The shift count of the window scale option among TCP `options`, if there
+/// is one whole; a malformed list ends the search.
+fn window_scale(options: &[u8]) -> Option<u8> {
+    let mut at = 0;
+    while let Some(&kind) = options.get(at) {
+        match kind {
+            field::tcp::OPT_END => return None,
+            field::tcp::OPT_NOP => at += 1,
+            _ => {
+                let len = usize::from(*options.get(at + 1)?);
+                if len < 2 || at + len > options.len() {
+                    return None;
+                }
+                if kind == field::tcp::OPT_WINDOW_SCALE && len == 3 {
+                    return Some(options[at + 2]);
+                }
+                at += len;
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -183,6 +222,32 @@ mod tests {
         let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f[..f.len() - 3]) else { panic!() };
         let Transport::Tcp(s) = d.transport else { panic!() };
         assert_eq!((s.payload, s.missing), (&b"he"[..], 3));
+    }
+
+    #[test]
+    fn a_syn_gives_its_window_scale_and_every_segment_its_ack_and_window() {
+        // A SYN with MSS, NOP, window scale 7 and the end of the list: a
+        // 32-byte TCP header.
+        let mut f = tcp_frame(b"", 0);
+        let tcp = 18 + 20;
+        f[tcp + 12] = 0x80;
+        f[tcp + 13] = field::tcp::SYN | field::tcp::ACK;
+        f[tcp + 8..tcp + 12].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        f.extend_from_slice(&[2, 4, 0x05, 0xb4, 1, 3, 3, 7, 0, 0, 0, 0]);
+        f[18 + 3] += 12; // the IPv4 total length
+        let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
+        let Transport::Tcp(s) = d.transport else { panic!("not TCP") };
+        assert_eq!((s.ack, s.window, s.window_scale, s.payload.len()), (0x0102_0304, 0xffff, Some(7), 0));
+        // The same options on a segment without SYN are not read.
+        f[tcp + 13] = field::tcp::ACK;
+        let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
+        let Transport::Tcp(s) = d.transport else { panic!("not TCP") };
+        assert_eq!(s.window_scale, None);
+        // Option lists cut short or with a length below 2 give no scale.
+        assert_eq!(window_scale(&[1, 1, 3, 3, 14]), Some(14));
+        assert_eq!(window_scale(&[3, 3]), None);
+        assert_eq!(window_scale(&[8, 1, 3, 3, 5]), None);
+        assert_eq!(window_scale(&[0, 3, 3, 5]), None);
     }
 
     #[test]

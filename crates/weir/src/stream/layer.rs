@@ -70,6 +70,9 @@ pub(super) struct Dir<S> {
     flush_queued: bool,
     /// The SYN's sequence number, when one was seen.
     isn: Option<u32>,
+    /// The window scale option of that SYN: the shift count of the windows
+    /// this direction's sender advertises, if the other SYN has one too.
+    window_scale: Option<u8>,
 }
 
 /// A packet's connection key (its tuple in canonical order), which side of
@@ -264,6 +267,10 @@ impl<H: StreamHandler> Streams<H> {
             Transport::Tcp(s) => (Some((s.seq, s.flags)), s.payload, s.missing),
             Transport::Datagram { payload, missing } => (None, *payload, *missing),
         };
+        let window = match &d.transport {
+            Transport::Tcp(s) => Some((s.ack, s.window, s.window_scale)),
+            Transport::Datagram { .. } => None,
+        };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
         let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, spare, .. } = self;
         let mut env = Env { handler, spare, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
@@ -323,6 +330,7 @@ impl<H: StreamHandler> Streams<H> {
                     hold_limit: cfg.hold_limit,
                     cutoff: cutoff.map_or(Cutoff::NONE, Cutoff::after),
                     midstream: cfg.midstream,
+                    receive_window: cfg.receive_window,
                 })
             });
             let mut dir = Dir {
@@ -338,6 +346,7 @@ impl<H: StreamHandler> Streams<H> {
                 packets: false,
                 flush_queued: false,
                 isn: None,
+                window_scale: None,
             };
             env.stats.streams += 1;
             env.stats.connections += u64::from(fresh);
@@ -351,6 +360,9 @@ impl<H: StreamHandler> Streams<H> {
         let [d0, d1] = &mut conn.dirs;
         let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
         let this = this.as_mut().expect("made above");
+        if let (Some((_, flags)), Some((ack, win, _)), Some(o)) = (tcp, window, other.as_mut()) {
+            advertise(this, o, flags, ack, win);
+        }
         let opposite = other.as_ref().map(|o| &o.rec);
         this.rec.packets += 1;
         this.rec.last_ns = this.rec.last_ns.max(ts);
@@ -379,12 +391,14 @@ impl<H: StreamHandler> Streams<H> {
                     };
                     if f.syn && this.isn.is_none() {
                         this.isn = Some(seq);
+                        this.window_scale = window.and_then(|(_, _, scale)| scale);
                     }
                     tcp_segment(this, opposite, seq, f, payload, &mut env);
                 }
                 Some((seq, flags)) => {
                     if flags & field::tcp::SYN != 0 && this.isn.is_none() {
                         this.isn = Some(seq);
+                        this.window_scale = window.and_then(|(_, _, scale)| scale);
                     }
                     unkept = not_reassembled(this, payload.len() as u64);
                     if flags & field::tcp::FIN != 0 && this.rec.closed.is_none() {
@@ -593,6 +607,36 @@ fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, r
     d.carried = 0;
     let state = d.state.take().expect("open");
     env.handler.closed(&d.rec, state);
+}
+
+/// The largest window shift count (RFC 7323 2.3: a larger one is taken as 14).
+const MAX_WINDOW_SHIFT: u8 = 14;
+
+/// Hands the window that `receiver`'s segment advertises (its ACK number and
+/// window field) to the reassembler of the data it receives, `data`'s, when
+/// that one checks the window. The window is scaled as RFC 7323 says: never
+/// on a SYN, by the receiver's shift count when both SYNs carried the
+/// option, not at all when either lacked it. When a SYN was not seen the
+/// shift is not known, and the check is made permissive rather than wrong:
+/// the largest shift, 14, so only bytes no receiver could have taken are
+/// refused.
+fn advertise<S>(receiver: &Dir<S>, data: &mut Dir<S>, flags: u8, ack: u32, window: u16) {
+    let Some(r) = data.reasm.as_mut().filter(|r| r.checks_window()) else { return };
+    if flags & field::tcp::ACK == 0 || flags & field::tcp::RST != 0 {
+        // No window without ACK; a RST's ends the stream anyway.
+        return;
+    }
+    let shift = if flags & field::tcp::SYN != 0 {
+        0
+    } else if receiver.isn.is_none() || data.isn.is_none() {
+        MAX_WINDOW_SHIFT
+    } else {
+        match (receiver.window_scale, data.window_scale) {
+            (Some(shift), Some(_)) => shift.min(MAX_WINDOW_SHIFT),
+            _ => 0,
+        }
+    };
+    r.advertise(ack, u64::from(window) << shift);
 }
 
 /// One TCP segment of a direction that is reassembled.

@@ -330,6 +330,83 @@ fn a_late_fin_with_data_is_not_a_new_connection_but_a_new_syn_is() {
     assert!(st.packets_add_up());
 }
 
+/// A TCP frame as [`frame`] makes it, with its acknowledgment number and
+/// window set, and on a SYN a window scale option of `shift` if given.
+fn windowed(back: bool, seq: u32, flags: u8, ack: u32, window: u16, shift: Option<u8>, payload: &[u8]) -> Vec<u8> {
+    let options: &[u8] = match shift {
+        Some(s) => &[1, 3, 3, s],
+        None => &[],
+    };
+    let mut f = frame(1, 40000, back, Some((seq, flags)), &[options, payload].concat());
+    let tcp = 14 + 20;
+    f[tcp + 8..tcp + 12].copy_from_slice(&ack.to_be_bytes());
+    f[tcp + 12] = (((20 + options.len()) / 4) << 4) as u8;
+    f[tcp + 14..tcp + 16].copy_from_slice(&window.to_be_bytes());
+    f
+}
+
+#[test]
+fn tcp_strict_refuses_what_lies_past_the_receivers_scaled_window() {
+    let (ci, si) = (1000u32, 5000u32);
+    let up = b"0123456789abcdefWXYZ";
+    let frames: Vec<(u64, Vec<u8>)> = [
+        // The client scales by 3, the server by 1; the SYN-ACK's window of 10
+        // is not scaled (RFC 7323): the client may send 10 bytes.
+        windowed(false, ci, SYN, 0, 100, Some(3), b""),
+        windowed(true, si, SYN | ACK, ci + 1, 10, Some(1), b""),
+        windowed(false, ci + 1, ACK | PSH, si + 1, 100, None, &up[..16]),
+        // 3 << 1 = 6 more bytes: up to offset 16.
+        windowed(true, si + 1, ACK, ci + 11, 3, None, b""),
+        windowed(false, ci + 11, ACK | PSH, si + 1, 100, None, &up[10..16]),
+        windowed(false, ci + 17, ACK | PSH, si + 1, 100, None, &up[16..]),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, f)| (i as u64 * 1000, f))
+    .collect();
+    // Checked: the 6 bytes past the first window and the 4 past the second
+    // are refused, and the 6 sent again in the second window are delivered.
+    // Not checked: all 20 are delivered, and the 6 sent again are duplicates.
+    for (mode, receive_window, kept, refused, duplicate) in
+        [(Mode::TcpStrict, true, 16, 10, 0), (Mode::TcpStrict, false, 20, 0, 6), (Mode::TcpFast, true, 20, 0, 6)]
+    {
+        let cfg = StreamConfig { mode, receive_window, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        feed(&mut l, &frames);
+        let seen = &l.handler().streams[&client(1, 40000)];
+        let rec = seen.closed.expect("closed at the end");
+        assert_eq!(seen.bytes, &up[..kept], "{mode:?} {receive_window}");
+        assert_eq!((rec.delivered, rec.refused, rec.duplicate), (kept as u64, refused, duplicate), "{mode:?} {receive_window}");
+        assert!(l.stats().packets_add_up());
+    }
+}
+
+#[test]
+fn without_the_handshake_the_largest_window_scale_is_assumed() {
+    // Picked up midstream: the scale is unknown, so a window of 1 lets
+    // 1 << 14 bytes through and only what lies past them is refused.
+    let (ci, si) = (1000u32, 5000u32);
+    let frames: Vec<(u64, Vec<u8>)> = [
+        windowed(false, ci, ACK | PSH, si, 1, None, b"abcd"),
+        windowed(true, si, ACK, ci + 4, 1, None, b""),
+        windowed(false, ci + 4 + (1 << 14) - 1, ACK | PSH, si, 1, None, b"yz"),
+        windowed(false, ci + 4, ACK | PSH, si, 1, None, b"ef"),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, f)| (i as u64 * 1000, f))
+    .collect();
+    let cfg = StreamConfig { mode: Mode::TcpStrict, midstream: true, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let seen = &l.handler().streams[&client(1, 40000)];
+    let rec = seen.closed.expect("closed at the end");
+    assert_eq!(&seen.bytes[..6], b"abcdef");
+    assert_eq!(seen.bytes[seen.bytes.len() - 1], b'y');
+    assert_eq!(seen.bytes.len(), 4 + (1 << 14));
+    assert_eq!((rec.delivered, rec.refused), (7, 1));
+}
+
 #[test]
 fn a_full_table_evicts_the_least_recently_seen_and_counts_it() {
     let mut frames = Vec::new();

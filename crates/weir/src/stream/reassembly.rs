@@ -10,6 +10,17 @@
 //! numbers did not wrap. A sequence number more than 2^31 away from the next
 //! expected one is read as lying behind it, as a receiving TCP would.
 //!
+//! In [`Mode::TcpStrict`] with [`Config::receive_window`], data is also held
+//! to the receiver's window (RFC 9293 3.10.7.4, segment acceptability): the
+//! caller reports each window the receiver advertises
+//! ([`Reassembler::advertise`]), and bytes at or past the furthest right edge
+//! advertised so far are refused, as a receiving TCP trims them off (a FIN
+//! there is not taken either). The furthest edge rather than the latest: RFC
+//! 9293 (3.8.6) strongly discourages shrinking a window, and a sender may
+//! still fill an edge advertised before a smaller window reached it, so only
+//! bytes past every edge are certainly refused by the receiver. Until a
+//! window is reported, nothing is refused for it.
+//!
 //! Held segments are kept in a map by offset, never overlapping one another:
 //! a segment that overlaps held or delivered bytes keeps only the parts no
 //! earlier copy covered ([`OverlapPolicy::FirstCopyWins`]).
@@ -122,6 +133,10 @@ pub struct Config {
     /// In [`Mode::TcpStrict`], pick the stream up at its first segment when
     /// its SYN was not seen. [`Mode::TcpFast`] always does.
     pub midstream: bool,
+    /// In [`Mode::TcpStrict`], refuse bytes at or past the right edge of the
+    /// receiver's advertised window, as [`Reassembler::advertise`] reports
+    /// it. [`Mode::TcpFast`] never checks the window.
+    pub receive_window: bool,
 }
 
 /// The TCP flags that matter to reassembly.
@@ -202,7 +217,8 @@ pub struct Counters {
     /// Bytes at or past the cutoff.
     pub discarded_cutoff: u64,
     /// Bytes that are not stream data: before the SYN in strict mode, before
-    /// offset 0, past the FIN, with or after a RST, after the end.
+    /// offset 0, past the FIN, past the receiver's window in strict mode,
+    /// with or after a RST, after the end.
     pub refused: u64,
     /// Bytes held now, out of order.
     pub held: u64,
@@ -240,6 +256,9 @@ pub struct Reassembler {
     /// the FIN: a flush knows the offsets before it exist, so the ones never
     /// seen there are a gap.
     seen_end: u64,
+    /// The furthest right edge of the receiver's window advertised so far,
+    /// as an offset, when the window is checked and one was advertised.
+    edge: Option<u64>,
     counters: Counters,
 }
 
@@ -254,6 +273,7 @@ impl Reassembler {
             held: BTreeMap::new(),
             fin: None,
             seen_end: 0,
+            edge: None,
             counters: Counters::default(),
         }
     }
@@ -272,7 +292,27 @@ impl Reassembler {
     /// offset while the stream is open): the bytes that need memory.
     pub fn would_hold(&self, seq: u32, syn: bool) -> bool {
         let first_seq = if syn { seq.wrapping_add(1) } else { seq };
-        self.state == State::Open && self.offset_of(first_seq) > self.next as i64
+        let at = self.offset_of(first_seq);
+        self.state == State::Open && at > self.next as i64 && self.in_window(at)
+    }
+
+    /// Whether the receiver's window is checked: the caller need only
+    /// [`advertise`](Self::advertise) windows when it is.
+    pub fn checks_window(&self) -> bool {
+        self.config.mode == Mode::TcpStrict && self.config.receive_window
+    }
+
+    /// Takes a window the receiver advertised: its acknowledgment number and
+    /// its window in bytes (scaled). The right edge only moves forward. It is
+    /// ignored until the stream has its offset 0 (the sequence numbers mean
+    /// nothing before), and when the window is not checked.
+    pub fn advertise(&mut self, ack: u32, window: u64) {
+        if !self.checks_window() || self.state != State::Open {
+            return;
+        }
+        // A window is at most 2^30 (65535 << 14): no overflow in i64.
+        let edge = u64::try_from(self.offset_of(ack) + window as i64).unwrap_or(0);
+        self.edge = Some(self.edge.map_or(edge, |e| e.max(edge)));
     }
 
     /// Whether the sink has been told the end.
@@ -329,7 +369,9 @@ impl Reassembler {
         let first_seq = if segment.flags.syn { segment.seq.wrapping_add(1) } else { segment.seq };
         let start = self.offset_of(first_seq);
         let end = start + len as i64;
-        if segment.flags.fin && self.fin.is_none() {
+        // The FIN takes the sequence number after the payload: past the
+        // window, the receiver does not take it either.
+        if segment.flags.fin && self.fin.is_none() && self.in_window(end) {
             // The first FIN decides where the stream ends; a later FIN that
             // says otherwise is a conflicting copy and loses, as data does.
             // One that points behind what was already reported ends the
@@ -414,12 +456,21 @@ impl Reassembler {
         self.next as i64 + i64::from(distance)
     }
 
+    /// Whether offset `at` lies before the receiver's right edge (always, when
+    /// no window was advertised or it is not checked).
+    fn in_window(&self, at: i64) -> bool {
+        self.edge.is_none_or(|edge| at < edge as i64)
+    }
+
     /// Sorts the payload starting at offset `start` into its categories, and
     /// delivers or holds what is new stream data.
     fn place(&mut self, start: i64, payload: &[u8], sink: &mut impl Sink) {
         let end = start + payload.len() as i64;
         if let Ok(end) = u64::try_from(end) {
-            self.seen_end = self.seen_end.max(end.min(self.fin.unwrap_or(u64::MAX)));
+            // Bytes past the window are refused, so they do not make the
+            // offsets before them exist either.
+            let limit = self.fin.unwrap_or(u64::MAX).min(self.edge.unwrap_or(u64::MAX));
+            self.seen_end = self.seen_end.max(end.min(limit));
         }
         let mut lo = start;
         let mut hi = end;
@@ -438,6 +489,14 @@ impl Reassembler {
             let fin = fin as i64;
             if hi > fin {
                 let n = hi - lo.max(fin);
+                self.counters.refused += n as u64;
+                hi -= n;
+            }
+        }
+        if let Some(edge) = self.edge {
+            let edge = edge as i64;
+            if hi > edge {
+                let n = hi - lo.max(edge);
                 self.counters.refused += n as u64;
                 hi -= n;
             }

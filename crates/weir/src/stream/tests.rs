@@ -56,9 +56,11 @@ enum Step {
     Flush,
     Close(EndReason),
     SetCutoff(Cutoff),
+    /// The receiver advertises a window: its ACK number and the window in bytes.
+    Window(u32, u64),
 }
 
-use Step::{Close, Flush, Seg, SetCutoff};
+use Step::{Close, Flush, Seg, SetCutoff, Window};
 
 const ISN: u32 = 1000;
 const D: Flags = Flags::NONE;
@@ -76,6 +78,11 @@ fn config(mode: Mode, hold: u64, cutoff: Cutoff, midstream: bool) -> Config {
 
 fn fast() -> Config {
     Config::default()
+}
+
+/// Strict mode with the receiver's window checked.
+fn windowed(midstream: bool) -> Config {
+    Config { receive_window: true, ..config(Mode::TcpStrict, HoldLimit::MAX, Cutoff::NONE, midstream) }
 }
 
 struct Case {
@@ -96,6 +103,7 @@ fn run_case(case: &Case) {
             Flush => r.flush_gap(&mut sink),
             Close(reason) => r.close(reason, &mut sink),
             SetCutoff(cutoff) => r.set_cutoff(cutoff, &mut sink),
+            Window(ack, window) => r.advertise(ack, window),
         }
     }
     assert_eq!(sink.events, case.events, "case {}: events", case.name);
@@ -280,6 +288,50 @@ fn table() {
             steps: vec![Seg(ISN, b"", SYN), Seg(s + 4, b"", FIN), Seg(s, b"ab", D), SetCutoff(Cutoff::NONE), Seg(s + 2, b"cd", D)],
             events: vec![data(0, b"ab"), Event::End(EndReason::Fin)],
             counts: (2, 0, 0, 2, 0),
+        },
+        Case {
+            name: "strict: bytes past the window are refused, their retransmission in a later window delivered",
+            config: windowed(false),
+            steps: vec![
+                Seg(ISN, b"", SYN),
+                Window(s, 4),
+                Seg(s, b"abcdef", D),
+                Window(s + 4, 4),
+                Seg(s + 4, b"efgh", D),
+                Seg(s + 8, b"", FIN),
+                Window(s + 8, 1),
+                Seg(s + 8, b"", FIN),
+            ],
+            events: vec![data(0, b"abcdefgh"), Event::End(EndReason::Fin)],
+            counts: (8, 0, 0, 0, 2),
+        },
+        Case {
+            name: "strict: the edge never moves back, and bytes held out of order stop at it",
+            config: windowed(false),
+            steps: vec![Seg(ISN, b"", SYN), Window(s, 6), Window(s + 2, 1), Seg(s + 4, b"efgh", D), Seg(s, b"abcd", D)],
+            events: vec![data(0, b"abcdef")],
+            counts: (6, 0, 0, 0, 2),
+        },
+        Case {
+            name: "strict: a window before the stream has its offset 0 means nothing",
+            config: windowed(true),
+            steps: vec![Window(ISN, 1), Seg(s, b"abcd", D), Window(s + 4, 0), Seg(s + 4, b"e", D)],
+            events: vec![data(0, b"abcd")],
+            counts: (4, 0, 0, 0, 1),
+        },
+        Case {
+            name: "the window is checked in strict mode only, and only when asked",
+            config: Config { receive_window: true, ..fast() },
+            steps: vec![Seg(ISN, b"", SYN), Window(s, 1), Seg(s, b"abcd", D)],
+            events: vec![data(0, b"abcd")],
+            counts: (4, 0, 0, 0, 0),
+        },
+        Case {
+            name: "strict without the window check takes what lies past it",
+            config: Config { receive_window: false, ..windowed(false) },
+            steps: vec![Seg(ISN, b"", SYN), Window(s, 1), Seg(s, b"abcd", D)],
+            events: vec![data(0, b"abcd")],
+            counts: (4, 0, 0, 0, 0),
         },
         Case {
             name: "close flushes holes and says why; nothing follows",
@@ -578,5 +630,95 @@ proptest! {
         prop_assert_eq!(c.received, c.delivered + c.duplicate + c.discarded_cutoff + c.refused);
         prop_assert_eq!(r.next_offset(), c.delivered + c.gap);
         prop_assert!(r.is_ended());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// In strict mode with the window checked, the reassembler takes what a
+    /// naive receiver takes, byte by byte in arrival order: a byte behind
+    /// everything taken in order is a duplicate; else one at or past the
+    /// furthest right edge advertised so far (any, once one was) is refused;
+    /// else the first copy at its offset is kept. The FIN counts only when
+    /// its sequence number lies inside the window. Windows come at random
+    /// between segments, with acknowledgment numbers anywhere in the stream
+    /// and sizes from 0, so some arrive after data was taken past them.
+    #[test]
+    fn refuses_what_lies_past_the_receivers_window(
+        isn in isn(),
+        seed in any::<u64>(),
+        len in 0u64..3000,
+        loss in 0u64..40,
+        dup in 0u64..40,
+        overlaps in 0u64..12,
+        adverts in 0u64..100,
+        max_window in 0u64..800,
+    ) {
+        let mut rng = Rng(seed | 1);
+        let sent = scenario(&mut rng, len, loss, dup, overlaps);
+        let mut r = Reassembler::new(windowed(false));
+        let mut sink = Recorder::default();
+        r.segment(Segment { seq: isn, payload: &[], flags: Flags::SYN }, &mut sink);
+
+        let mut first: Vec<Option<u8>> = vec![None; len as usize];
+        let (mut next, mut edge, mut fin, mut seen_end) = (0u64, None::<u64>, false, 0u64);
+        let (mut refused, mut duplicate) = (0u64, 0u64);
+        for s in &sent {
+            if rng.percent(adverts) {
+                let (ack, window) = (rng.below(len + 1), rng.below(max_window + 1));
+                r.advertise(isn.wrapping_add(1).wrapping_add(ack as u32), window);
+                edge = Some(edge.map_or(ack + window, |e: u64| e.max(ack + window)));
+            }
+            let seq = isn.wrapping_add(1).wrapping_add(s.offset as u32);
+            r.segment(Segment { seq, payload: &s.bytes, flags: Flags { fin: s.fin, ..Flags::NONE } }, &mut sink);
+
+            let limit = edge.unwrap_or(u64::MAX);
+            if s.fin && !fin && len < limit {
+                fin = true;
+            }
+            if !s.bytes.is_empty() {
+                seen_end = seen_end.max((s.offset + s.bytes.len() as u64).min(limit));
+            }
+            for (i, &b) in s.bytes.iter().enumerate() {
+                let o = s.offset + i as u64;
+                if o < next {
+                    duplicate += 1;
+                } else if o >= limit {
+                    refused += 1;
+                } else if first[o as usize].is_some() {
+                    duplicate += 1;
+                } else {
+                    first[o as usize] = Some(b);
+                }
+            }
+            while next < len && first[next as usize].is_some() {
+                next += 1;
+            }
+        }
+        r.close(EndReason::EndOfInput, &mut sink);
+
+        let end = if fin { len } else { seen_end.max(next) };
+        let mut expected = Vec::new();
+        let mut o = 0;
+        while o < end {
+            let known = first[o as usize].is_some();
+            let mut n = 0;
+            while o + n < end && first[(o + n) as usize].is_some() == known {
+                n += 1;
+            }
+            if known {
+                expected.push(Event::Data(o, (o..o + n).map(|i| first[i as usize].unwrap()).collect()));
+            } else {
+                expected.push(Event::Gap(o, n));
+            }
+            o += n;
+        }
+        expected.push(Event::End(if fin { EndReason::Fin } else { EndReason::EndOfInput }));
+        prop_assert_eq!(&sink.events, &expected);
+        let c = r.counters();
+        prop_assert_eq!((c.refused, c.duplicate, c.held), (refused, duplicate, 0));
+        prop_assert_eq!(c.delivered, first.iter().filter(|b| b.is_some()).count() as u64);
+        assert_identity(&c);
     }
 }

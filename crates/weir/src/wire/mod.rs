@@ -97,6 +97,8 @@ pub(crate) mod field {
     pub(crate) mod tcp {
         use super::Range;
         pub(crate) const SEQ: Range<usize> = 4..8;
+        pub(crate) const ACK_NUM: Range<usize> = 8..12;
+        pub(crate) const WINDOW: Range<usize> = 14..16;
         /// Data offset in the high nibble, in 32-bit words.
         pub(crate) const DATA_OFFSET: usize = 12;
         pub(crate) const FLAGS: usize = 13;
@@ -105,6 +107,10 @@ pub(crate) mod field {
         pub(crate) const SYN: u8 = 0x02;
         pub(crate) const RST: u8 = 0x04;
         pub(crate) const ACK: u8 = 0x10;
+        /// Option kinds: end of the list, no-operation, window scale (RFC 7323).
+        pub(crate) const OPT_END: u8 = 0;
+        pub(crate) const OPT_NOP: u8 = 1;
+        pub(crate) const OPT_WINDOW_SCALE: u8 = 3;
     }
     /// UDP's fixed header.
     pub(crate) mod udp {
