@@ -200,7 +200,7 @@ mod tests {
         for _ in 0..20_000 {
             let r = next();
             let small = |v: u64| (v % 3) as u8;
-            let ports = (r & 1 == 0).then(|| L4Ports { src: (r >> 8) as u16 % 3, dst: (r >> 16) as u16 % 3 });
+            let ports = (r & 1 == 0).then_some(L4Ports { src: (r >> 8) as u16 % 3, dst: (r >> 16) as u16 % 3 });
             let t = if r >> 24 & 1 == 0 {
                 FlowTuple::V4 { src: [198, 18, 0, small(r >> 32)], dst: [198, 18, 0, small(r >> 40)], proto: 6, ports }
             } else {
