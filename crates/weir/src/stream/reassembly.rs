@@ -252,6 +252,10 @@ pub struct Reassembler {
     held: BTreeMap<u64, Vec<u8>>,
     /// The offset of the FIN once one arrived: the end of the stream.
     fin: Option<u64>,
+    /// The offset of the first FIN seen, taken or not (one past the window
+    /// is refused): its sequence number is not a byte, so a bare ACK after
+    /// it does not make that offset a gap.
+    fin_heard: Option<u64>,
     /// The end of the furthest bytes (or FIN) seen, cutoff or not, never past
     /// the FIN: a flush knows the offsets before it exist, so the ones never
     /// seen there are a gap.
@@ -272,6 +276,7 @@ impl Reassembler {
             next: 0,
             held: BTreeMap::new(),
             fin: None,
+            fin_heard: None,
             seen_end: 0,
             edge: None,
             counters: Counters::default(),
@@ -371,6 +376,9 @@ impl Reassembler {
         let end = start + len as i64;
         // The FIN takes the sequence number after the payload: past the
         // window, the receiver does not take it either.
+        if segment.flags.fin && self.fin_heard.is_none() {
+            self.fin_heard = u64::try_from(end).ok();
+        }
         if segment.flags.fin && self.fin.is_none() && self.in_window(end) {
             // The first FIN decides where the stream ends; a later FIN that
             // says otherwise is a conflicting copy and loses, as data does.
@@ -468,8 +476,11 @@ impl Reassembler {
         let end = start + payload.len() as i64;
         if let Ok(end) = u64::try_from(end) {
             // Bytes past the window are refused, so they do not make the
-            // offsets before them exist either.
+            // offsets before them exist either. A segment without payload
+            // (a bare ACK) says the offsets before its sequence number exist,
+            // but after a FIN one of those numbers was the FIN's.
             let limit = self.fin.unwrap_or(u64::MAX).min(self.edge.unwrap_or(u64::MAX));
+            let limit = if payload.is_empty() { limit.min(self.fin_heard.unwrap_or(u64::MAX)) } else { limit };
             self.seen_end = self.seen_end.max(end.min(limit));
         }
         let mut lo = start;

@@ -306,6 +306,20 @@ fn table() {
             counts: (8, 0, 0, 0, 2),
         },
         Case {
+            name: "strict: a FIN past the window is refused, and a bare ACK after it does not make its number a gap",
+            config: windowed(false),
+            steps: vec![
+                Seg(ISN, b"", SYN),
+                Window(s, 2),
+                Seg(s, b"ab", FIN),
+                Window(s + 2, 10),
+                Seg(s + 3, b"", D),
+                Close(EndReason::EndOfInput),
+            ],
+            events: vec![data(0, b"ab"), Event::End(EndReason::EndOfInput)],
+            counts: (2, 0, 0, 0, 0),
+        },
+        Case {
             name: "strict: the edge never moves back, and bytes held out of order stop at it",
             config: windowed(false),
             steps: vec![Seg(ISN, b"", SYN), Window(s, 6), Window(s + 2, 1), Seg(s + 4, b"efgh", D), Seg(s, b"abcd", D)],
