@@ -39,6 +39,9 @@ pub(crate) struct Datagram<'a> {
     pub(crate) tuple: FlowTuple,
     /// What it carries.
     pub(crate) transport: Transport<'a>,
+    /// Its IP length as sent, headers included (IPv4's total length, IPv6's
+    /// 40 bytes plus its payload length): what flow records count as octets.
+    pub(crate) ip_len: u32,
 }
 
 /// The transport layer of a datagram.
@@ -108,7 +111,8 @@ fn ipv4(b: &[u8]) -> Frame<'_> {
     }
     let payload = &b[ip.header_len()..];
     let missing = sent_payload - payload.len();
-    transport(ip.protocol(), payload, missing, |ports| FlowTuple::V4 { src: ip.src(), dst: ip.dst(), proto: ip.protocol(), ports })
+    let ip_len = total as u32;
+    transport(ip.protocol(), payload, missing, ip_len, |ports| FlowTuple::V4 { src: ip.src(), dst: ip.dst(), proto: ip.protocol(), ports })
 }
 
 fn ipv6(b: &[u8]) -> Frame<'_> {
@@ -125,10 +129,11 @@ fn ipv6(b: &[u8]) -> Frame<'_> {
     }
     let Some((proto, payload)) = ip.upper_layer() else { return Frame::Malformed };
     let missing = sent.saturating_sub(b.len());
-    transport(proto, payload, missing, |ports| FlowTuple::V6 { src: ip.src(), dst: ip.dst(), proto, ports })
+    let ip_len = u32::try_from(sent).unwrap_or(u32::MAX);
+    transport(proto, payload, missing, ip_len, |ports| FlowTuple::V6 { src: ip.src(), dst: ip.dst(), proto, ports })
 }
 
-fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Option<L4Ports>) -> FlowTuple) -> Frame<'a> {
+fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, ip_len: u32, tuple: impl FnOnce(Option<L4Ports>) -> FlowTuple) -> Frame<'a> {
     let ports = || L4Ports { src: be16(l4, field::l4::SRC_PORT), dst: be16(l4, field::l4::DST_PORT) };
     let missing = u32::try_from(missing).unwrap_or(u32::MAX);
     match proto {
@@ -152,19 +157,19 @@ fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Opt
                 payload: &l4[header_len..],
                 missing,
             };
-            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Tcp(segment) })
+            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Tcp(segment), ip_len })
         }
         ip_proto::UDP | ip_proto::UDPLITE => {
             if l4.len() < field::udp::HEADER_LEN {
                 return Frame::Malformed;
             }
             let payload = &l4[field::udp::HEADER_LEN..];
-            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload, missing } })
+            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload, missing }, ip_len })
         }
         ip_proto::SCTP | ip_proto::DCCP if l4.len() >= field::l4::PORTS_LEN => {
-            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload: l4, missing } })
+            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload: l4, missing }, ip_len })
         }
-        _ => Frame::Datagram(Datagram { tuple: tuple(None), transport: Transport::Datagram { payload: l4, missing } }),
+        _ => Frame::Datagram(Datagram { tuple: tuple(None), transport: Transport::Datagram { payload: l4, missing }, ip_len }),
     }
 }
 
@@ -211,6 +216,7 @@ mod tests {
         let f = tcp_frame(b"hi", 10);
         let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
         assert_eq!(d.tuple.ports(), Some(L4Ports { src: 12345, dst: 80 }));
+        assert_eq!(d.ip_len, 42, "the IP total length, without the padding");
         let Transport::Tcp(s) = d.transport else { panic!("not TCP") };
         assert_eq!((s.seq, s.payload, s.missing), (100, &b"hi"[..], 0));
         assert_eq!(s.flags, field::tcp::ACK | 0x08);

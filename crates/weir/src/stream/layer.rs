@@ -280,14 +280,15 @@ impl<H: StreamHandler> Streams<H> {
         };
         // A TCP packet that neither opens a connection nor carries data (an
         // ACK, FIN or RST after the end) starts nothing: it is counted apart.
-        let opens = tcp.is_none_or(|(_, f)| f & field::tcp::SYN != 0 || !payload.is_empty());
+        // A flow record counts every packet, so in flows mode it does.
+        let opens = cfg.flows || tcp.is_none_or(|(_, f)| f & field::tcp::SYN != 0 || !payload.is_empty());
         // A SYN (without ACK) on a direction that already had another SYN, or
         // was closed, starts a new connection on the same ports.
         if let Some((seq, _)) = tcp.filter(|&(_, f)| syn_only(f)) {
             let reused = table
                 .get(&key)
                 .and_then(|c| c.dirs[side].as_ref())
-                .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none());
+                .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none() || dir.rec.closed.is_some());
             if reused {
                 if let Some(flow) = table.remove(&key) {
                     close_conn(flow.value, CloseReason::Reused, &mut env);
@@ -364,9 +365,19 @@ impl<H: StreamHandler> Streams<H> {
             advertise(this, o, flags, ack, win);
         }
         let opposite = other.as_ref().map(|o| &o.rec);
+        if let Some(active) = cfg.active_timeout_ns {
+            if ts.saturating_sub(this.rec.first_ns) >= active {
+                active_record(this, ts, &mut env);
+            }
+        }
         this.rec.packets += 1;
         this.rec.last_ns = this.rec.last_ns.max(ts);
         this.rec.bytes += payload.len() as u64;
+        this.rec.octets += u64::from(d.ip_len);
+        if let Some((_, flags)) = tcp {
+            // The flow record's cumulative flags: one OR per packet.
+            this.rec.tcp_flags |= flags;
+        }
         let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
         // Bytes counted as discarded only because packets mode keeps no payload.
         let mut unkept = 0;
@@ -424,14 +435,26 @@ impl<H: StreamHandler> Streams<H> {
         } else {
             env.stats.to_stream += 1;
         }
-        if let Some(reason) = this.rec.closed {
-            end_dir(this, opposite, reason, &mut env);
-        }
-        if tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0) {
-            // A RST ends both directions.
-            end_dir(this, opposite, CloseReason::Rst, &mut env);
-            if let Some(o) = other.as_mut() {
-                end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+        let rst = tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0);
+        if cfg.flows {
+            // A flow record stays open past its FIN or RST, for the packets
+            // that close the connection; the table closes it (see `flows`).
+            if rst {
+                this.rec.closed.get_or_insert(CloseReason::Rst);
+                if let Some(o) = other.as_mut() {
+                    o.rec.closed.get_or_insert(CloseReason::Rst);
+                }
+            }
+        } else {
+            if let Some(reason) = this.rec.closed {
+                end_dir(this, opposite, reason, &mut env);
+            }
+            if rst {
+                // A RST ends both directions.
+                end_dir(this, opposite, CloseReason::Rst, &mut env);
+                if let Some(o) = other.as_mut() {
+                    end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+                }
             }
         }
         if cfg.flush_timeout_ns.is_some() {
@@ -607,6 +630,20 @@ fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, r
     d.carried = 0;
     let state = d.state.take().expect("open");
     env.handler.closed(&d.rec, state);
+}
+
+/// Hands out a flows-mode record whose active timeout passed at packet time
+/// `now` and starts it again from there (the stream, its state and its
+/// close reason, if a FIN was seen, go on).
+fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut Env<'_, H>) {
+    let Some(state) = d.state.as_mut() else { return };
+    env.handler.active(&d.rec, state);
+    env.stats.record_bytes(&d.rec);
+    env.stats.active_records += 1;
+    let r = &mut d.rec;
+    (r.first_ns, r.last_ns) = (now, now);
+    (r.packets, r.bytes, r.octets, r.tcp_flags) = (0, 0, 0, 0);
+    (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
 }
 
 /// The largest window shift count (RFC 7323 2.3: a larger one is taken as 14).
@@ -870,6 +907,8 @@ fn new_record(t: &FlowTuple, queue: QueueId, ts: u64, direction: Direction) -> S
         last_ns: ts,
         packets: 0,
         bytes: 0,
+        octets: 0,
+        tcp_flags: 0,
         delivered: 0,
         gap: 0,
         duplicate: 0,
