@@ -450,7 +450,12 @@ impl Encoder {
     /// moves on by the records (IPFIX, v5) or by one message (v9).
     pub fn finish(&mut self) -> &[u8] {
         self.close_set();
-        let now = self.latest_ms;
+        // The export time on a whole second (the latest record end, rounded
+        // up): v9's header dates its uptime in seconds only, so a collector
+        // turns an uptime into a date as `unix_secs * 1000 - sys_uptime +
+        // uptime`, and an uptime taken at a fraction of a second would shift
+        // every date by that fraction.
+        let now = self.latest_ms.div_ceil(1000) * 1000;
         let len = self.buf.len();
         let (secs, uptime) = ((now / 1000) as u32, self.uptime(now));
         let b = &mut self.buf;
