@@ -173,6 +173,26 @@ fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, ip_len: u32, tuple: im
     }
 }
 
+/// Keys an ICMP or ICMPv6 datagram by its type and code as flow exporters
+/// do (NetFlow's convention, which nfdump shows as `type.code`): source port
+/// 0, destination port `type << 8 | code`. So an echo request and its reply
+/// are two flows, as in softflowd and nfpcapd, rather than one stream per
+/// address pair. Other datagrams, and an ICMP message too short for its
+/// code, are left as they are.
+pub(crate) fn icmp_as_ports(frame: Frame<'_>) -> Frame<'_> {
+    let Frame::Datagram(mut d) = frame else { return frame };
+    let proto = match d.tuple {
+        FlowTuple::V4 { proto, .. } | FlowTuple::V6 { proto, .. } => proto,
+    };
+    if let (ip_proto::ICMP | ip_proto::ICMPV6, Transport::Datagram { payload: &[kind, code, ..], .. }) = (proto, &d.transport) {
+        let ports = Some(L4Ports { src: 0, dst: u16::from_be_bytes([kind, code]) });
+        match &mut d.tuple {
+            FlowTuple::V4 { ports: p, .. } | FlowTuple::V6 { ports: p, .. } => *p = ports,
+        }
+    }
+    Frame::Datagram(d)
+}
+
 /// The shift count of the window scale option among TCP `options`, if there
 /// is one whole; a malformed list ends the search.
 fn window_scale(options: &[u8]) -> Option<u8> {
@@ -254,6 +274,23 @@ mod tests {
         assert_eq!(window_scale(&[3, 3]), None);
         assert_eq!(window_scale(&[8, 1, 3, 3, 5]), None);
         assert_eq!(window_scale(&[0, 3, 3, 5]), None);
+    }
+
+    #[test]
+    fn flows_key_icmp_by_type_and_code_and_leave_the_rest() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 28, 0, 1, 0, 0, 64, 1, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2]);
+        f.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]); // port unreachable
+        let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &f)) else { panic!("not a datagram") };
+        assert_eq!((d.tuple.ports(), d.ip_len), (Some(L4Ports { src: 0, dst: 0x0303 }), 28));
+        let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
+        assert_eq!(d.tuple.ports(), None, "only flows mode keys ICMP by type");
+        f[12 + 9] = 99; // another protocol keeps no ports
+        let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &f)) else { panic!("not a datagram") };
+        assert_eq!(d.tuple.ports(), None);
+        let t = tcp_frame(b"x", 0);
+        let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &t)) else { panic!("not a datagram") };
+        assert_eq!(d.tuple.ports(), Some(L4Ports { src: 12345, dst: 80 }));
     }
 
     #[test]

@@ -225,8 +225,18 @@ impl<H: StreamHandler> Streams<H> {
         self.handler
     }
 
+    /// Decodes a captured frame; in flows mode ICMP is keyed by type and code.
+    fn decode<'p>(&self, data: &'p [u8]) -> Frame<'p> {
+        let frame = decode::frame(self.link, data);
+        if self.cfg.flows {
+            decode::icmp_as_ports(frame)
+        } else {
+            frame
+        }
+    }
+
     fn take_packet(&mut self, p: &Packet<'_>) {
-        self.take_frame(p, decode::frame(self.link, p.data()), None);
+        self.take_frame(p, self.decode(p.data()), None);
     }
 
     /// Handles `p`, decoded as `frame`; `keyed` is its connection's key, side
@@ -243,7 +253,8 @@ impl<H: StreamHandler> Streams<H> {
                     let mut buf = std::mem::take(&mut self.whole);
                     buf.clear();
                     buf.extend_from_slice(whole);
-                    match decode::ip(&buf) {
+                    let whole = decode::ip(&buf);
+                    match if self.cfg.flows { decode::icmp_as_ports(whole) } else { whole } {
                         Frame::Datagram(d) => self.datagram(&d, p, None),
                         _ => self.stats.malformed += 1,
                     }
@@ -496,7 +507,7 @@ impl<H: StreamHandler> Streams<H> {
             prefetch::lines(p.data(), 2);
         }
         for (f, p) in frames.iter_mut().zip(packets) {
-            let frame = decode::frame(self.link, p.data());
+            let frame = self.decode(p.data());
             let keyed = match &frame {
                 Frame::Datagram(d) => {
                     let k = Keyed::new(&d.tuple, &self.table);
