@@ -285,7 +285,7 @@ mod tests {
         assert_eq!((d.tuple.ports(), d.ip_len), (Some(L4Ports { src: 0, dst: 0x0303 }), 28));
         let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
         assert_eq!(d.tuple.ports(), None, "only flows mode keys ICMP by type");
-        f[12 + 9] = 99; // another protocol keeps no ports
+        f[14 + 9] = 99; // another protocol keeps no ports
         let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &f)) else { panic!("not a datagram") };
         assert_eq!(d.tuple.ports(), None);
         let t = tcp_frame(b"x", 0);
