@@ -188,6 +188,13 @@ enum Field {
     Ingress,
     /// IPFIX's flowEndReason.
     EndReason,
+    /// ICMP type and code (`type << 8 | code`, 0 for other protocols):
+    /// IPFIX's icmpTypeCodeIPv4 and icmpTypeCodeIPv6, v9's ICMP_TYPE (for
+    /// both; nfdump reads an ICMP flow's type from it in v9, not from the
+    /// destination port, which carries the same value).
+    IcmpV4,
+    IcmpV6,
+    IcmpV9,
 }
 
 impl Field {
@@ -209,6 +216,8 @@ impl Field {
             Field::SrcV6 => (27, 16),
             Field::DstV6 => (28, 16),
             Field::EndReason => (136, 1),
+            Field::IcmpV4 | Field::IcmpV9 => (32, 2),
+            Field::IcmpV6 => (139, 2),
             Field::StartMs => (152, 8),
             Field::EndMs => (153, 8),
         }
@@ -216,10 +225,10 @@ impl Field {
 }
 
 use Field::*;
-const IPFIX_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason];
-const IPFIX_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason];
-const V9_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress];
-const V9_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress];
+const IPFIX_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV4];
+const IPFIX_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV6];
+const V9_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress, IcmpV9];
+const V9_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress, IcmpV9];
 
 /// Template ids: 256 is the first a data set may use.
 const TEMPLATE_V4: u16 = 256;
@@ -421,6 +430,9 @@ impl Encoder {
             }
             Ingress => put32(b, r.ingress),
             EndReason => b.push(r.end as u8),
+            // The stream layer keys ICMP flows by type and code as the
+            // destination port: the same value.
+            IcmpV4 | IcmpV6 | IcmpV9 => put16(b, if matches!(r.proto, 1 | 58) { r.dport } else { 0 }),
         }
     }
 

@@ -106,19 +106,13 @@ fn run(enc: &mut Encoder, format: Format, senders: &Senders, collectors: &[Socke
             Err(RecvTimeoutError::Disconnected) => break,
         };
         if let Some(r) = record {
-            if enc.is_empty() && templates_at.is_none_or(|t| t.elapsed() >= refresh) {
-                enc.add_templates();
-                templates_at = Some(Instant::now());
-                st.template_messages += 1;
+            if enc.is_empty() {
+                templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
             }
             let mut added = enc.add(&r);
             if added == Added::Full {
                 send(enc, senders, collectors, &mut reasons, &mut st);
-                if templates_at.is_none_or(|t| t.elapsed() >= refresh) {
-                    enc.add_templates();
-                    templates_at = Some(Instant::now());
-                    st.template_messages += 1;
-                }
+                templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
                 added = enc.add(&r);
             }
             match added {
@@ -142,6 +136,16 @@ fn run(enc: &mut Encoder, format: Format, senders: &Senders, collectors: &[Socke
         send(enc, senders, collectors, &mut reasons, &mut st);
     }
     st
+}
+
+/// Puts the templates at the start of the (empty) message when none were
+/// sent yet or the refresh interval has passed since; v5 has none.
+fn templates_if_due(enc: &mut Encoder, format: Format, at: &mut Option<Instant>, refresh: Duration, st: &mut ExportStats) {
+    if format != Format::V5 && at.is_none_or(|t| t.elapsed() >= refresh) {
+        enc.add_templates();
+        *at = Some(Instant::now());
+        st.template_messages += 1;
+    }
 }
 
 fn reason_index(r: EndReason) -> usize {

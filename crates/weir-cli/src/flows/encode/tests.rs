@@ -62,9 +62,9 @@ fn ipfix_messages_carry_templates_then_records_with_sequence_numbers_counting_re
     assert_eq!(be32(&msg, 4), 1_700_000_002);
     let s = sets(&msg, 16);
     assert_eq!(s.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2, 256, 257]);
-    // The template set: template 256 with 12 fields, the first sourceIPv4Address (8), 4 bytes.
+    // The template set: template 256 with 13 fields, the first sourceIPv4Address (8), 4 bytes.
     let t = &s[0].1;
-    assert_eq!((be16(t, 0), be16(t, 2), be16(t, 4), be16(t, 6)), (256, 12, 8, 4));
+    assert_eq!((be16(t, 0), be16(t, 2), be16(t, 4), be16(t, 6)), (256, 13, 8, 4));
     let v4_len: usize = IPFIX_V4.iter().map(|f| usize::from(f.spec().1)).sum();
     assert_eq!(s[1].1.len(), 2 * v4_len);
     let r = &s[1].1[v4_len..];
@@ -74,7 +74,7 @@ fn ipfix_messages_carry_templates_then_records_with_sequence_numbers_counting_re
     assert_eq!(u64::from_be_bytes(r[15..23].try_into().unwrap()), 12, "packets");
     assert_eq!(u64::from_be_bytes(r[23..31].try_into().unwrap()), 1002, "octets");
     assert_eq!(u64::from_be_bytes(r[31..39].try_into().unwrap()), 1_700_000_000_125, "start ms");
-    assert_eq!(r[v4_len - 1], EndReason::Idle as u8);
+    assert_eq!((r[v4_len - 3], be16(r, v4_len - 2)), (EndReason::Idle as u8, 0), "end reason; no ICMP type for TCP");
     e.reset();
     assert!(e.is_empty());
     e.add(&rec(false, 4));

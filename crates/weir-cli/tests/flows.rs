@@ -1,0 +1,424 @@
+//! `weir flows` against a trusted exporter, through a real collector: weir
+//! and softflowd export the same trace over UDP on 127.0.0.1 to two nfcapd
+//! processes, and `nfdump` reads both back. The flows must agree on the
+//! 5-tuple, packets, octets and TCP flags, in IPFIX, NetFlow v9 and v5;
+//! every difference must be one of the kinds listed in [`Why`], each
+//! checked on the packets themselves (read by the system libpcap and parsed
+//! by etherparse, neither of them weir's), and is printed. weir's own
+//! records are also held to the packets: counts exact, start and end within
+//! 1 ms.
+//!
+//! Timeouts are matched by making them longer than any trace, in both:
+//! softflowd run on a file checks its timeouts on the wall clock (every
+//! `expint` seconds) and reads a trace in less than that, so it expires
+//! nothing before the end of input; weir applies them in packet time (the
+//! layer's tests check that). nfcapd, nfdump and softflowd come from
+//! scripts/setup; a test that finds one missing fails and says so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use weir::filter::oracle::Oracle;
+
+/// Longer than any trace: one year, in seconds.
+const FOREVER: &str = "31536000";
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tool(name: &str) -> Command {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin")]).any(|d| d.join(name).is_file()));
+    assert!(found, "this test needs {name} (Debian's nfdump and softflowd packages; scripts/setup installs them)");
+    let mut c = Command::new(name);
+    c.env("TZ", "UTC").stdin(Stdio::null());
+    c
+}
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
+}
+
+/// An nfcapd on 127.0.0.1, writing to its own directory.
+struct Collector {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Collector {
+    fn start() -> Collector {
+        let dir = tempfile::tempdir().unwrap();
+        // A port the system had free a moment ago.
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = tool("nfcapd")
+            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nfcapd starts");
+        // Ready once its socket is bound (a datagram sent before is lost).
+        let hex = format!("0100007F:{port:04X}");
+        let t = Instant::now();
+        while !std::fs::read_to_string("/proc/net/udp").unwrap().contains(&hex) {
+            assert!(t.elapsed() < Duration::from_secs(10), "nfcapd did not bind 127.0.0.1:{port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Collector { child, dir, port }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops nfcapd (it writes its file on SIGTERM) and returns the flows
+    /// it stored, and its closing report (flows and sequence errors).
+    fn finish(self) -> (Vec<Row>, String) {
+        // Loopback datagrams are queued at once; give nfcapd time to read them.
+        std::thread::sleep(Duration::from_millis(300));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let out = self.child.wait_with_output().unwrap();
+        let report = text(&out.stderr);
+        let mut rows = Vec::new();
+        for e in std::fs::read_dir(self.dir.path()).unwrap() {
+            let path = e.unwrap().path();
+            let o = tool("nfdump")
+                .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
+            // An empty file prints "No matching flows".
+            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(Row::parse));
+        }
+        (rows, report)
+    }
+}
+
+/// A flow's key: protocol name as nfdump prints it, addresses and ports
+/// (ICMP's port is `type.code`).
+type Key = (String, String, String, String, String);
+
+/// One flow as nfdump prints it.
+#[derive(Clone, Debug)]
+struct Row {
+    start_ms: u64,
+    end_ms: u64,
+    key: Key,
+    packets: u64,
+    bytes: u64,
+    flags: String,
+}
+
+fn ms(date: &str) -> u64 {
+    let t = chrono::NaiveDateTime::parse_from_str(date, "%Y-%m-%d %H:%M:%S%.3f").unwrap_or_else(|e| panic!("`{date}`: {e}"));
+    t.and_utc().timestamp_millis() as u64
+}
+
+impl Row {
+    fn parse(line: &str) -> Row {
+        let f: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(f.len(), 10, "nfdump line `{line}`");
+        let n = |s: &str| s.parse::<u64>().unwrap_or_else(|_| panic!("`{s}` in `{line}` is not a count"));
+        Row {
+            start_ms: ms(f[0]),
+            end_ms: ms(f[1]),
+            key: (f[2].into(), f[3].into(), f[4].into(), f[5].into(), f[6].into()),
+            packets: n(f[7]),
+            bytes: n(f[8]),
+            flags: f[9].into(),
+        }
+    }
+}
+
+/// What the packets of one direction add up to, read without weir.
+#[derive(Default, Debug)]
+struct Truth {
+    packets: u64,
+    /// IP bytes (what IPFIX's octetDeltaCount counts).
+    ip_bytes: u64,
+    /// Bytes captured from the IP header to the end of the frame, link
+    /// padding included.
+    frame_bytes: u64,
+    flags: u8,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+/// The packets of a trace, by direction, and what sets some apart.
+#[derive(Default)]
+struct Packets {
+    flows: BTreeMap<Key, Truth>,
+    /// Address pairs (either order) with IP fragments.
+    fragmented: BTreeSet<(String, String)>,
+    /// Keys with packets under two VLAN tags.
+    two_tags: BTreeSet<Key>,
+    /// Packets libpcap read that etherparse could not: none expected.
+    unparsed: u64,
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        1 => "ICMP".into(),
+        6 => "TCP".into(),
+        17 => "UDP".into(),
+        58 => "ICMP6".into(),
+        47 => "GRE".into(),
+        n => n.to_string(),
+    }
+}
+
+fn read_packets(trace: &Path) -> Packets {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice, VlanSlice};
+    let lib = Oracle::system().expect("the system libpcap");
+    let mut h = lib.open_offline(trace).unwrap();
+    assert_eq!(h.link_type(), 1, "{}: these comparisons read Ethernet traces", trace.display());
+    let mut out = Packets::default();
+    while let Some(p) = h.next_packet().unwrap() {
+        let Ok(s) = SlicedPacket::from_ethernet(&p.data) else {
+            out.unparsed += 1;
+            continue;
+        };
+        let Some(net) = &s.net else { continue };
+        let (src, dst, ip_len, ip_at): (IpAddr, IpAddr, u64, usize) = match net {
+            NetSlice::Ipv4(v4) => {
+                let h = v4.header();
+                (h.source_addr().into(), h.destination_addr().into(), u64::from(h.total_len()), h.slice().as_ptr() as usize)
+            }
+            NetSlice::Ipv6(v6) => {
+                let h = v6.header();
+                (h.source_addr().into(), h.destination_addr().into(), 40 + u64::from(h.payload_length()), h.slice().as_ptr() as usize)
+            }
+        };
+        let payload = net.ip_payload_ref().expect("an IP packet has a payload slice");
+        let (a, b) = (src.to_string(), dst.to_string());
+        if payload.fragmented {
+            out.fragmented.insert((a.clone().min(b.clone()), a.max(b)));
+            continue;
+        }
+        let (sport, dport, flags) = match &s.transport {
+            Some(TransportSlice::Tcp(t)) => (t.source_port().to_string(), t.destination_port().to_string(), t.slice()[13]),
+            Some(TransportSlice::Udp(u)) => (u.source_port().to_string(), u.destination_port().to_string(), 0),
+            Some(TransportSlice::Icmpv4(i)) => ("0".into(), format!("{}.{}", i.type_u8(), i.code_u8()), 0),
+            Some(TransportSlice::Icmpv6(i)) => ("0".into(), format!("{}.{}", i.type_u8(), i.code_u8()), 0),
+            None => ("0".into(), "0".into(), 0),
+        };
+        let key = (proto_name(payload.ip_number.0), src.to_string(), sport, dst.to_string(), dport);
+        if matches!(s.vlan, Some(VlanSlice::DoubleVlan(_))) {
+            out.two_tags.insert(key.clone());
+        }
+        let t = out.flows.entry(key).or_insert(Truth { first_ns: p.ts_ns, ..Truth::default() });
+        t.packets += 1;
+        t.ip_bytes += ip_len;
+        t.frame_bytes += (p.data.as_ptr() as usize + p.data.len() - ip_at) as u64;
+        t.flags |= flags;
+        t.last_ns = p.ts_ns;
+    }
+    out
+}
+
+/// nfdump's flags column from a flag byte (CWR ECE URG ACK PSH RST SYN FIN).
+fn flag_text(f: u8) -> String {
+    "CEUAPRSF".chars().enumerate().map(|(i, c)| if f & (0x80 >> i) != 0 { c } else { '.' }).collect()
+}
+
+/// Why a flow of softflowd's differs from weir's: each is checked on the packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Why {
+    /// softflowd counts the bytes after the link header, Ethernet padding
+    /// included; weir counts the IP length (RFC 7012's octetDeltaCount:
+    /// "IP header(s) and IP payload"). Checked: softflowd's octets are the
+    /// frame bytes from the IP header on, weir's the sum of IP lengths.
+    LinkPadding,
+    /// IP fragments: weir reassembles a datagram and counts it once, whole,
+    /// in its flow with ports; softflowd counts each fragment, those after
+    /// the first in a flow without ports. Checked: the address pair has
+    /// fragments.
+    Fragments,
+    /// softflowd reads one VLAN tag; a frame with two (QinQ, or 802.1Q
+    /// twice) is "non-IP" to it. Checked: the flow's packets carry two tags.
+    TwoVlanTags,
+}
+
+/// Compares one trace's flows, exported as `format` by weir and softflowd,
+/// and returns the differences found (each with its reason) after checking
+/// weir's records against the packets.
+fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> (usize, Vec<(Why, Key)>) {
+    let name = trace.display();
+    let truth = read_packets(trace);
+    assert_eq!(truth.unparsed, 0, "{name}: packets etherparse could not read");
+    let w = Collector::start();
+    let (source, addr) = (format!("{}{}", trace.display(), queues.unwrap_or("")), w.addr());
+    let mut args = vec!["flows", &source, "-q", "-n", &addr, "--format", format];
+    args.extend_from_slice(&["--active-timeout", FOREVER, "--inactive-timeout", FOREVER]);
+    args.extend_from_slice(extra);
+    let o = weir(&args);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "weir {args:?}: {stderr}");
+    let (weir_rows, report) = w.finish();
+    // Every record weir says it exported reached the collector, in sequence.
+    let exported: u64 = stderr
+        .split(" exported as ")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no export count in `{stderr}`"));
+    assert_eq!(weir_rows.len() as u64, exported, "{name} {format}: nfcapd stored {} of {exported} records", weir_rows.len());
+    assert!(report.contains("Sequence Errors: 0") || weir_rows.is_empty(), "{name} {format}: nfcapd saw sequence errors: {report}");
+
+    let s = Collector::start();
+    let version = match format {
+        "ipfix" => "10",
+        "v9" => "9",
+        _ => "5",
+    };
+    let timeouts = ["maxlife", "tcp", "tcp.rst", "tcp.fin", "udp", "icmp", "general"].map(|t| format!("{t}={FOREVER}"));
+    let addr = s.addr();
+    let mut sargs = vec!["-r", trace.to_str().unwrap(), "-a", "-v", version, "-n", &addr];
+    for t in &timeouts {
+        sargs.extend_from_slice(&["-t", t]);
+    }
+    let so = tool("softflowd").args(&sargs).output().unwrap();
+    assert!(so.status.success(), "softflowd {sargs:?}: {}", text(&so.stderr));
+    let (peer_rows, _) = s.finish();
+
+    let group = |rows: &[Row]| {
+        let mut m: BTreeMap<Key, Vec<Row>> = BTreeMap::new();
+        for r in rows {
+            m.entry(r.key.clone()).or_default().push(r.clone());
+        }
+        m
+    };
+    let (ours, theirs) = (group(&weir_rows), group(&peer_rows));
+    let fragmented = |k: &Key| truth.fragmented.contains(&(k.1.clone().min(k.3.clone()), k.1.clone().max(k.3.clone())));
+    // weir against the packets: every flow of the packets is weir's, exact.
+    for (k, t) in &truth.flows {
+        let v6 = k.1.contains(':');
+        if fragmented(k) || (format == "v5" && v6) {
+            continue;
+        }
+        let rows = ours.get(k).unwrap_or_else(|| panic!("{name} {format}: weir has no flow {k:?} ({t:?})"));
+        let sum = |f: fn(&Row) -> u64| rows.iter().map(f).sum::<u64>();
+        assert_eq!((sum(|r| r.packets), sum(|r| r.bytes)), (t.packets, t.ip_bytes), "{name} {format} {k:?}: packets and IP bytes");
+        if k.0 == "TCP" {
+            assert!(rows.iter().all(|r| r.flags == flag_text(t.flags)), "{name} {format} {k:?}: flags {rows:?}, packets {:#x}", t.flags);
+        }
+        let first = rows.iter().map(|r| r.start_ms).min().unwrap();
+        let last = rows.iter().map(|r| r.end_ms).max().unwrap();
+        assert!(first.abs_diff(t.first_ns / 1_000_000) <= 1 && last.abs_diff(t.last_ns / 1_000_000) <= 1, "{name} {format} {k:?}: times {first}..{last} ms, packets {t:?}");
+    }
+    // softflowd against weir: the same, or different for a reason checked here.
+    let mut diffs = Vec::new();
+    for k in ours.keys().chain(theirs.keys()).collect::<BTreeSet<_>>() {
+        let (a, b) = (ours.get(k).map_or(&[][..], Vec::as_slice), theirs.get(k).map_or(&[][..], Vec::as_slice));
+        let counts = |rows: &[Row]| {
+            let mut v: Vec<_> = rows.iter().map(|r| (r.packets, r.bytes, r.flags.clone())).collect();
+            v.sort();
+            v
+        };
+        if counts(a) == counts(b) {
+            continue;
+        }
+        let t = truth.flows.get(k);
+        let why = if fragmented(k) {
+            Why::Fragments
+        } else if b.is_empty() && truth.two_tags.contains(k) {
+            Why::TwoVlanTags
+        } else if let (Some(t), [x], [y]) = (t, a, b) {
+            assert!(
+                x.packets == y.packets && x.flags == y.flags && x.bytes == t.ip_bytes && y.bytes == t.frame_bytes && t.frame_bytes > t.ip_bytes,
+                "{name} {format} {k:?}: weir {x:?}, softflowd {y:?}, packets {t:?}: a difference with no reason"
+            );
+            Why::LinkPadding
+        } else {
+            panic!("{name} {format} {k:?}: weir {a:?}, softflowd {b:?}: a difference with no reason");
+        };
+        eprintln!("{name} {format}: {why:?} {k:?}: weir {:?}, softflowd {:?}", counts(a), counts(b));
+        diffs.push((why, k.clone()));
+    }
+    (weir_rows.len(), diffs)
+}
+
+fn synth(dir: &Path, packets: &str, flows: &str) -> PathBuf {
+    let trace = dir.join("t.pcap");
+    let o = weir(&["synth", "-o", trace.to_str().unwrap(), "-n", packets, "-c", flows, "--seed", "21"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    trace
+}
+
+#[test]
+fn a_synthesized_trace_exports_as_softflowd_does_in_ipfix_v9_and_v5() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    for format in ["ipfix", "v9", "v5"] {
+        // Two queues: both workers feed the one exporter, in sequence.
+        let (records, diffs) = compare(&trace, Some("@0-1"), format, &["--pool", "64,16"]);
+        assert!(records > 500, "{format}: {records} records: the trace must have many flows");
+        assert!(diffs.iter().all(|(w, _)| *w == Why::LinkPadding), "{format}: {diffs:?}");
+    }
+}
+
+#[test]
+fn every_collector_gets_every_record_and_v5_counts_the_ipv6_it_cannot_carry() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "3000", "100");
+    let (a, b) = (Collector::start(), Collector::start());
+    let o = weir(&["flows", &format!("{}@0-1", trace.display()), "-q", "-n", &a.addr(), "-n", &b.addr(), "--domain", "9"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ((ra, report_a), (rb, _)) = (a.finish(), b.finish());
+    let line = |rows: &[Row]| {
+        let mut v: Vec<String> = rows.iter().map(|r| format!("{:?}", (r.start_ms, r.end_ms, &r.key, r.packets, r.bytes, &r.flags))).collect();
+        v.sort();
+        v
+    };
+    assert!(!ra.is_empty() && line(&ra) == line(&rb), "the two collectors differ");
+    assert!(report_a.contains("Sequence Errors: 0"), "{report_a}");
+    // A collector's bad address is named.
+    let o = weir(&["flows", trace.to_str().unwrap(), "-n", "no-such-host.invalid:9995"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("-n no-such-host.invalid:9995"), "{}", text(&o.stderr));
+    let o = weir(&["flows", trace.to_str().unwrap(), "-n", "127.0.0.1:9", "--format", "v5", "--domain", "65536"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("65535"), "{}", text(&o.stderr));
+}
+
+/// `../shared/corpus/zeek-traces`; a test asked for without it fails and says where it looked.
+fn corpus() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/zeek-traces");
+    assert!(p.is_dir(), "this test needs the corpus, and ../shared/corpus is not there (looked at {})", p.display());
+    p
+}
+
+#[test]
+#[ignore = "needs the corpus in ../shared/corpus"]
+fn corpus_traces_export_as_softflowd_does_and_every_difference_has_a_reason() {
+    let dir = corpus();
+    // Ethernet traces of many kinds: IPv4 and IPv6, TCP, UDP, ICMP and
+    // ICMPv6, GRE, link padding, fragments (IPv4 and IPv6), two VLAN tags.
+    let traces = [
+        "wikipedia.pcap",
+        "http/bro.org-filtered.pcap",
+        "dce-rpc/mapi.pcap",
+        "communityid/icmp.pcap",
+        "ipv4/fragmented-2.pcap",
+        "ipv6-fragmented-dns.pcap",
+        "erspan.pcap",
+        "dns/loc-29-trunc.pcap",
+        "http-qinq-0.pcap",
+        "ftp/ipv6-retr-samba.pcap",
+        "dnp3/dnp3_udp_en_spon.pcap",
+    ];
+    let mut seen = BTreeSet::new();
+    for t in traces {
+        let p = dir.join(t);
+        assert!(p.is_file(), "{} is not in the corpus", p.display());
+        for format in ["ipfix", "v9", "v5"] {
+            let (_, diffs) = compare(&p, None, format, &[]);
+            seen.extend(diffs.into_iter().map(|(w, _)| w));
+        }
+    }
+    // Each reason listed is one these traces show: none is dead.
+    assert_eq!(seen, BTreeSet::from([Why::LinkPadding, Why::Fragments, Why::TwoVlanTags]));
+}
