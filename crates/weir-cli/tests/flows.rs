@@ -157,6 +157,8 @@ struct Packets {
     two_tags: BTreeSet<Key>,
     /// Packets libpcap read that etherparse could not: none expected.
     unparsed: u64,
+    /// Time of the trace's first packet, ms.
+    first_ms: u64,
 }
 
 fn proto_name(p: u8) -> String {
@@ -177,6 +179,9 @@ fn read_packets(trace: &Path) -> Packets {
     assert_eq!(h.link_type(), 1, "{}: these comparisons read Ethernet traces", trace.display());
     let mut out = Packets::default();
     while let Some(p) = h.next_packet().unwrap() {
+        if out.first_ms == 0 {
+            out.first_ms = p.ts_ns / 1_000_000;
+        }
         let Ok(s) = SlicedPacket::from_ethernet(&p.data) else {
             out.unparsed += 1;
             continue;
@@ -308,6 +313,31 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
         let first = rows.iter().map(|r| r.start_ms).min().unwrap();
         let last = rows.iter().map(|r| r.end_ms).max().unwrap();
         assert!(first.abs_diff(t.first_ns / 1_000_000) <= 1 && last.abs_diff(t.last_ns / 1_000_000) <= 1, "{name} {format} {k:?}: times {first}..{last} ms, packets {t:?}");
+    }
+    // softflowd's times against the packets. It keeps one first and last
+    // time per connection (both directions), and writes them in the order
+    // nfdump shows as end before start for some IPFIX records: so its span
+    // is compared with the connection's (or, for a flow with no reverse, as
+    // ICMP's, the direction's). Its v9 dates are not compared: its v9
+    // header dates the uptime in whole seconds and its uptimes are not
+    // taken on the second, which shifts every date of a message by up to
+    // a second (weir's v9 dates are exact: checked above). It dates a flow
+    // by ms of uptime since the trace's first packet, and nfdump takes an
+    // uptime of 0 for no date (1970): such a date stands for that packet.
+    if format != "v9" {
+        for (k, rows) in &theirs {
+            let Some(t) = truth.flows.get(k).filter(|_| !fragmented(k)) else { continue };
+            let back = truth.flows.get(&(k.0.clone(), k.3.clone(), k.4.clone(), k.1.clone(), k.2.clone()));
+            let span = |t: &Truth| (t.first_ns / 1_000_000, t.last_ns / 1_000_000);
+            let (own, conn) = (span(t), back.map_or(span(t), |b| (span(t).0.min(span(b).0), span(t).1.max(span(b).1))));
+            for r in rows {
+                let date = |ms: u64| if ms == 0 { truth.first_ms } else { ms };
+                let (a, b) = (date(r.start_ms), date(r.end_ms));
+                let got = (a.min(b), a.max(b));
+                let near = |want: (u64, u64)| got.0.abs_diff(want.0) <= 1 && got.1.abs_diff(want.1) <= 1;
+                assert!(near(conn) || near(own), "{name} {format} {k:?}: softflowd's times {got:?} ms, the connection's {conn:?}, the flow's {own:?}");
+            }
+        }
     }
     // softflowd against weir: the same, or different for a reason checked here.
     let mut diffs = Vec::new();
