@@ -452,3 +452,59 @@ fn corpus_traces_export_as_softflowd_does_and_every_difference_has_a_reason() {
     // Each reason listed is one these traces show: none is dead.
     assert_eq!(seen, BTreeSet::from([Why::LinkPadding, Why::Fragments, Why::TwoVlanTags]));
 }
+
+/// The `-` source split at a record boundary near the middle: the pcap
+/// header with the first half of the records, and the rest.
+fn halves(trace: &[u8]) -> (&[u8], &[u8]) {
+    assert_eq!(trace[..4], [0xd4, 0xc3, 0xb2, 0xa1], "a little-endian pcap");
+    let mut at = 24;
+    while at < trace.len() / 2 {
+        at += 16 + u32::from_le_bytes(trace[at + 8..at + 12].try_into().unwrap()) as usize;
+    }
+    trace.split_at(at)
+}
+
+#[test]
+fn a_live_run_exports_as_flows_go_idle_refreshes_templates_and_flushes_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "4000", "200");
+    let truth = read_packets(&trace);
+    assert!(truth.fragmented.is_empty());
+    let bytes = std::fs::read(&trace).unwrap();
+    let (first, rest) = halves(&bytes);
+    let c = Collector::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["flows", "-", "-q", "-n", &c.addr(), "--inactive-timeout", "1", "--template-refresh", "1"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    use std::io::Write;
+    // Half the trace, then a pause: on a quiet source packet time moves on
+    // with the wall clock, so its flows go idle and are exported, in a first
+    // message with the templates; the second half's flows come after the
+    // refresh interval, in messages that carry them again.
+    stdin.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    stdin.write_all(rest).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The input is still open: SIGINT ends the run, and what is open is flushed.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success() && stderr.contains("stopping"), "{stderr}");
+    let (rows, report) = c.finish();
+    let with_templates: u64 = stderr
+        .split(" with templates")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no template count in `{stderr}`"));
+    assert!(with_templates >= 2, "templates sent {with_templates} times: {stderr}");
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    // Every IP packet of the trace is in a record the collector stored.
+    let packets: u64 = truth.flows.values().map(|t| t.packets).sum();
+    assert_eq!(rows.iter().map(|r| r.packets).sum::<u64>(), packets, "{stderr}");
+}
