@@ -312,7 +312,10 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
         }
         let first = rows.iter().map(|r| r.start_ms).min().unwrap();
         let last = rows.iter().map(|r| r.end_ms).max().unwrap();
-        assert!(first.abs_diff(t.first_ns / 1_000_000) <= 1 && last.abs_diff(t.last_ns / 1_000_000) <= 1, "{name} {format} {k:?}: times {first}..{last} ms, packets {t:?}");
+        assert!(
+            first.abs_diff(t.first_ns / 1_000_000) <= 1 && last.abs_diff(t.last_ns / 1_000_000) <= 1,
+            "{name} {format} {k:?}: times {first}..{last} ms, packets {t:?}"
+        );
     }
     // softflowd's times against the packets. It keeps one first and last
     // time per connection (both directions), and writes them in the order
@@ -335,7 +338,10 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
                 let (a, b) = (date(r.start_ms), date(r.end_ms));
                 let got = (a.min(b), a.max(b));
                 let near = |want: (u64, u64)| got.0.abs_diff(want.0) <= 1 && got.1.abs_diff(want.1) <= 1;
-                assert!(near(conn) || near(own), "{name} {format} {k:?}: softflowd's times {got:?} ms, the connection's {conn:?}, the flow's {own:?}");
+                assert!(
+                    near(conn) || near(own),
+                    "{name} {format} {k:?}: softflowd's times {got:?} ms, the connection's {conn:?}, the flow's {own:?}"
+                );
             }
         }
     }
@@ -358,7 +364,11 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
             Why::TwoVlanTags
         } else if let (Some(t), [x], [y]) = (t, a, b) {
             assert!(
-                x.packets == y.packets && x.flags == y.flags && x.bytes == t.ip_bytes && y.bytes == t.frame_bytes && t.frame_bytes > t.ip_bytes,
+                x.packets == y.packets
+                    && x.flags == y.flags
+                    && x.bytes == t.ip_bytes
+                    && y.bytes == t.frame_bytes
+                    && t.frame_bytes > t.ip_bytes,
                 "{name} {format} {k:?}: weir {x:?}, softflowd {y:?}, packets {t:?}: a difference with no reason"
             );
             Why::LinkPadding
@@ -399,7 +409,8 @@ fn every_collector_gets_every_record_and_v5_counts_the_ipv6_it_cannot_carry() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let ((ra, report_a), (rb, _)) = (a.finish(), b.finish());
     let line = |rows: &[Row]| {
-        let mut v: Vec<String> = rows.iter().map(|r| format!("{:?}", (r.start_ms, r.end_ms, &r.key, r.packets, r.bytes, &r.flags))).collect();
+        let mut v: Vec<String> =
+            rows.iter().map(|r| format!("{:?}", (r.start_ms, r.end_ms, &r.key, r.packets, r.bytes, &r.flags))).collect();
         v.sort();
         v
     };

@@ -67,7 +67,8 @@ pub enum EndReason {
 
 impl EndReason {
     /// Every reason, in the order statistics list them.
-    pub const ALL: [EndReason; 5] = [EndReason::Idle, EndReason::Active, EndReason::EndOfFlow, EndReason::Forced, EndReason::LackOfResources];
+    pub const ALL: [EndReason; 5] =
+        [EndReason::Idle, EndReason::Active, EndReason::EndOfFlow, EndReason::Forced, EndReason::LackOfResources];
 
     /// Its name in statistics.
     pub fn name(self) -> &'static str {
@@ -225,8 +226,10 @@ impl Field {
 }
 
 use Field::*;
-const IPFIX_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV4];
-const IPFIX_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV6];
+const IPFIX_V4: &[Field] =
+    &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV4];
+const IPFIX_V6: &[Field] =
+    &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV6];
 const V9_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress, IcmpV9];
 const V9_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress, IcmpV9];
 
@@ -279,9 +282,21 @@ impl Encoder {
     /// v9's source id, or v5's engine type (high byte) and id (low byte).
     pub fn new(format: Format, domain: u32) -> Result<Encoder, String> {
         if format == Format::V5 && domain > 0xffff {
-            return Err(format!("NetFlow v5 carries the observation domain in two bytes (engine type and id): {domain} is more than 65535"));
+            return Err(format!(
+                "NetFlow v5 carries the observation domain in two bytes (engine type and id): {domain} is more than 65535"
+            ));
         }
-        let mut e = Encoder { format, domain, buf: Vec::with_capacity(MAX_MESSAGE), set: None, records: 0, v9_count: 0, sequence: 0, boot_ms: None, latest_ms: 0 };
+        let mut e = Encoder {
+            format,
+            domain,
+            buf: Vec::with_capacity(MAX_MESSAGE),
+            set: None,
+            records: 0,
+            v9_count: 0,
+            sequence: 0,
+            boot_ms: None,
+            latest_ms: 0,
+        };
         e.clear();
         Ok(e)
     }

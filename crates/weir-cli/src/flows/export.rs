@@ -92,7 +92,14 @@ impl Ready {
     }
 }
 
-fn run(enc: &mut Encoder, format: Format, senders: &Senders, collectors: &[SocketAddr], refresh: Duration, rx: &Receiver<FlowRecord>) -> ExportStats {
+fn run(
+    enc: &mut Encoder,
+    format: Format,
+    senders: &Senders,
+    collectors: &[SocketAddr],
+    refresh: Duration,
+    rx: &Receiver<FlowRecord>,
+) -> ExportStats {
     let mut st = ExportStats::default();
     let mut templates_at: Option<Instant> = None;
     let mut oldest: Option<Instant> = None;

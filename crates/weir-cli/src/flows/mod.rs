@@ -195,7 +195,8 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         orphaned += layer.handler().orphaned;
     }
     check_packets(&report, &total)?;
-    let (elapsed, errors, bad) = (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
+    let (elapsed, errors, bad) =
+        (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
     // The handlers hold the channel's senders: the exporter ends once they go.
     drop(report);
     let st = thread.join().map_err(|_| anyhow::anyhow!("the exporter thread panicked"))?;
