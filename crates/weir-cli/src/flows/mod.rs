@@ -32,9 +32,9 @@ weir flows trace.pcap -n 127.0.0.1:9995                          # IPFIX to nfca
 weir flows trace.pcap@0-1 -n 10.0.0.5:2055 --format v9 --domain 7\n  \
 weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 60 --inactive-timeout 15\n\n\
 Records: one per direction of a connection (TCP, UDP, any IP protocol), with addresses, ports (0 for protocols \
-without), protocol, the TCP flags of its packets OR'ed, packets, octets (IP bytes, headers included, as \
-softflowd and nfpcapd count), first and last packet time in ms, the ingress queue plus one as the interface \
-index, and (IPFIX) why it ended. A FIN or RST does not end a record at once: the packets that close the \
+without), protocol, the TCP flags of its packets OR'ed, packets, octets (IP bytes, headers included, as IPFIX's octetDeltaCount counts them; softflowd adds Ethernet padding), \
+first and last packet time in ms, the ingress queue plus one as the interface \
+index, and (IPFIX) why it ended. ICMP flows are keyed by type and code (the destination port, as nfdump shows it). An IP datagram rebuilt from fragments counts as one packet, whole, at the time it completed. A FIN or RST does not end a record at once: the packets that close the \
 connection (the last ACK) belong to it, and it is exported when the connection has been quiet for the inactive \
 timeout, or at the end of input.\n\n\
 Timeouts follow nfdump's exporter, nfpcapd (active 300 s, inactive 60 s): the active timeout matches nfcapd's \
@@ -103,9 +103,6 @@ struct ToExporter {
 
 impl ToExporter {
     fn send(&mut self, s: &Stream, end: EndReason) {
-        // A direction without a packet has no record (it never is: a
-        // direction is made by its first packet), but an active record
-        // restarted at a packet always holds that packet.
         let r = FlowRecord {
             src: s.src,
             dst: s.dst,
