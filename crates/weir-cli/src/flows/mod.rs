@@ -7,8 +7,8 @@
 //! Nothing is lost silently: every record the layer hands out is exported,
 //! counted as one the format cannot carry (IPv6 in v5), or counted as lost
 //! to send errors; the packets that are in no record (not IP, malformed, IP
-//! fragments that completed no datagram) are the stream layer's counts,
-//! printed with the rest.
+//! fragments of a datagram that never completed) are the stream layer's
+//! counts, printed with the rest.
 
 mod encode;
 mod export;
@@ -34,7 +34,8 @@ weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 6
 Records: one per direction of a connection (TCP, UDP, any IP protocol), with addresses, ports (0 for protocols \
 without), protocol, the TCP flags of its packets OR'ed, packets, octets (IP bytes, headers included, as IPFIX's octetDeltaCount counts them; softflowd adds Ethernet padding), \
 first and last packet time in ms, the ingress queue plus one as the interface \
-index, and (IPFIX) why it ended. ICMP flows are keyed by type and code (the destination port, as nfdump shows it). An IP datagram rebuilt from fragments counts as one packet, whole, at the time it completed. A FIN or RST does not end a record at once: the packets that close the \
+index, and (IPFIX) why it ended. ICMP flows are keyed by type and code (the destination port, as nfdump shows it). IP fragments count as sent, each a packet with its IP bytes, in the flow of their datagram (rebuilt to find its \
+ports); the fragments of a datagram that never completes are in no record and are counted apart at the end. A FIN or RST does not end a record at once: the packets that close the \
 connection (the last ACK) belong to it, and it is exported when the connection has been quiet for the inactive \
 timeout, or at the end of input.\n\n\
 Timeouts follow nfdump's exporter, nfpcapd (active 300 s, inactive 60 s): the active timeout matches nfcapd's \
@@ -230,6 +231,14 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
         st.template_messages
     );
     eprintln!("weir flows: {}", packet_line(total));
+    let f = &total.fragment;
+    let unrecorded = f.fragments - f.fragments_reassembled;
+    if unrecorded > 0 {
+        eprintln!(
+            "weir flows: {unrecorded} IP fragments in no record: their datagram never completed ({} timed out, {} evicted, {} over memory, {} too big; {} malformed, {} inconsistent fragments)",
+            f.datagrams_timed_out, f.datagrams_evicted, f.datagrams_over_memory, f.datagrams_too_big, f.malformed, f.inconsistent
+        );
+    }
     if st.not_carried > 0 {
         eprintln!(
             "weir flows: {} IPv6 records not exported: NetFlow v5 carries IPv4 only (--format ipfix or v9 carries them)",

@@ -72,13 +72,14 @@ pub struct Stream {
     pub first_ns: u64,
     /// Packet time of its latest packet.
     pub last_ns: u64,
-    /// Packets seen.
+    /// Packets seen (in flows mode, each fragment of a rebuilt datagram).
     pub packets: u64,
     /// Payload bytes captured.
     pub bytes: u64,
     /// IP bytes of its packets as sent, IP headers included (IPv4's total
-    /// length, IPv6's header and payload length; a datagram rebuilt from
-    /// fragments counts once, whole): NetFlow's and IPFIX's octets.
+    /// length, IPv6's header and payload length): NetFlow's and IPFIX's
+    /// octets. A datagram rebuilt from fragments counts once, whole, except
+    /// in flows mode, where its fragments count as sent, in `packets` too.
     pub octets: u64,
     /// The TCP flags of its packets OR'ed together (0 for other protocols).
     pub tcp_flags: u8,

@@ -11,7 +11,7 @@ use super::api::Requests;
 use super::arena::Arena;
 use super::config::{Class, Mode, StreamConfig};
 use super::decode::{self, Frame, Transport};
-use super::fragment::{Defrag, Outcome};
+use super::fragment::{Defrag, Outcome, Whole};
 use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Sink};
 use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 use crate::filter::Filter;
@@ -247,15 +247,16 @@ impl<H: StreamHandler> Streams<H> {
         match frame {
             Frame::NotIp => self.stats.not_ip += 1,
             Frame::Malformed => self.stats.malformed += 1,
-            Frame::Datagram(d) => self.datagram(&d, p, keyed),
+            Frame::Datagram(d) => self.datagram(&d, p, keyed, None),
             Frame::Fragment(ip) => match self.defrag.push(p.ts_ns(), ip) {
                 Outcome::Complete(whole) => {
                     let mut buf = std::mem::take(&mut self.whole);
                     buf.clear();
                     buf.extend_from_slice(whole);
                     let whole = decode::ip(&buf);
+                    let fragments = self.defrag.whole();
                     match if self.cfg.flows { decode::icmp_as_ports(whole) } else { whole } {
-                        Frame::Datagram(d) => self.datagram(&d, p, None),
+                        Frame::Datagram(d) => self.datagram(&d, p, None, Some(fragments)),
                         _ => self.stats.malformed += 1,
                     }
                     self.whole = buf;
@@ -271,8 +272,18 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 
-    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, keyed: Option<Keyed>) {
+    /// Handles a whole datagram; `fragments` says what it was rebuilt from,
+    /// if it was.
+    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, keyed: Option<Keyed>, fragments: Option<Whole>) {
         let ts = p.ts_ns();
+        // What the record counts of it: in flows mode, a rebuilt datagram
+        // counts its fragments as they were on the wire (packets, IP bytes,
+        // the first one's time), as a flow exporter counts packets;
+        // otherwise it is one packet, whole, at its completion.
+        let (wire_packets, octets, first_ns) = match fragments.filter(|_| self.cfg.flows) {
+            Some(w) => (w.fragments, w.ip_bytes, w.first_ns.min(ts)),
+            None => (1, u64::from(d.ip_len), ts),
+        };
         let Keyed { key, side, hash } = keyed.unwrap_or_else(|| Keyed::new(&d.tuple, &self.table));
         let (tcp, payload, missing) = match &d.transport {
             Transport::Tcp(s) => (Some((s.seq, s.flags)), s.payload, s.missing),
@@ -331,7 +342,7 @@ impl<H: StreamHandler> Streams<H> {
             };
             let direction = if initiator { Direction::Initiator } else { Direction::Responder };
             let (mode, cutoff, priority) = classify(cfg, classes, p);
-            let rec = Stream { cutoff, priority, mode, ..new_record(&d.tuple, *queue, ts, direction) };
+            let rec = Stream { cutoff, priority, mode, first_ns, ..new_record(&d.tuple, *queue, ts, direction) };
             // A stream whose cutoff is 0 from the start (flow statistics)
             // keeps no reassembly state at all: its bytes are counted as
             // discarded and its FIN or RST closes it, as in packets mode.
@@ -381,10 +392,10 @@ impl<H: StreamHandler> Streams<H> {
                 active_record(this, ts, &mut env);
             }
         }
-        this.rec.packets += 1;
+        this.rec.packets += wire_packets;
         this.rec.last_ns = this.rec.last_ns.max(ts);
         this.rec.bytes += payload.len() as u64;
-        this.rec.octets += u64::from(d.ip_len);
+        this.rec.octets += octets;
         if let Some((_, flags)) = tcp {
             // The flow record's cumulative flags: one OR per packet.
             this.rec.tcp_flags |= flags;

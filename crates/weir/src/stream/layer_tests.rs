@@ -240,6 +240,40 @@ fn flows_mode_tracks_a_connection_seen_midway_and_a_rst_marks_both_records() {
     assert_eq!(l.stats().untracked, 0);
 }
 
+/// The IPv4 packet of an Ethernet `frame` in two fragments, the first
+/// carrying `cut` bytes of its payload (a multiple of 8).
+fn two_fragments(frame: &[u8], cut: usize) -> [Vec<u8>; 2] {
+    let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+    let (link, ip) = frame.split_at(14);
+    let (header, data) = ip[..total].split_at(20);
+    let piece = |lo: usize, hi: usize, more: bool| {
+        let mut f = link.to_vec();
+        f.extend_from_slice(header);
+        f[16..18].copy_from_slice(&(20 + hi - lo).to_be_bytes()[6..]);
+        f[20..22].copy_from_slice(&((lo / 8) as u16 | if more { 0x2000 } else { 0 }).to_be_bytes());
+        f.extend_from_slice(&data[lo..hi]);
+        f
+    };
+    [piece(0, cut, true), piece(cut, data.len(), false)]
+}
+
+#[test]
+fn flows_mode_counts_each_fragment_of_a_rebuilt_datagram_as_sent() {
+    let whole = frame(4, 43000, false, None, &text(100, 7));
+    let [a, b] = two_fragments(&whole, 56);
+    let frames = [(10, a), (20, b), (30, whole)];
+    let run = |flows: bool| {
+        let cfg = StreamConfig { cutoff: Some(0), flows, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        feed(&mut l, &frames);
+        let rec = l.handler().streams[&client(4, 43000)].closed.expect("closed");
+        (rec.packets, rec.octets, rec.first_ns, rec.last_ns)
+    };
+    // Fragments of 20 + 56 and 20 + 52 bytes, then the datagram whole (20 + 8 + 100).
+    assert_eq!(run(true), (3, 76 + 72 + 128, 10, 30));
+    assert_eq!(run(false), (2, 2 * 128, 20, 30), "a stream counts the rebuilt datagram once");
+}
+
 #[test]
 fn the_active_timeout_hands_out_a_record_and_starts_it_again() {
     // UDP from the client every 40 s for 200 s; active timeout 60 s.
