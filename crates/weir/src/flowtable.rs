@@ -481,6 +481,12 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         Ok(())
     }
 
+    /// The values of the flows held, in no particular order.
+    #[cfg(test)]
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots.iter().map(|s| &s.flow.value)
+    }
+
     /// The flows still held, in no particular order: the end of a run.
     pub fn into_flows(self) -> impl Iterator<Item = Flow<K, V>> {
         self.slots.into_iter().map(|s| s.flow)

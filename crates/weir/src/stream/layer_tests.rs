@@ -431,6 +431,29 @@ fn a_late_fin_with_data_is_not_a_new_connection_but_a_new_syn_is() {
     assert!(st.packets_add_up());
 }
 
+#[test]
+fn a_closed_connection_keeps_its_slot_but_lets_go_of_its_streams() {
+    let frames = connection(1, 40000, b"hello", b"world", 1000, 0);
+    let mut l = layer(&StreamConfig::default(), Collect::default());
+    let push = |l: &mut Streams<Collect>, frames: &[(u64, Vec<u8>)]| {
+        for (ts, f) in frames {
+            l.packet(&Packet::new(f, f.len() as u32, *ts, QueueId(0)));
+        }
+    };
+    push(&mut l, &frames[..5]);
+    assert_eq!(l.held(), (1, 2), "open: both streams held");
+    push(&mut l, &frames[5..]);
+    assert_eq!(l.held(), (1, 0), "closed both ways: the slot stays, the streams go");
+    let st = l.stats();
+    assert_eq!((st.delivered, st.closed_fin), (10, 2), "{st:?}");
+    // A late copy of the client's last segment is still not a connection.
+    push(&mut l, &[(50_000, frame(1, 40000, false, Some((1001, ACK | PSH)), b"hello"))]);
+    l.finish();
+    let st = l.stats();
+    assert_eq!((st.connections, st.refused, st.closed_fin), (1, 5, 2), "{st:?}");
+    assert!(st.packets_add_up());
+}
+
 /// A TCP frame as [`frame`] makes it, with its acknowledgment number and
 /// window set, and on a SYN a window scale option of `shift` if given.
 fn windowed(back: bool, seq: u32, flags: u8, ack: u32, window: u16, shift: Option<u8>, payload: &[u8]) -> Vec<u8> {
