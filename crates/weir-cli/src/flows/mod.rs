@@ -198,7 +198,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     // The handlers hold the channel's senders: the exporter ends once they go.
     drop(report);
     let st = thread.join().map_err(|_| anyhow::anyhow!("the exporter thread panicked"))?;
-    print_stats(&args, &total, &st, orphaned, elapsed);
+    let adds_up = print_stats(&args, &total, &st, orphaned, elapsed);
     for e in &errors {
         eprintln!("weir flows: {e}");
     }
@@ -206,10 +206,11 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
     let lost = st.lost_to_send_errors + orphaned;
-    Ok(if errors.is_empty() && lost == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if errors.is_empty() && lost == 0 && adds_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned: u64, elapsed: Duration) {
+/// Prints the statistics; false if the records do not add up (a bug).
+fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned: u64, elapsed: Duration) -> bool {
     let handed_out = total.streams + total.active_records;
     let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
     let reasons: Vec<String> = EndReason::ALL.iter().zip(st.by_reason).map(|(r, n)| format!("{n} {}", r.name())).collect();
@@ -263,4 +264,5 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
     if accounted != handed_out {
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }
+    accounted == handed_out
 }
