@@ -61,9 +61,8 @@ impl Collector {
             .spawn()
             .expect("nfcapd starts");
         // Ready once its socket is bound (a datagram sent before is lost).
-        let hex = format!("0100007F:{port:04X}");
         let t = Instant::now();
-        while !std::fs::read_to_string("/proc/net/udp").unwrap().contains(&hex) {
+        while socket(port).is_none() {
             assert!(t.elapsed() < Duration::from_secs(10), "nfcapd did not bind 127.0.0.1:{port}");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -77,8 +76,20 @@ impl Collector {
     /// Stops nfcapd (it writes its file on SIGTERM) and returns the flows
     /// it stored, and its closing report (flows and sequence errors).
     fn finish(self) -> (Vec<Row>, String) {
-        // Loopback datagrams are queued at once; give nfcapd time to read them.
-        std::thread::sleep(Duration::from_millis(300));
+        // Loopback datagrams are queued at once: wait until nfcapd has read
+        // them all (none lost to a full socket buffer), and a moment more
+        // for it to store the last.
+        let t = Instant::now();
+        loop {
+            let (queued, drops) = socket(self.port).expect("nfcapd's socket is open");
+            assert_eq!(drops, 0, "nfcapd's socket dropped datagrams");
+            if queued == 0 {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "nfcapd does not read its socket ({queued} bytes queued)");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
         let out = self.child.wait_with_output().unwrap();
         let report = text(&out.stderr);
@@ -95,6 +106,17 @@ impl Collector {
         }
         (rows, report)
     }
+}
+
+/// The UDP socket bound to 127.0.0.1:`port`, if there is one: the bytes
+/// waiting in its receive queue and the datagrams it dropped (/proc/net/udp).
+fn socket(port: u16) -> Option<(u64, u64)> {
+    let local = format!("0100007F:{port:04X}");
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    let line = table.lines().find(|l| l.split_whitespace().nth(1) == Some(&local))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let rx = f[4].split(':').nth(1).expect("tx_queue:rx_queue");
+    Some((u64::from_str_radix(rx, 16).unwrap(), f[f.len() - 1].parse().unwrap()))
 }
 
 /// A flow's key: protocol name as nfdump prints it, addresses and ports
