@@ -9,6 +9,7 @@ mod args;
 mod count;
 mod exit;
 mod flow_order;
+mod flows;
 mod handle;
 mod inspect;
 mod queues;
@@ -57,6 +58,8 @@ enum Command {
     Handle(handle::HandleArgs),
     /// Reassemble TCP streams (and track UDP ones) on the workers: files as tcpflow writes them, JSON records, cutoffs (Scap's stream capture).
     Streams(streams::StreamsArgs),
+    /// Export flow records to collectors over UDP: IPFIX, NetFlow v9 or v5 (the softflowd of weir, on the stream layer).
+    Flows(flows::FlowsArgs),
     /// Match signatures per service port and keep per-flow counters: an IDS workload whose caches locality buffering helps.
     Inspect(inspect::InspectArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Handle(a) => handle::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Streams(a) => streams::run(a),
+        Command::Flows(a) => flows::run(a),
         Command::Queues(a) => queues::run(a),
         Command::Run(a) => wrap::run(a),
     };

@@ -50,7 +50,8 @@ impl CloseReason {
 }
 
 /// The record of one stream (one direction of a connection), as Scap's
-/// `stream_t`. Byte counts are TCP or datagram payload bytes.
+/// `stream_t`. Byte counts are TCP or datagram payload bytes, except
+/// `octets`, which counts whole IP packets as flow collectors do.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Stream {
     /// Sender's address.
@@ -71,10 +72,17 @@ pub struct Stream {
     pub first_ns: u64,
     /// Packet time of its latest packet.
     pub last_ns: u64,
-    /// Packets seen.
+    /// Packets seen (in flows mode, each fragment of a rebuilt datagram).
     pub packets: u64,
     /// Payload bytes captured.
     pub bytes: u64,
+    /// IP bytes of its packets as sent, IP headers included (IPv4's total
+    /// length, IPv6's header and payload length): NetFlow's and IPFIX's
+    /// octets. A datagram rebuilt from fragments counts once, whole, except
+    /// in flows mode, where its fragments count as sent, in `packets` too.
+    pub octets: u64,
+    /// The TCP flags of its packets OR'ed together (0 for other protocols).
+    pub tcp_flags: u8,
     /// Bytes handed to the application as data.
     pub delivered: u64,
     /// Offsets never seen, reported as gaps.
@@ -203,6 +211,16 @@ pub trait StreamHandler: Send + 'static {
         let _ = (stream, state, packet);
     }
 
+    /// With [`StreamConfig::flows`](super::StreamConfig::flows) and an
+    /// active timeout: the stream has been open that long since its record
+    /// (re)started, and a packet came. `stream` is the record up to, not
+    /// including, that packet; once this returns the record starts again
+    /// from the packet (counts at 0, `first_ns` its time), and the stream
+    /// goes on with the same state.
+    fn active(&mut self, stream: &Stream, state: &mut Self::State) {
+        let _ = (stream, state);
+    }
+
     /// The stream is closed ([`Stream::closed`] says why); its state is
     /// handed back. Nothing follows.
     fn closed(&mut self, stream: &Stream, state: Self::State);
@@ -251,6 +269,9 @@ pub struct StreamStats {
     pub closed_end: u64,
     /// Closed because a new connection reused the ports.
     pub closed_reused: u64,
+    /// Records handed out by the active timeout of flows mode (the streams
+    /// went on).
+    pub active_records: u64,
     /// Payload bytes captured.
     pub bytes: u64,
     /// Bytes delivered as data.
@@ -295,6 +316,7 @@ impl StreamStats {
             evicted,
             closed_end,
             closed_reused,
+            active_records,
             bytes,
             delivered,
             gap,
@@ -310,13 +332,7 @@ impl StreamStats {
 
     /// Counts a stream that left the table: its bytes and why it closed.
     pub(crate) fn record_closed(&mut self, s: &Stream) {
-        self.bytes += s.bytes;
-        self.delivered += s.delivered;
-        self.gap += s.gap;
-        self.duplicate += s.duplicate;
-        self.discarded += s.discarded;
-        self.dropped += s.dropped;
-        self.refused += s.refused;
+        self.record_bytes(s);
         match s.closed {
             Some(CloseReason::Fin) => self.closed_fin += 1,
             Some(CloseReason::Rst) => self.closed_rst += 1,
@@ -325,6 +341,18 @@ impl StreamStats {
             Some(CloseReason::EndOfInput) | None => self.closed_end += 1,
             Some(CloseReason::Reused) => self.closed_reused += 1,
         }
+    }
+
+    /// Counts the bytes of a record that is handed out: at its close, or
+    /// at an active timeout, after which its counts start again.
+    pub(crate) fn record_bytes(&mut self, s: &Stream) {
+        self.bytes += s.bytes;
+        self.delivered += s.delivered;
+        self.gap += s.gap;
+        self.duplicate += s.duplicate;
+        self.discarded += s.discarded;
+        self.dropped += s.dropped;
+        self.refused += s.refused;
     }
 
     /// Whether every packet is in exactly one category.

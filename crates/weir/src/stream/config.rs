@@ -184,6 +184,21 @@ pub struct StreamConfig {
     pub overload_keep: u64,
     /// Limits of IP fragment reassembly, per queue.
     pub fragments: FragLimits,
+    /// Flow records rather than streams (what a flow exporter needs; the
+    /// cutoff must be 0 and no class may be set): every IP datagram
+    /// belongs to a stream, so a TCP packet of no open stream (a bare ACK
+    /// of a connection seen midway) starts one instead of being counted
+    /// untracked; and a FIN or RST no longer closes a stream at once: it
+    /// stays open, counting the packets that follow (the ACK of the FIN),
+    /// until its connection is idle, evicted, reused or the input ends,
+    /// and its record's [`closed`](super::Stream::closed) then says FIN or
+    /// RST.
+    pub flows: bool,
+    /// In flows mode: a stream open this long (packet time) since its
+    /// record started hands that record out at its next packet
+    /// ([`StreamHandler::active`](super::StreamHandler::active)) and starts a
+    /// new one. `None`: never.
+    pub active_timeout_ns: Option<u64>,
 }
 
 impl Default for StreamConfig {
@@ -207,6 +222,8 @@ impl Default for StreamConfig {
             overload_percent: 90,
             overload_keep: 4096,
             fragments: FragLimits::default(),
+            flows: false,
+            active_timeout_ns: None,
         }
     }
 }
@@ -235,6 +252,15 @@ impl StreamConfig {
                 "the memory thresholds must be base < overload <= 100 percent, not {} and {}",
                 self.base_percent, self.overload_percent
             ));
+        }
+        if self.flows && (self.cutoff != Some(0) || !self.classes.is_empty()) {
+            return bad("flows mode keeps statistics only: its cutoff must be 0, with no class".into());
+        }
+        if self.active_timeout_ns.is_some() && !self.flows {
+            return bad("an active timeout applies to flows mode only".into());
+        }
+        if self.active_timeout_ns == Some(0) {
+            return bad("the active timeout must be more than 0".into());
         }
         for c in &self.classes {
             if c.priority.is_some_and(|p| p >= PRIORITIES) {

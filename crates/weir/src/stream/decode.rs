@@ -39,6 +39,9 @@ pub(crate) struct Datagram<'a> {
     pub(crate) tuple: FlowTuple,
     /// What it carries.
     pub(crate) transport: Transport<'a>,
+    /// Its IP length as sent, headers included (IPv4's total length, IPv6's
+    /// 40 bytes plus its payload length): what flow records count as octets.
+    pub(crate) ip_len: u32,
 }
 
 /// The transport layer of a datagram.
@@ -108,7 +111,8 @@ fn ipv4(b: &[u8]) -> Frame<'_> {
     }
     let payload = &b[ip.header_len()..];
     let missing = sent_payload - payload.len();
-    transport(ip.protocol(), payload, missing, |ports| FlowTuple::V4 { src: ip.src(), dst: ip.dst(), proto: ip.protocol(), ports })
+    let ip_len = total as u32;
+    transport(ip.protocol(), payload, missing, ip_len, |ports| FlowTuple::V4 { src: ip.src(), dst: ip.dst(), proto: ip.protocol(), ports })
 }
 
 fn ipv6(b: &[u8]) -> Frame<'_> {
@@ -125,10 +129,11 @@ fn ipv6(b: &[u8]) -> Frame<'_> {
     }
     let Some((proto, payload)) = ip.upper_layer() else { return Frame::Malformed };
     let missing = sent.saturating_sub(b.len());
-    transport(proto, payload, missing, |ports| FlowTuple::V6 { src: ip.src(), dst: ip.dst(), proto, ports })
+    let ip_len = u32::try_from(sent).unwrap_or(u32::MAX);
+    transport(proto, payload, missing, ip_len, |ports| FlowTuple::V6 { src: ip.src(), dst: ip.dst(), proto, ports })
 }
 
-fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Option<L4Ports>) -> FlowTuple) -> Frame<'a> {
+fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, ip_len: u32, tuple: impl FnOnce(Option<L4Ports>) -> FlowTuple) -> Frame<'a> {
     let ports = || L4Ports { src: be16(l4, field::l4::SRC_PORT), dst: be16(l4, field::l4::DST_PORT) };
     let missing = u32::try_from(missing).unwrap_or(u32::MAX);
     match proto {
@@ -152,20 +157,40 @@ fn transport<'a>(proto: u8, l4: &'a [u8], missing: usize, tuple: impl FnOnce(Opt
                 payload: &l4[header_len..],
                 missing,
             };
-            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Tcp(segment) })
+            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Tcp(segment), ip_len })
         }
         ip_proto::UDP | ip_proto::UDPLITE => {
             if l4.len() < field::udp::HEADER_LEN {
                 return Frame::Malformed;
             }
             let payload = &l4[field::udp::HEADER_LEN..];
-            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload, missing } })
+            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload, missing }, ip_len })
         }
         ip_proto::SCTP | ip_proto::DCCP if l4.len() >= field::l4::PORTS_LEN => {
-            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload: l4, missing } })
+            Frame::Datagram(Datagram { tuple: tuple(Some(ports())), transport: Transport::Datagram { payload: l4, missing }, ip_len })
         }
-        _ => Frame::Datagram(Datagram { tuple: tuple(None), transport: Transport::Datagram { payload: l4, missing } }),
+        _ => Frame::Datagram(Datagram { tuple: tuple(None), transport: Transport::Datagram { payload: l4, missing }, ip_len }),
     }
+}
+
+/// Keys an ICMP or ICMPv6 datagram by its type and code as flow exporters
+/// do (NetFlow's convention, which nfdump shows as `type.code`): source port
+/// 0, destination port `type << 8 | code`. So an echo request and its reply
+/// are two flows, as in softflowd and nfpcapd, rather than one stream per
+/// address pair. Other datagrams, and an ICMP message too short for its
+/// code, are left as they are.
+pub(crate) fn icmp_as_ports(frame: Frame<'_>) -> Frame<'_> {
+    let Frame::Datagram(mut d) = frame else { return frame };
+    let proto = match d.tuple {
+        FlowTuple::V4 { proto, .. } | FlowTuple::V6 { proto, .. } => proto,
+    };
+    if let (ip_proto::ICMP | ip_proto::ICMPV6, Transport::Datagram { payload: &[kind, code, ..], .. }) = (proto, &d.transport) {
+        let ports = Some(L4Ports { src: 0, dst: u16::from_be_bytes([kind, code]) });
+        match &mut d.tuple {
+            FlowTuple::V4 { ports: p, .. } | FlowTuple::V6 { ports: p, .. } => *p = ports,
+        }
+    }
+    Frame::Datagram(d)
 }
 
 /// The shift count of the window scale option among TCP `options`, if there
@@ -211,6 +236,7 @@ mod tests {
         let f = tcp_frame(b"hi", 10);
         let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
         assert_eq!(d.tuple.ports(), Some(L4Ports { src: 12345, dst: 80 }));
+        assert_eq!(d.ip_len, 42, "the IP total length, without the padding");
         let Transport::Tcp(s) = d.transport else { panic!("not TCP") };
         assert_eq!((s.seq, s.payload, s.missing), (100, &b"hi"[..], 0));
         assert_eq!(s.flags, field::tcp::ACK | 0x08);
@@ -248,6 +274,23 @@ mod tests {
         assert_eq!(window_scale(&[3, 3]), None);
         assert_eq!(window_scale(&[8, 1, 3, 3, 5]), None);
         assert_eq!(window_scale(&[0, 3, 3, 5]), None);
+    }
+
+    #[test]
+    fn flows_key_icmp_by_type_and_code_and_leave_the_rest() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 28, 0, 1, 0, 0, 64, 1, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2]);
+        f.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]); // port unreachable
+        let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &f)) else { panic!("not a datagram") };
+        assert_eq!((d.tuple.ports(), d.ip_len), (Some(L4Ports { src: 0, dst: 0x0303 }), 28));
+        let Frame::Datagram(d) = frame(LinkType::ETHERNET, &f) else { panic!("not a datagram") };
+        assert_eq!(d.tuple.ports(), None, "only flows mode keys ICMP by type");
+        f[14 + 9] = 99; // another protocol keeps no ports
+        let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &f)) else { panic!("not a datagram") };
+        assert_eq!(d.tuple.ports(), None);
+        let t = tcp_frame(b"x", 0);
+        let Frame::Datagram(d) = icmp_as_ports(frame(LinkType::ETHERNET, &t)) else { panic!("not a datagram") };
+        assert_eq!(d.tuple.ports(), Some(L4Ports { src: 12345, dst: 80 }));
     }
 
     #[test]

@@ -428,6 +428,8 @@ struct Pending {
     created_ns: u64,
     /// Fragments taken.
     fragments: u64,
+    /// Their IP lengths, as stated in their headers, added up.
+    ip_bytes: u64,
     /// The data, by offset, up to the furthest byte seen; holes are zeros.
     data: Vec<u8>,
     /// The ranges of `data` received: sorted, none touching another.
@@ -525,7 +527,21 @@ pub(crate) struct Defrag {
     spares: Vec<Pending>,
     /// The last datagram completed.
     out: Vec<u8>,
+    /// What the fragments of the last datagram completed were.
+    whole: Whole,
     counters: FragCounters,
+}
+
+/// The fragments a completed datagram was rebuilt from, for flow records,
+/// which count packets and IP bytes as they were on the wire.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Whole {
+    /// Fragments taken into it (each copy of a fragment sent twice counts).
+    pub(crate) fragments: u64,
+    /// Their IP lengths as their headers state them, added up.
+    pub(crate) ip_bytes: u64,
+    /// Packet time of its first fragment (the latest time seen then).
+    pub(crate) first_ns: u64,
 }
 
 impl Defrag {
@@ -539,8 +555,14 @@ impl Defrag {
             clock: 0,
             spares: Vec::new(),
             out: Vec::new(),
+            whole: Whole::default(),
             counters: FragCounters::default(),
         }
+    }
+
+    /// The fragments of the datagram the last [`Outcome::Complete`] handed out.
+    pub(crate) fn whole(&self) -> Whole {
+        self.whole
     }
 
     /// Where every fragment went so far.
@@ -563,7 +585,7 @@ impl Defrag {
             }
             Parsed::Fragment(fragment) => {
                 self.counters.fragments += 1;
-                match self.take(fragment) {
+                match self.take(fragment, stated_len(ip)) {
                     Ok(true) => {
                         self.check();
                         return Outcome::Complete(&self.out);
@@ -593,8 +615,9 @@ impl Defrag {
 
     /// Takes a fragment into its datagram; true when that completed it, the
     /// datagram then in `out`.
-    fn take(&mut self, f: Fragment<'_>) -> Result<bool, FragFailure> {
+    fn take(&mut self, f: Fragment<'_>, ip_len: u64) -> Result<bool, FragFailure> {
         if f.offset == 0 && !f.more {
+            self.whole = Whole { fragments: 1, ip_bytes: ip_len, first_ns: self.clock };
             // An IPv6 atomic fragment (IPv4 has none: offset 0 without MF is
             // not a fragment): a datagram by itself, whatever is pending.
             self.counters.datagrams += 1;
@@ -625,6 +648,7 @@ impl Defrag {
         }
         let p = self.pending.get_mut(&f.key).expect("inserted above");
         p.fragments += 1;
+        p.ip_bytes += ip_len;
         self.counters.fragments_held += 1;
         let is_first = f.offset == 0 && p.header.is_empty();
         // Bytes the datagram's length counts besides its data: the IPv4
@@ -657,6 +681,7 @@ impl Defrag {
             self.counters.datagrams_reassembled += 1;
             self.counters.fragments_reassembled += p.fragments;
             debug_assert_eq!(p.ranges, [(0, p.received)], "a complete datagram with a hole");
+            self.whole = Whole { fragments: p.fragments, ip_bytes: p.ip_bytes, first_ns: p.created_ns };
             self.build(&p.header, p.next_header, &p.data[..p.received]);
             self.recycle(p);
             return Ok(true);
@@ -730,6 +755,7 @@ impl Defrag {
     fn recycle(&mut self, mut p: Pending) {
         if self.spares.len() < SPARES {
             p.fragments = 0;
+            p.ip_bytes = 0;
             p.data.clear();
             p.ranges.clear();
             p.received = 0;
@@ -798,4 +824,16 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     !(sum as u16)
+}
+
+/// A fragment's IP length as its header states it (IPv4's total length,
+/// IPv6's 40 bytes and payload length), however much of it was captured;
+/// `ip` holds a whole fixed header (parsing it found a fragment).
+fn stated_len(ip: &[u8]) -> u64 {
+    let be16 = |r: std::ops::Range<usize>| u64::from(u16::from_be_bytes([ip[r.start], ip[r.start + 1]]));
+    if ip[v4::VERSION_IHL] >> 4 == 4 {
+        be16(v4::TOTAL_LEN)
+    } else {
+        v6::HEADER as u64 + be16(v6::PAYLOAD_LEN)
+    }
 }

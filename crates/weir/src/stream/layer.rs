@@ -11,7 +11,7 @@ use super::api::Requests;
 use super::arena::Arena;
 use super::config::{Class, Mode, StreamConfig};
 use super::decode::{self, Frame, Transport};
-use super::fragment::{Defrag, Outcome};
+use super::fragment::{Defrag, Outcome, Whole};
 use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Sink};
 use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 use crate::filter::Filter;
@@ -228,8 +228,18 @@ impl<H: StreamHandler> Streams<H> {
         self.handler
     }
 
+    /// Decodes a captured frame; in flows mode ICMP is keyed by type and code.
+    fn decode<'p>(&self, data: &'p [u8]) -> Frame<'p> {
+        let frame = decode::frame(self.link, data);
+        if self.cfg.flows {
+            decode::icmp_as_ports(frame)
+        } else {
+            frame
+        }
+    }
+
     fn take_packet(&mut self, p: &Packet<'_>) {
-        self.take_frame(p, decode::frame(self.link, p.data()), None);
+        self.take_frame(p, self.decode(p.data()), None);
     }
 
     /// Handles `p`, decoded as `frame`; `keyed` is its connection's key, side
@@ -240,14 +250,16 @@ impl<H: StreamHandler> Streams<H> {
         match frame {
             Frame::NotIp => self.stats.not_ip += 1,
             Frame::Malformed => self.stats.malformed += 1,
-            Frame::Datagram(d) => self.datagram(&d, p, keyed),
+            Frame::Datagram(d) => self.datagram(&d, p, keyed, None),
             Frame::Fragment(ip) => match self.defrag.push(p.ts_ns(), ip) {
                 Outcome::Complete(whole) => {
                     let mut buf = std::mem::take(&mut self.whole);
                     buf.clear();
                     buf.extend_from_slice(whole);
-                    match decode::ip(&buf) {
-                        Frame::Datagram(d) => self.datagram(&d, p, None),
+                    let whole = decode::ip(&buf);
+                    let fragments = self.defrag.whole();
+                    match if self.cfg.flows { decode::icmp_as_ports(whole) } else { whole } {
+                        Frame::Datagram(d) => self.datagram(&d, p, None, Some(fragments)),
                         _ => self.stats.malformed += 1,
                     }
                     self.whole = buf;
@@ -263,8 +275,18 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 
-    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, keyed: Option<Keyed>) {
+    /// Handles a whole datagram; `fragments` says what it was rebuilt from,
+    /// if it was.
+    fn datagram(&mut self, d: &decode::Datagram<'_>, p: &Packet<'_>, keyed: Option<Keyed>, fragments: Option<Whole>) {
         let ts = p.ts_ns();
+        // What the record counts of it: in flows mode, a rebuilt datagram
+        // counts its fragments as they were on the wire (packets, IP bytes,
+        // the first one's time), as a flow exporter counts packets;
+        // otherwise it is one packet, whole, at its completion.
+        let (wire_packets, octets, first_ns) = match fragments.filter(|_| self.cfg.flows) {
+            Some(w) => (w.fragments, w.ip_bytes, w.first_ns.min(ts)),
+            None => (1, u64::from(d.ip_len), ts),
+        };
         let Keyed { key, side, hash } = keyed.unwrap_or_else(|| Keyed::new(&d.tuple, &self.table));
         let (tcp, payload, missing) = match &d.transport {
             Transport::Tcp(s) => (Some((s.seq, s.flags)), s.payload, s.missing),
@@ -283,12 +305,16 @@ impl<H: StreamHandler> Streams<H> {
         };
         // A TCP packet that neither opens a connection nor carries data (an
         // ACK, FIN or RST after the end) starts nothing: it is counted apart.
-        let opens = tcp.is_none_or(|(_, f)| f & field::tcp::SYN != 0 || !payload.is_empty());
+        // A flow record counts every packet, so in flows mode it does.
+        let opens = cfg.flows || tcp.is_none_or(|(_, f)| f & field::tcp::SYN != 0 || !payload.is_empty());
         // A SYN (without ACK) on a direction that already had another SYN, or
         // was closed, starts a new connection on the same ports.
         if let Some((seq, _)) = tcp.filter(|&(_, f)| syn_only(f)) {
             let reused = table.get(&key).is_some_and(|c| {
-                c.retired || c.dirs[side].as_ref().is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none())
+                c.retired
+                    || c.dirs[side]
+                        .as_ref()
+                        .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none() || dir.rec.closed.is_some())
             });
             if reused {
                 if let Some(flow) = table.remove(&key) {
@@ -339,7 +365,7 @@ impl<H: StreamHandler> Streams<H> {
             };
             let direction = if initiator { Direction::Initiator } else { Direction::Responder };
             let (mode, cutoff, priority) = classify(cfg, classes, p);
-            let rec = Stream { cutoff, priority, mode, ..new_record(&d.tuple, *queue, ts, direction) };
+            let rec = Stream { cutoff, priority, mode, first_ns, ..new_record(&d.tuple, *queue, ts, direction) };
             // A stream whose cutoff is 0 from the start (flow statistics)
             // keeps no reassembly state at all: its bytes are counted as
             // discarded and its FIN or RST closes it, as in packets mode.
@@ -384,9 +410,19 @@ impl<H: StreamHandler> Streams<H> {
             advertise(this, o, flags, ack, win);
         }
         let opposite = other.as_ref().map(|o| &o.rec);
-        this.rec.packets += 1;
+        if let Some(active) = cfg.active_timeout_ns {
+            if ts.saturating_sub(this.rec.first_ns) >= active {
+                active_record(this, ts, &mut env);
+            }
+        }
+        this.rec.packets += wire_packets;
         this.rec.last_ns = this.rec.last_ns.max(ts);
         this.rec.bytes += payload.len() as u64;
+        this.rec.octets += octets;
+        if let Some((_, flags)) = tcp {
+            // The flow record's cumulative flags: one OR per packet.
+            this.rec.tcp_flags |= flags;
+        }
         let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
         // Bytes counted as discarded only because packets mode keeps no payload.
         let mut unkept = 0;
@@ -444,14 +480,26 @@ impl<H: StreamHandler> Streams<H> {
         } else {
             env.stats.to_stream += 1;
         }
-        if let Some(reason) = this.rec.closed {
-            end_dir(this, opposite, reason, &mut env);
-        }
-        if tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0) {
-            // A RST ends both directions.
-            end_dir(this, opposite, CloseReason::Rst, &mut env);
-            if let Some(o) = other.as_mut() {
-                end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+        let rst = tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0);
+        if cfg.flows {
+            // A flow record stays open past its FIN or RST, for the packets
+            // that close the connection; the table closes it (see `flows`).
+            if rst {
+                this.rec.closed.get_or_insert(CloseReason::Rst);
+                if let Some(o) = other.as_mut() {
+                    o.rec.closed.get_or_insert(CloseReason::Rst);
+                }
+            }
+        } else {
+            if let Some(reason) = this.rec.closed {
+                end_dir(this, opposite, reason, &mut env);
+            }
+            if rst {
+                // A RST ends both directions.
+                end_dir(this, opposite, CloseReason::Rst, &mut env);
+                if let Some(o) = other.as_mut() {
+                    end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+                }
             }
         }
         if cfg.flush_timeout_ns.is_some() {
@@ -505,7 +553,7 @@ impl<H: StreamHandler> Streams<H> {
             prefetch::lines(p.data(), 2);
         }
         for (f, p) in frames.iter_mut().zip(packets) {
-            let frame = decode::frame(self.link, p.data());
+            let frame = self.decode(p.data());
             let keyed = match &frame {
                 Frame::Datagram(d) => {
                     let k = Keyed::new(&d.tuple, &self.table);
@@ -655,6 +703,20 @@ fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, r
     d.carried = 0;
     let state = d.state.take().expect("open");
     env.handler.closed(&d.rec, state);
+}
+
+/// Hands out a flows-mode record whose active timeout passed at packet time
+/// `now` and starts it again from there (the stream, its state and its
+/// close reason, if a FIN was seen, go on).
+fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut Env<'_, H>) {
+    let Some(state) = d.state.as_mut() else { return };
+    env.handler.active(&d.rec, state);
+    env.stats.record_bytes(&d.rec);
+    env.stats.active_records += 1;
+    let r = &mut d.rec;
+    (r.first_ns, r.last_ns) = (now, now);
+    (r.packets, r.bytes, r.octets, r.tcp_flags) = (0, 0, 0, 0);
+    (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
 }
 
 /// The largest window shift count (RFC 7323 2.3: a larger one is taken as 14).
@@ -918,6 +980,8 @@ fn new_record(t: &FlowTuple, queue: QueueId, ts: u64, direction: Direction) -> S
         last_ns: ts,
         packets: 0,
         bytes: 0,
+        octets: 0,
+        tcp_flags: 0,
         delivered: 0,
         gap: 0,
         duplicate: 0,

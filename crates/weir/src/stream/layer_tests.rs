@@ -68,6 +68,8 @@ struct Collect {
     discard_after: Option<u64>,
     /// Priority for streams whose client port is odd.
     odd_priority: Option<u8>,
+    /// Records handed out by the active timeout, in order.
+    actives: Vec<Stream>,
 }
 
 impl StreamHandler for Collect {
@@ -111,6 +113,10 @@ impl StreamHandler for Collect {
         assert_eq!(offset, seen.bytes.len() as u64, "a gap out of order");
         seen.gaps.push((offset, len));
         seen.bytes.resize(seen.bytes.len() + len as usize, 0);
+    }
+
+    fn active(&mut self, stream: &Stream, _: &mut Key) {
+        self.actives.push(*stream);
     }
 
     fn closed(&mut self, stream: &Stream, key: Key) {
@@ -188,6 +194,101 @@ fn a_connection_is_two_streams_delivered_in_pieces_and_closed_by_fin() {
     assert_eq!((st.streams, st.connections, st.closed_fin, st.bytes, st.delivered), (2, 1, 2, 45_000, 45_000));
     // The last ACK after both FINs still finds the closed connection.
     assert_eq!(st.untracked, 0);
+}
+
+#[test]
+fn flows_mode_keeps_a_record_open_past_its_fin_with_ip_octets_and_or_ed_flags() {
+    let up = text(3000, 5);
+    let frames = connection(1, 40000, &up, b"ok", 1460, 0);
+    let cfg = StreamConfig { cutoff: Some(0), flows: true, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    let c = h.streams[&client(1, 40000)].closed.expect("closed");
+    let s = h.streams[&server(1, 40000)].closed.expect("closed");
+    // Client: SYN, ACK, 3 data segments, FIN, and the last ACK after both
+    // FINs, which a stream closed at its FIN would not count.
+    assert_eq!((c.packets, c.bytes, c.closed), (7, 3000, Some(CloseReason::Fin)));
+    assert_eq!(c.octets, 7 * 40 + 3000, "IP bytes: 40 bytes of headers a packet, and the payload");
+    assert_eq!(c.tcp_flags, SYN | ACK | PSH | FIN);
+    assert_eq!((c.first_ns, c.last_ns), (0, frames.last().unwrap().0));
+    assert_eq!((s.packets, s.octets, s.tcp_flags), (3, 3 * 40 + 2, SYN | ACK | PSH | FIN));
+    let st = l.stats();
+    assert!(st.packets_add_up(), "{st:?}");
+    assert_eq!((st.closed_fin, st.untracked, st.active_records), (2, 0, 0));
+    // Without flows mode the last ACK is not in the record.
+    let mut l = layer(&StreamConfig { cutoff: Some(0), ..StreamConfig::default() }, Collect::default());
+    feed(&mut l, &frames);
+    assert_eq!(l.handler().streams[&client(1, 40000)].closed.unwrap().packets, 6);
+}
+
+#[test]
+fn flows_mode_tracks_a_connection_seen_midway_and_a_rst_marks_both_records() {
+    let frames = [
+        (0, frame(2, 41000, false, Some((100, ACK)), b"")),
+        (10, frame(2, 41000, true, Some((900, ACK | RST)), b"")),
+        (20, frame(2, 41000, false, Some((100, ACK)), b"")),
+    ];
+    let cfg = StreamConfig { cutoff: Some(0), flows: true, ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    let c = h.streams[&client(2, 41000)].closed.expect("closed");
+    let s = h.streams[&server(2, 41000)].closed.expect("closed");
+    assert_eq!((c.packets, c.closed, c.direction), (2, Some(CloseReason::Rst), Direction::Initiator));
+    assert_eq!((s.packets, s.closed, s.tcp_flags), (1, Some(CloseReason::Rst), ACK | RST));
+    assert_eq!(l.stats().untracked, 0);
+}
+
+/// The IPv4 packet of an Ethernet `frame` in two fragments, the first
+/// carrying `cut` bytes of its payload (a multiple of 8).
+fn two_fragments(frame: &[u8], cut: usize) -> [Vec<u8>; 2] {
+    let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+    let (link, ip) = frame.split_at(14);
+    let (header, data) = ip[..total].split_at(20);
+    let piece = |lo: usize, hi: usize, more: bool| {
+        let mut f = link.to_vec();
+        f.extend_from_slice(header);
+        f[16..18].copy_from_slice(&(20 + hi - lo).to_be_bytes()[6..]);
+        f[20..22].copy_from_slice(&((lo / 8) as u16 | if more { 0x2000 } else { 0 }).to_be_bytes());
+        f.extend_from_slice(&data[lo..hi]);
+        f
+    };
+    [piece(0, cut, true), piece(cut, data.len(), false)]
+}
+
+#[test]
+fn flows_mode_counts_each_fragment_of_a_rebuilt_datagram_as_sent() {
+    let whole = frame(4, 43000, false, None, &text(100, 7));
+    let [a, b] = two_fragments(&whole, 56);
+    let frames = [(10, a), (20, b), (30, whole)];
+    let run = |flows: bool| {
+        let cfg = StreamConfig { cutoff: Some(0), flows, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        feed(&mut l, &frames);
+        let rec = l.handler().streams[&client(4, 43000)].closed.expect("closed");
+        (rec.packets, rec.octets, rec.first_ns, rec.last_ns)
+    };
+    // Fragments of 20 + 56 and 20 + 52 bytes, then the datagram whole (20 + 8 + 100).
+    assert_eq!(run(true), (3, 76 + 72 + 128, 10, 30));
+    assert_eq!(run(false), (2, 2 * 128, 20, 30), "a stream counts the rebuilt datagram once");
+}
+
+#[test]
+fn the_active_timeout_hands_out_a_record_and_starts_it_again() {
+    // UDP from the client every 40 s for 200 s; active timeout 60 s.
+    let frames: Vec<_> = (0..6u64).map(|i| (i * 40_000_000_000, frame(3, 42000, false, None, b"abcd"))).collect();
+    let cfg = StreamConfig { cutoff: Some(0), flows: true, active_timeout_ns: Some(60_000_000_000), ..StreamConfig::default() };
+    let mut l = layer(&cfg, Collect::default());
+    feed(&mut l, &frames);
+    let h = l.handler();
+    let spans: Vec<_> = h.actives.iter().map(|r| (r.first_ns / 1_000_000_000, r.last_ns / 1_000_000_000, r.packets, r.octets)).collect();
+    // At 80 s the record of 0 and 40 s is 80 s old: handed out; at 160 s, that of 80 and 120 s.
+    assert_eq!(spans, [(0, 40, 2, 2 * 32), (80, 120, 2, 2 * 32)]);
+    let last = h.streams[&client(3, 42000)].closed.expect("closed");
+    assert_eq!((last.first_ns / 1_000_000_000, last.packets, last.closed), (160, 2, Some(CloseReason::EndOfInput)));
+    let st = l.stats();
+    assert_eq!((st.active_records, st.bytes, st.discarded), (2, 24, 24), "every part's bytes counted once");
 }
 
 #[test]
@@ -637,6 +738,14 @@ fn non_ip_malformed_and_fragments_are_counted_apart() {
 
 #[test]
 fn settings_are_checked_against_each_other() {
+    for (cfg, says) in [
+        (StreamConfig { flows: true, ..StreamConfig::default() }, "its cutoff must be 0"),
+        (StreamConfig { cutoff: Some(0), active_timeout_ns: Some(1), ..StreamConfig::default() }, "flows mode only"),
+        (StreamConfig { cutoff: Some(0), flows: true, active_timeout_ns: Some(0), ..StreamConfig::default() }, "more than 0"),
+    ] {
+        let e = cfg.check().expect_err(says).to_string();
+        assert!(e.contains(says), "{e}");
+    }
     for bad in [
         StreamConfig { piece: 0, ..StreamConfig::default() },
         StreamConfig { piece: 100, piece_overlap: 100, ..StreamConfig::default() },

@@ -141,6 +141,8 @@ pub mod ip_proto {
     pub(crate) const SCTP: u8 = 132;
     pub(crate) const UDPLITE: u8 = 136;
     pub(crate) const DCCP: u8 = 33;
+    pub(crate) const ICMP: u8 = 1;
+    pub(crate) const ICMPV6: u8 = 58;
 }
 
 #[inline]

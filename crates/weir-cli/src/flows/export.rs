@@ -1,0 +1,191 @@
+//! The exporter thread: flow records from every worker come in over one
+//! channel, are packed into messages by one [`Encoder`] (so the sequence
+//! numbers of the observation domain count in order whatever queue a record
+//! came from) and sent over UDP to every collector.
+//!
+//! A message goes out when it is full, when its oldest record has waited a
+//! second of wall time (a quiet live link still reports promptly), and at
+//! the end. The templates go at the start of the first message and again at
+//! the first message after each template refresh interval (wall time).
+//!
+//! A message's export time (and v9's and v5's uptime) is packet time: the
+//! latest end of its records. Live, that is when the flows were seen ending;
+//! from a trace it is the trace's own clock, so a collector dates a trace's
+//! flows by its packets, not by the day it was read.
+
+use super::encode::{self, Added, Encoder, EndReason, FlowRecord, Format};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// What the exporter counted.
+#[derive(Clone, Debug, Default)]
+pub struct ExportStats {
+    /// Records in messages sent (to at least one collector without error).
+    pub exported: u64,
+    /// Exported records by why they were exported, in [`EndReason::ALL`]'s order.
+    pub by_reason: [u64; 5],
+    /// Records the format cannot carry (IPv6 in NetFlow v5), not exported.
+    pub not_carried: u64,
+    /// Records in messages no collector took (every send failed).
+    pub lost_to_send_errors: u64,
+    /// v5 records whose packets or octets were cut to 32 bits.
+    pub v5_saturated: u64,
+    /// Messages built.
+    pub messages: u64,
+    /// Datagrams sent (a message to each collector).
+    pub datagrams: u64,
+    /// Sends that failed, and the first error.
+    pub send_errors: u64,
+    pub first_send_error: Option<String>,
+    /// Messages that carried the templates.
+    pub template_messages: u64,
+}
+
+/// The exporter's settings.
+pub struct Exporter {
+    pub format: Format,
+    pub domain: u32,
+    pub collectors: Vec<SocketAddr>,
+    pub template_refresh: Duration,
+}
+
+/// Sends to the collectors: one socket per address family.
+struct Senders {
+    v4: Option<UdpSocket>,
+    v6: Option<UdpSocket>,
+}
+
+impl Senders {
+    fn open(collectors: &[SocketAddr]) -> std::io::Result<Senders> {
+        let open = |any: &str| UdpSocket::bind(any);
+        Ok(Senders {
+            v4: if collectors.iter().any(SocketAddr::is_ipv4) { Some(open("0.0.0.0:0")?) } else { None },
+            v6: if collectors.iter().any(SocketAddr::is_ipv6) { Some(open("[::]:0")?) } else { None },
+        })
+    }
+}
+
+/// An exporter with its sockets open and its encoder made, ready to run.
+pub struct Ready {
+    encoder: Encoder,
+    senders: Senders,
+    format: Format,
+    collectors: Vec<SocketAddr>,
+    refresh: Duration,
+}
+
+impl Exporter {
+    /// Opens the sockets and checks the domain against the format, before
+    /// the run starts, so a failure stops it early.
+    pub fn open(&self) -> anyhow::Result<Ready> {
+        let encoder = Encoder::new(self.format, self.domain).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("--domain: {e}")))?;
+        let senders = Senders::open(&self.collectors).map_err(|e| anyhow::anyhow!("cannot open a UDP socket to export with: {e}"))?;
+        Ok(Ready { encoder, senders, format: self.format, collectors: self.collectors.clone(), refresh: self.template_refresh })
+    }
+}
+
+impl Ready {
+    /// Exports what comes over `rx` until every sender is gone.
+    pub fn run(mut self, rx: &Receiver<FlowRecord>) -> ExportStats {
+        run(&mut self.encoder, self.format, &self.senders, &self.collectors, self.refresh, rx)
+    }
+}
+
+fn run(
+    enc: &mut Encoder,
+    format: Format,
+    senders: &Senders,
+    collectors: &[SocketAddr],
+    refresh: Duration,
+    rx: &Receiver<FlowRecord>,
+) -> ExportStats {
+    let mut st = ExportStats::default();
+    let mut templates_at: Option<Instant> = None;
+    let mut oldest: Option<Instant> = None;
+    // Reasons of the records in the message being built.
+    let mut reasons = [0u64; 5];
+    loop {
+        let got = rx.recv_timeout(Duration::from_millis(200));
+        let record = match got {
+            Ok(r) => Some(r),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        if let Some(r) = record {
+            if enc.is_empty() {
+                templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
+            }
+            let mut added = enc.add(&r);
+            if added == Added::Full {
+                send(enc, senders, collectors, &mut reasons, &mut st);
+                templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
+                added = enc.add(&r);
+            }
+            match added {
+                Added::Yes => {
+                    reasons[reason_index(r.end)] += 1;
+                    if format == Format::V5 && encode::v5_saturates(&r) {
+                        st.v5_saturated += 1;
+                    }
+                    oldest.get_or_insert_with(Instant::now);
+                }
+                Added::NotCarried => st.not_carried += 1,
+                Added::Full => unreachable!("a record always fits an empty message"),
+            }
+        }
+        if oldest.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)) {
+            send(enc, senders, collectors, &mut reasons, &mut st);
+            oldest = None;
+        }
+    }
+    if !enc.is_empty() {
+        send(enc, senders, collectors, &mut reasons, &mut st);
+    }
+    st
+}
+
+/// Puts the templates at the start of the (empty) message when none were
+/// sent yet or the refresh interval has passed since; v5 has none.
+fn templates_if_due(enc: &mut Encoder, format: Format, at: &mut Option<Instant>, refresh: Duration, st: &mut ExportStats) {
+    if format != Format::V5 && at.is_none_or(|t| t.elapsed() >= refresh) {
+        enc.add_templates();
+        *at = Some(Instant::now());
+        st.template_messages += 1;
+    }
+}
+
+fn reason_index(r: EndReason) -> usize {
+    EndReason::ALL.iter().position(|&x| x == r).expect("every reason is listed")
+}
+
+/// Sends the message to every collector and counts it.
+fn send(enc: &mut Encoder, senders: &Senders, collectors: &[SocketAddr], reasons: &mut [u64; 5], st: &mut ExportStats) {
+    let records = enc.records() as u64;
+    let msg = enc.finish();
+    st.messages += 1;
+    let mut delivered = false;
+    for c in collectors {
+        let sock = if c.is_ipv4() { senders.v4.as_ref() } else { senders.v6.as_ref() };
+        match sock.expect("a socket per family in use").send_to(msg, c) {
+            Ok(_) => {
+                st.datagrams += 1;
+                delivered = true;
+            }
+            Err(e) => {
+                st.send_errors += 1;
+                st.first_send_error.get_or_insert_with(|| format!("{c}: {e}"));
+            }
+        }
+    }
+    if delivered {
+        st.exported += records;
+        for (sum, n) in st.by_reason.iter_mut().zip(reasons.iter()) {
+            *sum += n;
+        }
+    } else {
+        st.lost_to_send_errors += records;
+    }
+    *reasons = [0; 5];
+    enc.reset();
+}

@@ -1,0 +1,614 @@
+//! `weir flows` against a trusted exporter, through a real collector: weir
+//! and softflowd export the same trace over UDP on 127.0.0.1 to two nfcapd
+//! processes, and `nfdump` reads both back. The flows must agree on the
+//! 5-tuple, packets, octets and TCP flags, in IPFIX, NetFlow v9 and v5;
+//! every difference must be one of the kinds listed in [`Why`], each
+//! checked on the packets themselves (read by the system libpcap and parsed
+//! by etherparse, neither of them weir's), and is printed. weir's own
+//! records are also held to the packets: counts exact, start and end within
+//! 1 ms.
+//!
+//! Timeouts are matched by making them longer than any trace, in both:
+//! softflowd run on a file checks its timeouts on the wall clock (every
+//! `expint` seconds) and reads a trace in less than that, so it expires
+//! nothing before the end of input; weir applies them in packet time (the
+//! layer's tests check that). nfcapd, nfdump and softflowd come from
+//! scripts/setup; a test that finds one missing fails and says so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use weir::filter::oracle::Oracle;
+
+/// Longer than any trace: one year, in seconds.
+const FOREVER: &str = "31536000";
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tool(name: &str) -> Command {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin")]).any(|d| d.join(name).is_file()));
+    assert!(found, "this test needs {name} (Debian's nfdump and softflowd packages; scripts/setup installs them)");
+    let mut c = Command::new(name);
+    c.env("TZ", "UTC").stdin(Stdio::null());
+    c
+}
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
+}
+
+/// An nfcapd on 127.0.0.1, writing to its own directory.
+struct Collector {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Collector {
+    fn start() -> Collector {
+        let dir = tempfile::tempdir().unwrap();
+        // A port the system had free a moment ago.
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = tool("nfcapd")
+            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nfcapd starts");
+        // Ready once its socket is bound (a datagram sent before is lost).
+        let t = Instant::now();
+        while socket(port).is_none() {
+            assert!(t.elapsed() < Duration::from_secs(10), "nfcapd did not bind 127.0.0.1:{port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Collector { child, dir, port }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops nfcapd (it writes its file on SIGTERM) and returns the flows
+    /// it stored, and its closing report (flows and sequence errors).
+    fn finish(self) -> (Vec<Row>, String) {
+        // Loopback datagrams are queued at once: wait until nfcapd has read
+        // them all (none lost to a full socket buffer), and a moment more
+        // for it to store the last.
+        let t = Instant::now();
+        loop {
+            let (queued, drops) = socket(self.port).expect("nfcapd's socket is open");
+            assert_eq!(drops, 0, "nfcapd's socket dropped datagrams");
+            if queued == 0 {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "nfcapd does not read its socket ({queued} bytes queued)");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let out = self.child.wait_with_output().unwrap();
+        let report = text(&out.stderr);
+        let mut rows = Vec::new();
+        for e in std::fs::read_dir(self.dir.path()).unwrap() {
+            let path = e.unwrap().path();
+            let o = tool("nfdump")
+                .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
+            // An empty file prints "No matching flows".
+            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(Row::parse));
+        }
+        (rows, report)
+    }
+}
+
+/// The UDP socket bound to 127.0.0.1:`port`, if there is one: the bytes
+/// waiting in its receive queue and the datagrams it dropped (/proc/net/udp).
+fn socket(port: u16) -> Option<(u64, u64)> {
+    let local = format!("0100007F:{port:04X}");
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    let line = table.lines().find(|l| l.split_whitespace().nth(1) == Some(&local))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let rx = f[4].split(':').nth(1).expect("tx_queue:rx_queue");
+    Some((u64::from_str_radix(rx, 16).unwrap(), f[f.len() - 1].parse().unwrap()))
+}
+
+/// A flow's key: protocol name as nfdump prints it, addresses and ports
+/// (ICMP's port is `type.code`).
+type Key = (String, String, String, String, String);
+
+/// One flow as nfdump prints it.
+#[derive(Clone, Debug)]
+struct Row {
+    start_ms: u64,
+    end_ms: u64,
+    key: Key,
+    packets: u64,
+    bytes: u64,
+    flags: String,
+}
+
+fn ms(date: &str) -> u64 {
+    let t = chrono::NaiveDateTime::parse_from_str(date, "%Y-%m-%d %H:%M:%S%.3f").unwrap_or_else(|e| panic!("`{date}`: {e}"));
+    t.and_utc().timestamp_millis() as u64
+}
+
+impl Row {
+    fn parse(line: &str) -> Row {
+        let f: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(f.len(), 10, "nfdump line `{line}`");
+        let n = |s: &str| s.parse::<u64>().unwrap_or_else(|_| panic!("`{s}` in `{line}` is not a count"));
+        Row {
+            start_ms: ms(f[0]),
+            end_ms: ms(f[1]),
+            key: (f[2].into(), f[3].into(), f[4].into(), f[5].into(), f[6].into()),
+            packets: n(f[7]),
+            bytes: n(f[8]),
+            flags: f[9].into(),
+        }
+    }
+}
+
+/// What the packets of one direction add up to, read without weir.
+#[derive(Default, Debug)]
+struct Truth {
+    packets: u64,
+    /// IP bytes (what IPFIX's octetDeltaCount counts).
+    ip_bytes: u64,
+    /// Bytes of the frame on the wire from the IP header on: link padding
+    /// included, and what a snapshot length cut off.
+    frame_bytes: u64,
+    flags: u8,
+    first_ns: u64,
+    last_ns: u64,
+    /// Its packets under two VLAN tags, and their bytes from the IP header on.
+    two_tags: (u64, u64),
+    /// Its SYNs (without ACK).
+    syns: u64,
+}
+
+/// The packets of a trace, by direction, and what sets some apart.
+#[derive(Default)]
+struct Packets {
+    flows: BTreeMap<Key, Truth>,
+    /// Address pairs (either order) with IP fragments.
+    fragmented: BTreeSet<(String, String)>,
+    /// The fragments' packets and IP bytes, by (source, destination).
+    fragments: BTreeMap<(String, String), (u64, u64)>,
+    /// Packets libpcap read that etherparse could not: none expected.
+    unparsed: u64,
+    /// Time of the trace's first packet, ms.
+    first_ms: u64,
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        1 => "ICMP".into(),
+        2 => "IGMP".into(),
+        6 => "TCP".into(),
+        17 => "UDP".into(),
+        58 => "ICMP6".into(),
+        47 => "GRE".into(),
+        n => n.to_string(),
+    }
+}
+
+fn read_packets(trace: &Path) -> Packets {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice, VlanSlice};
+    let lib = Oracle::system().expect("the system libpcap");
+    let mut h = lib.open_offline(trace).unwrap();
+    assert_eq!(h.link_type(), 1, "{}: these comparisons read Ethernet traces", trace.display());
+    let mut out = Packets::default();
+    while let Some(p) = h.next_packet().unwrap() {
+        if out.first_ms == 0 {
+            out.first_ms = p.ts_ns / 1_000_000;
+        }
+        let Ok(s) = SlicedPacket::from_ethernet(&p.data) else {
+            out.unparsed += 1;
+            continue;
+        };
+        let Some(net) = &s.net else { continue };
+        let (src, dst, ip_len, ip_at): (IpAddr, IpAddr, u64, usize) = match net {
+            NetSlice::Ipv4(v4) => {
+                let h = v4.header();
+                (h.source_addr().into(), h.destination_addr().into(), u64::from(h.total_len()), h.slice().as_ptr() as usize)
+            }
+            NetSlice::Ipv6(v6) => {
+                let h = v6.header();
+                (h.source_addr().into(), h.destination_addr().into(), 40 + u64::from(h.payload_length()), h.slice().as_ptr() as usize)
+            }
+        };
+        let payload = net.ip_payload_ref().expect("an IP packet has a payload slice");
+        let (a, b) = (src.to_string(), dst.to_string());
+        if payload.fragmented {
+            let f = out.fragments.entry((a.clone(), b.clone())).or_default();
+            (f.0, f.1) = (f.0 + 1, f.1 + ip_len);
+            out.fragmented.insert((a.clone().min(b.clone()), a.max(b)));
+            continue;
+        }
+        let (sport, dport, flags) = match &s.transport {
+            Some(TransportSlice::Tcp(t)) => (t.source_port().to_string(), t.destination_port().to_string(), t.slice()[13]),
+            Some(TransportSlice::Udp(u)) => (u.source_port().to_string(), u.destination_port().to_string(), 0),
+            Some(TransportSlice::Icmpv4(i)) => ("0".into(), format!("{}.{}", i.type_u8(), i.code_u8()), 0),
+            Some(TransportSlice::Icmpv6(i)) => ("0".into(), format!("{}.{}", i.type_u8(), i.code_u8()), 0),
+            None => ("0".into(), "0".into(), 0),
+        };
+        let key = (proto_name(payload.ip_number.0), src.to_string(), sport, dst.to_string(), dport);
+        let t = out.flows.entry(key).or_insert(Truth { first_ns: p.ts_ns, ..Truth::default() });
+        let frame_bytes = u64::from(p.wire_len) - (ip_at - p.data.as_ptr() as usize) as u64;
+        if matches!(s.vlan, Some(VlanSlice::DoubleVlan(_))) {
+            t.two_tags = (t.two_tags.0 + 1, t.two_tags.1 + frame_bytes);
+        }
+        if let Some(TransportSlice::Tcp(tcp)) = &s.transport {
+            t.syns += u64::from(tcp.syn() && !tcp.ack());
+        }
+        t.packets += 1;
+        t.ip_bytes += ip_len;
+        t.frame_bytes += frame_bytes;
+        t.flags |= flags;
+        t.last_ns = p.ts_ns;
+    }
+    out
+}
+
+/// nfdump's flags column from a flag byte (CWR ECE URG ACK PSH RST SYN FIN).
+fn flag_text(f: u8) -> String {
+    "CEUAPRSF".chars().enumerate().map(|(i, c)| if f & (0x80 >> i) != 0 { c } else { '.' }).collect()
+}
+
+/// Why a flow of softflowd's differs from weir's: each is checked on the packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Why {
+    /// softflowd counts the frame's length on the wire after the link
+    /// header, Ethernet padding included (and, on a frame whose IP length
+    /// is less than what follows it, that rest); weir counts the IP length
+    /// (RFC 7012's octetDeltaCount: "IP header(s) and IP payload"). Checked:
+    /// softflowd's octets are the frame's bytes from the IP header on,
+    /// weir's the sum of IP lengths.
+    LinkPadding,
+    /// IP fragments: weir rebuilds a datagram to find its ports and counts
+    /// every fragment in that flow; softflowd puts the fragments after the
+    /// first in a flow without ports. The fragments of a datagram that never
+    /// completes are in no weir record (it counts them apart); softflowd
+    /// exports them. Checked: the address pair has fragments, and weir's
+    /// records with the fragments it counted apart hold every packet of it.
+    Fragments,
+    /// softflowd reads one VLAN tag; a frame with two (QinQ, or 802.1Q
+    /// twice) is "non-IP" to it. Checked: its packets and octets are the
+    /// flow's without those under two tags.
+    TwoVlanTags,
+    /// A SYN on ports whose connection ended (a RST, or a FIN, seen) or
+    /// with a new initial sequence number starts a new connection, and so
+    /// new records, in weir (a refused connection tried again is two
+    /// attempts); softflowd goes on with the old flow. Checked: the
+    /// connection has more than one SYN, and weir's records add up to
+    /// softflowd's packets, which are the flow's.
+    NewSyn,
+}
+
+/// Compares one trace's flows, exported as `format` by weir and softflowd,
+/// and returns the differences found (each with its reason) after checking
+/// weir's records against the packets.
+fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> (usize, Vec<(Why, Key)>) {
+    let name = trace.display();
+    let truth = read_packets(trace);
+    assert_eq!(truth.unparsed, 0, "{name}: packets etherparse could not read");
+    let w = Collector::start();
+    let (source, addr) = (format!("{}{}", trace.display(), queues.unwrap_or("")), w.addr());
+    let mut args = vec!["flows", &source, "-q", "-n", &addr, "--format", format];
+    args.extend_from_slice(&["--active-timeout", FOREVER, "--inactive-timeout", FOREVER]);
+    args.extend_from_slice(extra);
+    let o = weir(&args);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "weir {args:?}: {stderr}");
+    let (weir_rows, report) = w.finish();
+    // Every record weir says it exported reached the collector, in sequence.
+    let exported: u64 = stderr
+        .split(" exported as ")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no export count in `{stderr}`"));
+    assert_eq!(weir_rows.len() as u64, exported, "{name} {format}: nfcapd stored {} of {exported} records", weir_rows.len());
+    assert!(report.contains("Sequence Errors: 0") || weir_rows.is_empty(), "{name} {format}: nfcapd saw sequence errors: {report}");
+
+    let s = Collector::start();
+    let version = match format {
+        "ipfix" => "10",
+        "v9" => "9",
+        _ => "5",
+    };
+    let timeouts = ["maxlife", "tcp", "tcp.rst", "tcp.fin", "udp", "icmp", "general"].map(|t| format!("{t}={FOREVER}"));
+    let addr = s.addr();
+    let mut sargs = vec!["-r", trace.to_str().unwrap(), "-a", "-v", version, "-n", &addr];
+    for t in &timeouts {
+        sargs.extend_from_slice(&["-t", t]);
+    }
+    let so = tool("softflowd").args(&sargs).output().unwrap();
+    assert!(so.status.success(), "softflowd {sargs:?}: {}", text(&so.stderr));
+    let (peer_rows, _) = s.finish();
+
+    let group = |rows: &[Row]| {
+        let mut m: BTreeMap<Key, Vec<Row>> = BTreeMap::new();
+        for r in rows {
+            m.entry(r.key.clone()).or_default().push(r.clone());
+        }
+        m
+    };
+    let (ours, theirs) = (group(&weir_rows), group(&peer_rows));
+    let fragmented = |k: &Key| truth.fragmented.contains(&(k.1.clone().min(k.3.clone()), k.1.clone().max(k.3.clone())));
+    // weir against the packets: every flow of the packets is weir's, exact.
+    for (k, t) in &truth.flows {
+        let v6 = k.1.contains(':');
+        if fragmented(k) || (format == "v5" && v6) {
+            continue;
+        }
+        let rows = ours.get(k).unwrap_or_else(|| panic!("{name} {format}: weir has no flow {k:?} ({t:?})"));
+        let sum = |f: fn(&Row) -> u64| rows.iter().map(f).sum::<u64>();
+        assert_eq!((sum(|r| r.packets), sum(|r| r.bytes)), (t.packets, t.ip_bytes), "{name} {format} {k:?}: packets and IP bytes");
+        if k.0 == "TCP" {
+            assert!(rows.iter().all(|r| r.flags == flag_text(t.flags)), "{name} {format} {k:?}: flags {rows:?}, packets {:#x}", t.flags);
+        }
+        let first = rows.iter().map(|r| r.start_ms).min().unwrap();
+        let last = rows.iter().map(|r| r.end_ms).max().unwrap();
+        assert!(
+            first.abs_diff(t.first_ns / 1_000_000) <= 1 && last.abs_diff(t.last_ns / 1_000_000) <= 1,
+            "{name} {format} {k:?}: times {first}..{last} ms, packets {t:?}"
+        );
+    }
+    // Fragmented traffic, from each address to the other: weir's records
+    // hold every packet and IP byte of it, each fragment counted as sent.
+    // The fragments of a datagram that never completed are in no record:
+    // weir counts them apart, and they must make up the difference.
+    let unrecorded: u64 = stderr
+        .split(" IP fragments in no record")
+        .next()
+        .filter(|s| s.len() < stderr.len())
+        .and_then(|s| s.rsplit(' ').next())
+        .map_or(0, |n| n.parse().unwrap());
+    let (mut want_all, mut got_all) = (0, 0);
+    for ((src, dst), (fp, fb)) in &truth.fragments {
+        if format == "v5" && src.contains(':') {
+            continue;
+        }
+        let mut want = (*fp, *fb);
+        for (_, t) in truth.flows.iter().filter(|(k, _)| (&k.1, &k.3) == (src, dst)) {
+            (want.0, want.1) = (want.0 + t.packets, want.1 + t.ip_bytes);
+        }
+        let got = weir_rows.iter().filter(|r| (&r.key.1, &r.key.3) == (src, dst)).fold((0, 0), |(p, b), r| (p + r.packets, b + r.bytes));
+        assert!(
+            got.0 <= want.0 && got.1 <= want.1,
+            "{name} {format} {src} -> {dst}: {got:?} packets and IP bytes with fragments, of {want:?}"
+        );
+        (want_all, got_all) = (want_all + want.0, got_all + got.0);
+    }
+    if format != "v5" {
+        assert_eq!(got_all + unrecorded, want_all, "{name} {format}: packets of fragmented traffic, in records and not");
+    }
+    // softflowd's times against the packets. It keeps one first and last
+    // time per connection (both directions), and writes them in the order
+    // nfdump shows as end before start for some IPFIX records: so its span
+    // is compared with the connection's (or, for a flow with no reverse, as
+    // ICMP's, the direction's). Its v9 dates are not compared: its v9
+    // header dates the uptime in whole seconds and its uptimes are not
+    // taken on the second, which shifts every date of a message by up to
+    // a second (weir's v9 dates are exact: checked above). It dates a flow
+    // by ms of uptime since the trace's first packet, and nfdump takes an
+    // uptime of 0 for no date (1970): such a date stands for that packet.
+    if format != "v9" {
+        for (k, rows) in &theirs {
+            let Some(t) = truth.flows.get(k).filter(|_| !fragmented(k)) else { continue };
+            let back = truth.flows.get(&(k.0.clone(), k.3.clone(), k.4.clone(), k.1.clone(), k.2.clone()));
+            let span = |t: &Truth| (t.first_ns / 1_000_000, t.last_ns / 1_000_000);
+            let (own, conn) = (span(t), back.map_or(span(t), |b| (span(t).0.min(span(b).0), span(t).1.max(span(b).1))));
+            for r in rows {
+                let date = |ms: u64| if ms == 0 { truth.first_ms } else { ms };
+                let (a, b) = (date(r.start_ms), date(r.end_ms));
+                let got = (a.min(b), a.max(b));
+                let near = |want: (u64, u64)| got.0.abs_diff(want.0) <= 1 && got.1.abs_diff(want.1) <= 1;
+                assert!(
+                    near(conn) || near(own),
+                    "{name} {format} {k:?}: softflowd's times {got:?} ms, the connection's {conn:?}, the flow's {own:?}"
+                );
+            }
+        }
+    }
+    // softflowd against weir: the same, or different for a reason checked here.
+    let mut diffs = Vec::new();
+    for k in ours.keys().chain(theirs.keys()).collect::<BTreeSet<_>>() {
+        let (a, b) = (ours.get(k).map_or(&[][..], Vec::as_slice), theirs.get(k).map_or(&[][..], Vec::as_slice));
+        let counts = |rows: &[Row]| {
+            let mut v: Vec<_> = rows.iter().map(|r| (r.packets, r.bytes, r.flags.clone())).collect();
+            v.sort();
+            v
+        };
+        if counts(a) == counts(b) {
+            continue;
+        }
+        let t = truth.flows.get(k);
+        let packets = |rows: &[Row]| rows.iter().map(|r| r.packets).sum::<u64>();
+        let why = if fragmented(k) {
+            Why::Fragments
+        } else if let Some(t) = t.filter(|t| t.two_tags.0 > 0) {
+            let (p, o) = (t.packets - t.two_tags.0, t.frame_bytes - t.two_tags.1);
+            assert!(
+                b.is_empty() && p == 0 || matches!(b, [y] if (y.packets, y.bytes) == (p, o)),
+                "{name} {format} {k:?}: softflowd {b:?}, not the packets {t:?} without those under two tags"
+            );
+            Why::TwoVlanTags
+        } else if let Some(t) = t.filter(|t| {
+            let back = truth.flows.get(&(k.0.clone(), k.3.clone(), k.4.clone(), k.1.clone(), k.2.clone()));
+            t.syns.max(back.map_or(0, |b| b.syns)) > 1 && a.len() > 1
+        }) {
+            assert!(
+                matches!(b, [y] if y.packets == packets(a) && packets(a) == t.packets),
+                "{name} {format} {k:?}: weir {a:?}, softflowd {b:?}"
+            );
+            Why::NewSyn
+        } else if let (Some(t), [x], [y]) = (t, a, b) {
+            assert!(
+                x.packets == y.packets
+                    && x.flags == y.flags
+                    && x.bytes == t.ip_bytes
+                    && y.bytes == t.frame_bytes
+                    && t.frame_bytes > t.ip_bytes,
+                "{name} {format} {k:?}: weir {x:?}, softflowd {y:?}, packets {t:?}: a difference with no reason"
+            );
+            Why::LinkPadding
+        } else {
+            panic!("{name} {format} {k:?}: weir {a:?}, softflowd {b:?}: a difference with no reason");
+        };
+        eprintln!("{name} {format}: {why:?} {k:?}: weir {:?}, softflowd {:?}", counts(a), counts(b));
+        diffs.push((why, k.clone()));
+    }
+    (weir_rows.len(), diffs)
+}
+
+fn synth(dir: &Path, packets: &str, flows: &str) -> PathBuf {
+    let trace = dir.join("t.pcap");
+    let o = weir(&["synth", "-o", trace.to_str().unwrap(), "-n", packets, "-c", flows, "--seed", "21"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    trace
+}
+
+#[test]
+fn a_synthesized_trace_exports_as_softflowd_does_in_ipfix_v9_and_v5() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    for format in ["ipfix", "v9", "v5"] {
+        // Two queues: both workers feed the one exporter, in sequence.
+        let (records, diffs) = compare(&trace, Some("@0-1"), format, &["--pool", "64,16"]);
+        assert!(records > 500, "{format}: {records} records: the trace must have many flows");
+        assert!(diffs.iter().all(|(w, _)| *w == Why::LinkPadding), "{format}: {diffs:?}");
+    }
+}
+
+#[test]
+fn every_collector_gets_every_record_and_v5_counts_the_ipv6_it_cannot_carry() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "3000", "100");
+    let (a, b) = (Collector::start(), Collector::start());
+    let o = weir(&["flows", &format!("{}@0-1", trace.display()), "-q", "-n", &a.addr(), "-n", &b.addr(), "--domain", "9"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ((ra, report_a), (rb, _)) = (a.finish(), b.finish());
+    let line = |rows: &[Row]| {
+        let mut v: Vec<String> =
+            rows.iter().map(|r| format!("{:?}", (r.start_ms, r.end_ms, &r.key, r.packets, r.bytes, &r.flags))).collect();
+        v.sort();
+        v
+    };
+    assert!(!ra.is_empty() && line(&ra) == line(&rb), "the two collectors differ");
+    assert!(report_a.contains("Sequence Errors: 0"), "{report_a}");
+    // A collector's bad address is named.
+    let o = weir(&["flows", trace.to_str().unwrap(), "-n", "no-such-host.invalid:9995"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("-n no-such-host.invalid:9995"), "{}", text(&o.stderr));
+    let o = weir(&["flows", trace.to_str().unwrap(), "-n", "127.0.0.1:9", "--format", "v5", "--domain", "65536"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("65535"), "{}", text(&o.stderr));
+}
+
+/// `../shared/corpus/zeek-traces`; a test asked for without it fails and says where it looked.
+fn corpus() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/zeek-traces");
+    assert!(p.is_dir(), "this test needs the corpus, and ../shared/corpus is not there (looked at {})", p.display());
+    p
+}
+
+#[test]
+#[ignore = "needs the corpus in ../shared/corpus"]
+fn corpus_traces_export_as_softflowd_does_and_every_difference_has_a_reason() {
+    let dir = corpus();
+    // Ethernet traces of many kinds: IPv4 and IPv6, TCP, UDP, ICMP and
+    // ICMPv6, GRE, link padding, fragments (IPv4 and IPv6), two VLAN tags.
+    let traces = [
+        "wikipedia.pcap",
+        "http/bro.org-filtered.pcap",
+        "dce-rpc/mapi.pcap",
+        "communityid/icmp.pcap",
+        "ipv4/fragmented-2.pcap",
+        "ipv6-fragmented-dns.pcap",
+        "erspan.pcap",
+        "dns/loc-29-trunc.pcap",
+        "http-qinq-0.pcap",
+        "ftp/ipv6-retr-samba.pcap",
+        "dnp3/dnp3_udp_en_spon.pcap",
+        "vlan-pcp-dei.pcapng",
+        "pop3/pop3.pcap",
+        "igmp/multicast-igmp-version-membership-query-and-report.pcap",
+        "tunnels/geneve-truncated.pcapng",
+    ];
+    let mut seen = BTreeSet::new();
+    for t in traces {
+        let p = dir.join(t);
+        assert!(p.is_file(), "{} is not in the corpus", p.display());
+        for format in ["ipfix", "v9", "v5"] {
+            let (_, diffs) = compare(&p, None, format, &[]);
+            seen.extend(diffs.into_iter().map(|(w, _)| w));
+        }
+    }
+    // Each reason listed is one these traces show: none is dead.
+    assert_eq!(seen, BTreeSet::from([Why::LinkPadding, Why::Fragments, Why::TwoVlanTags, Why::NewSyn]));
+}
+
+/// The `-` source split at a record boundary near the middle: the pcap
+/// header with the first half of the records, and the rest.
+fn halves(trace: &[u8]) -> (&[u8], &[u8]) {
+    assert_eq!(trace[..4], [0xd4, 0xc3, 0xb2, 0xa1], "a little-endian pcap");
+    let mut at = 24;
+    while at < trace.len() / 2 {
+        at += 16 + u32::from_le_bytes(trace[at + 8..at + 12].try_into().unwrap()) as usize;
+    }
+    trace.split_at(at)
+}
+
+#[test]
+fn a_live_run_exports_as_flows_go_idle_refreshes_templates_and_flushes_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "4000", "200");
+    let truth = read_packets(&trace);
+    assert!(truth.fragmented.is_empty());
+    let bytes = std::fs::read(&trace).unwrap();
+    let (first, rest) = halves(&bytes);
+    let c = Collector::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["flows", "-", "-q", "-n", &c.addr(), "--inactive-timeout", "1", "--template-refresh", "1"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    use std::io::Write;
+    // Half the trace, then a pause: on a quiet source packet time moves on
+    // with the wall clock, so its flows go idle and are exported, in a first
+    // message with the templates; the second half's flows come after the
+    // refresh interval, in messages that carry them again.
+    stdin.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    stdin.write_all(rest).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The input is still open: SIGINT ends the run, and what is open is flushed.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success() && stderr.contains("stopping"), "{stderr}");
+    let (rows, report) = c.finish();
+    let with_templates: u64 = stderr
+        .split(" with templates")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no template count in `{stderr}`"));
+    assert!(with_templates >= 2, "templates sent {with_templates} times: {stderr}");
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    // Every IP packet of the trace is in a record the collector stored.
+    let packets: u64 = truth.flows.values().map(|t| t.packets).sum();
+    assert_eq!(rows.iter().map(|r| r.packets).sum::<u64>(), packets, "{stderr}");
+}
