@@ -228,9 +228,14 @@ impl<H: StreamHandler> Streams<H> {
         self.handler
     }
 
-    /// Decodes a captured frame; in flows mode ICMP is keyed by type and code.
+    /// Decodes a captured frame, as [`keyed_for_mode`](Self::keyed_for_mode) keys it.
     fn decode<'p>(&self, data: &'p [u8]) -> Frame<'p> {
-        let frame = decode::frame(self.link, data);
+        self.keyed_for_mode(decode::frame(self.link, data))
+    }
+
+    /// A decoded frame as this layer keys it: in flows mode ICMP by type and
+    /// code. Captured frames and datagrams rebuilt from fragments alike.
+    fn keyed_for_mode<'p>(&self, frame: Frame<'p>) -> Frame<'p> {
         if self.cfg.flows {
             decode::icmp_as_ports(frame)
         } else {
@@ -256,9 +261,8 @@ impl<H: StreamHandler> Streams<H> {
                     let mut buf = std::mem::take(&mut self.whole);
                     buf.clear();
                     buf.extend_from_slice(whole);
-                    let whole = decode::ip(&buf);
                     let fragments = self.defrag.whole();
-                    match if self.cfg.flows { decode::icmp_as_ports(whole) } else { whole } {
+                    match self.keyed_for_mode(decode::ip(&buf)) {
                         Frame::Datagram(d) => self.datagram(&d, p, None, Some(fragments)),
                         _ => self.stats.malformed += 1,
                     }
