@@ -379,12 +379,19 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         if !slot {
             return Some(((bucket as *const u64).cast(), std::mem::size_of::<u64>()));
         }
-        let e = *bucket;
+        let s = self.home_slot(hash)?;
+        Some(((s as *const Slot<K, V>).cast(), std::mem::size_of::<Slot<K, V>>()))
+    }
+
+    /// The slot the home bucket of `hash` names, if the bucket's hash bits
+    /// are those of `hash`: no key compared, no further bucket probed (a
+    /// hint, not a lookup).
+    fn home_slot(&self, hash: u64) -> Option<&Slot<K, V>> {
+        let e = self.index.buckets[self.index.home(hash as u32)];
         if e == 0 || (e >> 32) as u32 != hash as u32 {
             return None;
         }
-        let s = self.slots.get((e as u32).wrapping_sub(1) as usize)?;
-        Some(((s as *const Slot<K, V>).cast(), std::mem::size_of::<Slot<K, V>>()))
+        self.slots.get((e as u32).wrapping_sub(1) as usize)
     }
 
     /// For prefetch hints: the value of the flow the index bucket of `hash`
@@ -397,11 +404,7 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
     /// a lookup by a hundred instructions a packet, and it reads only memory
     /// the lookup that follows reads too.
     pub(crate) fn hint_hashed(&self, hash: u64) -> Option<(&V, [Option<*const u8>; 2])> {
-        let e = self.index.buckets[self.index.home(hash as u32)];
-        if e == 0 || (e >> 32) as u32 != hash as u32 {
-            return None;
-        }
-        let s = self.slots.get((e as u32).wrapping_sub(1) as usize)?;
+        let s = self.home_slot(hash)?;
         let links = [s.older, s.newer].map(|n| self.slots.get(n as usize).map(|o| (&o.older as *const u32).cast::<u8>()));
         Some((&s.flow.value, links))
     }
