@@ -14,6 +14,8 @@
 //! nothing before the end of input; weir applies them in packet time (the
 //! layer's tests check that). nfcapd, nfdump and softflowd come from
 //! scripts/setup; a test that finds one missing fails and says so.
+//!
+//! nfdump's own exporter, `nfpcapd -r`, is the second peer (`flows/nfpcapd.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, UdpSocket};
@@ -21,6 +23,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use weir::filter::oracle::Oracle;
+
+#[path = "flows/nfpcapd.rs"]
+mod nfpcapd;
+use nfpcapd::{compare_nfpcapd, NfpWhy};
 
 /// Longer than any trace: one year, in seconds.
 const FOREVER: &str = "31536000";
@@ -92,20 +98,25 @@ impl Collector {
         std::thread::sleep(Duration::from_millis(200));
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
         let out = self.child.wait_with_output().unwrap();
-        let report = text(&out.stderr);
-        let mut rows = Vec::new();
-        for e in std::fs::read_dir(self.dir.path()).unwrap() {
-            let path = e.unwrap().path();
-            let o = tool("nfdump")
-                .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
-            // An empty file prints "No matching flows".
-            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(Row::parse));
-        }
-        (rows, report)
+        (stored_rows(self.dir.path()), text(&out.stderr))
     }
+}
+
+/// The flows of every nfcapd file in `dir` (written by nfcapd or nfpcapd),
+/// as nfdump reads them.
+fn stored_rows(dir: &Path) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        let o = tool("nfdump")
+            .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
+        // An empty file prints "No matching flows".
+        rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(Row::parse));
+    }
+    rows
 }
 
 /// The UDP socket bound to 127.0.0.1:`port`, if there is one: the bytes
@@ -490,6 +501,15 @@ fn a_synthesized_trace_exports_as_softflowd_does_in_ipfix_v9_and_v5() {
 }
 
 #[test]
+fn a_synthesized_trace_exports_as_nfpcapd_does_but_for_its_dns_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let diffs = compare_nfpcapd(&trace, Some("@0-1"));
+    // synth's DNS lookups are the only flows nfpcapd cuts differently.
+    assert!(!diffs.is_empty() && diffs.iter().all(|(w, k)| *w == NfpWhy::DnsPerPacket && k.0 == "UDP"), "{diffs:?}");
+}
+
+#[test]
 fn every_collector_gets_every_record_and_v5_counts_the_ipv6_it_cannot_carry() {
     let dir = tempfile::tempdir().unwrap();
     let trace = synth(dir.path(), "3000", "100");
@@ -544,7 +564,7 @@ fn corpus_traces_export_as_softflowd_does_and_every_difference_has_a_reason() {
         "igmp/multicast-igmp-version-membership-query-and-report.pcap",
         "tunnels/geneve-truncated.pcapng",
     ];
-    let mut seen = BTreeSet::new();
+    let (mut seen, mut seen_nfp) = (BTreeSet::new(), BTreeSet::new());
     for t in traces {
         let p = dir.join(t);
         assert!(p.is_file(), "{} is not in the corpus", p.display());
@@ -552,9 +572,11 @@ fn corpus_traces_export_as_softflowd_does_and_every_difference_has_a_reason() {
             let (_, diffs) = compare(&p, None, format, &[]);
             seen.extend(diffs.into_iter().map(|(w, _)| w));
         }
+        seen_nfp.extend(compare_nfpcapd(&p, None).into_iter().map(|(w, _)| w));
     }
     // Each reason listed is one these traces show: none is dead.
     assert_eq!(seen, BTreeSet::from([Why::LinkPadding, Why::Fragments, Why::TwoVlanTags, Why::NewSyn]));
+    assert_eq!(seen_nfp, BTreeSet::from([NfpWhy::DnsPerPacket, NfpWhy::IcmpPerPacket, NfpWhy::NewSyn, NfpWhy::Fragments, NfpWhy::Tunnel]));
 }
 
 /// The `-` source split at a record boundary near the middle: the pcap
