@@ -40,9 +40,7 @@ which cannot read below this script's own RSS).
    about 8 KiB per open connection: where that does not fit in MemAvailable it
    is skipped, and the reason recorded. A trace that does not fit on the disk
    (with a margin) is not written: the generator feeds the tool through a pipe
-   instead (`weir streams -`, libnids reading /dev/stdin; nids_streams opens
-   its trace twice today, so it fails on a pipe and is reported failed),
-   marked "pipe" in the results; the generator's CPU is then not in the tool's CPU figure, but it
+   instead (`weir streams -`, libnids reading /dev/stdin), marked "pipe" in the results; the generator's CPU is then not in the tool's CPU figure, but it
    shares the 2 cores, so its wall time is pessimistic.
 4. `weir inspect --streams` (the rules matched on each direction's
    reassembled bytes, one alert per match) with a 10 KiB cutoff and without

@@ -1,7 +1,8 @@
 /*
  * The libnids peer of `weir streams`: the second oracle for reassembled TCP
  * data, and the benchmark peer. libnids 1.26 (Debian's libnids-dev) reads the
- * trace itself (nids_params.filename) and reassembles TCP over IPv4.
+ * trace from the pcap handle opened here (nids_params.pcap_desc; TRACE may be
+ * "-" for standard input) and reassembles TCP over IPv4.
  *
  * Usage (stable; bench/streams.py and tests/streams/compare.py rely on it):
  *   nids_streams stats TRACE [-n N]           flow statistics, cutoff 0: libnids tracks every
@@ -279,15 +280,16 @@ int main(int argc, char **argv)
         } else
             usage();
     }
-    /* The link type, for the VLAN part of file names. */
-    pcap_t *probe = pcap_open_offline(argv[2], errbuf);
-    if (!probe)
+    /* Opened once, here, and handed to libnids (pcap_desc), so that "-" (a
+     * trace on standard input, which cannot be opened twice) works too. */
+    pcap_t *trace = pcap_open_offline(argv[2], errbuf);
+    if (!trace)
         die(errbuf);
-    linktype = pcap_datalink(probe);
-    pcap_close(probe);
+    linktype = pcap_datalink(trace);
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    nids_params.filename = argv[2];
+    nids_params.pcap_desc = trace;
+    nids_params.filename = NULL;
     nids_params.device = NULL;
     nids_params.n_tcp_streams = (int)n_streams;
     nids_params.n_hosts = 65536;
