@@ -184,6 +184,30 @@ impl Drop for TestBed {
     }
 }
 
+/// A helper process of a live test (a server or client in a namespace),
+/// killed if the test ends before it did: a failed assertion must not leave
+/// it running, holding the test bed's namespace.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Reads the next line a helper printed and checks that it starts with
+/// `word` (helpers print a word when they reach a point the test waits
+/// for); returns the line, trimmed.
+pub fn wait_for(out: &mut impl std::io::BufRead, word: &str) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("reads the helper's output");
+    assert!(line.trim().starts_with(word), "the helper said `{line}`, not `{word}`");
+    line.trim().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-use testbed::TestBed;
+use testbed::{Reaped, TestBed};
 
 mod support;
 
@@ -57,18 +57,6 @@ for path in sys.argv[3:]:
     print(s.getsockname()[1], flush=True)
     s.close()
 ";
-
-/// Kills a helper process if the test ends before it did (a failed assertion).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// `len` bytes that differ from connection to connection and from offset to offset.
 fn payload(seed: u32, len: usize) -> Vec<u8> {

@@ -9,9 +9,9 @@
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use testbed::TestBed;
+use testbed::{wait_for, Reaped, TestBed};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -46,24 +46,6 @@ print('sent', flush=True)
 sys.stdin.read()
 s.close()
 ";
-
-/// Kills a helper process if the test ends before it did (a failed assertion).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn wait_for(out: &mut BufReader<ChildStdout>, word: &str) {
-    let mut line = String::new();
-    out.read_line(&mut line).expect("reads the helper's output");
-    assert_eq!(line.trim(), word, "the helper said `{line}`");
-}
 
 /// Starts `weir streams` in the capturing namespace and waits until it listens.
 fn start(tb: &TestBed, args: &[&str]) -> Child {

@@ -18,12 +18,12 @@
 //! `make test`'s privileged step.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::IpAddr;
-use std::process::{Child, ChildStdout, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use testbed::TestBed;
+use testbed::{wait_for, Reaped, TestBed};
 use weir::balance::{ControllerConfig, Mode};
 use weir::pool::PoolConfig;
 use weir::rss::Rss;
@@ -112,25 +112,6 @@ for s in socks:
     s.close()
 print('sent', flush=True)
 ";
-
-/// Kills a helper process if the test ends before it did (a failed assertion).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn wait_for(out: &mut BufReader<ChildStdout>, word: &str) -> String {
-    let mut line = String::new();
-    out.read_line(&mut line).expect("reads the helper's output");
-    assert!(line.trim().starts_with(word), "the helper said `{line}`, not `{word}`");
-    line.trim().to_string()
-}
 
 /// The byte at `offset` of the connection from `sport`, as the client sends it.
 fn expected(sport: u16, offset: usize) -> u8 {
