@@ -14,6 +14,10 @@
 //! nothing before the end of input; weir applies them in packet time (the
 //! layer's tests check that). nfcapd, nfdump and softflowd come from
 //! scripts/setup; a test that finds one missing fails and says so.
+//!
+//! The IPFIX files of `-w` are read by an independent reader, ipfixDump
+//! (libfixbuf-tools, also from scripts/setup), file by file, and held field
+//! by field to the records nfcapd stored from the same run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, UdpSocket};
@@ -611,4 +615,233 @@ fn a_live_run_exports_as_flows_go_idle_refreshes_templates_and_flushes_on_sigint
     // Every IP packet of the trace is in a record the collector stored.
     let packets: u64 = truth.flows.values().map(|t| t.packets).sum();
     assert_eq!(rows.iter().map(|r| r.packets).sum::<u64>(), packets, "{stderr}");
+}
+
+/// One IPFIX message as ipfixDump prints it: its header, how many template
+/// records it holds, and its data records (field name to value).
+#[derive(Debug, Default)]
+struct Message {
+    domain: u32,
+    sequence: u32,
+    templates: usize,
+    /// Whether a template record came before any data record.
+    templates_first: bool,
+    records: Vec<BTreeMap<String, String>>,
+}
+
+/// Reads an IPFIX file with ipfixDump (libfixbuf-tools), which must take it
+/// without complaint: exit status 0 and nothing on standard error (it
+/// reports a cut or malformed message there, and still exits 0).
+fn ipfix_dump(file: &Path) -> Vec<Message> {
+    let o = tool("ipfixDump").args(["--in", file.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success() && o.stderr.is_empty(), "ipfixDump --in {}: {}", file.display(), text(&o.stderr));
+    let mut msgs: Vec<Message> = Vec::new();
+    let number = |line: &str, after: &str| -> u64 {
+        let rest = &line[line.find(after).unwrap_or_else(|| panic!("`{after}` in `{line}`")) + after.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    for line in text(&o.stdout).lines() {
+        if line.starts_with("--- Message Header ---") {
+            msgs.push(Message::default());
+            continue;
+        }
+        let m = msgs.last_mut().expect("a message header comes first");
+        if line.contains("observation domain id:") {
+            m.domain = number(line, "observation domain id:") as u32;
+        }
+        if line.contains("sequence number:") {
+            m.sequence = number(line, "sequence number:") as u32;
+        }
+        if line.starts_with("--- template record ---") {
+            m.templates += 1;
+            m.templates_first |= m.records.is_empty();
+        } else if line.starts_with("--- data record") {
+            m.records.push(BTreeMap::new());
+        } else if let (Some(r), Some((name, value))) =
+            (m.records.last_mut(), line.trim_start().strip_prefix('(').and_then(|l| l.split_once(" : ")))
+        {
+            let name = name.split_once(')').expect("(id) name").1.trim();
+            r.insert(name.to_string(), value.trim().to_string());
+        }
+    }
+    msgs
+}
+
+/// A data record of ipfixDump's as nfdump prints the same flow, in the
+/// shape of [`Row`], with its ingress interface and end reason.
+fn ipfix_row(r: &BTreeMap<String, String>) -> (Row, u32, u8) {
+    let f = |name: &str| r.get(name).unwrap_or_else(|| panic!("no {name} in {r:?}")).as_str();
+    let n = |name: &str| f(name).parse::<u64>().unwrap_or_else(|_| panic!("{name} `{}` is not a number", f(name)));
+    let (src, dst, icmp) = match r.get("sourceIPv4Address") {
+        Some(_) => (f("sourceIPv4Address"), f("destinationIPv4Address"), n("icmpTypeCodeIPv4")),
+        None => (f("sourceIPv6Address"), f("destinationIPv6Address"), n("icmpTypeCodeIPv6")),
+    };
+    let proto = n("protocolIdentifier") as u8;
+    let (sport, dport) = match proto {
+        1 | 58 => ("0".to_string(), format!("{}.{}", icmp >> 8, icmp & 0xff)),
+        _ => (f("sourceTransportPort").to_string(), f("destinationTransportPort").to_string()),
+    };
+    let addr = |a: &str| a.parse::<IpAddr>().unwrap_or_else(|e| panic!("`{a}`: {e}")).to_string();
+    let row = Row {
+        start_ms: ms(f("flowStartMilliseconds")),
+        end_ms: ms(f("flowEndMilliseconds")),
+        key: (proto_name(proto), addr(src), sport, addr(dst), dport),
+        packets: n("packetDeltaCount"),
+        bytes: n("octetDeltaCount"),
+        flags: flag_text(n("tcpControlBits") as u8),
+    };
+    (row, n("ingressInterface") as u32, n("flowEndReason") as u8)
+}
+
+/// Rows in one comparable form, sorted: addresses through `IpAddr` (nfdump
+/// and ipfixDump write IPv6 alike only by chance).
+fn row_lines(rows: &[Row]) -> Vec<String> {
+    let mut v: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let (p, sa, sp, da, dp) = &r.key;
+            let addr = |a: &str| a.parse::<IpAddr>().map_or(a.to_string(), |a| a.to_string());
+            format!("{} {} {p} {} {sp} {} {dp} {} {} {}", r.start_ms, r.end_ms, addr(sa), addr(da), r.packets, r.bytes, r.flags)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The files of a rotation named `f.N.ipfix`, in the order written.
+fn rotated(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_str().unwrap().split('.').nth(1).unwrap().parse().unwrap(), p))
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
+/// weir's count of exported records by end reason, from its closing line,
+/// in flowEndReason's order (1 idle to 5 evicted).
+fn reasons(stderr: &str) -> [u64; 5] {
+    let mut out = [0; 5];
+    for (i, name) in ["idle", "active", "end-of-flow", "end-of-input", "evicted"].iter().enumerate() {
+        let at = stderr
+            .find(&format!(" {name},"))
+            .or_else(|| stderr.find(&format!(" {name})")))
+            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
+        out[i] = stderr[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap();
+    }
+    out
+}
+
+/// Checks the IPFIX files of one run, in the order written, and returns
+/// their records: each file read alone by ipfixDump without complaint, each
+/// opening with both templates before any data, and the sequence numbers of
+/// `domain` counting every data record before the message, on across files.
+fn read_ipfix_files(files: &[PathBuf], domain: u32) -> Vec<(Row, u32, u8)> {
+    let mut records = Vec::new();
+    let mut sequence = 0u32;
+    for file in files {
+        let msgs = ipfix_dump(file);
+        let first = msgs.first().unwrap_or_else(|| panic!("{} holds no message", file.display()));
+        assert!(first.templates == 2 && first.templates_first, "{} does not open with the templates: {first:?}", file.display());
+        for m in &msgs {
+            assert_eq!(m.domain, domain, "{}", file.display());
+            assert_eq!(m.sequence, sequence, "{}: the sequence number counts the data records before", file.display());
+            sequence = sequence.wrapping_add(m.records.len() as u32);
+            records.extend(m.records.iter().map(ipfix_row));
+        }
+    }
+    records
+}
+
+#[test]
+fn ipfix_files_rotate_and_ipfixdump_reads_them_as_nfcapd_stores_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let out = dir.path().join("files");
+    std::fs::create_dir(&out).unwrap();
+    let c = Collector::start();
+    // Files of at most 20,000 bytes: several, so records split across them.
+    let pattern = out.join("f.ipfix");
+    let o = weir(&[
+        "flows",
+        &format!("{}@0-1", trace.display()),
+        "-q",
+        "-n",
+        &c.addr(),
+        "-w",
+        pattern.to_str().unwrap(),
+        "-C",
+        "0.02",
+        "--domain",
+        "7",
+        "--pool",
+        "64,16",
+    ]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let (rows, report) = c.finish();
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    let files = rotated(&out);
+    assert!(files.len() >= 4, "{} files: {stderr}", files.len());
+    assert!(files.iter().all(|f| std::fs::metadata(f).unwrap().len() <= 20_000), "a file is over -C");
+    let records = read_ipfix_files(&files, 7);
+    // Field by field, the records nfcapd stored: none lost or repeated
+    // across the files.
+    let from_files: Vec<Row> = records.iter().map(|(r, _, _)| r.clone()).collect();
+    assert!(rows.len() > 1000, "{} records", rows.len());
+    assert_eq!(row_lines(&from_files), row_lines(&rows));
+    // And the fields nfdump does not show: end reasons as weir counted
+    // them, and both queues as interfaces 1 and 2.
+    let mut by_reason = [0u64; 5];
+    for (_, _, why) in &records {
+        by_reason[usize::from(*why) - 1] += 1;
+    }
+    assert_eq!(by_reason, reasons(&stderr), "{stderr}");
+    let interfaces: BTreeSet<u32> = records.iter().map(|(_, i, _)| *i).collect();
+    assert_eq!(interfaces, BTreeSet::from([1, 2]));
+}
+
+/// The number just before `what` in `stderr`.
+fn count_before(stderr: &str, what: &str) -> u64 {
+    let at = stderr.find(what).unwrap_or_else(|| panic!("no `{what}` in {stderr}"));
+    stderr[..at].trim_end().rsplit([' ', '(']).next().unwrap().parse().unwrap_or_else(|_| panic!("no count before `{what}` in {stderr}"))
+}
+
+#[test]
+fn ipfix_files_that_cannot_be_written_are_named_and_their_records_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let t = trace.to_str().unwrap();
+    // A directory that does not exist: named, exit 2, before any export.
+    let o = weir(&["flows", t, "-w", "/no/such/dir/f.ipfix"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("/no/such/dir/f.ipfix: No such file or directory"), "{}", text(&o.stderr));
+    // A full disk from the first byte.
+    let o = weir(&["flows", t, "-w", "/dev/full"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("/dev/full: No space left on device"), "{}", text(&o.stderr));
+    // Nowhere to export to, and a format without files.
+    let o = weir(&["flows", t]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("-n HOST:PORT"), "{}", text(&o.stderr));
+    let o = weir(&["flows", t, "-w", "x.ipfix", "--format", "v9"]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("NetFlow v9 has no file format"), "{}", text(&o.stderr));
+    // A file that fills up during the run (a file size limit of 32 KiB,
+    // with SIGXFSZ ignored so the write fails with EFBIG): the collector
+    // still gets every record, the error names the file, the records not
+    // written are counted, and the file ends on a whole message.
+    let c = Collector::start();
+    let file = dir.path().join("f.ipfix");
+    let script =
+        format!("trap '' XFSZ; ulimit -f 64; exec {} flows {t} -q -n {} -w {}", env!("CARGO_BIN_EXE_weir"), c.addr(), file.display());
+    let o = Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).output().unwrap();
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot write {}: File too large", file.display())), "{stderr}");
+    let (rows, _) = c.finish();
+    let total = count_before(&stderr, "records (");
+    let (written, unwritten) = (count_before(&stderr, "records written to"), count_before(&stderr, "records were not written"));
+    assert!(written > 0 && unwritten > 0 && written + unwritten == total, "{stderr}");
+    assert_eq!(rows.len() as u64, total, "{stderr}");
+    assert_eq!(read_ipfix_files(&[file], 0).len() as u64, written);
 }

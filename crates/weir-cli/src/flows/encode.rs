@@ -349,6 +349,16 @@ impl Encoder {
         self.close_set();
     }
 
+    /// A message holding the templates only, with sequence number 0 and
+    /// export time 0 (a file writer sets both, see `files.rs`).
+    pub fn templates_message(&self) -> Vec<u8> {
+        let mut e = Encoder { buf: Vec::new(), ..*self };
+        e.clear();
+        e.add_templates();
+        e.sequence = 0;
+        e.finish().to_vec()
+    }
+
     /// Adds one record to the message.
     pub fn add(&mut self, r: &FlowRecord) -> Added {
         if self.format == Format::V5 {

@@ -2,23 +2,27 @@
 //! layer runs in flows mode at cutoff 0 (statistics only: no payload is
 //! kept), and every record it hands out (a direction of a connection at its
 //! close or its active timeout) travels over a channel to one exporter
-//! thread, which sends IPFIX, NetFlow v9 or v5 messages to the collectors.
+//! thread, which sends IPFIX, NetFlow v9 or v5 messages to the collectors
+//! and writes IPFIX files (`-w`, RFC 5655, rotated as `weir record`'s).
 //!
 //! Nothing is lost silently: every record the layer hands out is exported,
 //! counted as one the format cannot carry (IPv6 in v5), or counted as lost
-//! to send errors; the packets that are in no record (not IP, malformed, IP
+//! to send errors or not written to files; the packets that are in no record (not IP, malformed, IP
 //! fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
 mod encode;
 mod export;
+mod files;
 
 use crate::exit::{bad_input, setting_error};
-use crate::run::{human_rate, run_started, SourceArgs};
+use crate::record::RotationArgs;
+use crate::run::{drop_privileges, human_rate, watch_started, SourceArgs};
 use crate::streams::{check_packets, packet_line};
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format};
 use export::{ExportStats, Exporter};
+use files::FlowFiles;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -30,7 +34,15 @@ use weir::stream::{CloseReason, Stream, StreamConfig, StreamCtl, StreamHandler, 
 #[command(after_help = "Examples:\n  \
 weir flows trace.pcap -n 127.0.0.1:9995                          # IPFIX to nfcapd -p 9995\n  \
 weir flows trace.pcap@0-1 -n 10.0.0.5:2055 --format v9 --domain 7\n  \
-weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 60 --inactive-timeout 15\n\n\
+weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 60 --inactive-timeout 15\n  \
+weir flows eth0 -w '/var/flows/weir-%Y%m%d-%H%M.ipfix' -G 300 -W 288   # a day of 5-minute IPFIX files\n  \
+weir flows trace.pcap -w flows.ipfix && ipfixDump --in flows.ipfix   # read them with libfixbuf-tools\n\n\
+IPFIX files (-w, RFC 5655): the IPFIX messages the collectors get, the same bytes, each file opening with \
+the templates so it can be read alone; sequence numbers run on from file to file. They rotate as `weir record`'s \
+do: -C by size, -G by packet time (aligned, a file per period), -W to keep the newest N, names with strftime \
+conversions (UTC, the file's first export time) or {seq}, else .N before the extension when rotating. A file \
+that cannot be written (a full disk) stops the writing of files: the error names it, the records not written are \
+counted, and the exit status is 1. -w and -n go together (both get every record); at least one is needed.\n\n\
 Records: one per direction of a connection (TCP, UDP, any IP protocol), with addresses, ports (0 for protocols \
 without), protocol, the TCP flags of its packets OR'ed, packets, octets (IP bytes, headers included, as IPFIX's octetDeltaCount counts them; softflowd adds Ethernet padding), \
 first and last packet time in ms, the ingress queue plus one as the interface \
@@ -53,8 +65,15 @@ pub struct FlowsArgs {
 
     /// A collector to send to, HOST:PORT over UDP (nfcapd's default port is 9995, IPFIX's 4739). Repeatable:
     /// every collector gets every message.
-    #[arg(short = 'n', long = "collector", value_name = "HOST:PORT", required = true)]
+    #[arg(short = 'n', long = "collector", value_name = "HOST:PORT")]
     pub collectors: Vec<String>,
+
+    /// Write IPFIX files (RFC 5655) named from the pattern OUT (see below), with or without collectors.
+    #[arg(short = 'w', long = "write", value_name = "OUT", help_heading = "Output")]
+    pub write: Option<String>,
+
+    #[command(flatten)]
+    pub rotation: RotationArgs,
 
     /// Export format: ipfix (RFC 7011), v9 (NetFlow 9, RFC 3954) or v5 (NetFlow 5, IPv4 only).
     #[arg(long, default_value = "ipfix", value_parser = parse_format)]
@@ -157,6 +176,30 @@ fn collectors(specs: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
         .collect()
 }
 
+/// The rotating files of `-w`, checked against the other options.
+fn flow_files(args: &FlowsArgs, templates: Vec<u8>) -> anyhow::Result<Option<FlowFiles>> {
+    if args.collectors.is_empty() && args.write.is_none() {
+        return Err(bad_input(anyhow::anyhow!("nowhere to export to: give a collector (-n HOST:PORT), IPFIX files (-w OUT), or both")));
+    }
+    let Some(pattern) = &args.write else {
+        let r = &args.rotation;
+        if r.file_size.is_some() || r.rotate_seconds.is_some() || r.max_files.is_some() {
+            return Err(bad_input(anyhow::anyhow!("-C, -G and -W rotate the IPFIX files of -w: give -w OUT too")));
+        }
+        return Ok(None);
+    };
+    if args.format != Format::Ipfix {
+        return Err(bad_input(anyhow::anyhow!(
+            "-w writes IPFIX files (RFC 5655); NetFlow {} has no file format: leave out --format {} (or send it with -n only)",
+            args.format.name(),
+            args.format.name()
+        )));
+    }
+    let files =
+        FlowFiles::new(pattern, args.rotation.policy(None), templates).map_err(|e| bad_input(anyhow::anyhow!("-w {pattern}: {e}")))?;
+    Ok(Some(files))
+}
+
 pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     let exporter = Exporter {
         format: args.format,
@@ -177,15 +220,37 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     };
     cfg.check().map_err(|e| setting_error(&e))?;
     let export = exporter.open()?;
+    let mut files = flow_files(&args, export.templates_message())?;
     let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
     let (tx, rx) = sync_channel(CHANNEL_RECORDS);
-    let thread = std::thread::Builder::new().name("weir-export".into()).spawn(move || export.run(&rx))?;
     let running = engine.start_streams(&cfg, |_| ToExporter { tx: tx.clone(), orphaned: 0 }).map_err(|e| match e {
         RunError::Setting(s) => setting_error(&s),
         other => anyhow::Error::new(other),
     });
     drop(tx);
-    let report = run_started(running?, "flows", &args.src.live, args.quiet)?;
+    let running = running?;
+    // The first file is opened as the user the run becomes (-Z), before
+    // anything is exported, so a name that cannot be written stops the run
+    // at once (the workers' records wait in the channel meanwhile).
+    let ready = drop_privileges(&args.src.live).and_then(|()| match files.as_mut().map(FlowFiles::prepare) {
+        Some(Err(e)) => {
+            let bad = e.is_bad_input();
+            let e = anyhow::anyhow!("cannot write the IPFIX files of -w: {:#}", anyhow::Error::new(e));
+            Err(if bad { bad_input(e) } else { e })
+        }
+        _ => Ok(()),
+    });
+    if let Err(e) = ready {
+        // Workers sending now find the exporter gone instead of waiting.
+        drop(rx);
+        running.stop_handle().stop();
+        if running.wait_for(Duration::from_secs(1)) {
+            running.join();
+        }
+        return Err(e);
+    }
+    let thread = std::thread::Builder::new().name("weir-export".into()).spawn(move || export.run(&rx, files))?;
+    let report = watch_started(running, "flows", args.quiet)?;
     let mut total = StreamStats::default();
     let mut orphaned = 0;
     for (_, layer) in &report.handlers {
@@ -205,8 +270,8 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     if bad {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
-    let lost = st.lost_to_send_errors + orphaned;
-    Ok(if errors.is_empty() && lost == 0 && adds_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let lost = st.lost_to_send_errors + st.unwritten + orphaned;
+    Ok(if errors.is_empty() && lost == 0 && st.file_error.is_none() && adds_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Prints the statistics; false if the records do not add up (a bug).
@@ -215,7 +280,7 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
     let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
     let reasons: Vec<String> = EndReason::ALL.iter().zip(st.by_reason).map(|(r, n)| format!("{n} {}", r.name())).collect();
     eprintln!(
-        "weir flows: {} packets ({}) in {:.2} s: {} records ({} connections, {} by the active timeout); {} exported as {} ({}), {} {} messages, {} datagrams to {} collector(s), {} with templates",
+        "weir flows: {} packets ({}) in {:.2} s: {} records ({} connections, {} by the active timeout); {} exported as {} ({}), {} {} messages, {} datagrams to {} collector(s), {} with templates{}",
         total.packets,
         human_rate(pps),
         elapsed.as_secs_f64(),
@@ -229,7 +294,16 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
         args.format.name(),
         st.datagrams,
         args.collectors.len(),
-        st.template_messages
+        st.template_messages,
+        match &args.write {
+            Some(_) => format!(
+                "; {} records written to {} file(s): {}",
+                st.written,
+                st.files.len(),
+                st.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+            None => String::new(),
+        }
     );
     eprintln!("weir flows: {}", packet_line(total));
     let f = &total.fragment;
@@ -257,10 +331,13 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
             st.first_send_error.as_deref().unwrap_or("?")
         );
     }
+    if let Some(e) = &st.file_error {
+        eprintln!("weir flows: cannot write {e}: {} records were not written to files", st.unwritten);
+    }
     if orphaned > 0 {
         eprintln!("weir flows: {orphaned} records not exported: the exporter thread had stopped");
     }
-    let accounted = st.exported + st.not_carried + st.lost_to_send_errors + orphaned;
+    let accounted = st.exported + st.not_carried + st.lost + orphaned;
     if accounted != handed_out {
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }
