@@ -80,6 +80,13 @@ impl Collector {
     /// Stops nfcapd (it writes its file on SIGTERM) and returns the flows
     /// it stored, and its closing report (flows and sequence errors).
     fn finish(self) -> (Vec<Row>, String) {
+        let (lines, report) = self.finish_as("fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg");
+        (lines.iter().map(|l| Row::parse(l)).collect(), report)
+    }
+
+    /// [`finish`](Self::finish) with the flows as nfdump prints them in
+    /// `format` (`-o`), one line each.
+    fn finish_as(self, format: &str) -> (Vec<String>, String) {
         // Loopback datagrams are queued at once: wait until nfcapd has read
         // them all (none lost to a full socket buffer), and a moment more
         // for it to store the last.
@@ -100,13 +107,10 @@ impl Collector {
         let mut rows = Vec::new();
         for e in std::fs::read_dir(self.dir.path()).unwrap() {
             let path = e.unwrap().path();
-            let o = tool("nfdump")
-                .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
-                .output()
-                .unwrap();
+            let o = tool("nfdump").args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", format]).output().unwrap();
             assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
             // An empty file prints "No matching flows".
-            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(Row::parse));
+            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(str::to_string));
         }
         (rows, report)
     }
@@ -696,16 +700,15 @@ fn ipfix_row(r: &BTreeMap<String, String>) -> (Row, u32, u8) {
 /// Rows in one comparable form, sorted: addresses through `IpAddr` (nfdump
 /// and ipfixDump write IPv6 alike only by chance).
 fn row_lines(rows: &[Row]) -> Vec<String> {
-    let mut v: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            let (p, sa, sp, da, dp) = &r.key;
-            let addr = |a: &str| a.parse::<IpAddr>().map_or(a.to_string(), |a| a.to_string());
-            format!("{} {} {p} {} {sp} {} {dp} {} {} {}", r.start_ms, r.end_ms, addr(sa), addr(da), r.packets, r.bytes, r.flags)
-        })
-        .collect();
+    let mut v: Vec<String> = rows.iter().map(row_line).collect();
     v.sort();
     v
+}
+
+fn row_line(r: &Row) -> String {
+    let (p, sa, sp, da, dp) = &r.key;
+    let addr = |a: &str| a.parse::<IpAddr>().map_or(a.to_string(), |a| a.to_string());
+    format!("{} {} {p} {} {sp} {} {dp} {} {} {}", r.start_ms, r.end_ms, addr(sa), addr(da), r.packets, r.bytes, r.flags)
 }
 
 /// The files of a rotation named `f.N.ipfix`, in the order written.
@@ -734,10 +737,10 @@ fn reasons(stderr: &str) -> [u64; 5] {
 }
 
 /// Checks the IPFIX files of one run, in the order written, and returns
-/// their records: each file read alone by ipfixDump without complaint, each
+/// their data records, field name to value: each file read alone by ipfixDump without complaint, each
 /// opening with both templates before any data, and the sequence numbers of
 /// `domain` counting every data record before the message, on across files.
-fn read_ipfix_files(files: &[PathBuf], domain: u32) -> Vec<(Row, u32, u8)> {
+fn read_ipfix_files(files: &[PathBuf], domain: u32) -> Vec<BTreeMap<String, String>> {
     let mut records = Vec::new();
     let mut sequence = 0u32;
     for file in files {
@@ -748,7 +751,7 @@ fn read_ipfix_files(files: &[PathBuf], domain: u32) -> Vec<(Row, u32, u8)> {
             assert_eq!(m.domain, domain, "{}", file.display());
             assert_eq!(m.sequence, sequence, "{}: the sequence number counts the data records before", file.display());
             sequence = sequence.wrapping_add(m.records.len() as u32);
-            records.extend(m.records.iter().map(ipfix_row));
+            records.extend(m.records.iter().cloned());
         }
     }
     records
@@ -785,7 +788,7 @@ fn ipfix_files_rotate_and_ipfixdump_reads_them_as_nfcapd_stores_the_same_run() {
     let files = rotated(&out);
     assert!(files.len() >= 4, "{} files: {stderr}", files.len());
     assert!(files.iter().all(|f| std::fs::metadata(f).unwrap().len() <= 20_000), "a file is over -C");
-    let records = read_ipfix_files(&files, 7);
+    let records: Vec<(Row, u32, u8)> = read_ipfix_files(&files, 7).iter().map(ipfix_row).collect();
     // Field by field, the records nfcapd stored: none lost or repeated
     // across the files.
     let from_files: Vec<Row> = records.iter().map(|(r, _, _)| r.clone()).collect();
@@ -844,4 +847,96 @@ fn ipfix_files_that_cannot_be_written_are_named_and_their_records_counted() {
     assert!(written > 0 && unwritten > 0 && written + unwritten == total, "{stderr}");
     assert_eq!(rows.len() as u64, total, "{stderr}");
     assert_eq!(read_ipfix_files(&[file], 0).len() as u64, written);
+}
+
+/// A flow's direction without its times: key (ICMP's ports left out: a
+/// biflow carries the forward direction's type and code only), packets,
+/// octets, flags.
+type Part = (Key, u64, u64, String);
+
+fn part(key: &Key, packets: u64, bytes: u64, flags: String) -> Part {
+    let mut key = key.clone();
+    if key.0.starts_with("ICMP") {
+        (key.2, key.4) = (String::new(), String::new());
+    }
+    (key, packets, bytes, flags)
+}
+
+#[test]
+fn biflows_hold_the_two_uniflows_of_each_connection_and_nfdump_reads_their_reverse_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let source = format!("{}@0-1", trace.display());
+    let (uni_file, bi_file) = (dir.path().join("uni.ipfix"), dir.path().join("bi.ipfix"));
+    let o = weir(&["flows", &source, "-q", "-w", uni_file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let c = Collector::start();
+    let o = weir(&["flows", &source, "-q", "--biflow", "-w", bi_file.to_str().unwrap(), "-n", &c.addr()]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let (lines, report) = c.finish_as("fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg|%opkt|%obyt");
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    let uni: Vec<Row> = read_ipfix_files(&[uni_file], 0).iter().map(|r| ipfix_row(r).0).collect();
+    let bi = read_ipfix_files(&[bi_file], 0);
+    // Each uniflow's times, by the rest of it.
+    let mut times: BTreeMap<Part, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in &uni {
+        times.entry(part(&r.key, r.packets, r.bytes, r.flags.clone())).or_default().push((r.start_ms, r.end_ms));
+    }
+    let (mut parts, mut paired, mut nfdump_view) = (Vec::new(), 0, Vec::new());
+    for b in &bi {
+        let (fwd, _, _) = ipfix_row(b);
+        let n = |name: &str| b.get(name).unwrap_or_else(|| panic!("no {name} in {b:?}")).parse::<u64>().unwrap();
+        let (rp, ro, rf) = (n("reversePacketDeltaCount"), n("reverseOctetDeltaCount"), n("reverseTcpControlBits"));
+        let f = part(&fwd.key, fwd.packets, fwd.bytes, fwd.flags.clone());
+        let f_times = times.get(&f).unwrap_or_else(|| panic!("the forward part of {fwd:?} is no uniflow record"));
+        if rp == 0 {
+            // Seen one way: the uniflow record itself.
+            assert!(ro == 0 && rf == 0 && f_times.contains(&(fwd.start_ms, fwd.end_ms)), "{fwd:?}");
+        } else {
+            // The two uniflows of a connection: the reverse one's key is
+            // the forward one's turned round, and the biflow spans both.
+            let (p, sa, sp, da, dp) = fwd.key.clone();
+            let r = part(&(p, da, dp, sa, sp), rp, ro, flag_text(rf as u8));
+            let r_times = times.get(&r).unwrap_or_else(|| panic!("the reverse part of {fwd:?} is no uniflow record"));
+            let spans = f_times.iter().any(|f| r_times.iter().any(|r| (f.0.min(r.0), f.1.max(r.1)) == (fwd.start_ms, fwd.end_ms)));
+            assert!(spans, "{fwd:?}: not the span of its two uniflows");
+            parts.push(r);
+            paired += 1;
+        }
+        nfdump_view.push((fwd, rp, ro));
+        parts.push(f);
+    }
+    // Every uniflow record is in exactly one biflow: none lost, none twice.
+    let mut uni_parts: Vec<Part> = uni.iter().map(|r| part(&r.key, r.packets, r.bytes, r.flags.clone())).collect();
+    uni_parts.sort();
+    parts.sort();
+    assert_eq!(parts, uni_parts);
+    assert!(paired > 500 && bi.len() + paired == uni.len(), "{paired} paired of {} biflows", bi.len());
+    assert!(stderr.contains(&format!("biflows: {paired} of the {} records", uni.len())), "{stderr}");
+    // nfdump reads the reverse counters as the flow's out packets and
+    // bytes, the rest as the forward flow's.
+    let from_nfdump: Vec<(Row, u64, u64)> = lines
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            assert_eq!(f.len(), 12, "nfdump line `{l}`");
+            let n = |s: &str| s.trim().parse::<u64>().unwrap_or_else(|_| panic!("`{s}` in `{l}`"));
+            (Row::parse(&f[..10].join("|")), n(f[10]), n(f[11]))
+        })
+        .collect();
+    let view = |v: &[(Row, u64, u64)]| {
+        let mut lines: Vec<String> = v.iter().map(|(r, p, o)| format!("{} {p} {o}", row_line(r))).collect();
+        lines.sort();
+        lines
+    };
+    let (a, b) = (view(&from_nfdump), view(&nfdump_view));
+    // NetFlow has no reverse elements: --biflow with v9 or v5 is refused.
+    for format in ["v9", "v5"] {
+        let o = weir(&["flows", &source, "--biflow", "--format", format, "-n", "127.0.0.1:9"]);
+        assert!(o.status.code() == Some(2) && text(&o.stderr).contains("--biflow"), "{}", text(&o.stderr));
+    }
+    let only_nfdump: Vec<&String> = a.iter().filter(|l| !b.contains(l)).take(5).collect();
+    let only_files: Vec<&String> = b.iter().filter(|l| !a.contains(l)).take(5).collect();
+    assert!(a == b, "nfdump's records differ from the files': {only_nfdump:?} against {only_files:?}");
 }

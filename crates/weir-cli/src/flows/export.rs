@@ -62,6 +62,8 @@ pub struct ExportStats {
 pub struct Exporter {
     pub format: Format,
     pub domain: u32,
+    /// Biflow records (RFC 5103, IPFIX only).
+    pub biflow: bool,
     pub collectors: Vec<SocketAddr>,
     pub template_refresh: Duration,
 }
@@ -105,7 +107,7 @@ impl Exporter {
     /// Opens the sockets and checks the domain against the format, before
     /// the run starts, so a failure stops it early.
     pub fn open(&self) -> anyhow::Result<Ready> {
-        let encoder = Encoder::new(self.format, self.domain).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("--domain: {e}")))?;
+        let encoder = Encoder::new(self.format, self.domain, self.biflow).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("{e}")))?;
         let senders = Senders::open(&self.collectors).map_err(|e| anyhow::anyhow!("cannot open a UDP socket to export with: {e}"))?;
         Ok(Ready { encoder, senders, format: self.format, collectors: self.collectors.clone(), refresh: self.template_refresh })
     }

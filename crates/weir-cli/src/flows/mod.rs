@@ -11,6 +11,7 @@
 //! fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
+mod biflow;
 mod encode;
 mod export;
 mod files;
@@ -19,6 +20,7 @@ use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, SourceArgs};
 use crate::streams::{check_packets, packet_line};
+use biflow::Pairer;
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format};
 use export::{ExportStats, Exporter};
@@ -53,6 +55,13 @@ timeout, or at the end of input.\n\n\
 Timeouts follow nfdump's exporter, nfpcapd (active 300 s, inactive 60 s): the active timeout matches nfcapd's \
 default file rotation of 5 minutes, so a long flow shows in every file it lasts through. Both are packet time \
 (moving on with the wall clock on a quiet link).\n\n\
+Biflows (--biflow, RFC 5103, IPFIX only; v9 and v5 refuse it): one record per connection, the initiator's \
+direction with the responder's packets, octets and TCP flags as reverse elements (enterprise 29305), \
+and the first and last packet of either direction as its times. The two directions of a connection pair up on its queue's worker; a record with no partner \
+(a connection seen one way only, or an active-timeout record the other direction has no match for) goes out \
+alone with reverse counters 0. Every uniflow record is in exactly one biflow, so the counts are \
+those of a uniflow run. ipfixDump shows the reverse elements; nfdump 1.7 reads the reverse counters as the \
+flow's out packets and out bytes (%opkt, %obyt) and keeps the forward TCP flags.\n\n\
 A fleet of sensors into one collector: give each weir its own --domain (IPFIX's observation domain, v9's source \
 id, v5's engine type and id as the high and low byte): nfcapd keeps exporters apart by address and domain, and \
 sequence numbers count per domain. Every queue of one weir shares its domain and one exporter thread, so the \
@@ -82,6 +91,11 @@ pub struct FlowsArgs {
     /// Observation domain: IPFIX's observation domain id, v9's source id, v5's engine type and id (at most 65535).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub domain: u32,
+
+    /// One record per connection (RFC 5103 biflows, IPFIX only): the initiator's direction, with the
+    /// responder's as reverse elements (enterprise 29305); see below.
+    #[arg(long)]
+    pub biflow: bool,
 
     /// Export a record of a flow still going after this long (seconds, packet time); it goes on in a next record.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
@@ -114,15 +128,31 @@ fn parse_format(s: &str) -> Result<Format, String> {
 const CHANNEL_RECORDS: usize = 1 << 16;
 
 /// One queue's handler: turns each handed-out stream record into a flow
-/// record for the exporter.
+/// record for the exporter (with `--biflow`, joins the two directions
+/// first).
 struct ToExporter {
     tx: SyncSender<FlowRecord>,
     /// Records the exporter thread was gone for (it panicked): counted.
     orphaned: u64,
+    /// With `--biflow`.
+    pairer: Option<Pairer>,
+    /// Records sent as another's reverse direction, not by themselves.
+    folded: u64,
 }
 
 impl ToExporter {
-    fn send(&mut self, s: &Stream, end: EndReason) {
+    fn new(tx: SyncSender<FlowRecord>, biflow: bool) -> ToExporter {
+        ToExporter { tx, orphaned: 0, pairer: biflow.then(Pairer::default), folded: 0 }
+    }
+
+    fn forward(&mut self, r: FlowRecord) {
+        if self.tx.send(r).is_err() {
+            self.orphaned += 1;
+        }
+    }
+
+    /// `last`: the stream closed with this record.
+    fn send(&mut self, s: &Stream, end: EndReason, last: bool) {
         let r = FlowRecord {
             src: s.src,
             dst: s.dst,
@@ -136,9 +166,22 @@ impl ToExporter {
             end_ms: s.last_ns / 1_000_000,
             ingress: s.queue.0 as u32 + 1,
             end,
+            reverse: None,
         };
-        if self.tx.send(r).is_err() {
-            self.orphaned += 1;
+        let Some(pairer) = self.pairer.as_mut() else { return self.forward(r) };
+        let out = pairer.record(r, s.direction, last);
+        self.folded += u64::from(out.folded);
+        for r in out.send.into_iter().flatten() {
+            self.forward(r);
+        }
+    }
+
+    /// After the layer closed every stream: the records still waiting for a
+    /// partner go out alone.
+    fn finish(&mut self) {
+        let waiting: Vec<FlowRecord> = self.pairer.as_mut().map(|p| p.drain().collect()).unwrap_or_default();
+        for r in waiting {
+            self.forward(r);
         }
     }
 }
@@ -146,12 +189,16 @@ impl ToExporter {
 impl StreamHandler for ToExporter {
     type State = ();
 
-    fn created(&mut self, _: &mut StreamCtl<'_>) {}
+    fn created(&mut self, ctl: &mut StreamCtl<'_>) {
+        if let (Some(p), Some(_)) = (self.pairer.as_mut(), ctl.opposite()) {
+            p.both_directions(ctl.stream());
+        }
+    }
 
     fn data(&mut self, _: &mut StreamCtl<'_>, _: &mut (), _: &weir::stream::Piece<'_>) {}
 
     fn active(&mut self, s: &Stream, _: &mut ()) {
-        self.send(s, EndReason::Active);
+        self.send(s, EndReason::Active, false);
     }
 
     fn closed(&mut self, s: &Stream, _: ()) {
@@ -161,7 +208,7 @@ impl StreamHandler for ToExporter {
             Some(CloseReason::Evicted) => EndReason::LackOfResources,
             Some(CloseReason::EndOfInput) | None => EndReason::Forced,
         };
-        self.send(s, end);
+        self.send(s, end, true);
     }
 }
 
@@ -204,6 +251,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     let exporter = Exporter {
         format: args.format,
         domain: args.domain,
+        biflow: args.biflow,
         collectors: collectors(&args.collectors)?,
         template_refresh: Duration::from_secs(args.template_refresh),
     };
@@ -223,7 +271,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     let mut files = flow_files(&args, export.templates_message())?;
     let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
     let (tx, rx) = sync_channel(CHANNEL_RECORDS);
-    let running = engine.start_streams(&cfg, |_| ToExporter { tx: tx.clone(), orphaned: 0 }).map_err(|e| match e {
+    let running = engine.start_streams(&cfg, |_| ToExporter::new(tx.clone(), args.biflow)).map_err(|e| match e {
         RunError::Setting(s) => setting_error(&s),
         other => anyhow::Error::new(other),
     });
@@ -250,20 +298,24 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         return Err(e);
     }
     let thread = std::thread::Builder::new().name("weir-export".into()).spawn(move || export.run(&rx, files))?;
-    let report = watch_started(running, "flows", args.quiet)?;
+    let mut report = watch_started(running, "flows", args.quiet)?;
     let mut total = StreamStats::default();
-    let mut orphaned = 0;
     for (_, layer) in &report.handlers {
         total.add(&layer.stats());
-        orphaned += layer.handler().orphaned;
     }
     check_packets(&report, &total)?;
     let (elapsed, errors, bad) =
         (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
+    let (mut orphaned, mut folded) = (0, 0);
     // The handlers hold the channel's senders: the exporter ends once they go.
+    for (_, layer) in std::mem::take(&mut report.handlers) {
+        let mut h = layer.into_handler();
+        h.finish();
+        (orphaned, folded) = (orphaned + h.orphaned, folded + h.folded);
+    }
     drop(report);
     let st = thread.join().map_err(|_| anyhow::anyhow!("the exporter thread panicked"))?;
-    let adds_up = print_stats(&args, &total, &st, orphaned, elapsed);
+    let adds_up = print_stats(&args, &total, &st, orphaned, folded, elapsed);
     for e in &errors {
         eprintln!("weir flows: {e}");
     }
@@ -275,7 +327,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints the statistics; false if the records do not add up (a bug).
-fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned: u64, elapsed: Duration) -> bool {
+fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned: u64, folded: u64, elapsed: Duration) -> bool {
     let handed_out = total.streams + total.active_records;
     let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
     let reasons: Vec<String> = EndReason::ALL.iter().zip(st.by_reason).map(|(r, n)| format!("{n} {}", r.name())).collect();
@@ -305,6 +357,12 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
             None => String::new(),
         }
     );
+    if args.biflow {
+        eprintln!(
+            "weir flows: biflows: {} of the {handed_out} records went out as the reverse direction of another, in {} biflow records",
+            folded, st.exported
+        );
+    }
     eprintln!("weir flows: {}", packet_line(total));
     let f = &total.fragment;
     let unrecorded = f.fragments - f.fragments_reassembled;
@@ -337,7 +395,7 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
     if orphaned > 0 {
         eprintln!("weir flows: {orphaned} records not exported: the exporter thread had stopped");
     }
-    let accounted = st.exported + st.not_carried + st.lost + orphaned;
+    let accounted = st.exported + st.not_carried + st.lost + orphaned + folded;
     if accounted != handed_out {
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }
