@@ -87,6 +87,20 @@ impl Collector {
     /// [`finish`](Self::finish) with the flows as nfdump prints them in
     /// `format` (`-o`), one line each.
     fn finish_as(self, format: &str) -> (Vec<String>, String) {
+        let (dir, report) = self.stop();
+        let mut rows = Vec::new();
+        for path in nfcapd_files(&dir) {
+            let o = tool("nfdump").args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", format]).output().unwrap();
+            assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
+            // An empty file prints "No matching flows".
+            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(str::to_string));
+        }
+        (rows, report)
+    }
+
+    /// Stops nfcapd once it has stored every datagram sent: its directory
+    /// and its closing report.
+    fn stop(self) -> (tempfile::TempDir, String) {
         // Loopback datagrams are queued at once: wait until nfcapd has read
         // them all (none lost to a full socket buffer), and a moment more
         // for it to store the last.
@@ -103,17 +117,34 @@ impl Collector {
         std::thread::sleep(Duration::from_millis(200));
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
         let out = self.child.wait_with_output().unwrap();
-        let report = text(&out.stderr);
-        let mut rows = Vec::new();
-        for e in std::fs::read_dir(self.dir.path()).unwrap() {
-            let path = e.unwrap().path();
-            let o = tool("nfdump").args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", format]).output().unwrap();
-            assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
-            // An empty file prints "No matching flows".
-            rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(str::to_string));
-        }
-        (rows, report)
+        (self.dir, text(&out.stderr))
     }
+}
+
+/// The files an nfcapd wrote.
+fn nfcapd_files(dir: &tempfile::TempDir) -> Vec<PathBuf> {
+    std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+/// The exporters nfcapd kept apart (`nfdump -E`), by observation domain:
+/// (sequence failures, flows).
+fn exporters(dir: &tempfile::TempDir) -> BTreeMap<u32, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for path in nfcapd_files(dir) {
+        let o = tool("nfdump").args(["-E", path.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "nfdump -E {}: {}", path.display(), text(&o.stderr));
+        // SysID: 1, IP:  127.0.0.1, version: 10, ID: 12, Sequence failures: 0, packets: 27, flows: 684
+        for line in text(&o.stdout).lines().filter(|l| l.starts_with("SysID")) {
+            let field = |name: &str| -> u64 {
+                let at = line.find(name).unwrap_or_else(|| panic!("no `{name}` in `{line}`")) + name.len();
+                line[at..].split(',').next().unwrap().trim().parse().unwrap()
+            };
+            let e: &mut (u64, u64) = out.entry(field(", ID:") as u32).or_default();
+            e.0 += field("Sequence failures:");
+            e.1 += field("flows:");
+        }
+    }
+    out
 }
 
 /// The UDP socket bound to 127.0.0.1:`port`, if there is one: the bytes
@@ -939,4 +970,78 @@ fn biflows_hold_the_two_uniflows_of_each_connection_and_nfdump_reads_their_rever
     let only_nfdump: Vec<&String> = a.iter().filter(|l| !b.contains(l)).take(5).collect();
     let only_files: Vec<&String> = b.iter().filter(|l| !a.contains(l)).take(5).collect();
     assert!(a == b, "nfdump's records differ from the files': {only_nfdump:?} against {only_files:?}");
+}
+
+#[test]
+fn per_queue_exporters_and_a_fleet_of_sensors_keep_each_domain_in_sequence_at_one_nfcapd() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let source = format!("{}@0-2", trace.display());
+    // The one-exporter run, for the records.
+    let c = Collector::start();
+    let o = weir(&["flows", &source, "-q", "-n", &c.addr(), "--domain", "10"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (single, _) = c.finish();
+    for format in ["ipfix", "v9"] {
+        // Three queues, three exporters: domains 10, 11 and 12, each with its
+        // own sequence, none out of order at the collector.
+        let c = Collector::start();
+        let addr = c.addr();
+        let pattern = dir.path().join(format!("{format}-{{queue}}.ipfix"));
+        let mut args = vec!["flows", &source, "-q", "-n", &addr, "--export", "per-queue", "--domain", "10", "--format", format];
+        let pattern = pattern.to_str().unwrap().to_string();
+        if format == "ipfix" {
+            args.extend(["-w", &pattern]);
+        }
+        let o = weir(&args);
+        let stderr = text(&o.stderr);
+        assert!(o.status.success() && stderr.contains("3 exporters, one per queue, as observation domains 10 to 12"), "{stderr}");
+        let (nfdir, report) = c.stop();
+        assert!(report.contains("Sequence Errors: 0"), "{report}");
+        let by_domain = exporters(&nfdir);
+        assert_eq!(by_domain.keys().copied().collect::<Vec<_>>(), [10, 11, 12], "{format}: {by_domain:?}");
+        assert!(by_domain.values().all(|&(failures, flows)| failures == 0 && flows > 100), "{format}: {by_domain:?}");
+        assert_eq!(by_domain.values().map(|v| v.1).sum::<u64>() as usize, single.len(), "{format}");
+        if format == "ipfix" {
+            // Each queue's files: its own domain, its sequence from 0, the
+            // records nfcapd counted for it.
+            for q in 0..3u32 {
+                let file = PathBuf::from(pattern.replace("{queue}", &q.to_string()));
+                assert_eq!(read_ipfix_files(&[file], 10 + q).len() as u64, by_domain[&(10 + q)].1);
+            }
+        }
+        // The same records as the one exporter's.
+        let c = Collector::start();
+        let o = weir(&["flows", &source, "-q", "-n", &c.addr(), "--export", "per-queue", "--format", format]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let (rows, _) = c.finish();
+        if format == "ipfix" {
+            assert_eq!(row_lines(&rows), row_lines(&single));
+        } else {
+            assert_eq!(rows.len(), single.len());
+        }
+    }
+    // A fleet: two sensors at once into one nfcapd, told apart by domain.
+    let c = Collector::start();
+    let addr = c.addr();
+    let sensors: Vec<Child> = ["1", "2"]
+        .iter()
+        .map(|d| {
+            Command::new(env!("CARGO_BIN_EXE_weir"))
+                .args(["flows", &source, "-q", "-n", &addr, "--domain", d])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut s in sensors {
+        assert!(s.wait().unwrap().success());
+    }
+    let (nfdir, report) = c.stop();
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    let by_domain = exporters(&nfdir);
+    assert_eq!(by_domain, BTreeMap::from([(1, (0, single.len() as u64)), (2, (0, single.len() as u64))]));
+    // Per-queue files need the queue in their name.
+    let o = weir(&["flows", &source, "--export", "per-queue", "-w", dir.path().join("x.ipfix").to_str().unwrap()]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("{queue}"), "{}", text(&o.stderr));
 }

@@ -58,6 +58,29 @@ pub struct ExportStats {
     pub template_messages: u64,
 }
 
+impl ExportStats {
+    /// Adds the counts of another exporter (`--export per-queue`).
+    pub fn add(&mut self, o: ExportStats) {
+        self.exported += o.exported;
+        for (sum, n) in self.by_reason.iter_mut().zip(o.by_reason) {
+            *sum += n;
+        }
+        self.lost += o.lost;
+        self.not_carried += o.not_carried;
+        self.lost_to_send_errors += o.lost_to_send_errors;
+        self.written += o.written;
+        self.unwritten += o.unwritten;
+        self.v5_saturated += o.v5_saturated;
+        self.messages += o.messages;
+        self.datagrams += o.datagrams;
+        self.send_errors += o.send_errors;
+        self.template_messages += o.template_messages;
+        self.first_send_error = self.first_send_error.take().or(o.first_send_error);
+        self.file_error = self.file_error.take().or(o.file_error);
+        self.files.extend(o.files);
+    }
+}
+
 /// The exporter's settings.
 pub struct Exporter {
     pub format: Format,

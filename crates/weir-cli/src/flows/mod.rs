@@ -23,22 +23,24 @@ use crate::streams::{check_packets, packet_line};
 use biflow::Pairer;
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format};
+use export::Ready;
 use export::{ExportStats, Exporter};
 use files::FlowFiles;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Duration;
 use weir::engine::RunError;
 use weir::stream::{CloseReason, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::QueueId;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 weir flows trace.pcap -n 127.0.0.1:9995                          # IPFIX to nfcapd -p 9995\n  \
 weir flows trace.pcap@0-1 -n 10.0.0.5:2055 --format v9 --domain 7\n  \
 weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 60 --inactive-timeout 15\n  \
-weir flows eth0 -w '/var/flows/weir-%Y%m%d-%H%M.ipfix' -G 300 -W 288   # a day of 5-minute IPFIX files\n  \
-weir flows trace.pcap -w flows.ipfix && ipfixDump --in flows.ipfix   # read them with libfixbuf-tools\n\n\
+weir flows eth0 -w '/var/flows/%Y%m%d-%H%M.ipfix' -G 300 -W 288   # 5-minute files, a day\n  \
+weir flows trace.pcap -w flows.ipfix && ipfixDump --in flows.ipfix   # libfixbuf-tools\n\n\
 IPFIX files (-w, RFC 5655): the IPFIX messages the collectors get, the same bytes, each file opening with \
 the templates so it can be read alone; sequence numbers run on from file to file. They rotate as `weir record`'s \
 do: -C by size, -G by packet time (aligned, a file per period), -W to keep the newest N, names with strftime \
@@ -63,9 +65,16 @@ alone with reverse counters 0. Every uniflow record is in exactly one biflow, so
 those of a uniflow run. ipfixDump shows the reverse elements; nfdump 1.7 reads the reverse counters as the \
 flow's out packets and out bytes (%opkt, %obyt) and keeps the forward TCP flags.\n\n\
 A fleet of sensors into one collector: give each weir its own --domain (IPFIX's observation domain, v9's source \
-id, v5's engine type and id as the high and low byte): nfcapd keeps exporters apart by address and domain, and \
-sequence numbers count per domain. Every queue of one weir shares its domain and one exporter thread, so the \
-collector sees one ordered sequence.\n\n\
+id, v5's engine type and id as the high and low byte): nfcapd keeps exporters apart by address and domain (nfdump -E \
+FILE lists them with their sequence failures), and sequence numbers count per domain: IPFIX's and v5's the data \
+records before each message, v9's the messages. By default (--export single) every queue of one weir shares its \
+domain and one exporter thread, so the collector sees one ordered sequence. With --export per-queue each queue \
+has its own exporter thread under the domain --domain plus its queue number (leave room between sensors: \
+sensor A --domain 100, sensor B --domain 200), each domain's sequence in order; -w then needs {queue} in its \
+name, each queue writing its own files:\n  \
+a$ weir flows eth1@0-3 -n collector:9995 --domain 100 --export per-queue   # domains 100-103\n  \
+b$ weir flows eth1@0-3 -n collector:9995 --domain 200 --export per-queue   # domains 200-203\n  \
+collector$ nfcapd -l /var/flows -p 9995         # nfdump -E FILE lists the 8\n\n\
 NetFlow v5 carries IPv4 only: IPv6 records are counted as not exported and reported at the end (exit status \
 0; use ipfix or v9 to keep them). Its counters have 32 bits: larger counts are sent as 4294967295 and counted.")]
 pub struct FlowsArgs {
@@ -87,6 +96,12 @@ pub struct FlowsArgs {
     /// Export format: ipfix (RFC 7011), v9 (NetFlow 9, RFC 3954) or v5 (NetFlow 5, IPv4 only).
     #[arg(long, default_value = "ipfix", value_parser = parse_format)]
     pub format: Format,
+
+    /// One exporter thread for all queues (`single`: one observation domain, its sequence numbers in
+    /// order), or one per queue (`per-queue`: each under the domain --domain plus its queue number, so each
+    /// domain's sequence numbers stay in order without the queues meeting in one thread).
+    #[arg(long = "export", value_enum, default_value = "single", value_name = "MODE")]
+    pub export: ExportMode,
 
     /// Observation domain: IPFIX's observation domain id, v9's source id, v5's engine type and id (at most 65535).
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -117,6 +132,13 @@ pub struct FlowsArgs {
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// How the queues' records reach the collectors.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportMode {
+    Single,
+    PerQueue,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -223,8 +245,9 @@ fn collectors(specs: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
         .collect()
 }
 
-/// The rotating files of `-w`, checked against the other options.
-fn flow_files(args: &FlowsArgs, templates: Vec<u8>) -> anyhow::Result<Option<FlowFiles>> {
+/// The rotating files of `-w` for the exporter of `queue` (`None`: the one
+/// exporter of all queues), checked against the other options.
+fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> anyhow::Result<Option<FlowFiles>> {
     if args.collectors.is_empty() && args.write.is_none() {
         return Err(bad_input(anyhow::anyhow!("nowhere to export to: give a collector (-n HOST:PORT), IPFIX files (-w OUT), or both")));
     }
@@ -242,19 +265,67 @@ fn flow_files(args: &FlowsArgs, templates: Vec<u8>) -> anyhow::Result<Option<Flo
             args.format.name()
         )));
     }
+    let name = match queue {
+        Some(q) if pattern.contains(QUEUE) => pattern.replace(QUEUE, &q.0.to_string()),
+        Some(_) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "-w {pattern}: with --export per-queue each queue writes its own files: put {QUEUE} in the name (flows-{QUEUE}.ipfix)"
+            )))
+        }
+        None => pattern.clone(),
+    };
     let files =
-        FlowFiles::new(pattern, args.rotation.policy(None), templates).map_err(|e| bad_input(anyhow::anyhow!("-w {pattern}: {e}")))?;
+        FlowFiles::new(&name, args.rotation.policy(None), templates).map_err(|e| bad_input(anyhow::anyhow!("-w {pattern}: {e}")))?;
     Ok(Some(files))
 }
 
-pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
-    let exporter = Exporter {
-        format: args.format,
-        domain: args.domain,
-        biflow: args.biflow,
-        collectors: collectors(&args.collectors)?,
-        template_refresh: Duration::from_secs(args.template_refresh),
+/// In a `-w` name, the queue number of `--export per-queue`.
+const QUEUE: &str = "{queue}";
+
+/// One exporter of the run: its encoder and sockets, its files, and the
+/// channel its queues' records come over (the senders are the handlers').
+struct Lane {
+    ready: Ready,
+    files: Option<FlowFiles>,
+    rx: Receiver<FlowRecord>,
+    /// Its queue with `--export per-queue`.
+    queue: Option<QueueId>,
+}
+
+/// The exporters: one for all queues, or one per queue under the domain
+/// `--domain` plus the queue number; and the senders of their channels.
+fn lanes(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<(Vec<Lane>, Vec<SyncSender<FlowRecord>>)> {
+    let collectors = collectors(&args.collectors)?;
+    let each: Vec<Option<QueueId>> = match args.export {
+        ExportMode::Single => vec![None],
+        ExportMode::PerQueue => queues.iter().copied().map(Some).collect(),
     };
+    each.into_iter()
+        .map(|queue| {
+            let domain = match queue {
+                Some(q) => args
+                    .domain
+                    .checked_add(u32::from(q.0))
+                    .ok_or_else(|| bad_input(anyhow::anyhow!("--domain {} plus queue {} is past 4294967295", args.domain, q.0)))?,
+                None => args.domain,
+            };
+            let exporter = Exporter {
+                format: args.format,
+                domain,
+                biflow: args.biflow,
+                collectors: collectors.clone(),
+                template_refresh: Duration::from_secs(args.template_refresh),
+            };
+            let ready = exporter.open()?;
+            let files = flow_files(args, queue, ready.templates_message())?;
+            let (tx, rx) = sync_channel(CHANNEL_RECORDS);
+            Ok((Lane { ready, files, rx, queue }, tx))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map(|v| v.into_iter().unzip())
+}
+
+pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     let cfg = StreamConfig {
         mode: weir::stream::Mode::Packets,
         cutoff: Some(0),
@@ -267,37 +338,51 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;
-    let export = exporter.open()?;
-    let mut files = flow_files(&args, export.templates_message())?;
     let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
-    let (tx, rx) = sync_channel(CHANNEL_RECORDS);
-    let running = engine.start_streams(&cfg, |_| ToExporter::new(tx.clone(), args.biflow)).map_err(|e| match e {
+    let queues = engine.info().queues.clone();
+    let (mut lanes, senders) = lanes(&args, &queues)?;
+    let lane_of = |q: QueueId| match args.export {
+        ExportMode::Single => 0,
+        ExportMode::PerQueue => queues.iter().position(|&x| x == q).expect("the engine's own queue"),
+    };
+    let running = engine.start_streams(&cfg, |q| ToExporter::new(senders[lane_of(q)].clone(), args.biflow)).map_err(|e| match e {
         RunError::Setting(s) => setting_error(&s),
         other => anyhow::Error::new(other),
     });
-    drop(tx);
+    // The handlers hold the only senders from here: each exporter ends once
+    // its queues' handlers let go of them.
+    drop(senders);
     let running = running?;
-    // The first file is opened as the user the run becomes (-Z), before
+    // The first files are opened as the user the run becomes (-Z), before
     // anything is exported, so a name that cannot be written stops the run
-    // at once (the workers' records wait in the channel meanwhile).
-    let ready = drop_privileges(&args.src.live).and_then(|()| match files.as_mut().map(FlowFiles::prepare) {
-        Some(Err(e)) => {
-            let bad = e.is_bad_input();
-            let e = anyhow::anyhow!("cannot write the IPFIX files of -w: {:#}", anyhow::Error::new(e));
-            Err(if bad { bad_input(e) } else { e })
+    // at once (the workers' records wait in the channels meanwhile).
+    let ready = drop_privileges(&args.src.live).and_then(|()| {
+        for lane in &mut lanes {
+            if let Some(Err(e)) = lane.files.as_mut().map(FlowFiles::prepare) {
+                let bad = e.is_bad_input();
+                let e = anyhow::anyhow!("cannot write the IPFIX files of -w: {:#}", anyhow::Error::new(e));
+                return Err(if bad { bad_input(e) } else { e });
+            }
         }
-        _ => Ok(()),
+        Ok(())
     });
     if let Err(e) = ready {
-        // Workers sending now find the exporter gone instead of waiting.
-        drop(rx);
+        // Workers sending now find the exporters gone instead of waiting.
+        drop(lanes);
         running.stop_handle().stop();
         if running.wait_for(Duration::from_secs(1)) {
             running.join();
         }
         return Err(e);
     }
-    let thread = std::thread::Builder::new().name("weir-export".into()).spawn(move || export.run(&rx, files))?;
+    let exporters = lanes.len();
+    let threads = lanes
+        .into_iter()
+        .map(|Lane { ready, files, rx, queue }| {
+            let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
+            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut report = watch_started(running, "flows", args.quiet)?;
     let mut total = StreamStats::default();
     for (_, layer) in &report.handlers {
@@ -314,8 +399,11 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         (orphaned, folded) = (orphaned + h.orphaned, folded + h.folded);
     }
     drop(report);
-    let st = thread.join().map_err(|_| anyhow::anyhow!("the exporter thread panicked"))?;
-    let adds_up = print_stats(&args, &total, &st, orphaned, folded, elapsed);
+    let mut st = ExportStats::default();
+    for t in threads {
+        st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
+    }
+    let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
     for e in &errors {
         eprintln!("weir flows: {e}");
     }
@@ -327,7 +415,15 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints the statistics; false if the records do not add up (a bug).
-fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned: u64, folded: u64, elapsed: Duration) -> bool {
+fn print_stats(
+    args: &FlowsArgs,
+    total: &StreamStats,
+    st: &ExportStats,
+    orphaned: u64,
+    folded: u64,
+    exporters: usize,
+    elapsed: Duration,
+) -> bool {
     let handed_out = total.streams + total.active_records;
     let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
     let reasons: Vec<String> = EndReason::ALL.iter().zip(st.by_reason).map(|(r, n)| format!("{n} {}", r.name())).collect();
@@ -357,6 +453,13 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
             None => String::new(),
         }
     );
+    if exporters > 1 {
+        eprintln!(
+            "weir flows: {exporters} exporters, one per queue, as observation domains {} to {}",
+            args.domain,
+            u64::from(args.domain) + exporters as u64 - 1
+        );
+    }
     if args.biflow {
         eprintln!(
             "weir flows: biflows: {} of the {handed_out} records went out as the reverse direction of another, in {} biflow records",
