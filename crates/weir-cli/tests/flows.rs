@@ -898,11 +898,27 @@ fn biflows_hold_the_two_uniflows_of_each_connection_and_nfdump_reads_their_rever
     let dir = tempfile::tempdir().unwrap();
     let trace = synth(dir.path(), "20000", "600");
     let source = format!("{}@0-1", trace.display());
-    let (uni_file, bi_file) = (dir.path().join("uni.ipfix"), dir.path().join("bi.ipfix"));
-    let o = weir(&["flows", &source, "-q", "-w", uni_file.to_str().unwrap()]);
+    let paired = check_biflows(&source, dir.path());
+    assert!(paired > 500, "{paired} connections paired");
+    // NetFlow has no reverse elements: --biflow with v9 or v5 is refused.
+    for format in ["v9", "v5"] {
+        let o = weir(&["flows", &source, "--biflow", "--format", format, "-n", "127.0.0.1:9"]);
+        assert!(o.status.code() == Some(2) && text(&o.stderr).contains("--biflow"), "{}", text(&o.stderr));
+    }
+}
+
+/// Runs `source` into IPFIX files as uniflows and as biflows (the biflows to
+/// an nfcapd too), and holds the biflows to the uniflows: every uniflow
+/// record in exactly one biflow, as its forward part or (the key turned
+/// round) its reverse part, each paired biflow over the time of its two
+/// uniflows, and nfdump's records of the biflow run the files' (in and out
+/// counters, flags, times). Returns how many biflows are pairs.
+fn check_biflows(source: &str, dir: &Path) -> usize {
+    let (uni_file, bi_file) = (dir.join("uni.ipfix"), dir.join("bi.ipfix"));
+    let o = weir(&["flows", source, "-q", "-w", uni_file.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let c = Collector::start();
-    let o = weir(&["flows", &source, "-q", "--biflow", "-w", bi_file.to_str().unwrap(), "-n", &c.addr()]);
+    let o = weir(&["flows", source, "-q", "--biflow", "-w", bi_file.to_str().unwrap(), "-n", &c.addr()]);
     let stderr = text(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     let (lines, report) = c.finish_as("fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg|%opkt|%obyt");
@@ -943,7 +959,7 @@ fn biflows_hold_the_two_uniflows_of_each_connection_and_nfdump_reads_their_rever
     uni_parts.sort();
     parts.sort();
     assert_eq!(parts, uni_parts);
-    assert!(paired > 500 && bi.len() + paired == uni.len(), "{paired} paired of {} biflows", bi.len());
+    assert_eq!(bi.len() + paired, uni.len(), "{source}: {paired} paired of {} biflows", bi.len());
     assert!(stderr.contains(&format!("biflows: {paired} of the {} records", uni.len())), "{stderr}");
     // nfdump reads the reverse counters as the flow's out packets and
     // bytes, the rest as the forward flow's.
@@ -962,14 +978,10 @@ fn biflows_hold_the_two_uniflows_of_each_connection_and_nfdump_reads_their_rever
         lines
     };
     let (a, b) = (view(&from_nfdump), view(&nfdump_view));
-    // NetFlow has no reverse elements: --biflow with v9 or v5 is refused.
-    for format in ["v9", "v5"] {
-        let o = weir(&["flows", &source, "--biflow", "--format", format, "-n", "127.0.0.1:9"]);
-        assert!(o.status.code() == Some(2) && text(&o.stderr).contains("--biflow"), "{}", text(&o.stderr));
-    }
     let only_nfdump: Vec<&String> = a.iter().filter(|l| !b.contains(l)).take(5).collect();
     let only_files: Vec<&String> = b.iter().filter(|l| !a.contains(l)).take(5).collect();
-    assert!(a == b, "nfdump's records differ from the files': {only_nfdump:?} against {only_files:?}");
+    assert!(a == b, "{source}: nfdump's records differ from the files': {only_nfdump:?} against {only_files:?}");
+    paired
 }
 
 #[test]
@@ -1044,4 +1056,44 @@ fn per_queue_exporters_and_a_fleet_of_sensors_keep_each_domain_in_sequence_at_on
     // Per-queue files need the queue in their name.
     let o = weir(&["flows", &source, "--export", "per-queue", "-w", dir.path().join("x.ipfix").to_str().unwrap()]);
     assert!(o.status.code() == Some(2) && text(&o.stderr).contains("{queue}"), "{}", text(&o.stderr));
+}
+
+#[test]
+#[ignore = "needs the corpus in ../shared/corpus"]
+fn corpus_traces_in_ipfix_files_are_read_by_ipfixdump_as_nfcapd_stores_them() {
+    let corpus = corpus();
+    // IPv4 and IPv6 (both templates), TCP, UDP, ICMP and ICMPv6, GRE,
+    // fragments, two VLAN tags, a trace with no record.
+    let traces = [
+        "wikipedia.pcap",
+        "communityid/icmp.pcap",
+        "communityid/icmp6.pcap",
+        "ipv6-fragmented-dns.pcap",
+        "ftp/ipv6-retr-samba.pcap",
+        "ipv4/fragmented-2.pcap",
+        "http-qinq-0.pcap",
+        "erspan.pcap",
+    ];
+    let mut seen = BTreeSet::new();
+    for t in traces {
+        let trace = corpus.join(t);
+        let dir = tempfile::tempdir().unwrap();
+        let c = Collector::start();
+        let pattern = dir.path().join("f.ipfix");
+        let o = weir(&["flows", trace.to_str().unwrap(), "-q", "-n", &c.addr(), "-w", pattern.to_str().unwrap(), "-C", "0.004"]);
+        assert!(o.status.success(), "{t}: {}", text(&o.stderr));
+        let (rows, _) = c.finish();
+        let records = read_ipfix_files(&rotated(dir.path()), 0);
+        seen.extend(records.iter().map(|r| (r.contains_key("sourceIPv6Address"), ipfix_row(r).0.key.0)));
+        let from_files: Vec<Row> = records.iter().map(|r| ipfix_row(r).0).collect();
+        // (fragmented-2's fragments complete no datagram: no record, and
+        // still one file, holding the templates.)
+        assert!(!rows.is_empty() || t == "ipv4/fragmented-2.pcap", "{t}");
+        assert_eq!(row_lines(&from_files), row_lines(&rows), "{t}");
+        // And as biflows (IPv6's biflow template too).
+        check_biflows(trace.to_str().unwrap(), dir.path());
+    }
+    for want in [(false, "ICMP"), (true, "ICMP6"), (false, "TCP"), (true, "TCP"), (false, "UDP"), (true, "UDP")] {
+        assert!(seen.contains(&(want.0, want.1.to_string())), "no {want:?} record in {seen:?}");
+    }
 }
