@@ -878,6 +878,26 @@ fn ipfix_files_that_cannot_be_written_are_named_and_their_records_counted() {
     assert!(written > 0 && unwritten > 0 && written + unwritten == total, "{stderr}");
     assert_eq!(rows.len() as u64, total, "{stderr}");
     assert_eq!(read_ipfix_files(&[file], 0).len() as u64, written);
+    // Files alone, and a source that does not end (standard input kept
+    // open): once the file cannot be written there is nowhere to export
+    // to, and the run stops by itself, as `weir record` does.
+    let file = dir.path().join("alone.ipfix");
+    let script =
+        format!("trap '' XFSZ; ulimit -f 1; exec {} flows - -q --inactive-timeout 1 -w {}", env!("CARGO_BIN_EXE_weir"), file.display());
+    let mut child = Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    use std::io::Write;
+    stdin.write_all(&std::fs::read(&trace).unwrap()).unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the run goes on with nowhere to export to");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let stderr = text(&out.stderr);
+    assert!(out.status.code() == Some(1) && stderr.contains("no collector either: stopping"), "{stderr}");
+    assert!(stderr.contains(&format!("cannot write {}: File too large", file.display())), "{stderr}");
 }
 
 /// A flow's direction without its times: key (ICMP's ports left out: a

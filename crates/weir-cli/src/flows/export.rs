@@ -6,7 +6,9 @@
 //!
 //! A file that cannot be written (a full disk, a file size limit) ends the
 //! writing of files: the error is kept, naming the file, and every record not
-//! written from then on is counted; the collectors still get theirs.
+//! written from then on is counted; the collectors still get theirs. Without
+//! collectors there is nowhere left to export to, and the run is stopped, as
+//! `weir record` stops on a write error.
 //!
 //! A message goes out when it is full, when its oldest record has waited a
 //! second of wall time (a quiet live link still reports promptly), and at
@@ -24,6 +26,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+use weir::StopHandle;
 
 /// What the exporter counted.
 #[derive(Clone, Debug, Default)]
@@ -124,6 +127,7 @@ struct Outputs<'a> {
     files: Option<FlowFiles>,
     /// A file could not be written: none is written any more.
     failed: bool,
+    stop: StopHandle,
 }
 
 impl Exporter {
@@ -143,9 +147,10 @@ impl Ready {
     }
 
     /// Exports what comes over `rx` until every sender is gone, to the
-    /// collectors and into `files`.
-    pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>) -> ExportStats {
-        let mut out = Outputs { senders: &self.senders, collectors: &self.collectors, files, failed: false };
+    /// collectors and into `files`; `stop` stops the run when no output is
+    /// left.
+    pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, stop: StopHandle) -> ExportStats {
+        let mut out = Outputs { senders: &self.senders, collectors: &self.collectors, files, failed: false, stop };
         let mut st = run(&mut self.encoder, self.format, &mut out, self.refresh, rx);
         if let Some(files) = out.files.take() {
             match files.finish() {
@@ -214,6 +219,10 @@ fn file_failed(out: &mut Outputs<'_>, e: weir::sink::rotate::RotateError, st: &m
     eprintln!("weir flows: cannot write {text}: no more records are written to files");
     st.file_error.get_or_insert(text);
     out.failed = true;
+    if out.collectors.is_empty() {
+        eprintln!("weir flows: no collector either: stopping");
+        out.stop.stop();
+    }
 }
 
 /// Puts the templates at the start of the (empty) message when none were

@@ -46,7 +46,7 @@ the templates so it can be read alone; sequence numbers run on from file to file
 do: -C by size, -G by packet time (aligned, a file per period), -W to keep the newest N, names with strftime \
 conversions (UTC, the file's first export time) or {seq}, else .N before the extension when rotating. A file \
 that cannot be written (a full disk) stops the writing of files: the error names it, the records not written are \
-counted, and the exit status is 1. -w and -n go together (both get every record); at least one is needed.\n\n\
+counted, the run stops if there is no collector either, and the exit status is 1. -w and -n go together (both get every record); at least one is needed.\n\n\
 Records: one per direction of a connection (TCP, UDP, any IP protocol), with addresses, ports (0 for protocols \
 without), protocol, the TCP flags of its packets OR'ed, packets, octets (IP bytes, headers included, as IPFIX's octetDeltaCount counts them; softflowd adds Ethernet padding), \
 first and last packet time in ms, the ingress queue plus one as the interface \
@@ -380,7 +380,8 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|Lane { ready, files, rx, queue }| {
             let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
-            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files))
+            let stop = running.stop_handle();
+            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, stop))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut report = watch_started(running, "flows", args.quiet)?;
