@@ -58,8 +58,12 @@ impl Collector {
         let dir = tempfile::tempdir().unwrap();
         // A port the system had free a moment ago.
         let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // A receive buffer of 4 MB (the system's rmem_max here), not the
+        // default 208 KB: several exporters (per-queue, a fleet) send their
+        // last records in one burst at the end of a trace, and on a busy
+        // machine nfcapd drains its socket slower than they fill it.
         let child = tool("nfcapd")
-            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string(), "-B", "4194304"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -636,6 +636,61 @@ mod tests {
         }
     }
 
+    /// A format of its own: every file opens with `HDR`, records are lines.
+    struct Lines;
+    struct LineFile {
+        file: File,
+        bytes: u64,
+        records: u64,
+    }
+    const HDR: &[u8] = b"HDR\n";
+
+    impl FileKind for Lines {
+        type Writer = LineFile;
+        fn start(&mut self, mut file: File) -> io::Result<LineFile> {
+            use std::io::Write;
+            file.write_all(HDR)?;
+            Ok(LineFile { file, bytes: HDR.len() as u64, records: 0 })
+        }
+    }
+
+    impl FileWriter for LineFile {
+        fn bytes_written(&self) -> u64 {
+            self.bytes
+        }
+        fn records_written(&self) -> u64 {
+            self.records
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn finish(self) -> io::Result<File> {
+            Ok(self.file)
+        }
+    }
+
+    #[test]
+    fn a_file_kind_of_its_own_rotates_the_same_and_opens_every_file_with_its_header() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("l.txt");
+        // At most 12 bytes a file: the header and two 4-byte records.
+        let policy = RotationPolicy { max_bytes: Some(12), max_files: Some(2), ..Default::default() };
+        let mut w = RotatingWriter::files(pattern.to_str().unwrap(), Lines, policy).unwrap();
+        for i in 0..5u64 {
+            w.write_record(i * S, 4, |f| {
+                f.file.write_all(format!("r{i}\n\n").as_bytes()[..4].as_ref())?;
+                (f.bytes, f.records) = (f.bytes + 4, f.records + 1);
+                Ok(())
+            })
+            .unwrap();
+        }
+        let files = w.finish().unwrap();
+        assert_eq!(names(&files, dir.path()), ["l.1.txt", "l.2.txt"], "the oldest deleted");
+        assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), "HDR\nr2\n\nr3\n\n");
+        assert_eq!(std::fs::read_to_string(&files[1]).unwrap(), "HDR\nr4\n\n");
+    }
+
     #[test]
     fn extension_insertion() {
         assert_eq!(insert_before_extension("dir.d/out.pcap", ".3"), "dir.d/out.3.pcap");
