@@ -1080,6 +1080,8 @@ fn per_queue_exporters_and_a_fleet_of_sensors_keep_each_domain_in_sequence_at_on
     // Per-queue files need the queue in their name.
     let o = weir(&["flows", &source, "--export", "per-queue", "-w", dir.path().join("x.ipfix").to_str().unwrap()]);
     assert!(o.status.code() == Some(2) && text(&o.stderr).contains("{queue}"), "{}", text(&o.stderr));
+    let o = weir(&["flows", &source, "-w", dir.path().join("x-{queue}.ipfix").to_str().unwrap()]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("--export per-queue"), "{}", text(&o.stderr));
 }
 
 #[test]

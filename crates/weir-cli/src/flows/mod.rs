@@ -272,6 +272,11 @@ fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> a
                 "-w {pattern}: with --export per-queue each queue writes its own files: put {QUEUE} in the name (flows-{QUEUE}.ipfix)"
             )))
         }
+        None if pattern.contains(QUEUE) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "-w {pattern}: {QUEUE} names each queue's files with --export per-queue; one exporter writes one series of files"
+            )))
+        }
         None => pattern.clone(),
     };
     let files =
