@@ -1,8 +1,9 @@
-//! The exporter thread: flow records from every worker come in over one
-//! channel, are packed into messages by one [`Encoder`] (so the sequence
-//! numbers of the observation domain count in order whatever queue a record
-//! came from), sent over UDP to every collector and written to the IPFIX
-//! files of `-w` ([`FlowFiles`]), the same bytes to each.
+//! An exporter thread: flow records from the workers it serves (every
+//! worker, or with `--export per-queue` one) come in over one channel, are
+//! packed into messages by one [`Encoder`] (so the sequence numbers of its
+//! observation domain count in order whatever queue a record came from),
+//! sent over UDP to every collector and written to the IPFIX files of `-w`
+//! ([`FlowFiles`]), the same bytes to each.
 //!
 //! A file that cannot be written (a full disk, a file size limit) ends the
 //! writing of files: the error is kept, naming the file, and every record not

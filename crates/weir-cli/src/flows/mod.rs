@@ -1,14 +1,18 @@
 //! `weir flows`: a flow exporter on the stream layer. Each worker's stream
 //! layer runs in flows mode at cutoff 0 (statistics only: no payload is
 //! kept), and every record it hands out (a direction of a connection at its
-//! close or its active timeout) travels over a channel to one exporter
-//! thread, which sends IPFIX, NetFlow v9 or v5 messages to the collectors
-//! and writes IPFIX files (`-w`, RFC 5655, rotated as `weir record`'s).
+//! close or its active timeout; with `--biflow` joined to the other
+//! direction's first, see `biflow.rs`) travels over a channel to an exporter
+//! thread (one for all queues, or with `--export per-queue` one per queue
+//! under its own observation domain), which sends IPFIX, NetFlow v9 or v5
+//! messages to the collectors and writes IPFIX files (`-w`, RFC 5655,
+//! rotated as `weir record`'s).
 //!
-//! Nothing is lost silently: every record the layer hands out is exported,
-//! counted as one the format cannot carry (IPv6 in v5), or counted as lost
-//! to send errors or not written to files; the packets that are in no record (not IP, malformed, IP
-//! fragments of a datagram that never completed) are the stream layer's
+//! Nothing is lost silently: every record the layer hands out is exported
+//! (alone or as a biflow's reverse direction), counted as one the format
+//! cannot carry (IPv6 in v5), or counted as lost to send errors or not
+//! written to files; the packets that are in no record (not IP, malformed,
+//! IP fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
 mod biflow;
@@ -154,7 +158,7 @@ const CHANNEL_RECORDS: usize = 1 << 16;
 /// first).
 struct ToExporter {
     tx: SyncSender<FlowRecord>,
-    /// Records the exporter thread was gone for (it panicked): counted.
+    /// Records its exporter thread was gone for (it panicked): counted.
     orphaned: u64,
     /// With `--biflow`.
     pairer: Option<Pairer>,
