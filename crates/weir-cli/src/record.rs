@@ -31,6 +31,36 @@ pub enum Format {
     Pcapng,
 }
 
+/// The rotation options `weir record` and `weir flows -w` share.
+#[derive(Args, Debug)]
+pub struct RotationArgs {
+    /// Start a new file before one would exceed SIZE million bytes (as tcpdump -C;
+    /// 0.001 to 10^9).
+    #[arg(short = 'C', long = "file-size", value_name = "SIZE", help_heading = "Output", value_parser = crate::args::float_in(0.001, 1e9))]
+    pub file_size: Option<f64>,
+
+    /// Start a new file every SECS seconds of packet time (as tcpdump -G; at most ten years).
+    #[arg(short = 'G', long = "rotate-seconds", value_name = "SECS", help_heading = "Output",
+          value_parser = clap::value_parser!(u64).range(1..=crate::args::MAX_SECONDS as u64))]
+    pub rotate_seconds: Option<u64>,
+
+    /// Keep at most N files, deleting the oldest (as tcpdump -W; 1 to 1,000,000).
+    #[arg(short = 'W', long = "max-files", value_name = "N", help_heading = "Output", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_files: Option<u32>,
+}
+
+impl RotationArgs {
+    /// The policy, with `max_packets` (records) from the command's own option.
+    pub fn policy(&self, max_packets: Option<u64>) -> RotationPolicy {
+        RotationPolicy {
+            max_bytes: self.file_size.map(|mb| (mb * 1e6) as u64),
+            max_seconds: self.rotate_seconds,
+            max_packets,
+            max_files: self.max_files.map(|n| n as usize),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  weir record trace.pcap@0-1 -f 'tcp port 80' -w /tmp/http.pcap\n  \
 weir record big.pcap -w '/tmp/cap-%Y%m%d-%H%M%S.pcapng' -G 60 -W 10\n  weir record big.pcap -w /tmp/part.pcap -C 100\n  \
@@ -71,23 +101,12 @@ pub struct RecordArgs {
     #[arg(long, help_heading = "Output")]
     pub micro: bool,
 
-    /// Start a new file before one would exceed SIZE million bytes (as tcpdump -C;
-    /// 0.001 to 10^9).
-    #[arg(short = 'C', long = "file-size", value_name = "SIZE", help_heading = "Output", value_parser = crate::args::float_in(0.001, 1e9))]
-    pub file_size: Option<f64>,
-
-    /// Start a new file every SECS seconds of packet time (as tcpdump -G; at most ten years).
-    #[arg(short = 'G', long = "rotate-seconds", value_name = "SECS", help_heading = "Output",
-          value_parser = clap::value_parser!(u64).range(1..=crate::args::MAX_SECONDS as u64))]
-    pub rotate_seconds: Option<u64>,
+    #[command(flatten)]
+    pub rotation: RotationArgs,
 
     /// Start a new file after N packets.
     #[arg(long = "file-packets", value_name = "N", help_heading = "Output", value_parser = clap::value_parser!(u64).range(1..))]
     pub file_packets: Option<u64>,
-
-    /// Keep at most N files, deleting the oldest (as tcpdump -W; 1 to 1,000,000).
-    #[arg(short = 'W', long = "max-files", value_name = "N", help_heading = "Output", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_files: Option<u32>,
 
     /// No status lines while running.
     #[arg(short, long, help_heading = "Output")]
@@ -139,13 +158,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (_, _, FileFormat::PcapNg) => TsPrecision::Nano,
         _ => TsPrecision::Micro,
     };
-    let max_bytes = args.file_size.map(|mb| (mb * 1e6) as u64);
-    let policy = RotationPolicy {
-        max_bytes,
-        max_seconds: args.rotate_seconds,
-        max_packets: args.file_packets,
-        max_files: args.max_files.map(|n| n as usize),
-    };
+    let policy = args.rotation.policy(args.file_packets);
     if to_stdout && (policy.rotates() || policy.max_files.is_some()) {
         return Err(bad_input(anyhow!(
             "-w - writes one stream to standard output, which cannot be rotated: leave out -C, -G, --file-packets and -W, \

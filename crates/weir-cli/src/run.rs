@@ -296,6 +296,12 @@ pub fn run_to_end<H: Handler>(
 /// [`run_to_end`] for an engine its caller started (the stream layer's).
 pub fn run_started<H: Handler>(running: Running<H>, cmd: &str, live: &LiveArgs, quiet: bool) -> anyhow::Result<Report<H>> {
     drop_privileges(live)?;
+    watch_started(running, cmd, quiet)
+}
+
+/// [`run_started`] for a command that dropped privileges itself (to open
+/// its output as the user it runs as, in between).
+pub fn watch_started<H: Handler>(running: Running<H>, cmd: &str, quiet: bool) -> anyhow::Result<Report<H>> {
     stop_on_signal(running.stop_handle())?;
     announce(cmd, &running);
     Monitor::new(&running, quiet).watch(&running, || {});

@@ -16,6 +16,10 @@
 //! scripts/setup; a test that finds one missing fails and says so.
 //!
 //! nfdump's own exporter, `nfpcapd -r`, is the second peer (`flows/nfpcapd.rs`).
+//!
+//! The IPFIX files of `-w` are read by an independent reader, ipfixDump
+//! (libfixbuf-tools, also from scripts/setup), file by file, and held field
+//! by field to the records nfcapd stored from the same run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, UdpSocket};
@@ -60,8 +64,12 @@ impl Collector {
         let dir = tempfile::tempdir().unwrap();
         // A port the system had free a moment ago.
         let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // A receive buffer of 4 MB (the system's rmem_max here), not the
+        // default 208 KB: several exporters (per-queue, a fleet) send their
+        // last records in one burst at the end of a trace, and on a busy
+        // machine nfcapd drains its socket slower than they fill it.
         let child = tool("nfcapd")
-            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string(), "-B", "4194304"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -82,6 +90,20 @@ impl Collector {
     /// Stops nfcapd (it writes its file on SIGTERM) and returns the flows
     /// it stored, and its closing report (flows and sequence errors).
     fn finish(self) -> (Vec<Row>, String) {
+        let (dir, report) = self.stop();
+        (stored_rows(dir.path()), report)
+    }
+
+    /// [`finish`](Self::finish) with the flows as nfdump prints them in
+    /// `format` (`-o`), one line each.
+    fn finish_as(self, format: &str) -> (Vec<String>, String) {
+        let (dir, report) = self.stop();
+        (stored_lines(dir.path(), format), report)
+    }
+
+    /// Stops nfcapd once it has stored every datagram sent: its directory
+    /// and its closing report.
+    fn stop(self) -> (tempfile::TempDir, String) {
         // Loopback datagrams are queued at once: wait until nfcapd has read
         // them all (none lost to a full socket buffer), and a moment more
         // for it to store the last.
@@ -98,25 +120,52 @@ impl Collector {
         std::thread::sleep(Duration::from_millis(200));
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
         let out = self.child.wait_with_output().unwrap();
-        (stored_rows(self.dir.path()), text(&out.stderr))
+        (self.dir, text(&out.stderr))
     }
 }
 
-/// The flows of every nfcapd file in `dir` (written by nfcapd or nfpcapd),
-/// as nfdump reads them.
-fn stored_rows(dir: &Path) -> Vec<Row> {
+/// The files an nfcapd (or nfpcapd) wrote.
+fn nfcapd_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+/// The flows of every nfcapd file in `dir`, as nfdump prints them in
+/// `format` (`-o`), one line each.
+fn stored_lines(dir: &Path, format: &str) -> Vec<String> {
     let mut rows = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        let o = tool("nfdump")
-            .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
-            .output()
-            .unwrap();
+    for path in nfcapd_files(dir) {
+        let o = tool("nfdump").args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", format]).output().unwrap();
         assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
         // An empty file prints "No matching flows".
-        rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(Row::parse));
+        rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(str::to_string));
     }
     rows
+}
+
+/// The flows of every nfcapd file in `dir` (written by nfcapd or nfpcapd).
+fn stored_rows(dir: &Path) -> Vec<Row> {
+    stored_lines(dir, "fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg").iter().map(|l| Row::parse(l)).collect()
+}
+
+/// The exporters nfcapd kept apart (`nfdump -E`), by observation domain:
+/// (sequence failures, flows).
+fn exporters(dir: &tempfile::TempDir) -> BTreeMap<u32, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for path in nfcapd_files(dir.path()) {
+        let o = tool("nfdump").args(["-E", path.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "nfdump -E {}: {}", path.display(), text(&o.stderr));
+        // SysID: 1, IP:  127.0.0.1, version: 10, ID: 12, Sequence failures: 0, packets: 27, flows: 684
+        for line in text(&o.stdout).lines().filter(|l| l.starts_with("SysID")) {
+            let field = |name: &str| -> u64 {
+                let at = line.find(name).unwrap_or_else(|| panic!("no `{name}` in `{line}`")) + name.len();
+                line[at..].split(',').next().unwrap().trim().parse().unwrap()
+            };
+            let e: &mut (u64, u64) = out.entry(field(", ID:") as u32).or_default();
+            e.0 += field("Sequence failures:");
+            e.1 += field("flows:");
+        }
+    }
+    out
 }
 
 /// The UDP socket bound to 127.0.0.1:`port`, if there is one: the bytes
@@ -633,4 +682,472 @@ fn a_live_run_exports_as_flows_go_idle_refreshes_templates_and_flushes_on_sigint
     // Every IP packet of the trace is in a record the collector stored.
     let packets: u64 = truth.flows.values().map(|t| t.packets).sum();
     assert_eq!(rows.iter().map(|r| r.packets).sum::<u64>(), packets, "{stderr}");
+}
+
+/// One IPFIX message as ipfixDump prints it: its header, how many template
+/// records it holds, and its data records (field name to value).
+#[derive(Debug, Default)]
+struct Message {
+    domain: u32,
+    sequence: u32,
+    templates: usize,
+    /// Whether a template record came before any data record.
+    templates_first: bool,
+    records: Vec<BTreeMap<String, String>>,
+}
+
+/// Reads an IPFIX file with ipfixDump (libfixbuf-tools), which must take it
+/// without complaint: exit status 0 and nothing on standard error (it
+/// reports a cut or malformed message there, and still exits 0).
+fn ipfix_dump(file: &Path) -> Vec<Message> {
+    let o = tool("ipfixDump").args(["--in", file.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success() && o.stderr.is_empty(), "ipfixDump --in {}: {}", file.display(), text(&o.stderr));
+    let mut msgs: Vec<Message> = Vec::new();
+    let number = |line: &str, after: &str| -> u64 {
+        let rest = &line[line.find(after).unwrap_or_else(|| panic!("`{after}` in `{line}`")) + after.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    for line in text(&o.stdout).lines() {
+        if line.starts_with("--- Message Header ---") {
+            msgs.push(Message::default());
+            continue;
+        }
+        let m = msgs.last_mut().expect("a message header comes first");
+        if line.contains("observation domain id:") {
+            m.domain = number(line, "observation domain id:") as u32;
+        }
+        if line.contains("sequence number:") {
+            m.sequence = number(line, "sequence number:") as u32;
+        }
+        if line.starts_with("--- template record ---") {
+            m.templates += 1;
+            m.templates_first |= m.records.is_empty();
+        } else if line.starts_with("--- data record") {
+            m.records.push(BTreeMap::new());
+        } else if let (Some(r), Some((name, value))) =
+            (m.records.last_mut(), line.trim_start().strip_prefix('(').and_then(|l| l.split_once(" : ")))
+        {
+            let name = name.split_once(')').expect("(id) name").1.trim();
+            r.insert(name.to_string(), value.trim().to_string());
+        }
+    }
+    msgs
+}
+
+/// A data record of ipfixDump's as nfdump prints the same flow, in the
+/// shape of [`Row`], with its ingress interface and end reason.
+fn ipfix_row(r: &BTreeMap<String, String>) -> (Row, u32, u8) {
+    let f = |name: &str| r.get(name).unwrap_or_else(|| panic!("no {name} in {r:?}")).as_str();
+    let n = |name: &str| f(name).parse::<u64>().unwrap_or_else(|_| panic!("{name} `{}` is not a number", f(name)));
+    let (src, dst, icmp) = match r.get("sourceIPv4Address") {
+        Some(_) => (f("sourceIPv4Address"), f("destinationIPv4Address"), n("icmpTypeCodeIPv4")),
+        None => (f("sourceIPv6Address"), f("destinationIPv6Address"), n("icmpTypeCodeIPv6")),
+    };
+    let proto = n("protocolIdentifier") as u8;
+    let (sport, dport) = match proto {
+        1 | 58 => ("0".to_string(), format!("{}.{}", icmp >> 8, icmp & 0xff)),
+        _ => (f("sourceTransportPort").to_string(), f("destinationTransportPort").to_string()),
+    };
+    let addr = |a: &str| a.parse::<IpAddr>().unwrap_or_else(|e| panic!("`{a}`: {e}")).to_string();
+    let row = Row {
+        start_ms: ms(f("flowStartMilliseconds")),
+        end_ms: ms(f("flowEndMilliseconds")),
+        key: (proto_name(proto), addr(src), sport, addr(dst), dport),
+        packets: n("packetDeltaCount"),
+        bytes: n("octetDeltaCount"),
+        flags: flag_text(n("tcpControlBits") as u8),
+    };
+    (row, n("ingressInterface") as u32, n("flowEndReason") as u8)
+}
+
+/// Rows in one comparable form, sorted: addresses through `IpAddr` (nfdump
+/// and ipfixDump write IPv6 alike only by chance).
+fn row_lines(rows: &[Row]) -> Vec<String> {
+    let mut v: Vec<String> = rows.iter().map(row_line).collect();
+    v.sort();
+    v
+}
+
+fn row_line(r: &Row) -> String {
+    let (p, sa, sp, da, dp) = &r.key;
+    let addr = |a: &str| a.parse::<IpAddr>().map_or(a.to_string(), |a| a.to_string());
+    format!("{} {} {p} {} {sp} {} {dp} {} {} {}", r.start_ms, r.end_ms, addr(sa), addr(da), r.packets, r.bytes, r.flags)
+}
+
+/// The files of a rotation named `f.N.ipfix`, in the order written.
+fn rotated(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_str().unwrap().split('.').nth(1).unwrap().parse().unwrap(), p))
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
+/// weir's count of exported records by end reason, from its closing line,
+/// in flowEndReason's order (1 idle to 5 evicted).
+fn reasons(stderr: &str) -> [u64; 5] {
+    let mut out = [0; 5];
+    for (i, name) in ["idle", "active", "end-of-flow", "end-of-input", "evicted"].iter().enumerate() {
+        let at = stderr
+            .find(&format!(" {name},"))
+            .or_else(|| stderr.find(&format!(" {name})")))
+            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
+        out[i] = stderr[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap();
+    }
+    out
+}
+
+/// Checks the IPFIX files of one run, in the order written, and returns
+/// their data records, field name to value: each file read alone by ipfixDump without complaint, each
+/// opening with both templates before any data, and the sequence numbers of
+/// `domain` counting every data record before the message, on across files.
+fn read_ipfix_files(files: &[PathBuf], domain: u32) -> Vec<BTreeMap<String, String>> {
+    let mut records = Vec::new();
+    let mut sequence = 0u32;
+    for file in files {
+        let msgs = ipfix_dump(file);
+        let first = msgs.first().unwrap_or_else(|| panic!("{} holds no message", file.display()));
+        assert!(first.templates == 2 && first.templates_first, "{} does not open with the templates: {first:?}", file.display());
+        for m in &msgs {
+            assert_eq!(m.domain, domain, "{}", file.display());
+            assert_eq!(m.sequence, sequence, "{}: the sequence number counts the data records before", file.display());
+            sequence = sequence.wrapping_add(m.records.len() as u32);
+            records.extend(m.records.iter().cloned());
+        }
+    }
+    records
+}
+
+#[test]
+fn ipfix_files_rotate_and_ipfixdump_reads_them_as_nfcapd_stores_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let out = dir.path().join("files");
+    std::fs::create_dir(&out).unwrap();
+    let c = Collector::start();
+    // Files of at most 20,000 bytes: several, so records split across them.
+    let pattern = out.join("f.ipfix");
+    let o = weir(&[
+        "flows",
+        &format!("{}@0-1", trace.display()),
+        "-q",
+        "-n",
+        &c.addr(),
+        "-w",
+        pattern.to_str().unwrap(),
+        "-C",
+        "0.02",
+        "--domain",
+        "7",
+        "--pool",
+        "64,16",
+    ]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let (rows, report) = c.finish();
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    let files = rotated(&out);
+    assert!(files.len() >= 4, "{} files: {stderr}", files.len());
+    assert!(files.iter().all(|f| std::fs::metadata(f).unwrap().len() <= 20_000), "a file is over -C");
+    let records: Vec<(Row, u32, u8)> = read_ipfix_files(&files, 7).iter().map(ipfix_row).collect();
+    // Field by field, the records nfcapd stored: none lost or repeated
+    // across the files.
+    let from_files: Vec<Row> = records.iter().map(|(r, _, _)| r.clone()).collect();
+    assert!(rows.len() > 1000, "{} records", rows.len());
+    assert_eq!(row_lines(&from_files), row_lines(&rows));
+    // And the fields nfdump does not show: end reasons as weir counted
+    // them, and both queues as interfaces 1 and 2.
+    let mut by_reason = [0u64; 5];
+    for (_, _, why) in &records {
+        by_reason[usize::from(*why) - 1] += 1;
+    }
+    assert_eq!(by_reason, reasons(&stderr), "{stderr}");
+    let interfaces: BTreeSet<u32> = records.iter().map(|(_, i, _)| *i).collect();
+    assert_eq!(interfaces, BTreeSet::from([1, 2]));
+}
+
+/// The number just before `what` in `stderr`.
+fn count_before(stderr: &str, what: &str) -> u64 {
+    let at = stderr.find(what).unwrap_or_else(|| panic!("no `{what}` in {stderr}"));
+    stderr[..at].trim_end().rsplit([' ', '(']).next().unwrap().parse().unwrap_or_else(|_| panic!("no count before `{what}` in {stderr}"))
+}
+
+#[test]
+fn ipfix_files_that_cannot_be_written_are_named_and_their_records_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let t = trace.to_str().unwrap();
+    // A directory that does not exist: named, exit 2, before any export.
+    let o = weir(&["flows", t, "-w", "/no/such/dir/f.ipfix"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("/no/such/dir/f.ipfix: No such file or directory"), "{}", text(&o.stderr));
+    // A full disk from the first byte.
+    let o = weir(&["flows", t, "-w", "/dev/full"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("/dev/full: No space left on device"), "{}", text(&o.stderr));
+    // Nowhere to export to, and a format without files.
+    let o = weir(&["flows", t]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("-n HOST:PORT"), "{}", text(&o.stderr));
+    let o = weir(&["flows", t, "-w", "x.ipfix", "--format", "v9"]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("NetFlow v9 has no file format"), "{}", text(&o.stderr));
+    // A file that fills up during the run (a file size limit of 32 KiB,
+    // with SIGXFSZ ignored so the write fails with EFBIG): the collector
+    // still gets every record, the error names the file, the records not
+    // written are counted, and the file ends on a whole message.
+    let c = Collector::start();
+    let file = dir.path().join("f.ipfix");
+    let script =
+        format!("trap '' XFSZ; ulimit -f 64; exec {} flows {t} -q -n {} -w {}", env!("CARGO_BIN_EXE_weir"), c.addr(), file.display());
+    let o = Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).output().unwrap();
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot write {}: File too large", file.display())), "{stderr}");
+    let (rows, _) = c.finish();
+    let total = count_before(&stderr, "records (");
+    let (written, unwritten) = (count_before(&stderr, "records written to"), count_before(&stderr, "records were not written"));
+    assert!(written > 0 && unwritten > 0 && written + unwritten == total, "{stderr}");
+    assert_eq!(rows.len() as u64, total, "{stderr}");
+    assert_eq!(read_ipfix_files(&[file], 0).len() as u64, written);
+    // Files alone, and a source that does not end (standard input kept
+    // open): once the file cannot be written there is nowhere to export
+    // to, and the run stops by itself, as `weir record` does.
+    let file = dir.path().join("alone.ipfix");
+    let script =
+        format!("trap '' XFSZ; ulimit -f 1; exec {} flows - -q --inactive-timeout 1 -w {}", env!("CARGO_BIN_EXE_weir"), file.display());
+    let mut child = Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    use std::io::Write;
+    stdin.write_all(&std::fs::read(&trace).unwrap()).unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the run goes on with nowhere to export to");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let stderr = text(&out.stderr);
+    assert!(out.status.code() == Some(1) && stderr.contains("no collector either: stopping"), "{stderr}");
+    assert!(stderr.contains(&format!("cannot write {}: File too large", file.display())), "{stderr}");
+}
+
+/// A flow's direction without its times: key (ICMP's ports left out: a
+/// biflow carries the forward direction's type and code only), packets,
+/// octets, flags.
+type Part = (Key, u64, u64, String);
+
+fn part(key: &Key, packets: u64, bytes: u64, flags: String) -> Part {
+    let mut key = key.clone();
+    if key.0.starts_with("ICMP") {
+        (key.2, key.4) = (String::new(), String::new());
+    }
+    (key, packets, bytes, flags)
+}
+
+#[test]
+fn biflows_hold_the_two_uniflows_of_each_connection_and_nfdump_reads_their_reverse_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let source = format!("{}@0-1", trace.display());
+    let paired = check_biflows(&source, dir.path());
+    assert!(paired > 500, "{paired} connections paired");
+    // NetFlow has no reverse elements: --biflow with v9 or v5 is refused.
+    for format in ["v9", "v5"] {
+        let o = weir(&["flows", &source, "--biflow", "--format", format, "-n", "127.0.0.1:9"]);
+        assert!(o.status.code() == Some(2) && text(&o.stderr).contains("--biflow"), "{}", text(&o.stderr));
+    }
+}
+
+/// Runs `source` into IPFIX files as uniflows and as biflows (the biflows to
+/// an nfcapd too), and holds the biflows to the uniflows: every uniflow
+/// record in exactly one biflow, as its forward part or (the key turned
+/// round) its reverse part, each paired biflow over the time of its two
+/// uniflows, and nfdump's records of the biflow run the files' (in and out
+/// counters, flags, times). Returns how many biflows are pairs.
+fn check_biflows(source: &str, dir: &Path) -> usize {
+    let (uni_file, bi_file) = (dir.join("uni.ipfix"), dir.join("bi.ipfix"));
+    let o = weir(&["flows", source, "-q", "-w", uni_file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let c = Collector::start();
+    let o = weir(&["flows", source, "-q", "--biflow", "-w", bi_file.to_str().unwrap(), "-n", &c.addr()]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let (lines, report) = c.finish_as("fmt:%ts|%te|%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg|%opkt|%obyt");
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    let uni: Vec<Row> = read_ipfix_files(&[uni_file], 0).iter().map(|r| ipfix_row(r).0).collect();
+    let bi = read_ipfix_files(&[bi_file], 0);
+    // Each uniflow's times, by the rest of it.
+    let mut times: BTreeMap<Part, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in &uni {
+        times.entry(part(&r.key, r.packets, r.bytes, r.flags.clone())).or_default().push((r.start_ms, r.end_ms));
+    }
+    let (mut parts, mut paired, mut nfdump_view) = (Vec::new(), 0, Vec::new());
+    for b in &bi {
+        let (fwd, _, _) = ipfix_row(b);
+        let n = |name: &str| b.get(name).unwrap_or_else(|| panic!("no {name} in {b:?}")).parse::<u64>().unwrap();
+        let (rp, ro, rf) = (n("reversePacketDeltaCount"), n("reverseOctetDeltaCount"), n("reverseTcpControlBits"));
+        let f = part(&fwd.key, fwd.packets, fwd.bytes, fwd.flags.clone());
+        let f_times = times.get(&f).unwrap_or_else(|| panic!("the forward part of {fwd:?} is no uniflow record"));
+        if rp == 0 {
+            // Seen one way: the uniflow record itself.
+            assert!(ro == 0 && rf == 0 && f_times.contains(&(fwd.start_ms, fwd.end_ms)), "{fwd:?}");
+        } else {
+            // The two uniflows of a connection: the reverse one's key is
+            // the forward one's turned round, and the biflow spans both.
+            let (p, sa, sp, da, dp) = fwd.key.clone();
+            let r = part(&(p, da, dp, sa, sp), rp, ro, flag_text(rf as u8));
+            let r_times = times.get(&r).unwrap_or_else(|| panic!("the reverse part of {fwd:?} is no uniflow record"));
+            let spans = f_times.iter().any(|f| r_times.iter().any(|r| (f.0.min(r.0), f.1.max(r.1)) == (fwd.start_ms, fwd.end_ms)));
+            assert!(spans, "{fwd:?}: not the span of its two uniflows");
+            parts.push(r);
+            paired += 1;
+        }
+        nfdump_view.push((fwd, rp, ro));
+        parts.push(f);
+    }
+    // Every uniflow record is in exactly one biflow: none lost, none twice.
+    let mut uni_parts: Vec<Part> = uni.iter().map(|r| part(&r.key, r.packets, r.bytes, r.flags.clone())).collect();
+    uni_parts.sort();
+    parts.sort();
+    assert_eq!(parts, uni_parts);
+    assert_eq!(bi.len() + paired, uni.len(), "{source}: {paired} paired of {} biflows", bi.len());
+    assert!(stderr.contains(&format!("biflows: {paired} of the {} records", uni.len())), "{stderr}");
+    // nfdump reads the reverse counters as the flow's out packets and
+    // bytes, the rest as the forward flow's.
+    let from_nfdump: Vec<(Row, u64, u64)> = lines
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            assert_eq!(f.len(), 12, "nfdump line `{l}`");
+            let n = |s: &str| s.trim().parse::<u64>().unwrap_or_else(|_| panic!("`{s}` in `{l}`"));
+            (Row::parse(&f[..10].join("|")), n(f[10]), n(f[11]))
+        })
+        .collect();
+    let view = |v: &[(Row, u64, u64)]| {
+        let mut lines: Vec<String> = v.iter().map(|(r, p, o)| format!("{} {p} {o}", row_line(r))).collect();
+        lines.sort();
+        lines
+    };
+    let (a, b) = (view(&from_nfdump), view(&nfdump_view));
+    let only_nfdump: Vec<&String> = a.iter().filter(|l| !b.contains(l)).take(5).collect();
+    let only_files: Vec<&String> = b.iter().filter(|l| !a.contains(l)).take(5).collect();
+    assert!(a == b, "{source}: nfdump's records differ from the files': {only_nfdump:?} against {only_files:?}");
+    paired
+}
+
+#[test]
+fn per_queue_exporters_and_a_fleet_of_sensors_keep_each_domain_in_sequence_at_one_nfcapd() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    let source = format!("{}@0-2", trace.display());
+    // The one-exporter run, for the records.
+    let c = Collector::start();
+    let o = weir(&["flows", &source, "-q", "-n", &c.addr(), "--domain", "10"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (single, _) = c.finish();
+    for format in ["ipfix", "v9"] {
+        // Three queues, three exporters: domains 10, 11 and 12, each with its
+        // own sequence, none out of order at the collector.
+        let c = Collector::start();
+        let addr = c.addr();
+        let pattern = dir.path().join(format!("{format}-{{queue}}.ipfix"));
+        let mut args = vec!["flows", &source, "-q", "-n", &addr, "--export", "per-queue", "--domain", "10", "--format", format];
+        let pattern = pattern.to_str().unwrap().to_string();
+        if format == "ipfix" {
+            args.extend(["-w", &pattern]);
+        }
+        let o = weir(&args);
+        let stderr = text(&o.stderr);
+        assert!(o.status.success() && stderr.contains("3 exporters, one per queue, as observation domains 10 to 12"), "{stderr}");
+        let (nfdir, report) = c.stop();
+        assert!(report.contains("Sequence Errors: 0"), "{report}");
+        let by_domain = exporters(&nfdir);
+        assert_eq!(by_domain.keys().copied().collect::<Vec<_>>(), [10, 11, 12], "{format}: {by_domain:?}");
+        assert!(by_domain.values().all(|&(failures, flows)| failures == 0 && flows > 100), "{format}: {by_domain:?}");
+        assert_eq!(by_domain.values().map(|v| v.1).sum::<u64>() as usize, single.len(), "{format}");
+        if format == "ipfix" {
+            // Each queue's files: its own domain, its sequence from 0, the
+            // records nfcapd counted for it.
+            for q in 0..3u32 {
+                let file = PathBuf::from(pattern.replace("{queue}", &q.to_string()));
+                assert_eq!(read_ipfix_files(&[file], 10 + q).len() as u64, by_domain[&(10 + q)].1);
+            }
+        }
+        // The same records as the one exporter's.
+        let c = Collector::start();
+        let o = weir(&["flows", &source, "-q", "-n", &c.addr(), "--export", "per-queue", "--format", format]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let (rows, _) = c.finish();
+        if format == "ipfix" {
+            assert_eq!(row_lines(&rows), row_lines(&single));
+        } else {
+            assert_eq!(rows.len(), single.len());
+        }
+    }
+    // A fleet: two sensors at once into one nfcapd, told apart by domain.
+    let c = Collector::start();
+    let addr = c.addr();
+    let sensors: Vec<Child> = ["1", "2"]
+        .iter()
+        .map(|d| {
+            Command::new(env!("CARGO_BIN_EXE_weir"))
+                .args(["flows", &source, "-q", "-n", &addr, "--domain", d])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut s in sensors {
+        assert!(s.wait().unwrap().success());
+    }
+    let (nfdir, report) = c.stop();
+    assert!(report.contains("Sequence Errors: 0"), "{report}");
+    let by_domain = exporters(&nfdir);
+    assert_eq!(by_domain, BTreeMap::from([(1, (0, single.len() as u64)), (2, (0, single.len() as u64))]));
+    // Per-queue files need the queue in their name.
+    let o = weir(&["flows", &source, "--export", "per-queue", "-w", dir.path().join("x.ipfix").to_str().unwrap()]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("{queue}"), "{}", text(&o.stderr));
+    let o = weir(&["flows", &source, "-w", dir.path().join("x-{queue}.ipfix").to_str().unwrap()]);
+    assert!(o.status.code() == Some(2) && text(&o.stderr).contains("--export per-queue"), "{}", text(&o.stderr));
+}
+
+#[test]
+#[ignore = "needs the corpus in ../shared/corpus"]
+fn corpus_traces_in_ipfix_files_are_read_by_ipfixdump_as_nfcapd_stores_them() {
+    let corpus = corpus();
+    // IPv4 and IPv6 (both templates), TCP, UDP, ICMP and ICMPv6, GRE,
+    // fragments, two VLAN tags, a trace with no record.
+    let traces = [
+        "wikipedia.pcap",
+        "communityid/icmp.pcap",
+        "communityid/icmp6.pcap",
+        "ipv6-fragmented-dns.pcap",
+        "ftp/ipv6-retr-samba.pcap",
+        "ipv4/fragmented-2.pcap",
+        "http-qinq-0.pcap",
+        "erspan.pcap",
+    ];
+    let mut seen = BTreeSet::new();
+    for t in traces {
+        let trace = corpus.join(t);
+        let dir = tempfile::tempdir().unwrap();
+        let c = Collector::start();
+        let pattern = dir.path().join("f.ipfix");
+        let o = weir(&["flows", trace.to_str().unwrap(), "-q", "-n", &c.addr(), "-w", pattern.to_str().unwrap(), "-C", "0.004"]);
+        assert!(o.status.success(), "{t}: {}", text(&o.stderr));
+        let (rows, _) = c.finish();
+        let records = read_ipfix_files(&rotated(dir.path()), 0);
+        seen.extend(records.iter().map(|r| (r.contains_key("sourceIPv6Address"), ipfix_row(r).0.key.0)));
+        let from_files: Vec<Row> = records.iter().map(|r| ipfix_row(r).0).collect();
+        // (fragmented-2's fragments complete no datagram: no record, and
+        // still one file, holding the templates.)
+        assert!(!rows.is_empty() || t == "ipv4/fragmented-2.pcap", "{t}");
+        assert_eq!(row_lines(&from_files), row_lines(&rows), "{t}");
+        // And as biflows (IPv6's biflow template too).
+        check_biflows(trace.to_str().unwrap(), dir.path());
+    }
+    for want in [(false, "ICMP"), (true, "ICMP6"), (false, "TCP"), (true, "TCP"), (false, "UDP"), (true, "UDP")] {
+        assert!(seen.contains(&(want.0, want.1.to_string())), "no {want:?} record in {seen:?}");
+    }
 }

@@ -9,6 +9,21 @@
 //! information elements 1 to 127 are NetFlow v9's field types, so one record
 //! writer serves both.
 //!
+//! Biflows (RFC 5103, IPFIX only): a record may carry the opposite
+//! direction of its connection as reverse information elements, the same
+//! elements under the reverse enterprise number 29305 (packets, octets, TCP
+//! flags), in templates of their own (258, 259); its first and last packet
+//! times are the connection's, of either direction. No reverse times are
+//! sent: nfdump 1.7 takes reverseFlowStartMilliseconds and
+//! reverseFlowEndMilliseconds for the flow's own first and last times, so
+//! with them it would date a biflow by its reverse direction alone. It does
+//! the same with reverseTcpControlBits, the last value written winning in
+//! template order: the reverse flags come just before the forward ones, so
+//! nfdump keeps the forward flags (and reads the reverse counters as its out
+//! packets and bytes), while a reader of RFC 5103 gets both. A biflow
+//! template is used for every record of a biflow run, one seen in one
+//! direction only included: its reverse counters are 0.
+//!
 //! An [`Encoder`] fills one message in a buffer it keeps (reused from message
 //! to message, never grown past [`MAX_MESSAGE`]); [`Encoder::finish`] writes
 //! the header (lengths, counts, time and sequence number) in place and hands
@@ -102,6 +117,17 @@ pub struct FlowRecord {
     /// The interface index it came in on (its queue number plus one).
     pub ingress: u32,
     pub end: EndReason,
+    /// With `--biflow`: the opposite direction of the connection (the source
+    /// and destination swapped), when it was seen.
+    pub reverse: Option<Reverse>,
+}
+
+/// The opposite direction of a biflow: its counters.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reverse {
+    pub tcp_flags: u8,
+    pub packets: u64,
+    pub octets: u64,
 }
 
 /// Largest message: an Ethernet MTU of 1500 less the IPv6 and UDP headers,
@@ -196,7 +222,15 @@ enum Field {
     IcmpV4,
     IcmpV6,
     IcmpV9,
+    /// RFC 5103's reverse elements: the element of the same number under
+    /// the reverse enterprise number.
+    RevTcpFlags,
+    RevPackets,
+    RevOctets,
 }
+
+/// RFC 5103's private enterprise number for reverse information elements.
+pub const REVERSE_PEN: u32 = 29305;
 
 impl Field {
     /// (element or field type number, length in bytes).
@@ -221,7 +255,15 @@ impl Field {
             Field::IcmpV6 => (139, 2),
             Field::StartMs => (152, 8),
             Field::EndMs => (153, 8),
+            Field::RevTcpFlags => (6, 2),
+            Field::RevPackets => (2, 8),
+            Field::RevOctets => (1, 8),
         }
+    }
+
+    /// The enterprise number of a reverse element, `None` for IANA's.
+    fn enterprise(self) -> Option<u32> {
+        matches!(self, RevTcpFlags | RevPackets | RevOctets).then_some(REVERSE_PEN)
     }
 }
 
@@ -230,12 +272,50 @@ const IPFIX_V4: &[Field] =
     &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV4];
 const IPFIX_V6: &[Field] =
     &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags16, Packets, Octets, StartMs, EndMs, Ingress, EndReason, IcmpV6];
+const IPFIX_BI_V4: &[Field] = &[
+    SrcV4,
+    DstV4,
+    SrcPort,
+    DstPort,
+    Proto,
+    RevTcpFlags,
+    TcpFlags16,
+    Packets,
+    Octets,
+    StartMs,
+    EndMs,
+    Ingress,
+    EndReason,
+    IcmpV4,
+    RevPackets,
+    RevOctets,
+];
+const IPFIX_BI_V6: &[Field] = &[
+    SrcV6,
+    DstV6,
+    SrcPort,
+    DstPort,
+    Proto,
+    RevTcpFlags,
+    TcpFlags16,
+    Packets,
+    Octets,
+    StartMs,
+    EndMs,
+    Ingress,
+    EndReason,
+    IcmpV6,
+    RevPackets,
+    RevOctets,
+];
 const V9_V4: &[Field] = &[SrcV4, DstV4, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress, IcmpV9];
 const V9_V6: &[Field] = &[SrcV6, DstV6, SrcPort, DstPort, Proto, TcpFlags8, Packets, Octets, StartUptime, EndUptime, Ingress, IcmpV9];
 
 /// Template ids: 256 is the first a data set may use.
 const TEMPLATE_V4: u16 = 256;
 const TEMPLATE_V6: u16 = 257;
+const TEMPLATE_BI_V4: u16 = 258;
+const TEMPLATE_BI_V6: u16 = 259;
 
 /// Set ids of template sets.
 const IPFIX_TEMPLATE_SET: u16 = 2;
@@ -263,6 +343,8 @@ pub enum Added {
 pub struct Encoder {
     format: Format,
     domain: u32,
+    /// Biflow templates (IPFIX only).
+    biflow: bool,
     buf: Vec<u8>,
     /// The open set: where its header is and its id.
     set: Option<(usize, u16)>,
@@ -279,16 +361,24 @@ pub struct Encoder {
 
 impl Encoder {
     /// An encoder for `format`, with `domain` as IPFIX's observation domain,
-    /// v9's source id, or v5's engine type (high byte) and id (low byte).
-    pub fn new(format: Format, domain: u32) -> Result<Encoder, String> {
+    /// v9's source id, or v5's engine type (high byte) and id (low byte);
+    /// with biflow templates if `biflow` (IPFIX only).
+    pub fn new(format: Format, domain: u32, biflow: bool) -> Result<Encoder, String> {
+        if biflow && format != Format::Ipfix {
+            return Err(format!(
+                "--biflow: biflows (RFC 5103) are IPFIX's: NetFlow {} has no reverse fields (use --format ipfix, or leave out --biflow)",
+                format.name()
+            ));
+        }
         if format == Format::V5 && domain > 0xffff {
             return Err(format!(
-                "NetFlow v5 carries the observation domain in two bytes (engine type and id): {domain} is more than 65535"
+                "--domain: NetFlow v5 carries the observation domain in two bytes (engine type and id): {domain} is more than 65535"
             ));
         }
         let mut e = Encoder {
             format,
             domain,
+            biflow,
             buf: Vec::with_capacity(MAX_MESSAGE),
             set: None,
             records: 0,
@@ -329,24 +419,56 @@ impl Encoder {
     /// Adds the template set (both templates) to the message; v5 has none.
     /// Call it on an empty message, before any record.
     pub fn add_templates(&mut self) {
-        let (set_id, v4, v6) = match self.format {
-            Format::Ipfix => (IPFIX_TEMPLATE_SET, IPFIX_V4, IPFIX_V6),
-            Format::V9 => (V9_TEMPLATE_SET, V9_V4, V9_V6),
+        let set_id = match self.format {
+            Format::Ipfix => IPFIX_TEMPLATE_SET,
+            Format::V9 => V9_TEMPLATE_SET,
             Format::V5 => return,
         };
         self.close_set();
         self.open_set(set_id);
-        for (id, fields) in [(TEMPLATE_V4, v4), (TEMPLATE_V6, v6)] {
+        for (id, fields) in [self.template(true), self.template(false)] {
             put16(&mut self.buf, id);
             put16(&mut self.buf, fields.len() as u16);
             for f in fields {
                 let (number, len) = f.spec();
-                put16(&mut self.buf, number);
-                put16(&mut self.buf, len);
+                match f.enterprise() {
+                    // RFC 7011 3.2: the enterprise bit, then the number.
+                    Some(pen) => {
+                        put16(&mut self.buf, number | 0x8000);
+                        put16(&mut self.buf, len);
+                        put32(&mut self.buf, pen);
+                    }
+                    None => {
+                        put16(&mut self.buf, number);
+                        put16(&mut self.buf, len);
+                    }
+                }
             }
             self.v9_count += 1;
         }
         self.close_set();
+    }
+
+    /// The template (id and fields) for IPv4 (`v4`) or IPv6 records.
+    fn template(&self, v4: bool) -> (u16, &'static [Field]) {
+        match (self.format, self.biflow, v4) {
+            (Format::Ipfix, false, true) => (TEMPLATE_V4, IPFIX_V4),
+            (Format::Ipfix, false, false) => (TEMPLATE_V6, IPFIX_V6),
+            (Format::Ipfix, true, true) => (TEMPLATE_BI_V4, IPFIX_BI_V4),
+            (Format::Ipfix, true, false) => (TEMPLATE_BI_V6, IPFIX_BI_V6),
+            (_, _, true) => (TEMPLATE_V4, V9_V4),
+            (_, _, false) => (TEMPLATE_V6, V9_V6),
+        }
+    }
+
+    /// A message holding the templates only, with sequence number 0 and
+    /// export time 0 (a file writer sets both, see `files.rs`).
+    pub fn templates_message(&self) -> Vec<u8> {
+        let mut e = Encoder { buf: Vec::new(), ..*self };
+        e.clear();
+        e.add_templates();
+        e.sequence = 0;
+        e.finish().to_vec()
     }
 
     /// Adds one record to the message.
@@ -354,13 +476,7 @@ impl Encoder {
         if self.format == Format::V5 {
             return self.add_v5(r);
         }
-        let v4 = r.src.is_ipv4() && r.dst.is_ipv4();
-        let (id, fields) = match (self.format, v4) {
-            (Format::Ipfix, true) => (TEMPLATE_V4, IPFIX_V4),
-            (Format::Ipfix, false) => (TEMPLATE_V6, IPFIX_V6),
-            (_, true) => (TEMPLATE_V4, V9_V4),
-            (_, false) => (TEMPLATE_V6, V9_V6),
-        };
+        let (id, fields) = self.template(r.src.is_ipv4() && r.dst.is_ipv4());
         let len: usize = fields.iter().map(|f| usize::from(f.spec().1)).sum();
         let same_set = self.set.is_some_and(|(_, s)| s == id);
         // Room for the record, a set header if one opens, and v9's padding of
@@ -448,6 +564,9 @@ impl Encoder {
             // The stream layer keys ICMP flows by type and code as the
             // destination port: the same value.
             IcmpV4 | IcmpV6 | IcmpV9 => put16(b, if matches!(r.proto, 1 | 58) { r.dport } else { 0 }),
+            RevTcpFlags => put16(b, u16::from(r.reverse.unwrap_or_default().tcp_flags)),
+            RevPackets => b.extend_from_slice(&r.reverse.unwrap_or_default().packets.to_be_bytes()),
+            RevOctets => b.extend_from_slice(&r.reverse.unwrap_or_default().octets.to_be_bytes()),
         }
     }
 

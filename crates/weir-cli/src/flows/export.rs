@@ -1,7 +1,15 @@
-//! The exporter thread: flow records from every worker come in over one
-//! channel, are packed into messages by one [`Encoder`] (so the sequence
-//! numbers of the observation domain count in order whatever queue a record
-//! came from) and sent over UDP to every collector.
+//! An exporter thread: flow records from the workers it serves (every
+//! worker, or with `--export per-queue` one) come in over one channel, are
+//! packed into messages by one [`Encoder`] (so the sequence numbers of its
+//! observation domain count in order whatever queue a record came from),
+//! sent over UDP to every collector and written to the IPFIX files of `-w`
+//! ([`FlowFiles`]), the same bytes to each.
+//!
+//! A file that cannot be written (a full disk, a file size limit) ends the
+//! writing of files: the error is kept, naming the file, and every record not
+//! written from then on is counted; the collectors still get theirs. Without
+//! collectors there is nowhere left to export to, and the run is stopped, as
+//! `weir record` stops on a write error.
 //!
 //! A message goes out when it is full, when its oldest record has waited a
 //! second of wall time (a quiet live link still reports promptly), and at
@@ -14,21 +22,33 @@
 //! flows by its packets, not by the day it was read.
 
 use super::encode::{self, Added, Encoder, EndReason, FlowRecord, Format};
+use super::files::FlowFiles;
 use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+use weir::StopHandle;
 
 /// What the exporter counted.
 #[derive(Clone, Debug, Default)]
 pub struct ExportStats {
-    /// Records in messages sent (to at least one collector without error).
+    /// Records that reached at least one output (a collector or a file).
     pub exported: u64,
+    /// Records that reached no output: every send failed, and no file took them.
+    pub lost: u64,
     /// Exported records by why they were exported, in [`EndReason::ALL`]'s order.
     pub by_reason: [u64; 5],
     /// Records the format cannot carry (IPv6 in NetFlow v5), not exported.
     pub not_carried: u64,
     /// Records in messages no collector took (every send failed).
     pub lost_to_send_errors: u64,
+    /// Records written to files, and records not written because a file
+    /// could not be written (the first such error, naming the file).
+    pub written: u64,
+    pub unwritten: u64,
+    pub file_error: Option<String>,
+    /// The files written and kept, oldest first.
+    pub files: Vec<PathBuf>,
     /// v5 records whose packets or octets were cut to 32 bits.
     pub v5_saturated: u64,
     /// Messages built.
@@ -42,10 +62,35 @@ pub struct ExportStats {
     pub template_messages: u64,
 }
 
+impl ExportStats {
+    /// Adds the counts of another exporter (`--export per-queue`).
+    pub fn add(&mut self, o: ExportStats) {
+        self.exported += o.exported;
+        for (sum, n) in self.by_reason.iter_mut().zip(o.by_reason) {
+            *sum += n;
+        }
+        self.lost += o.lost;
+        self.not_carried += o.not_carried;
+        self.lost_to_send_errors += o.lost_to_send_errors;
+        self.written += o.written;
+        self.unwritten += o.unwritten;
+        self.v5_saturated += o.v5_saturated;
+        self.messages += o.messages;
+        self.datagrams += o.datagrams;
+        self.send_errors += o.send_errors;
+        self.template_messages += o.template_messages;
+        self.first_send_error = self.first_send_error.take().or(o.first_send_error);
+        self.file_error = self.file_error.take().or(o.file_error);
+        self.files.extend(o.files);
+    }
+}
+
 /// The exporter's settings.
 pub struct Exporter {
     pub format: Format,
     pub domain: u32,
+    /// Biflow records (RFC 5103, IPFIX only).
+    pub biflow: bool,
     pub collectors: Vec<SocketAddr>,
     pub template_refresh: Duration,
 }
@@ -75,31 +120,55 @@ pub struct Ready {
     refresh: Duration,
 }
 
+/// Where messages go: the collectors and the files.
+struct Outputs<'a> {
+    senders: &'a Senders,
+    collectors: &'a [SocketAddr],
+    /// `None` without `-w`.
+    files: Option<FlowFiles>,
+    /// A file could not be written: none is written any more.
+    failed: bool,
+    stop: StopHandle,
+}
+
 impl Exporter {
     /// Opens the sockets and checks the domain against the format, before
     /// the run starts, so a failure stops it early.
     pub fn open(&self) -> anyhow::Result<Ready> {
-        let encoder = Encoder::new(self.format, self.domain).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("--domain: {e}")))?;
+        let encoder = Encoder::new(self.format, self.domain, self.biflow).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("{e}")))?;
         let senders = Senders::open(&self.collectors).map_err(|e| anyhow::anyhow!("cannot open a UDP socket to export with: {e}"))?;
         Ok(Ready { encoder, senders, format: self.format, collectors: self.collectors.clone(), refresh: self.template_refresh })
     }
 }
 
 impl Ready {
-    /// Exports what comes over `rx` until every sender is gone.
-    pub fn run(mut self, rx: &Receiver<FlowRecord>) -> ExportStats {
-        run(&mut self.encoder, self.format, &self.senders, &self.collectors, self.refresh, rx)
+    /// The templates-only message every IPFIX file opens with.
+    pub fn templates_message(&self) -> Vec<u8> {
+        self.encoder.templates_message()
+    }
+
+    /// Exports what comes over `rx` until every sender is gone, to the
+    /// collectors and into `files`; `stop` stops the run when no output is
+    /// left.
+    pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, stop: StopHandle) -> ExportStats {
+        let mut out = Outputs { senders: &self.senders, collectors: &self.collectors, files, failed: false, stop };
+        let mut st = run(&mut self.encoder, self.format, &mut out, self.refresh, rx);
+        if let Some(files) = out.files.take() {
+            match files.finish() {
+                Ok(kept) => st.files = kept,
+                // Closing syncs the last file: its records were written (to
+                // the kernel) but may not be on disk. After a failed write
+                // this may fail again: the first error is the one kept.
+                Err(e) => {
+                    st.file_error.get_or_insert_with(|| format!("{:#}", anyhow::Error::new(e)));
+                }
+            }
+        }
+        st
     }
 }
 
-fn run(
-    enc: &mut Encoder,
-    format: Format,
-    senders: &Senders,
-    collectors: &[SocketAddr],
-    refresh: Duration,
-    rx: &Receiver<FlowRecord>,
-) -> ExportStats {
+fn run(enc: &mut Encoder, format: Format, out: &mut Outputs<'_>, refresh: Duration, rx: &Receiver<FlowRecord>) -> ExportStats {
     let mut st = ExportStats::default();
     let mut templates_at: Option<Instant> = None;
     let mut oldest: Option<Instant> = None;
@@ -118,7 +187,7 @@ fn run(
             }
             let mut added = enc.add(&r);
             if added == Added::Full {
-                send(enc, senders, collectors, &mut reasons, &mut st);
+                send(enc, out, &mut reasons, &mut st);
                 templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
                 added = enc.add(&r);
             }
@@ -135,14 +204,26 @@ fn run(
             }
         }
         if oldest.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)) {
-            send(enc, senders, collectors, &mut reasons, &mut st);
+            send(enc, out, &mut reasons, &mut st);
             oldest = None;
         }
     }
     if !enc.is_empty() {
-        send(enc, senders, collectors, &mut reasons, &mut st);
+        send(enc, out, &mut reasons, &mut st);
     }
     st
+}
+
+/// A file could not be written: no more are, and the error is kept.
+fn file_failed(out: &mut Outputs<'_>, e: weir::sink::rotate::RotateError, st: &mut ExportStats) {
+    let text = format!("{:#}", anyhow::Error::new(e));
+    eprintln!("weir flows: cannot write {text}: no more records are written to files");
+    st.file_error.get_or_insert(text);
+    out.failed = true;
+    if out.collectors.is_empty() {
+        eprintln!("weir flows: no collector either: stopping");
+        out.stop.stop();
+    }
 }
 
 /// Puts the templates at the start of the (empty) message when none were
@@ -159,18 +240,19 @@ fn reason_index(r: EndReason) -> usize {
     EndReason::ALL.iter().position(|&x| x == r).expect("every reason is listed")
 }
 
-/// Sends the message to every collector and counts it.
-fn send(enc: &mut Encoder, senders: &Senders, collectors: &[SocketAddr], reasons: &mut [u64; 5], st: &mut ExportStats) {
+/// Sends the message to every collector, writes it to the files, and
+/// counts it.
+fn send(enc: &mut Encoder, out: &mut Outputs<'_>, reasons: &mut [u64; 5], st: &mut ExportStats) {
     let records = enc.records() as u64;
     let msg = enc.finish();
     st.messages += 1;
-    let mut delivered = false;
-    for c in collectors {
-        let sock = if c.is_ipv4() { senders.v4.as_ref() } else { senders.v6.as_ref() };
+    let mut sent = false;
+    for c in out.collectors {
+        let sock = if c.is_ipv4() { out.senders.v4.as_ref() } else { out.senders.v6.as_ref() };
         match sock.expect("a socket per family in use").send_to(msg, c) {
             Ok(_) => {
                 st.datagrams += 1;
-                delivered = true;
+                sent = true;
             }
             Err(e) => {
                 st.send_errors += 1;
@@ -178,13 +260,28 @@ fn send(enc: &mut Encoder, senders: &Senders, collectors: &[SocketAddr], reasons
             }
         }
     }
-    if delivered {
+    if !out.collectors.is_empty() && !sent {
+        st.lost_to_send_errors += records;
+    }
+    let mut written = false;
+    if let Some(files) = out.files.as_mut().filter(|_| !out.failed) {
+        match files.write(msg, records as usize) {
+            Ok(()) => written = true,
+            Err(e) => file_failed(out, e, st),
+        }
+    }
+    if written {
+        st.written += records;
+    } else if out.files.is_some() {
+        st.unwritten += records;
+    }
+    if sent || written {
         st.exported += records;
         for (sum, n) in st.by_reason.iter_mut().zip(reasons.iter()) {
             *sum += n;
         }
     } else {
-        st.lost_to_send_errors += records;
+        st.lost += records;
     }
     *reasons = [0; 5];
     enc.reset();

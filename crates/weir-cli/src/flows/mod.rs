@@ -1,36 +1,56 @@
 //! `weir flows`: a flow exporter on the stream layer. Each worker's stream
 //! layer runs in flows mode at cutoff 0 (statistics only: no payload is
 //! kept), and every record it hands out (a direction of a connection at its
-//! close or its active timeout) travels over a channel to one exporter
-//! thread, which sends IPFIX, NetFlow v9 or v5 messages to the collectors.
+//! close or its active timeout; with `--biflow` joined to the other
+//! direction's first, see `biflow.rs`) travels over a channel to an exporter
+//! thread (one for all queues, or with `--export per-queue` one per queue
+//! under its own observation domain), which sends IPFIX, NetFlow v9 or v5
+//! messages to the collectors and writes IPFIX files (`-w`, RFC 5655,
+//! rotated as `weir record`'s).
 //!
-//! Nothing is lost silently: every record the layer hands out is exported,
-//! counted as one the format cannot carry (IPv6 in v5), or counted as lost
-//! to send errors; the packets that are in no record (not IP, malformed, IP
-//! fragments of a datagram that never completed) are the stream layer's
+//! Nothing is lost silently: every record the layer hands out is exported
+//! (alone or as a biflow's reverse direction), counted as one the format
+//! cannot carry (IPv6 in v5), or counted as lost to send errors or not
+//! written to files; the packets that are in no record (not IP, malformed,
+//! IP fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
+mod biflow;
 mod encode;
 mod export;
+mod files;
 
 use crate::exit::{bad_input, setting_error};
-use crate::run::{human_rate, run_started, SourceArgs};
+use crate::record::RotationArgs;
+use crate::run::{drop_privileges, human_rate, watch_started, SourceArgs};
 use crate::streams::{check_packets, packet_line};
+use biflow::Pairer;
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format};
+use export::Ready;
 use export::{ExportStats, Exporter};
+use files::FlowFiles;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Duration;
 use weir::engine::RunError;
 use weir::stream::{CloseReason, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::QueueId;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 weir flows trace.pcap -n 127.0.0.1:9995                          # IPFIX to nfcapd -p 9995\n  \
 weir flows trace.pcap@0-1 -n 10.0.0.5:2055 --format v9 --domain 7\n  \
-weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 60 --inactive-timeout 15\n\n\
+weir flows afpacket:eth0@0-3 -n collector:4739 -n backup:4739 --active-timeout 60 --inactive-timeout 15\n  \
+weir flows eth0 -w '/var/flows/%Y%m%d-%H%M.ipfix' -G 300 -W 288   # 5-minute files, a day\n  \
+weir flows trace.pcap -w flows.ipfix && ipfixDump --in flows.ipfix   # libfixbuf-tools\n\n\
+IPFIX files (-w, RFC 5655): the IPFIX messages the collectors get, the same bytes, each file opening with \
+the templates so it can be read alone; sequence numbers run on from file to file. They rotate as `weir record`'s \
+do: -C by size, -G by packet time (aligned, a file per period), -W to keep the newest N, names with strftime \
+conversions (UTC, the file's first export time) or {seq}, else .N before the extension when rotating. A file \
+that cannot be written (a full disk) stops the writing of files: the error names it, the records not written are \
+counted, the run stops if there is no collector either, and the exit status is 1. -w and -n go together (both get every record); at least one is needed.\n\n\
 Records: one per direction of a connection (TCP, UDP, any IP protocol), with addresses, ports (0 for protocols \
 without), protocol, the TCP flags of its packets OR'ed, packets, octets (IP bytes, headers included, as IPFIX's octetDeltaCount counts them; softflowd adds Ethernet padding), \
 first and last packet time in ms, the ingress queue plus one as the interface \
@@ -41,10 +61,24 @@ timeout, or at the end of input.\n\n\
 Timeouts follow nfdump's exporter, nfpcapd (active 300 s, inactive 60 s): the active timeout matches nfcapd's \
 default file rotation of 5 minutes, so a long flow shows in every file it lasts through. Both are packet time \
 (moving on with the wall clock on a quiet link).\n\n\
+Biflows (--biflow, RFC 5103, IPFIX only; v9 and v5 refuse it): one record per connection, the initiator's \
+direction with the responder's packets, octets and TCP flags as reverse elements (enterprise 29305), \
+and the first and last packet of either direction as its times. The two directions of a connection pair up on its queue's worker; a record with no partner \
+(a connection seen one way only, or an active-timeout record the other direction has no match for) goes out \
+alone with reverse counters 0. Every uniflow record is in exactly one biflow, so the counts are \
+those of a uniflow run. ipfixDump shows the reverse elements; nfdump 1.7 reads the reverse counters as the \
+flow's out packets and out bytes (%opkt, %obyt) and keeps the forward TCP flags.\n\n\
 A fleet of sensors into one collector: give each weir its own --domain (IPFIX's observation domain, v9's source \
-id, v5's engine type and id as the high and low byte): nfcapd keeps exporters apart by address and domain, and \
-sequence numbers count per domain. Every queue of one weir shares its domain and one exporter thread, so the \
-collector sees one ordered sequence.\n\n\
+id, v5's engine type and id as the high and low byte): nfcapd keeps exporters apart by address and domain (nfdump -E \
+FILE lists them with their sequence failures), and sequence numbers count per domain: IPFIX's and v5's the data \
+records before each message, v9's the messages. By default (--export single) every queue of one weir shares its \
+domain and one exporter thread, so the collector sees one ordered sequence. With --export per-queue each queue \
+has its own exporter thread under the domain --domain plus its queue number (leave room between sensors: \
+sensor A --domain 100, sensor B --domain 200), each domain's sequence in order; -w then needs {queue} in its \
+name, each queue writing its own files:\n  \
+a$ weir flows eth1@0-3 -n collector:9995 --domain 100 --export per-queue   # domains 100-103\n  \
+b$ weir flows eth1@0-3 -n collector:9995 --domain 200 --export per-queue   # domains 200-203\n  \
+collector$ nfcapd -l /var/flows -p 9995         # nfdump -E FILE lists the 8\n\n\
 NetFlow v5 carries IPv4 only: IPv6 records are counted as not exported and reported at the end (exit status \
 0; use ipfix or v9 to keep them). Its counters have 32 bits: larger counts are sent as 4294967295 and counted.")]
 pub struct FlowsArgs {
@@ -53,16 +87,34 @@ pub struct FlowsArgs {
 
     /// A collector to send to, HOST:PORT over UDP (nfcapd's default port is 9995, IPFIX's 4739). Repeatable:
     /// every collector gets every message.
-    #[arg(short = 'n', long = "collector", value_name = "HOST:PORT", required = true)]
+    #[arg(short = 'n', long = "collector", value_name = "HOST:PORT")]
     pub collectors: Vec<String>,
+
+    /// Write IPFIX files (RFC 5655) named from the pattern OUT (see below), with or without collectors.
+    #[arg(short = 'w', long = "write", value_name = "OUT", help_heading = "Output")]
+    pub write: Option<String>,
+
+    #[command(flatten)]
+    pub rotation: RotationArgs,
 
     /// Export format: ipfix (RFC 7011), v9 (NetFlow 9, RFC 3954) or v5 (NetFlow 5, IPv4 only).
     #[arg(long, default_value = "ipfix", value_parser = parse_format)]
     pub format: Format,
 
+    /// One exporter thread for all queues (`single`: one observation domain, its sequence numbers in
+    /// order), or one per queue (`per-queue`: each under the domain --domain plus its queue number, so each
+    /// domain's sequence numbers stay in order without the queues meeting in one thread).
+    #[arg(long = "export", value_enum, default_value = "single", value_name = "MODE")]
+    pub export: ExportMode,
+
     /// Observation domain: IPFIX's observation domain id, v9's source id, v5's engine type and id (at most 65535).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub domain: u32,
+
+    /// One record per connection (RFC 5103 biflows, IPFIX only): the initiator's direction, with the
+    /// responder's as reverse elements (enterprise 29305); see below.
+    #[arg(long)]
+    pub biflow: bool,
 
     /// Export a record of a flow still going after this long (seconds, packet time); it goes on in a next record.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
@@ -86,6 +138,13 @@ pub struct FlowsArgs {
     pub quiet: bool,
 }
 
+/// How the queues' records reach the collectors.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportMode {
+    Single,
+    PerQueue,
+}
+
 fn parse_format(s: &str) -> Result<Format, String> {
     s.parse()
 }
@@ -95,15 +154,31 @@ fn parse_format(s: &str) -> Result<Format, String> {
 const CHANNEL_RECORDS: usize = 1 << 16;
 
 /// One queue's handler: turns each handed-out stream record into a flow
-/// record for the exporter.
+/// record for the exporter (with `--biflow`, joins the two directions
+/// first).
 struct ToExporter {
     tx: SyncSender<FlowRecord>,
-    /// Records the exporter thread was gone for (it panicked): counted.
+    /// Records its exporter thread was gone for (it panicked): counted.
     orphaned: u64,
+    /// With `--biflow`.
+    pairer: Option<Pairer>,
+    /// Records sent as another's reverse direction, not by themselves.
+    folded: u64,
 }
 
 impl ToExporter {
-    fn send(&mut self, s: &Stream, end: EndReason) {
+    fn new(tx: SyncSender<FlowRecord>, biflow: bool) -> ToExporter {
+        ToExporter { tx, orphaned: 0, pairer: biflow.then(Pairer::default), folded: 0 }
+    }
+
+    fn forward(&mut self, r: FlowRecord) {
+        if self.tx.send(r).is_err() {
+            self.orphaned += 1;
+        }
+    }
+
+    /// `last`: the stream closed with this record.
+    fn send(&mut self, s: &Stream, end: EndReason, last: bool) {
         let r = FlowRecord {
             src: s.src,
             dst: s.dst,
@@ -117,9 +192,22 @@ impl ToExporter {
             end_ms: s.last_ns / 1_000_000,
             ingress: s.queue.0 as u32 + 1,
             end,
+            reverse: None,
         };
-        if self.tx.send(r).is_err() {
-            self.orphaned += 1;
+        let Some(pairer) = self.pairer.as_mut() else { return self.forward(r) };
+        let out = pairer.record(r, s.direction, last);
+        self.folded += u64::from(out.folded);
+        for r in out.send.into_iter().flatten() {
+            self.forward(r);
+        }
+    }
+
+    /// After the layer closed every stream: the records still waiting for a
+    /// partner go out alone.
+    fn finish(&mut self) {
+        let waiting: Vec<FlowRecord> = self.pairer.as_mut().map(|p| p.drain().collect()).unwrap_or_default();
+        for r in waiting {
+            self.forward(r);
         }
     }
 }
@@ -127,12 +215,16 @@ impl ToExporter {
 impl StreamHandler for ToExporter {
     type State = ();
 
-    fn created(&mut self, _: &mut StreamCtl<'_>) {}
+    fn created(&mut self, ctl: &mut StreamCtl<'_>) {
+        if let (Some(p), Some(_)) = (self.pairer.as_mut(), ctl.opposite()) {
+            p.both_directions(ctl.stream());
+        }
+    }
 
     fn data(&mut self, _: &mut StreamCtl<'_>, _: &mut (), _: &weir::stream::Piece<'_>) {}
 
     fn active(&mut self, s: &Stream, _: &mut ()) {
-        self.send(s, EndReason::Active);
+        self.send(s, EndReason::Active, false);
     }
 
     fn closed(&mut self, s: &Stream, _: ()) {
@@ -142,7 +234,7 @@ impl StreamHandler for ToExporter {
             Some(CloseReason::Evicted) => EndReason::LackOfResources,
             Some(CloseReason::EndOfInput) | None => EndReason::Forced,
         };
-        self.send(s, end);
+        self.send(s, end, true);
     }
 }
 
@@ -157,13 +249,92 @@ fn collectors(specs: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
         .collect()
 }
 
-pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
-    let exporter = Exporter {
-        format: args.format,
-        domain: args.domain,
-        collectors: collectors(&args.collectors)?,
-        template_refresh: Duration::from_secs(args.template_refresh),
+/// The rotating files of `-w` for the exporter of `queue` (`None`: the one
+/// exporter of all queues), checked against the other options.
+fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> anyhow::Result<Option<FlowFiles>> {
+    if args.collectors.is_empty() && args.write.is_none() {
+        return Err(bad_input(anyhow::anyhow!("nowhere to export to: give a collector (-n HOST:PORT), IPFIX files (-w OUT), or both")));
+    }
+    let Some(pattern) = &args.write else {
+        let r = &args.rotation;
+        if r.file_size.is_some() || r.rotate_seconds.is_some() || r.max_files.is_some() {
+            return Err(bad_input(anyhow::anyhow!("-C, -G and -W rotate the IPFIX files of -w: give -w OUT too")));
+        }
+        return Ok(None);
     };
+    if args.format != Format::Ipfix {
+        return Err(bad_input(anyhow::anyhow!(
+            "-w writes IPFIX files (RFC 5655); NetFlow {} has no file format: leave out --format {} (or send it with -n only)",
+            args.format.name(),
+            args.format.name()
+        )));
+    }
+    let name = match queue {
+        Some(q) if pattern.contains(QUEUE) => pattern.replace(QUEUE, &q.0.to_string()),
+        Some(_) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "-w {pattern}: with --export per-queue each queue writes its own files: put {QUEUE} in the name (flows-{QUEUE}.ipfix)"
+            )))
+        }
+        None if pattern.contains(QUEUE) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "-w {pattern}: {QUEUE} names each queue's files with --export per-queue; one exporter writes one series of files"
+            )))
+        }
+        None => pattern.clone(),
+    };
+    let files =
+        FlowFiles::new(&name, args.rotation.policy(None), templates).map_err(|e| bad_input(anyhow::anyhow!("-w {pattern}: {e}")))?;
+    Ok(Some(files))
+}
+
+/// In a `-w` name, the queue number of `--export per-queue`.
+const QUEUE: &str = "{queue}";
+
+/// One exporter of the run: its encoder and sockets, its files, and the
+/// channel its queues' records come over (the senders are the handlers').
+struct Lane {
+    ready: Ready,
+    files: Option<FlowFiles>,
+    rx: Receiver<FlowRecord>,
+    /// Its queue with `--export per-queue`.
+    queue: Option<QueueId>,
+}
+
+/// The exporters: one for all queues, or one per queue under the domain
+/// `--domain` plus the queue number; and the senders of their channels.
+fn lanes(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<(Vec<Lane>, Vec<SyncSender<FlowRecord>>)> {
+    let collectors = collectors(&args.collectors)?;
+    let each: Vec<Option<QueueId>> = match args.export {
+        ExportMode::Single => vec![None],
+        ExportMode::PerQueue => queues.iter().copied().map(Some).collect(),
+    };
+    each.into_iter()
+        .map(|queue| {
+            let domain = match queue {
+                Some(q) => args
+                    .domain
+                    .checked_add(u32::from(q.0))
+                    .ok_or_else(|| bad_input(anyhow::anyhow!("--domain {} plus queue {} is past 4294967295", args.domain, q.0)))?,
+                None => args.domain,
+            };
+            let exporter = Exporter {
+                format: args.format,
+                domain,
+                biflow: args.biflow,
+                collectors: collectors.clone(),
+                template_refresh: Duration::from_secs(args.template_refresh),
+            };
+            let ready = exporter.open()?;
+            let files = flow_files(args, queue, ready.templates_message())?;
+            let (tx, rx) = sync_channel(CHANNEL_RECORDS);
+            Ok((Lane { ready, files, rx, queue }, tx))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map(|v| v.into_iter().unzip())
+}
+
+pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     let cfg = StreamConfig {
         mode: weir::stream::Mode::Packets,
         cutoff: Some(0),
@@ -176,46 +347,98 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;
-    let export = exporter.open()?;
     let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
-    let (tx, rx) = sync_channel(CHANNEL_RECORDS);
-    let thread = std::thread::Builder::new().name("weir-export".into()).spawn(move || export.run(&rx))?;
-    let running = engine.start_streams(&cfg, |_| ToExporter { tx: tx.clone(), orphaned: 0 }).map_err(|e| match e {
+    let queues = engine.info().queues.clone();
+    let (mut lanes, senders) = lanes(&args, &queues)?;
+    let lane_of = |q: QueueId| match args.export {
+        ExportMode::Single => 0,
+        ExportMode::PerQueue => queues.iter().position(|&x| x == q).expect("the engine's own queue"),
+    };
+    let running = engine.start_streams(&cfg, |q| ToExporter::new(senders[lane_of(q)].clone(), args.biflow)).map_err(|e| match e {
         RunError::Setting(s) => setting_error(&s),
         other => anyhow::Error::new(other),
     });
-    drop(tx);
-    let report = run_started(running?, "flows", &args.src.live, args.quiet)?;
+    // The handlers hold the only senders from here: each exporter ends once
+    // its queues' handlers let go of them.
+    drop(senders);
+    let running = running?;
+    // The first files are opened as the user the run becomes (-Z), before
+    // anything is exported, so a name that cannot be written stops the run
+    // at once (the workers' records wait in the channels meanwhile).
+    let ready = drop_privileges(&args.src.live).and_then(|()| {
+        for lane in &mut lanes {
+            if let Some(Err(e)) = lane.files.as_mut().map(FlowFiles::prepare) {
+                let bad = e.is_bad_input();
+                let e = anyhow::anyhow!("cannot write the IPFIX files of -w: {:#}", anyhow::Error::new(e));
+                return Err(if bad { bad_input(e) } else { e });
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = ready {
+        // Workers sending now find the exporters gone instead of waiting.
+        drop(lanes);
+        running.stop_handle().stop();
+        if running.wait_for(Duration::from_secs(1)) {
+            running.join();
+        }
+        return Err(e);
+    }
+    let exporters = lanes.len();
+    let threads = lanes
+        .into_iter()
+        .map(|Lane { ready, files, rx, queue }| {
+            let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
+            let stop = running.stop_handle();
+            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, stop))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut report = watch_started(running, "flows", args.quiet)?;
     let mut total = StreamStats::default();
-    let mut orphaned = 0;
     for (_, layer) in &report.handlers {
         total.add(&layer.stats());
-        orphaned += layer.handler().orphaned;
     }
     check_packets(&report, &total)?;
     let (elapsed, errors, bad) =
         (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
+    let (mut orphaned, mut folded) = (0, 0);
     // The handlers hold the channel's senders: the exporter ends once they go.
+    for (_, layer) in std::mem::take(&mut report.handlers) {
+        let mut h = layer.into_handler();
+        h.finish();
+        (orphaned, folded) = (orphaned + h.orphaned, folded + h.folded);
+    }
     drop(report);
-    let st = thread.join().map_err(|_| anyhow::anyhow!("the exporter thread panicked"))?;
-    let adds_up = print_stats(&args, &total, &st, orphaned, elapsed);
+    let mut st = ExportStats::default();
+    for t in threads {
+        st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
+    }
+    let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
     for e in &errors {
         eprintln!("weir flows: {e}");
     }
     if bad {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
-    let lost = st.lost_to_send_errors + orphaned;
-    Ok(if errors.is_empty() && lost == 0 && adds_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let lost = st.lost_to_send_errors + st.unwritten + orphaned;
+    Ok(if errors.is_empty() && lost == 0 && st.file_error.is_none() && adds_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Prints the statistics; false if the records do not add up (a bug).
-fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned: u64, elapsed: Duration) -> bool {
+fn print_stats(
+    args: &FlowsArgs,
+    total: &StreamStats,
+    st: &ExportStats,
+    orphaned: u64,
+    folded: u64,
+    exporters: usize,
+    elapsed: Duration,
+) -> bool {
     let handed_out = total.streams + total.active_records;
     let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
     let reasons: Vec<String> = EndReason::ALL.iter().zip(st.by_reason).map(|(r, n)| format!("{n} {}", r.name())).collect();
     eprintln!(
-        "weir flows: {} packets ({}) in {:.2} s: {} records ({} connections, {} by the active timeout); {} exported as {} ({}), {} {} messages, {} datagrams to {} collector(s), {} with templates",
+        "weir flows: {} packets ({}) in {:.2} s: {} records ({} connections, {} by the active timeout); {} exported as {} ({}), {} {} messages, {} datagrams to {} collector(s), {} with templates{}",
         total.packets,
         human_rate(pps),
         elapsed.as_secs_f64(),
@@ -229,8 +452,30 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
         args.format.name(),
         st.datagrams,
         args.collectors.len(),
-        st.template_messages
+        st.template_messages,
+        match &args.write {
+            Some(_) => format!(
+                "; {} records written to {} file(s): {}",
+                st.written,
+                st.files.len(),
+                st.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+            None => String::new(),
+        }
     );
+    if exporters > 1 {
+        eprintln!(
+            "weir flows: {exporters} exporters, one per queue, as observation domains {} to {}",
+            args.domain,
+            u64::from(args.domain) + exporters as u64 - 1
+        );
+    }
+    if args.biflow {
+        eprintln!(
+            "weir flows: biflows: {} of the {handed_out} records went out as the reverse direction of another, in {} biflow records",
+            folded, st.exported
+        );
+    }
     eprintln!("weir flows: {}", packet_line(total));
     let f = &total.fragment;
     let unrecorded = f.fragments - f.fragments_reassembled;
@@ -257,10 +502,13 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
             st.first_send_error.as_deref().unwrap_or("?")
         );
     }
+    if let Some(e) = &st.file_error {
+        eprintln!("weir flows: cannot write {e}: {} records were not written to files", st.unwritten);
+    }
     if orphaned > 0 {
         eprintln!("weir flows: {orphaned} records not exported: the exporter thread had stopped");
     }
-    let accounted = st.exported + st.not_carried + st.lost_to_send_errors + orphaned;
+    let accounted = st.exported + st.not_carried + st.lost + orphaned + folded;
     if accounted != handed_out {
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }

@@ -2,6 +2,12 @@
 //! count, keep at most N files, and name them from a pattern; or write one
 //! stream the caller opened (standard output), which never rotates.
 //!
+//! The files are pcap or pcapng ([`FileSpec`]) or any other format that
+//! brings its own [`FileKind`]: what a file opens with (a header, the
+//! templates of `weir flows`' IPFIX files) and how its records are written.
+//! Rotation, naming, the file limit and syncing are the same for all; in what
+//! follows, a *packet* is whatever record the format holds.
+//!
 //! Names: the pattern is expanded with strftime conversions (`%Y%m%d-%H%M%S`, UTC)
 //! from the time of the first packet that goes into the file, and `{seq}` becomes
 //! the file's sequence number in this run (0, 1, ...). When rotation is on and the
@@ -75,6 +81,50 @@ impl RotationPolicy {
     }
 }
 
+/// What the files of a rotation are: how each one starts. [`FileSpec`]
+/// makes pcap and pcapng files; another format brings its own.
+pub trait FileKind {
+    /// Writes the contents of one file.
+    type Writer: FileWriter;
+    /// Starts a file on `file`: writes what every file opens with (a header,
+    /// templates), so that the file is valid from the moment it is opened.
+    fn start(&mut self, file: File) -> io::Result<Self::Writer>;
+}
+
+/// Writes the contents of one file of a rotation.
+pub trait FileWriter {
+    /// Bytes written so far, what the file opened with included.
+    fn bytes_written(&self) -> u64;
+    /// Records written so far: what [`RotationPolicy::max_packets`] counts.
+    fn records_written(&self) -> u64;
+    /// Hands everything buffered to the kernel.
+    fn flush(&mut self) -> io::Result<()>;
+    /// Writes out what is buffered and hands back the file.
+    fn finish(self) -> io::Result<File>;
+}
+
+impl FileKind for FileSpec {
+    type Writer = TraceWriter<File>;
+    fn start(&mut self, file: File) -> io::Result<TraceWriter<File>> {
+        TraceWriter::new(file, self.format, self.link, self.snaplen, self.precision)
+    }
+}
+
+impl FileWriter for TraceWriter<File> {
+    fn bytes_written(&self) -> u64 {
+        TraceWriter::bytes_written(self)
+    }
+    fn records_written(&self) -> u64 {
+        self.packets_written()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        TraceWriter::flush(self)
+    }
+    fn finish(self) -> io::Result<File> {
+        TraceWriter::finish(self)
+    }
+}
+
 /// What every file of the rotation holds.
 #[derive(Copy, Clone, Debug)]
 pub struct FileSpec {
@@ -116,8 +166,8 @@ pub enum RotateError {
     LinkType(#[from] LinkTypeError),
 }
 
-struct Current {
-    writer: TraceWriter<File>,
+struct Current<W> {
+    writer: W,
     path: PathBuf,
     /// End of this file's time window, in ns, when rotating by time; set by
     /// the file's first packet (a file opened before any packet has none yet).
@@ -136,11 +186,11 @@ enum Target {
 
 /// Writes a capture to files named from a pattern, rotating them by the
 /// [`RotationPolicy`], or to one stream; see the module documentation.
-pub struct RotatingWriter {
+pub struct RotatingWriter<K: FileKind = FileSpec> {
     target: Target,
-    spec: FileSpec,
+    kind: K,
     policy: RotationPolicy,
-    cur: Option<Current>,
+    cur: Option<Current<K::Writer>>,
     seq: u64,
     kept: VecDeque<PathBuf>,
     used: HashSet<PathBuf>,
@@ -148,7 +198,7 @@ pub struct RotatingWriter {
 
 const SEQ: &str = "{seq}";
 
-impl RotatingWriter {
+impl RotatingWriter<FileSpec> {
     /// Files named from `pattern` (see the module documentation) in the shape
     /// of `spec`, started anew as `policy` says. Nothing is created until
     /// [`prepare`](Self::prepare) or the first packet.
@@ -159,6 +209,45 @@ impl RotatingWriter {
     /// an empty pattern or an invalid conversion, [`RotateError::LinkType`]
     /// for a link type the format cannot hold.
     pub fn new(pattern: &str, spec: FileSpec, policy: RotationPolicy) -> Result<Self, RotateError> {
+        check_link_type(spec.format, spec.link)?;
+        Self::files(pattern, spec, policy)
+    }
+
+    /// Write everything to `file`, an open stream such as standard output, called
+    /// `name` in messages. It is never rotated.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::LinkType`] for a link type the format cannot hold.
+    pub fn stream(file: File, name: &str, spec: FileSpec) -> Result<Self, RotateError> {
+        check_link_type(spec.format, spec.link)?;
+        Ok(Self::with_target(Target::Stream { file: Some(file), name: PathBuf::from(name) }, spec, RotationPolicy::default()))
+    }
+
+    /// Write one packet, as [`TraceWriter::write_packet`] takes it, into the
+    /// current file, or first into a new one when a limit says so. A file's
+    /// first packet always goes into it, whatever its size.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::Io`] from closing, creating, deleting or writing a file.
+    pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> Result<(), RotateError> {
+        // Without an open file a new one is started whatever the length.
+        let len = self.cur.as_ref().map_or(0, |c| c.writer.record_len(data.len()));
+        self.write_record(ts_ns, len, |w| w.write_packet(ts_ns, data, wire_len))
+    }
+}
+
+impl<K: FileKind> RotatingWriter<K> {
+    /// Files of `kind` named from `pattern` (see the module documentation),
+    /// started anew as `policy` says. Nothing is created until
+    /// [`prepare`](Self::prepare) or the first record.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::Policy`] for a limit of 0, [`RotateError::Pattern`] for
+    /// an empty pattern or an invalid conversion.
+    pub fn files(pattern: &str, kind: K, policy: RotationPolicy) -> Result<Self, RotateError> {
         if policy.max_bytes == Some(0) || policy.max_packets == Some(0) || policy.max_seconds == Some(0) {
             return Err(RotateError::Policy("size, time and packet limits start at 1"));
         }
@@ -170,22 +259,16 @@ impl RotatingWriter {
         }
         let has_conversion = has_conversion(pattern)?;
         let target = Target::Pattern { pattern: pattern.to_string(), has_conversion, has_seq: pattern.contains(SEQ) };
-        Self::with_target(target, spec, policy)
+        Ok(Self::with_target(target, kind, policy))
     }
 
-    /// Write everything to `file`, an open stream such as standard output, called
-    /// `name` in messages. It is never rotated.
-    ///
-    /// # Errors
-    ///
-    /// [`RotateError::LinkType`] for a link type the format cannot hold.
-    pub fn stream(file: File, name: &str, spec: FileSpec) -> Result<Self, RotateError> {
-        Self::with_target(Target::Stream { file: Some(file), name: PathBuf::from(name) }, spec, RotationPolicy::default())
+    fn with_target(target: Target, kind: K, policy: RotationPolicy) -> Self {
+        RotatingWriter { target, kind, policy, cur: None, seq: 0, kept: VecDeque::new(), used: HashSet::new() }
     }
 
-    fn with_target(target: Target, spec: FileSpec, policy: RotationPolicy) -> Result<Self, RotateError> {
-        check_link_type(spec.format, spec.link)?;
-        Ok(RotatingWriter { target, spec, policy, cur: None, seq: 0, kept: VecDeque::new(), used: HashSet::new() })
+    /// The file kind, to change what the next file opens with.
+    pub fn kind_mut(&mut self) -> &mut K {
+        &mut self.kind
     }
 
     /// Before capture starts: open the first file (and write its header), as
@@ -204,15 +287,15 @@ impl RotatingWriter {
         }
     }
 
-    /// Write one packet, as [`TraceWriter::write_packet`] takes it, into the
+    /// Write one record of `len` bytes, dated `ts_ns`, with `write`, into the
     /// current file, or first into a new one when a limit says so. A file's
-    /// first packet always goes into it, whatever its size.
+    /// first record always goes into it, whatever its size.
     ///
     /// # Errors
     ///
     /// [`RotateError::Io`] from closing, creating, deleting or writing a file.
-    pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> Result<(), RotateError> {
-        if self.needs_new_file(ts_ns, data.len()) {
+    pub fn write_record(&mut self, ts_ns: u64, len: u64, write: impl FnOnce(&mut K::Writer) -> io::Result<()>) -> Result<(), RotateError> {
+        if self.needs_new_file(ts_ns, len) {
             self.open_next(Some(ts_ns))?;
         }
         let max_seconds = self.policy.max_seconds;
@@ -220,7 +303,7 @@ impl RotatingWriter {
         if cur.window_end.is_none() {
             cur.window_end = Some(window_end(max_seconds, ts_ns));
         }
-        cur.writer.write_packet(ts_ns, data, wire_len).map_err(|source| RotateError::Io { path: cur.path.clone(), source })
+        write(&mut cur.writer).map_err(|source| RotateError::Io { path: cur.path.clone(), source })
     }
 
     /// Hand the open file's buffer to the kernel, so a kill from here on loses
@@ -232,12 +315,12 @@ impl RotatingWriter {
         }
     }
 
-    fn needs_new_file(&self, ts_ns: u64, caplen: usize) -> bool {
+    fn needs_new_file(&self, ts_ns: u64, len: u64) -> bool {
         let Some(cur) = &self.cur else { return true };
         let w = &cur.writer;
-        let first_in_file = w.packets_written() == 0;
-        let by_size = self.policy.max_bytes.is_some_and(|max| w.bytes_written() + w.record_len(caplen) > max);
-        let by_count = self.policy.max_packets.is_some_and(|max| w.packets_written() >= max);
+        let first_in_file = w.records_written() == 0;
+        let by_size = self.policy.max_bytes.is_some_and(|max| w.bytes_written() + len > max);
+        let by_count = self.policy.max_packets.is_some_and(|max| w.records_written() >= max);
         let by_time = cur.window_end.is_some_and(|end| ts_ns >= end);
         !first_in_file && (by_size || by_count || by_time)
     }
@@ -275,8 +358,7 @@ impl RotatingWriter {
         };
         let io_err = |source| RotateError::Io { path: path.clone(), source };
         let regular = file.metadata().map_err(io_err)?.file_type().is_file();
-        let s = self.spec;
-        let mut writer = TraceWriter::new(file, s.format, s.link, s.snaplen, s.precision).map_err(io_err)?;
+        let mut writer = self.kind.start(file).map_err(io_err)?;
         writer.flush().map_err(io_err)?;
         self.used.insert(path.clone());
         self.kept.push_back(path.clone());
@@ -552,6 +634,61 @@ mod tests {
             let highest = FileSpec { format, link: LinkType(65_535), ..spec() };
             assert!(RotatingWriter::new("never.pcap", highest, RotationPolicy::default()).is_ok());
         }
+    }
+
+    /// A format of its own: every file opens with `HDR`, records are lines.
+    struct Lines;
+    struct LineFile {
+        file: File,
+        bytes: u64,
+        records: u64,
+    }
+    const HDR: &[u8] = b"HDR\n";
+
+    impl FileKind for Lines {
+        type Writer = LineFile;
+        fn start(&mut self, mut file: File) -> io::Result<LineFile> {
+            use std::io::Write;
+            file.write_all(HDR)?;
+            Ok(LineFile { file, bytes: HDR.len() as u64, records: 0 })
+        }
+    }
+
+    impl FileWriter for LineFile {
+        fn bytes_written(&self) -> u64 {
+            self.bytes
+        }
+        fn records_written(&self) -> u64 {
+            self.records
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn finish(self) -> io::Result<File> {
+            Ok(self.file)
+        }
+    }
+
+    #[test]
+    fn a_file_kind_of_its_own_rotates_the_same_and_opens_every_file_with_its_header() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("l.txt");
+        // At most 12 bytes a file: the header and two 4-byte records.
+        let policy = RotationPolicy { max_bytes: Some(12), max_files: Some(2), ..Default::default() };
+        let mut w = RotatingWriter::files(pattern.to_str().unwrap(), Lines, policy).unwrap();
+        for i in 0..5u64 {
+            w.write_record(i * S, 4, |f| {
+                f.file.write_all(format!("r{i}\n\n").as_bytes()[..4].as_ref())?;
+                (f.bytes, f.records) = (f.bytes + 4, f.records + 1);
+                Ok(())
+            })
+            .unwrap();
+        }
+        let files = w.finish().unwrap();
+        assert_eq!(names(&files, dir.path()), ["l.1.txt", "l.2.txt"], "the oldest deleted");
+        assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), "HDR\nr2\n\nr3\n\n");
+        assert_eq!(std::fs::read_to_string(&files[1]).unwrap(), "HDR\nr4\n\n");
     }
 
     #[test]

@@ -24,6 +24,7 @@ fn rec(v6: bool, n: u64) -> FlowRecord {
         end_ms: 1_700_000_001_456 + n,
         ingress: 2,
         end: EndReason::Idle,
+        reverse: None,
     }
 }
 
@@ -50,7 +51,7 @@ fn sets(msg: &[u8], header: usize) -> Vec<(u16, Vec<u8>)> {
 
 #[test]
 fn ipfix_messages_carry_templates_then_records_with_sequence_numbers_counting_records() {
-    let mut e = Encoder::new(Format::Ipfix, 7).unwrap();
+    let mut e = Encoder::new(Format::Ipfix, 7, false).unwrap();
     e.add_templates();
     assert_eq!(e.add(&rec(false, 1)), Added::Yes);
     assert_eq!(e.add(&rec(false, 2)), Added::Yes);
@@ -85,7 +86,7 @@ fn ipfix_messages_carry_templates_then_records_with_sequence_numbers_counting_re
 
 #[test]
 fn a_message_stops_at_the_mtu_and_v9_pads_its_flowsets_and_counts_packets() {
-    let mut e = Encoder::new(Format::V9, 1).unwrap();
+    let mut e = Encoder::new(Format::V9, 1, false).unwrap();
     e.add_templates();
     let mut n = 0;
     while e.add(&rec(n % 2 == 0, n)) == Added::Yes {
@@ -112,8 +113,8 @@ fn a_message_stops_at_the_mtu_and_v9_pads_its_flowsets_and_counts_packets() {
 
 #[test]
 fn v5_takes_ipv4_only_thirty_records_a_message_and_a_16_bit_domain() {
-    assert!(Encoder::new(Format::V5, 70_000).is_err());
-    let mut e = Encoder::new(Format::V5, 0x0102).unwrap();
+    assert!(Encoder::new(Format::V5, 70_000, false).is_err());
+    let mut e = Encoder::new(Format::V5, 0x0102, false).unwrap();
     assert_eq!(e.add(&rec(true, 1)), Added::NotCarried);
     for n in 0..30 {
         assert_eq!(e.add(&rec(false, n)), Added::Yes);

@@ -1,0 +1,123 @@
+//! IPFIX files (RFC 5655) for `weir flows -w`: the exporter's messages, the
+//! same bytes the collectors get, written into files that rotate as
+//! `weir record`'s do (by size, packet time and a file limit, named from the
+//! same patterns), through the same [`RotatingWriter`].
+//!
+//! RFC 5655 makes an IPFIX file a plain sequence of IPFIX messages (it has no
+//! file header), and asks that templates come before the records that use
+//! them (8.1, 8.2). Every file opens with a message holding the templates
+//! alone, so each file is read by itself: that message carries the sequence
+//! number and export time of the message after it (no data record lies
+//! between them, RFC 7011 3.1), or, for a file opened before any record, 0
+//! and the wall clock. Sequence numbers run on across files: a reader of all
+//! the files in order sees one unbroken sequence per observation domain.
+//!
+//! A file's time (its name's strftime conversions, its `-G` window) is the
+//! export time of its first message: packet time, as everything exported.
+//!
+//! Messages are written unbuffered, one `write` each (a message is at most
+//! 1452 bytes, and the exporter sends it to the collectors with a system call
+//! anyway): a record counted as written is in the kernel, so a kill loses
+//! none, and a write that fails (a full disk, a file size limit) fails on
+//! the message it was writing, whose records are the ones counted as not
+//! written. The file is cut back to the end of the message before, so it
+//! ends on a whole message and stays readable.
+
+use super::encode::offsets::ipfix as o;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use weir::sink::rotate::{FileKind, FileWriter, RotateError, RotatingWriter, RotationPolicy};
+
+/// What every file opens with: a templates-only message.
+struct IpfixFiles {
+    templates: Vec<u8>,
+}
+
+impl FileKind for IpfixFiles {
+    type Writer = MessageFile;
+
+    fn start(&mut self, file: File) -> io::Result<MessageFile> {
+        let mut w = MessageFile { out: file, bytes: 0, records: 0 };
+        w.write(&self.templates, 0)?;
+        Ok(w)
+    }
+}
+
+/// One open file: counts its bytes and data records (what rotation checks).
+struct MessageFile {
+    out: File,
+    bytes: u64,
+    records: u64,
+}
+
+impl MessageFile {
+    fn write(&mut self, msg: &[u8], records: u64) -> io::Result<()> {
+        if let Err(e) = self.out.write_all(msg) {
+            // Part of the message may be in the file: cut it off. When even
+            // that fails the file ends in a cut message, which readers report.
+            let _ = self.out.set_len(self.bytes);
+            return Err(e);
+        }
+        self.bytes += msg.len() as u64;
+        self.records += records;
+        Ok(())
+    }
+}
+
+impl FileWriter for MessageFile {
+    fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    fn records_written(&self) -> u64 {
+        self.records
+    }
+
+    /// Nothing is buffered.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn finish(self) -> io::Result<File> {
+        Ok(self.out)
+    }
+}
+
+/// The rotating IPFIX files of a run.
+pub struct FlowFiles {
+    writer: RotatingWriter<IpfixFiles>,
+}
+
+impl FlowFiles {
+    /// Files named from `pattern`, rotated by `policy`; `templates` is the
+    /// encoder's templates-only message. Nothing is created yet.
+    pub fn new(pattern: &str, policy: RotationPolicy, templates: Vec<u8>) -> Result<FlowFiles, RotateError> {
+        Ok(FlowFiles { writer: RotatingWriter::files(pattern, IpfixFiles { templates }, policy)? })
+    }
+
+    /// Opens the first file (a pattern with strftime conversions: checks its
+    /// directory), before the run, so a name that cannot be written is an
+    /// error before anything is exported. Its templates are dated now.
+    pub fn prepare(&mut self) -> Result<(), RotateError> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let t = &mut self.writer.kind_mut().templates;
+        t[o::EXPORT_TIME..o::EXPORT_TIME + 4].copy_from_slice(&(now as u32).to_be_bytes());
+        self.writer.prepare()
+    }
+
+    /// Writes one finished message of `records` data records, into a new
+    /// file first when the rotation says so.
+    pub fn write(&mut self, msg: &[u8], records: usize) -> Result<(), RotateError> {
+        // A file this message opens starts with the templates under the
+        // message's own export time and sequence number (and domain).
+        self.writer.kind_mut().templates[o::EXPORT_TIME..o::HEADER_LEN].copy_from_slice(&msg[o::EXPORT_TIME..o::HEADER_LEN]);
+        let secs = u32::from_be_bytes(msg[o::EXPORT_TIME..o::EXPORT_TIME + 4].try_into().expect("4 bytes"));
+        self.writer.write_record(u64::from(secs) * 1_000_000_000, msg.len() as u64, |w| w.write(msg, records as u64))
+    }
+
+    /// Closes the last file; returns the files written and kept, oldest first.
+    pub fn finish(self) -> Result<Vec<PathBuf>, RotateError> {
+        self.writer.finish()
+    }
+}
