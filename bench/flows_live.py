@@ -22,8 +22,11 @@ and system CPU (from /proc/PID/task/*/stat, in 10 ms ticks: coarse at low
 rates), and the machine's softirq time (/proc/stat, both
 CPUs) per packet sent. The loss-free rate is the highest step with no loss.
 
+`--quota PCT` runs every tool on CPU 1 limited to PCT% of it (as bench/live.py's
+second pass), so that the loss-free rate is not the generator's ceiling.
+
 Results go to bench/results/flows-live.json and the plot to
-bench/results/flows-live.png (with matplotlib: Debian's python3-matplotlib,
+bench/results/flows-live.png (flows-live-quotaPCT.* with a quota) (with matplotlib: Debian's python3-matplotlib,
 which scripts/setup installs, under /usr/bin/python3).
 """
 import json
@@ -46,6 +49,8 @@ SECONDS_PER_STEP = 2.0
 RATES_KPPS = [25, 50, 100, 200, 300, 400, 500, 600, 800, 1000]
 LOSSY_STEPS_TO_STOP = 2
 SINK_PORT = 2055
+# The result's name: flows-live, or flows-live-quota<PCT> under a CPU quota.
+NAME = ["flows-live"]
 DRAIN_S = 1.5
 TRICKLE_KPPS = 2
 MEASURED_PORT = 5000
@@ -242,45 +247,61 @@ fig.savefig(sys.argv[2], dpi=110)
 """
 
 
-def inner(which, runs):
+def inner(which, runs, quota):
     live.MIXES["flows"], live.MIXES["trickle"] = MIX, TRICKLE
     t = tools()
     which = [w for w in which if w in t] or list(t)
-    result = {"machine": machine(), "queues": 2, "runs_per_step": runs, "flows": FLOWS,
+    result = {"machine": machine(), "queues": 2, "runs_per_step": runs, "flows": FLOWS, "quota_pct": quota,
               "generator_kpps": live.generator_ceiling("flows") / 1e3, "ladder": {}}
+    # With a quota every tool runs on CPU 1 in a cgroup limited to that share
+    # of it once started (bench/live.py's second pass): the loss-free rate then
+    # shows how many packets a tool sustains per unit of its own CPU. What the
+    # kernel does for it (the cutoff's drops, in softirq) is outside the quota,
+    # and reported as softirq time.
+    live.set_quota(quota)
     log(f"generator ceiling: {result['generator_kpps']:.0f} kpps")
     for name in which:
         result["ladder"][name] = ladder(name, t[name], result["generator_kpps"] * 1e3, runs)
-        write_result("flows-live", result)
+        write_result(NAME[0], result)
+    live.set_quota(None)
     result["against"] = {n: {p: compare(result["ladder"], n, p) for p in ("softflowd", "fprobe") if p in result["ladder"]}
                          for n in result["ladder"] if n.startswith("weir")}
-    out = write_result("flows-live", result)
+    out = write_result(NAME[0], result)
     py = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
-    p = subprocess.run([py, "-c", PLOT, str(out), str(RESULTS / "flows-live.png")], capture_output=True, text=True)
-    log("plot: " + (str(RESULTS / "flows-live.png") if p.returncode == 0 else f"not drawn: {p.stderr.strip()[-300:]}"))
+    p = subprocess.run([py, "-c", PLOT, str(out), str(RESULTS / f"{NAME[0]}.png")], capture_output=True, text=True)
+    log("plot: " + (str(RESULTS / f"{NAME[0]}.png") if p.returncode == 0 else f"not drawn: {p.stderr.strip()[-300:]}"))
     for n, peers in result["against"].items():
         log(f"{n:26} loss-free {result['ladder'][n]['loss_free_kpps']} kpps; " + "; ".join(
             f"vs {p}: {v}" for p, v in peers.items()))
+
+
+def args_pct(q):
+    return f"{q:g}"
 
 
 def main():
     args = sys.argv[1:]
     runs = RUNS
     if args[:1] in (["-h"], ["--help"]):
-        sys.exit("usage: bench/flows_live.py [--runs N] [--rates KPPS,...] [TOOL...]   (tools: weir-afpacket[-cutoff-on|off], weir-afxdp[...], softflowd, fprobe)")
+        sys.exit("usage: bench/flows_live.py [--runs N] [--quota PCT] [--rates KPPS,...] [TOOL...]   (tools: weir-afpacket[-cutoff-on|off], weir-afxdp[...], softflowd, fprobe)")
     if args[:1] == ["--runs"]:
         runs, args = int(args[1]), args[2:]
+    quota = None
+    if args[:1] == ["--quota"]:
+        quota, args = float(args[1]), args[2:]
+        NAME[0] = f"flows-live-quota{args_pct(quota)}"
     rates = None
     if args[:1] == ["--rates"]:
         rates, args = args[1], args[2:]
         RATES_KPPS[:] = [int(x) for x in rates.split(",")]
     if args[:1] == ["--inner"]:
-        return inner(args[1:], runs)
+        return inner(args[1:], runs, quota)
     if os.geteuid() != 0:
         sys.exit("bench/flows_live.py needs root (it builds network namespaces)")
     if not WEIR.exists():
         sys.exit(f"flows_live: {WEIR} is missing: build it (make build, or set WEIR_BIN)")
-    argv = [sys.executable, __file__, "--runs", str(runs), *(["--rates", rates] if rates else []), "--inner", *args]
+    argv = [sys.executable, __file__, "--runs", str(runs), *(["--quota", str(quota)] if quota else []),
+            *(["--rates", rates] if rates else []), "--inner", *args]
     return subprocess.run([str(ROOT / "scripts" / "testbed"), "--queues", "2", "--", *argv]).returncode
 
 
