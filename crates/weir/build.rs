@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Programs to build: source under `ebpf/`, object name in `OUT_DIR`.
-const PROGRAMS: &[(&str, &str)] = &[("weir_xdp.c", "weir_xdp.o"), ("weir_fanout.c", "weir_fanout.o")];
+const PROGRAMS: &[(&str, &str)] =
+    &[("weir_xdp.c", "weir_xdp.o"), ("weir_fanout.c", "weir_fanout.o"), ("weir_cutoff_filter.c", "weir_cutoff_filter.o")];
+/// Headers the programs include: a change rebuilds them all.
+const HEADERS: &[&str] = &["weir_cutoff.h"];
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -22,6 +25,9 @@ fn main() {
     // the machine that builds, and `-target bpf` alone does not look there.
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
     let multiarch = format!("/usr/include/{arch}-linux-gnu");
+    for h in HEADERS {
+        println!("cargo:rerun-if-changed={}", src_dir.join(h).display());
+    }
     for (src, obj) in PROGRAMS {
         let src = src_dir.join(src);
         println!("cargo:rerun-if-changed={}", src.display());
@@ -31,8 +37,9 @@ fn main() {
 
 fn compile(clang: &std::ffi::OsStr, src: &Path, obj: &Path, multiarch: &str) {
     // -g: the BTF that describes the maps (aya and the kernel read it).
+    // -mcpu=v3: the atomic OR the kernel cutoff's counters need (kernel 5.12+).
     let status = Command::new(clang)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-I", multiarch, "-c"])
+        .args(["-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-target", "bpf", "-I", multiarch, "-c"])
         .arg(src)
         .arg("-o")
         .arg(obj)

@@ -14,8 +14,8 @@ mod encode;
 mod export;
 
 use crate::exit::{bad_input, setting_error};
-use crate::run::{human_rate, run_started, SourceArgs};
-use crate::streams::{check_packets, packet_line};
+use crate::run::{human_rate, run_started, KernelCutoffArgs, SourceArgs};
+use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format};
 use export::{ExportStats, Exporter};
@@ -50,6 +50,14 @@ NetFlow v5 carries IPv4 only: IPv6 records are counted as not exported and repor
 pub struct FlowsArgs {
     #[command(flatten)]
     pub src: SourceArgs,
+
+    #[command(flatten)]
+    pub kernel: KernelCutoffArgs,
+
+    /// Write the totals as one JSON object to FILE at the end (the stream layer's, as `weir streams --stats`,
+    /// with the export's under "export").
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<std::path::PathBuf>,
 
     /// A collector to send to, HOST:PORT over UDP (nfcapd's default port is 9995, IPFIX's 4739). Repeatable:
     /// every collector gets every message.
@@ -177,7 +185,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     };
     cfg.check().map_err(|e| setting_error(&e))?;
     let export = exporter.open()?;
-    let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
+    let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
     let (tx, rx) = sync_channel(CHANNEL_RECORDS);
     let thread = std::thread::Builder::new().name("weir-export".into()).spawn(move || export.run(&rx))?;
     let running = engine.start_streams(&cfg, |_| ToExporter { tx: tx.clone(), orphaned: 0 }).map_err(|e| match e {
@@ -199,6 +207,13 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     drop(report);
     let st = thread.join().map_err(|_| anyhow::anyhow!("the exporter thread panicked"))?;
     let adds_up = print_stats(&args, &total, &st, orphaned, elapsed);
+    if let Some(path) = &args.stats {
+        let mut j = stats_json(&total);
+        j["export"] = serde_json::json!({"exported": st.exported, "messages": st.messages, "datagrams": st.datagrams,
+                                         "not_carried": st.not_carried, "lost_to_send_errors": st.lost_to_send_errors, "orphaned": orphaned});
+        j["elapsed_s"] = serde_json::json!(elapsed.as_secs_f64());
+        std::fs::write(path, format!("{j}\n")).map_err(|e| anyhow::anyhow!("--stats {}: {e}", path.display()))?;
+    }
     for e in &errors {
         eprintln!("weir flows: {e}");
     }
@@ -232,6 +247,9 @@ fn print_stats(args: &FlowsArgs, total: &StreamStats, st: &ExportStats, orphaned
         st.template_messages
     );
     eprintln!("weir flows: {}", packet_line(total));
+    if let Some(line) = kernel_line(total) {
+        eprintln!("weir flows: {line}");
+    }
     let f = &total.fragment;
     let unrecorded = f.fragments - f.fragments_reassembled;
     if unrecorded > 0 {

@@ -1,0 +1,154 @@
+//! The kernel cutoff in the stream layer: a stream direction that passed its
+//! cutoff is installed in the kernel's flow map (`source::live::cutoff`), so
+//! its packets stop reaching the pool, and what the kernel counted of them is
+//! taken back into its record when it closes or hands out a record.
+//!
+//! The contract:
+//! - A direction is installed once the bytes it offered reached its cutoff
+//!   (cutoff 0, flow statistics: at its first packet), while it is open and
+//!   not past its FIN, if it is TCP or UDP. For TCP, not while the opposite
+//!   direction is still reassembled below its cutoff with its receive window
+//!   checked: this direction's ACKs open that window.
+//! - Its entry is taken (read and deleted in one call) before the
+//!   application sees its record: at its close, for every reason, and at an
+//!   active-timeout record, after which it is installed again. The taken
+//!   counts are added to the record as if weir had seen the packets: packets,
+//!   octets, payload bytes (all past the cutoff, so discarded), TCP flags and
+//!   the last packet's time. So a record is the same with and without the
+//!   kernel cutoff, but for retransmitted bytes from before the cutoff that
+//!   arrive after the install: the kernel counts them as discarded, where
+//!   weir would have found them duplicates.
+//! - A connection the table finds idle while one of its directions is
+//!   installed is kept if the kernel saw a packet of it within the idle
+//!   timeout (its entry's time), with that time as its last; a packet of it
+//!   that does reach weir marks it seen before the table looks for idle ones.
+//! - Every install that fails (map full, or refused) is counted and the
+//!   stream stays with the user-space cutoff.
+
+use super::{offered, Conn, Dir, Env};
+use crate::flowtable::{End, Flow, FlowTable};
+use crate::source::live::cutoff::{Counters, FlowKey, InstallError, KernelCutoff};
+use crate::stream::{CloseReason, KernelStats, Stream, StreamHandler};
+use crate::wire::FlowTuple;
+
+/// The kernel's key of a record's direction.
+fn key(rec: &Stream) -> Option<FlowKey> {
+    FlowKey::new(rec.src, rec.dst, rec.sport, rec.dport, rec.proto)
+}
+
+/// Whether any direction of a connection is installed.
+pub(super) fn installed<S>(c: &Conn<S>) -> bool {
+    c.dirs.iter().flatten().any(|d| d.in_kernel)
+}
+
+/// Adds what the kernel counted of a direction's dropped packets to its record.
+pub(super) fn merge(rec: &mut Stream, c: &Counters) {
+    rec.packets += c.packets;
+    rec.octets += c.octets;
+    rec.bytes += c.payload;
+    // Every byte the kernel dropped lies past the cutoff.
+    rec.discarded += c.payload;
+    rec.tcp_flags |= c.tcp_flags;
+    if c.packets > 0 {
+        rec.last_ns = rec.last_ns.max(c.last_ns);
+    }
+}
+
+/// Installs `this` if it is due (see the module's contract).
+pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut KernelCutoff, stats: &mut KernelStats) {
+    if this.in_kernel || this.state.is_none() || this.rec.closed.is_some() {
+        return;
+    }
+    if this.rec.cutoff.is_none_or(|c| offered(this) < c) {
+        return;
+    }
+    let window_open =
+        other.is_none_or(|o| o.reasm.as_ref().is_none_or(|r| !r.checks_window() || o.rec.cutoff.is_some_and(|c| r.next_offset() >= c)));
+    if !window_open {
+        return;
+    }
+    let Some(key) = key(&this.rec) else { return };
+    match k.install(&key) {
+        Ok(()) => {
+            this.in_kernel = true;
+            stats.installed += 1;
+        }
+        Err(InstallError::Full) => stats.full += 1,
+        Err(InstallError::Failed) => stats.failed += 1,
+    }
+}
+
+/// Takes `d`'s entry out of the map, if it is installed, into its record.
+pub(super) fn take<S>(d: &mut Dir<S>, k: &mut KernelCutoff, stats: &mut KernelStats, reason: Option<CloseReason>) {
+    if !d.in_kernel {
+        return;
+    }
+    d.in_kernel = false;
+    let taken = key(&d.rec).map(|key| k.take(&key));
+    match taken {
+        Some(Ok(Some(c))) => {
+            merge(&mut d.rec, &c);
+            stats.taken += 1;
+            stats.evicted += u64::from(reason == Some(CloseReason::Evicted));
+            stats.packets += c.packets;
+            stats.octets += c.octets;
+        }
+        _ => stats.lost += 1,
+    }
+}
+
+/// A connection the table let go of: kept aside in `revive` if it is idle
+/// with a direction installed (the kernel may have seen it), else to close.
+pub(super) fn leaving<S>(
+    flow: Flow<FlowTuple, Conn<S>>,
+    why: End,
+    closing: &mut Vec<(Conn<S>, CloseReason)>,
+    revive: &mut Vec<Flow<FlowTuple, Conn<S>>>,
+) {
+    if why == End::Idle && installed(&flow.value) {
+        revive.push(flow);
+    } else {
+        closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
+    }
+}
+
+/// Puts back into the table the connections of `revive` that the kernel saw
+/// within `idle_ns` of `now`, with the kernel's last time as their last;
+/// the others are closed idle (into `closing`).
+pub(super) fn revive<H: StreamHandler>(
+    table: &mut FlowTable<FlowTuple, Conn<H::State>>,
+    env: &mut Env<'_, H>,
+    revive: &mut Vec<Flow<FlowTuple, Conn<H::State>>>,
+    closing: &mut Vec<(Conn<H::State>, CloseReason)>,
+    idle_ns: u64,
+) {
+    let now = env.now;
+    for mut flow in revive.drain(..) {
+        let last = env.kernel.as_deref().map_or(0, |k| last_seen(&flow.value, k));
+        if last.saturating_add(idle_ns) < now || last == 0 {
+            closing.push((flow.value, CloseReason::Idle));
+            continue;
+        }
+        env.stats.kernel.refreshed += 1;
+        flow.last_ns = flow.last_ns.max(last);
+        let back =
+            table.put(flow, |f, why| closing.push((f.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted })));
+        if let Err(f) = back {
+            // Its key came back as a new connection meanwhile: this one ends.
+            closing.push((f.value, CloseReason::Idle));
+        }
+    }
+}
+
+/// The latest time the kernel counted a packet of a connection's installed
+/// directions (0: none).
+fn last_seen<S>(c: &Conn<S>, k: &KernelCutoff) -> u64 {
+    c.dirs
+        .iter()
+        .flatten()
+        .filter(|d| d.in_kernel)
+        .filter_map(|d| key(&d.rec).and_then(|key| k.peek(&key).ok().flatten()))
+        .map(|c| c.last_ns)
+        .max()
+        .unwrap_or(0)
+}
