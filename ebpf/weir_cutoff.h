@@ -21,6 +21,16 @@
  *   The counters are added atomically: several CPUs may receive one stream.
  * - Except TCP segments with SYN, FIN or RST: those go on to weir uncounted,
  *   so it sees a connection open, close or reset and completes its records.
+ *   And from such a segment on, the entry drops and counts nothing more: the
+ *   direction's later packets go on to weir too (a RST stops the opposite
+ *   direction's entry as well). So every packet after a connection's control
+ *   segment reaches weir in wire order, as without the cutoff: weir's
+ *   records end where they would (a packet after the end of a connection is
+ *   not counted in it), however late weir reads the control segment and
+ *   takes the entry out. (A control segment that passed before weir
+ *   installed the entry, while weir had not read it yet, cannot stop it:
+ *   weir sees that in the entry, not stopped when it reads that segment,
+ *   and knows every packet counted came after it.)
  * - Only what weir keys the same way is looked up: untagged Ethernet, IPv4
  *   (not a fragment) or IPv6 (TCP or UDP as the first next header), TCP or
  *   UDP. Anything else goes on to weir, which handles it in user space.
@@ -57,7 +67,7 @@ struct weir_flow_counters {
 	__u64 payload;
 	__u64 last_ns;
 	__u32 tcp_flags;
-	__u32 pad;
+	__u32 stopped; /* a control segment was seen: count and drop no more */
 };
 
 struct {
@@ -74,6 +84,7 @@ struct {
 #define WEIR_UDP 17
 /* TCP flags byte: FIN, SYN, RST. */
 #define WEIR_TCP_CONTROL 0x07
+#define WEIR_TCP_RST 0x04
 
 /* 1: the packet belongs to an installed direction and was counted (drop it);
  * 0: it goes on to weir. */
@@ -124,8 +135,6 @@ static __always_inline int weir_cutoff(WEIR_CTX *ctx)
 		if (WEIR_LOAD(ctx, WEIR_ETH_HLEN + iphl, l4, 14) < 0)
 			return 0;
 		flags = l4[13];
-		if (flags & WEIR_TCP_CONTROL)
-			return 0;
 		l4hl = (l4[12] >> 4) * 4;
 	} else if (k.proto == WEIR_UDP) {
 		if (WEIR_LOAD(ctx, WEIR_ETH_HLEN + iphl, l4, 8) < 0)
@@ -137,7 +146,24 @@ static __always_inline int weir_cutoff(WEIR_CTX *ctx)
 	__builtin_memcpy(&k.sport, &l4[0], 2);
 	__builtin_memcpy(&k.dport, &l4[2], 2);
 	struct weir_flow_counters *v = bpf_map_lookup_elem(&weir_flows, &k);
+	if (flags & WEIR_TCP_CONTROL) {
+		if (v)
+			v->stopped = 1;
+		if (flags & WEIR_TCP_RST) {
+			struct weir_flow_key r = k;
+			__builtin_memcpy(r.src, k.dst, sizeof(r.src));
+			__builtin_memcpy(r.dst, k.src, sizeof(r.dst));
+			r.sport = k.dport;
+			r.dport = k.sport;
+			struct weir_flow_counters *o = bpf_map_lookup_elem(&weir_flows, &r);
+			if (o)
+				o->stopped = 1;
+		}
+		return 0;
+	}
 	if (!v)
+		return 0;
+	if (v->stopped)
 		return 0;
 	__u32 head = iphl + l4hl;
 	__sync_fetch_and_add(&v->packets, 1);

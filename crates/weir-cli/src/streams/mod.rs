@@ -380,7 +380,7 @@ pub fn stats_json(total: &StreamStats) -> serde_json::Value {
                          "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
                          "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
         "kernel_cutoff": {"installed": k.installed, "full": k.full, "failed": k.failed, "taken": k.taken, "evicted": k.evicted,
-                          "lost": k.lost, "refreshed": k.refreshed, "in_map": k.in_map(), "packets": k.packets, "octets": k.octets},
+                          "lost": k.lost, "refreshed": k.refreshed, "in_map": k.in_map(), "packets": k.packets, "after_end": k.after_end, "octets": k.octets},
     })
 }
 

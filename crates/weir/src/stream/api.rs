@@ -322,6 +322,11 @@ pub struct KernelStats {
     pub refreshed: u64,
     /// Packets the kernel dropped, as taken from the entries.
     pub packets: u64,
+    /// Of those, packets that came after their stream's FIN or RST on the
+    /// wire, counted because that segment passed the kernel before weir
+    /// installed the entry: added to the record after it was handed out, as
+    /// weir counts a closed stream's packets without the cutoff.
+    pub after_end: u64,
     /// Their IP bytes.
     pub octets: u64,
 }
@@ -336,6 +341,7 @@ impl KernelStats {
         self.lost += o.lost;
         self.refreshed += o.refreshed;
         self.packets += o.packets;
+        self.after_end += o.after_end;
         self.octets += o.octets;
     }
 

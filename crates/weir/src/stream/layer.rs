@@ -737,11 +737,12 @@ fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, r
     env.arena.release(d.piece.capacity() as u64);
     d.piece = Vec::new();
     d.carried = 0;
-    if let Some(k) = env.kernel.as_deref_mut() {
-        kernel::take(d, k, &mut env.stats.kernel, Some(reason));
-    }
+    let late = env.kernel.as_deref_mut().and_then(|k| kernel::take(d, k, &mut env.stats.kernel, Some(reason)));
     let state = d.state.take().expect("open");
     env.handler.closed(&d.rec, state);
+    if let Some(c) = late {
+        kernel::after_close(&mut d.rec, &c);
+    }
 }
 
 /// Hands out a flows-mode record whose active timeout passed at packet time

@@ -89,6 +89,9 @@ pub(crate) struct Counters {
     pub last_ns: u64,
     /// Their TCP flags, OR'ed.
     pub tcp_flags: u8,
+    /// The kernel saw a SYN, FIN or RST of the connection while the entry
+    /// was in the map, and stopped counting from there.
+    pub stopped: bool,
 }
 
 impl Counters {
@@ -103,6 +106,7 @@ impl Counters {
             payload: word(2),
             last_ns: if last == 0 { 0 } else { u64::try_from(i128::from(last) + mono_to_real).unwrap_or(0) },
             tcp_flags: v[32],
+            stopped: u32::from_ne_bytes(v[36..40].try_into().expect("4 bytes")) != 0,
         }
     }
 }

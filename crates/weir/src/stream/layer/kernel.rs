@@ -79,22 +79,45 @@ pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut Kern
 }
 
 /// Takes `d`'s entry out of the map, if it is installed, into its record.
-pub(super) fn take<S>(d: &mut Dir<S>, k: &mut KernelCutoff, stats: &mut KernelStats, reason: Option<CloseReason>) {
+/// `reason` is why `d` closes (`None`: an active-timeout record).
+///
+/// Returns the counts that belong after the record is handed out, if any.
+/// A direction closed by the FIN or RST weir just read holds the packets
+/// before that segment: if the kernel stopped the entry at the segment, all
+/// it counted came before. If it did not, the segment passed before weir
+/// installed the entry (weir installed while the segment waited to be read)
+/// and every packet counted came after it: weir would have read them after
+/// the record was handed out, so they are added to the record only then
+/// (its bytes refused, as a closed stream's are), which is where the layer's
+/// totals take them from.
+pub(super) fn take<S>(d: &mut Dir<S>, k: &mut KernelCutoff, stats: &mut KernelStats, reason: Option<CloseReason>) -> Option<Counters> {
     if !d.in_kernel {
-        return;
+        return None;
     }
     d.in_kernel = false;
-    let taken = key(&d.rec).map(|key| k.take(&key));
-    match taken {
-        Some(Ok(Some(c))) => {
-            merge(&mut d.rec, &c);
-            stats.taken += 1;
-            stats.evicted += u64::from(reason == Some(CloseReason::Evicted));
-            stats.packets += c.packets;
-            stats.octets += c.octets;
-        }
-        _ => stats.lost += 1,
+    let Some(Ok(Some(c))) = key(&d.rec).map(|key| k.take(&key)) else {
+        stats.lost += 1;
+        return None;
+    };
+    stats.taken += 1;
+    stats.evicted += u64::from(reason == Some(CloseReason::Evicted));
+    stats.packets += c.packets;
+    stats.octets += c.octets;
+    if matches!(reason, Some(CloseReason::Fin | CloseReason::Rst)) && !c.stopped {
+        stats.after_end += c.packets;
+        return Some(c);
     }
+    merge(&mut d.rec, &c);
+    None
+}
+
+/// Adds to a record already handed out the packets the kernel counted after
+/// its end (see [`take`]), as weir counts a closed stream's packets.
+pub(super) fn after_close(rec: &mut Stream, c: &Counters) {
+    rec.packets += c.packets;
+    rec.octets += c.octets;
+    rec.bytes += c.payload;
+    rec.refused += c.payload;
 }
 
 /// A connection the table let go of: kept aside in `revive` if it is idle
