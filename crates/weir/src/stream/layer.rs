@@ -80,6 +80,9 @@ pub(super) struct Dir<S> {
     window_scale: Option<u8>,
     /// Installed in the kernel cutoff's flow map (`kernel.rs`).
     in_kernel: bool,
+    /// Its install was refused (map full): not tried again for this record,
+    /// so a full map costs one bpf(2) call per stream, not one per packet.
+    kernel_refused: bool,
 }
 
 /// A packet's connection key (its tuple in canonical order), which side of
@@ -424,6 +427,7 @@ impl<H: StreamHandler> Streams<H> {
                 isn: None,
                 window_scale: None,
                 in_kernel: false,
+                kernel_refused: false,
             };
             env.stats.streams += 1;
             env.stats.connections += u64::from(fresh);
@@ -764,6 +768,7 @@ fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut En
     (r.packets, r.bytes, r.octets, r.tcp_flags) = (0, 0, 0, 0);
     (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
     if let Some(k) = env.kernel.as_deref_mut() {
+        d.kernel_refused = false;
         kernel::install(d, None, k, &mut env.stats.kernel);
     }
 }

@@ -73,3 +73,18 @@ impl CutoffFilter {
         prog.attach(socket).map(drop).map_err(|e| bpf_error("attaching weir's kernel cutoff socket filter", &e, "CAP_NET_RAW"))
     }
 }
+
+#[cfg(test)]
+impl CutoffFilter {
+    /// Runs the program once on `frame` (an Ethernet frame) as the kernel
+    /// runs it on a packet a socket receives, and returns what it returned
+    /// (0: refused, dropped by the cutoff). BPF_PROG_TEST_RUN takes the
+    /// Ethernet header off before a socket filter runs, where a packet
+    /// socket's filter sees it: so the frame goes in behind a second one.
+    pub(crate) fn test_run(&self, frame: &[u8]) -> std::io::Result<u32> {
+        let prog: &SocketFilter = self.ebpf.program(PROGRAM_NAME).and_then(|p| p.try_into().ok()).expect("loaded");
+        let mut framed = frame[..14].to_vec();
+        framed.extend_from_slice(frame);
+        super::sys::test_run(prog.fd().map_err(|e| std::io::Error::other(e.to_string()))?.as_fd(), &framed)
+    }
+}

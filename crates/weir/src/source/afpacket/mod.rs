@@ -72,7 +72,7 @@
 //! as libpcap does, the outgoing copy is dropped, here by a test in front of the
 //! filter so it never takes room in the ring.
 
-mod cutoff;
+pub(crate) mod cutoff;
 mod rebalance;
 mod steer;
 mod sys;

@@ -23,7 +23,8 @@
 //!   timeout (its entry's time), with that time as its last; a packet of it
 //!   that does reach weir marks it seen before the table looks for idle ones.
 //! - Every install that fails (map full, or refused) is counted and the
-//!   stream stays with the user-space cutoff.
+//!   stream stays with the user-space cutoff; it is not tried again until
+//!   its next active-timeout record.
 
 use super::{offered, Conn, Dir, Env};
 use crate::flowtable::{End, Flow, FlowTable};
@@ -56,7 +57,7 @@ pub(super) fn merge(rec: &mut Stream, c: &Counters) {
 
 /// Installs `this` if it is due (see the module's contract).
 pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut KernelCutoff, stats: &mut KernelStats) {
-    if this.in_kernel || this.state.is_none() || this.rec.closed.is_some() {
+    if this.in_kernel || this.kernel_refused || this.state.is_none() || this.rec.closed.is_some() {
         return;
     }
     if this.rec.cutoff.is_none_or(|c| offered(this) < c) {
@@ -73,8 +74,13 @@ pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut Kern
             this.in_kernel = true;
             stats.installed += 1;
         }
-        Err(InstallError::Full) => stats.full += 1,
-        Err(InstallError::Failed) => stats.failed += 1,
+        Err(e) => {
+            this.kernel_refused = true;
+            match e {
+                InstallError::Full => stats.full += 1,
+                InstallError::Failed => stats.failed += 1,
+            }
+        }
     }
 }
 
@@ -175,3 +181,6 @@ fn last_seen<S>(c: &Conn<S>, k: &KernelCutoff) -> u64 {
         .max()
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests;
