@@ -366,7 +366,7 @@ impl<H: StreamHandler> Streams<H> {
                 Some(conn) => conn,
                 None => {
                     env.stats.untracked += 1;
-                    kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns);
+                    kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
                     for (conn, reason) in closing.drain(..) {
                         close_conn(conn, reason, &mut env);
                     }
@@ -381,7 +381,7 @@ impl<H: StreamHandler> Streams<H> {
             env.stats.to_stream += 1;
             env.stats.bytes += payload.len() as u64;
             env.stats.refused += payload.len() as u64;
-            kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns);
+            kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
             for (conn, reason) in closing.drain(..) {
                 close_conn(conn, reason, &mut env);
             }
@@ -552,7 +552,7 @@ impl<H: StreamHandler> Streams<H> {
         if this.state.is_none() && other.as_ref().is_some_and(|o| o.state.is_none()) {
             retire(conn, &mut env);
         }
-        kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns);
+        kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
         for (conn, reason) in closing.drain(..) {
             close_conn(conn, reason, &mut env);
         }

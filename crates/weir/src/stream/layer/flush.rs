@@ -127,7 +127,7 @@ impl<H: StreamHandler> Streams<H> {
         if !revived.is_empty() {
             let Streams { handler, cfg, table, arena, stats, spare, kernel, .. } = self;
             let mut env = Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now };
-            super::kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns);
+            super::kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
         }
         self.close(closing.drain(..), now);
         (self.closing, self.revive) = (closing, revived);

@@ -22,11 +22,13 @@
 //!   installed is kept if the kernel saw a packet of it within the idle
 //!   timeout (its entry's time), with that time as its last; a packet of it
 //!   that does reach weir marks it seen before the table looks for idle ones.
+//!   A kept direction past its active timeout hands out its record then (up
+//!   to the idle timeout late: its packets do not reach weir to do it).
 //! - Every install that fails (map full, or refused) is counted and the
 //!   stream stays with the user-space cutoff; it is not tried again until
 //!   its next active-timeout record.
 
-use super::{offered, Conn, Dir, Env};
+use super::{active_record, offered, Conn, Dir, Env};
 use crate::flowtable::{End, Flow, FlowTable};
 use crate::source::live::cutoff::{Counters, FlowKey, InstallError, KernelCutoff};
 use crate::stream::{CloseReason, KernelStats, Stream, StreamHandler};
@@ -143,13 +145,16 @@ pub(super) fn leaving<S>(
 
 /// Puts back into the table the connections of `revive` that the kernel saw
 /// within `idle_ns` of `now`, with the kernel's last time as their last;
-/// the others are closed idle (into `closing`).
+/// the others are closed idle (into `closing`). A kept direction past its
+/// active timeout (`active_ns`, flows mode) hands out its record here: its
+/// packets do not reach weir to do it.
 pub(super) fn revive<H: StreamHandler>(
     table: &mut FlowTable<FlowTuple, Conn<H::State>>,
     env: &mut Env<'_, H>,
     revive: &mut Vec<Flow<FlowTuple, Conn<H::State>>>,
     closing: &mut Vec<(Conn<H::State>, CloseReason)>,
     idle_ns: u64,
+    active_ns: Option<u64>,
 ) {
     let now = env.now;
     for mut flow in revive.drain(..) {
@@ -160,6 +165,13 @@ pub(super) fn revive<H: StreamHandler>(
         }
         env.stats.kernel.refreshed += 1;
         flow.last_ns = flow.last_ns.max(last);
+        if let Some(active) = active_ns {
+            for d in flow.value.dirs.iter_mut().flatten().filter(|d| d.in_kernel) {
+                if now.saturating_sub(d.rec.first_ns) >= active {
+                    active_record(d, now, env);
+                }
+            }
+        }
         let back =
             table.put(flow, |f, why| closing.push((f.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted })));
         if let Err(f) = back {

@@ -219,10 +219,12 @@ fn an_idle_connection_the_kernel_still_sees_is_kept_and_one_it_does_not_is_close
     testbed::require_root();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     let filter = CutoffFilter::load(16, 65_535).unwrap();
-    let mut l = Streams::new(&config(true, 0), LinkType::ETHERNET, QueueId(0), 1, Records::default()).unwrap();
+    // Idle timeout 1 s, active 3 s.
+    let cfg = StreamConfig { active_timeout_ns: Some(3_000_000_000), ..config(true, 0) };
+    let mut l = Streams::new(&cfg, LinkType::ETHERNET, QueueId(0), 1, Records::default()).unwrap();
     l.set_kernel_cutoff(filter.flows().handle().unwrap());
     let feed = |l: &mut Streams<Records>, ts: u64, f: &[u8]| l.packet(&Packet::new(f, f.len() as u32, ts, QueueId(0)));
-    // Two connections weir saw open 5 s ago (idle timeout 1 s): both installed.
+    // Two connections weir saw open 5 s ago: both installed.
     for c in [1, 2] {
         feed(&mut l, now - 5_000_000_000, &frame(c, 4000, false, Some((1000, SYN)), b""));
         feed(&mut l, now - 5_000_000_000, &frame(c, 4000, true, Some((5000, SYN | ACK)), b""));
@@ -234,12 +236,23 @@ fn an_idle_connection_the_kernel_still_sees_is_kept_and_one_it_does_not_is_close
     // both idle; the kernel saw 1 within the timeout, not 2.
     feed(&mut l, now, &frame(3, 4000, false, None, b"x"));
     let k = l.stats().kernel;
-    assert_eq!((k.refreshed, k.taken), (1, 2), "{k:?}");
-    let closed: Vec<u16> = l.handler().0.iter().map(|s| s.sport.min(s.dport)).collect();
-    assert_eq!(closed.len(), 2, "connection 2's streams closed idle: {closed:?}");
-    assert!(l.handler().0.iter().all(|s| s.closed == Some(CloseReason::Idle) && s.dst != IpAddr::from([198, 18, 0, 1])));
+    assert_eq!(k.refreshed, 1, "{k:?}");
+    let one = IpAddr::from([198, 18, 0, 1]);
+    let records = &l.handler().0;
+    assert_eq!(records.len(), 4, "{records:#?}");
+    // Connection 2's streams closed idle; connection 1's, kept, handed out
+    // their active-timeout records, the kernel's packet in its own.
+    assert!(records.iter().filter(|s| s.src != one && s.dst != one).all(|s| s.closed == Some(CloseReason::Idle)));
+    let active: Vec<_> = records.iter().filter(|s| s.src == one || s.dst == one).collect();
+    assert_eq!(active.len(), 2);
+    assert!(active.iter().all(|s| s.closed.is_none()));
+    let up = active.iter().find(|s| s.src == one).unwrap();
+    assert_eq!((up.packets, up.bytes, up.tcp_flags), (2, 100, SYN | ACK));
+    // Installed again (with connection 3's UDP stream, seven): their next
+    // record starts empty.
     l.finish();
-    let r = &l.handler().0;
-    let one = r.iter().find(|s| s.src == IpAddr::from([198, 18, 0, 1]) && s.proto == 6).unwrap();
-    assert_eq!((one.packets, one.bytes, one.closed), (2, 100, Some(CloseReason::EndOfInput)), "its kernel packet is in its record");
+    let k = l.stats().kernel;
+    assert_eq!((k.installed, k.taken, k.in_map()), (7, 7, 0), "{k:?}");
+    let last: Vec<_> = l.handler().0.iter().skip(4).filter(|s| s.proto == 6).collect();
+    assert!(last.iter().all(|s| s.packets == 0 && s.closed == Some(CloseReason::EndOfInput)), "{last:#?}");
 }
