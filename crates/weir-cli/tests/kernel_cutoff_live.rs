@@ -12,6 +12,9 @@
 //!   equal (packets, bytes delivered, discarded past the cutoff, gaps,
 //!   duplicates, close reason), but for its times and queue.
 //!
+//! - With `--filter`, the kernel cutoff stays off on both (nothing
+//!   installed) and the records are those of `--kernel-cutoff off`.
+//!
 //! Each run also holds the totals to each other: the packets that reached
 //! weir plus those the kernel dropped are the packets of the run without the
 //! cutoff. The shares are printed (`--nocapture`). Root only: ignored by a
@@ -253,4 +256,45 @@ fn afpacket_streams_past_their_cutoff_are_the_same_with_the_kernel_cutoff() {
 #[ignore = "needs root: weir streams --cutoff on afxdp with and without the kernel cutoff, on a veth test bed"]
 fn afxdp_streams_past_their_cutoff_are_the_same_with_the_kernel_cutoff() {
     check_streams("afxdp");
+}
+
+/// With a libpcap filter the kernel cutoff is off (a filter may tell apart
+/// packets of one stream, which the kernel's counts could not; an afpacket
+/// socket holds one filter, which stays the user's): nothing is installed,
+/// every packet the filter keeps reaches weir, and the records are those of
+/// `--kernel-cutoff off`.
+fn check_filter_turns_it_off(source_kind: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    testbed::require_tools(&["tcpreplay", "nfcapd", "nfdump"]);
+    let tb = TestBed::new(1);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let source = format!("{source_kind}:{}", tb.rx_if);
+    let run = |cutoff: &str| {
+        let c = Collector::start();
+        let collector = format!("127.0.0.1:{}", c.port);
+        let stats = dir.path().join(format!("filtered-{cutoff}.json"));
+        let args = ["flows", &source, "-q", "-n", &collector, "-f", "tcp", "--kernel-cutoff", cutoff];
+        let (_, s) = capture(&tb, &trace, &args, &stats);
+        (c.finish(), s)
+    };
+    let (off, s_off) = run("off");
+    let (on, s_on) = run("on");
+    assert!(off.len() > 300 && off.keys().all(|k| k.starts_with("TCP")), "the filter keeps TCP only: {} flows", off.len());
+    assert_eq!(on, off, "records with and without the kernel cutoff under a filter");
+    let k = &s_on["kernel_cutoff"];
+    assert_eq!((k["installed"].as_u64(), k["packets"].as_u64()), (Some(0), Some(0)), "{k}");
+    assert_eq!(s_on["packets"], s_off["packets"], "every packet the filter keeps reaches weir");
+}
+
+#[test]
+#[ignore = "needs root: weir flows --filter on afpacket with the kernel cutoff asked for, on a veth test bed"]
+fn afpacket_with_a_filter_keeps_the_user_space_cutoff() {
+    check_filter_turns_it_off("afpacket");
+}
+
+#[test]
+#[ignore = "needs root: weir flows --filter on afxdp with the kernel cutoff asked for, on a veth test bed"]
+fn afxdp_with_a_filter_keeps_the_user_space_cutoff() {
+    check_filter_turns_it_off("afxdp");
 }

@@ -380,6 +380,22 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         true
     }
 
+    /// The keys of the `n` flows seen least recently, oldest first, for a
+    /// caller that picks one of them to let go of (the kernel cutoff's full
+    /// map).
+    pub(crate) fn oldest_keys(&self, n: usize) -> Vec<K>
+    where
+        K: Clone,
+    {
+        let mut keys = Vec::with_capacity(n);
+        let mut i = self.oldest;
+        while i != NIL && keys.len() < n {
+            keys.push(self.slots[i as usize].flow.key.clone());
+            i = self.slots[i as usize].newer;
+        }
+        keys
+    }
+
     /// The hash the table looks `key` up by: computed once per packet when a
     /// run of packets is warmed (prefetched) ahead of its lookups.
     pub fn hash(&self, key: &K) -> u64 {

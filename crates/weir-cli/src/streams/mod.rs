@@ -379,7 +379,7 @@ pub fn stats_json(total: &StreamStats) -> serde_json::Value {
         "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
                          "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
                          "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
-        "kernel_cutoff": {"installed": k.installed, "full": k.full, "failed": k.failed, "taken": k.taken, "evicted": k.evicted,
+        "kernel_cutoff": {"installed": k.installed, "full": k.full, "failed": k.failed, "taken": k.taken, "evicted": k.evicted, "displaced": k.displaced,
                           "lost": k.lost, "refreshed": k.refreshed, "in_map": k.in_map(), "packets": k.packets, "after_end": k.after_end, "octets": k.octets},
     })
 }
@@ -389,8 +389,8 @@ pub fn kernel_line(total: &StreamStats) -> Option<String> {
     let k = &total.kernel;
     (k.installed + k.full + k.failed > 0).then(|| {
         format!(
-            "kernel cutoff: {} packets ({} IP bytes) dropped in the kernel and added to their records; {} stream directions installed, {} taken back ({} of evicted connections), {} still in the map, {} idle connections kept alive by the kernel's counts; {} not installed: map full, {} refused; {} entries lost",
-            k.packets, k.octets, k.installed, k.taken, k.evicted, k.in_map(), k.refreshed, k.full, k.failed, k.lost
+            "kernel cutoff: {} packets ({} IP bytes) dropped in the kernel and added to their records; {} stream directions installed, {} taken back ({} of evicted connections, {} to make room in the full map), {} still in the map, {} idle connections kept alive by the kernel's counts; {} installs found the map full, {} refused; {} entries lost",
+            k.packets, k.octets, k.installed, k.taken, k.evicted, k.displaced, k.in_map(), k.refreshed, k.full, k.failed, k.lost
         )
     })
 }

@@ -313,6 +313,9 @@ pub struct KernelStats {
     pub taken: u64,
     /// Of those, of connections evicted from weir's full table.
     pub evicted: u64,
+    /// Of those, of connections that made room in the full map for a
+    /// newer stream (their packets reach weir again; counts exact).
+    pub displaced: u64,
     /// Installed entries not found when taken, or not readable: their
     /// counts are not in the records (never expected; a sign that something
     /// else changed the map).
@@ -338,6 +341,7 @@ impl KernelStats {
         self.failed += o.failed;
         self.taken += o.taken;
         self.evicted += o.evicted;
+        self.displaced += o.displaced;
         self.lost += o.lost;
         self.refreshed += o.refreshed;
         self.packets += o.packets;

@@ -334,6 +334,8 @@ impl<H: StreamHandler> Streams<H> {
             table.refresh_hashed(hash, &key, ts, kernel::installed);
         }
         let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| kernel::leaving(flow, why, &mut closing, &mut revived);
+        // A direction the full kernel map had no room for.
+        let mut room = None;
         // A TCP packet that neither opens a connection nor carries data (an
         // ACK, FIN or RST after the end) starts nothing: it is counted apart.
         // A flow record counts every packet, so in flows mode it does.
@@ -506,7 +508,9 @@ impl<H: StreamHandler> Streams<H> {
             }
             apply_pending(this, opposite, &mut env);
             if let Some(k) = env.kernel.as_deref_mut() {
-                kernel::install(this, other.as_deref(), k, &mut env.stats.kernel);
+                if kernel::install(this, other.as_deref(), k, &mut env.stats.kernel) {
+                    room = Some((key, side));
+                }
             }
         }
         let dropped = this.rec.dropped - dropped_before;
@@ -551,6 +555,9 @@ impl<H: StreamHandler> Streams<H> {
         // the connection's slot.
         if this.state.is_none() && other.as_ref().is_some_and(|o| o.state.is_none()) {
             retire(conn, &mut env);
+        }
+        if let Some((key, side)) = room {
+            kernel::make_room(table, &mut env, key, side);
         }
         kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
         for (conn, reason) in closing.drain(..) {
@@ -768,6 +775,7 @@ fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut En
     (r.packets, r.bytes, r.octets, r.tcp_flags) = (0, 0, 0, 0);
     (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
     if let Some(k) = env.kernel.as_deref_mut() {
+        // A full map leaves it to the user-space cutoff until its next record.
         d.kernel_refused = false;
         kernel::install(d, None, k, &mut env.stats.kernel);
     }

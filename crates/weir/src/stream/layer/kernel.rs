@@ -26,7 +26,9 @@
 //!   to the idle timeout late: its packets do not reach weir to do it).
 //! - Every install that fails (map full, or refused) is counted and the
 //!   stream stays with the user-space cutoff; it is not tried again until
-//!   its next active-timeout record.
+//!   its next active-timeout record. When the map is full, the installed
+//!   connection of this worker whose idle timeout would end first, among
+//!   those it saw least recently, makes room ([`make_room`]).
 
 use super::{active_record, offered, Conn, Dir, Env};
 use crate::flowtable::{End, Flow, FlowTable};
@@ -57,24 +59,26 @@ pub(super) fn merge(rec: &mut Stream, c: &Counters) {
     }
 }
 
-/// Installs `this` if it is due (see the module's contract).
-pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut KernelCutoff, stats: &mut KernelStats) {
+/// Installs `this` if it is due (see the module's contract). True when the
+/// map was full: the caller may make room ([`make_room`]) and try again.
+pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut KernelCutoff, stats: &mut KernelStats) -> bool {
     if this.in_kernel || this.kernel_refused || this.state.is_none() || this.rec.closed.is_some() {
-        return;
+        return false;
     }
     if this.rec.cutoff.is_none_or(|c| offered(this) < c) {
-        return;
+        return false;
     }
     let window_open =
         other.is_none_or(|o| o.reasm.as_ref().is_none_or(|r| !r.checks_window() || o.rec.cutoff.is_some_and(|c| r.next_offset() >= c)));
     if !window_open {
-        return;
+        return false;
     }
-    let Some(key) = key(&this.rec) else { return };
+    let Some(key) = key(&this.rec) else { return false };
     match k.install(&key) {
         Ok(()) => {
             this.in_kernel = true;
             stats.installed += 1;
+            false
         }
         Err(e) => {
             this.kernel_refused = true;
@@ -82,6 +86,52 @@ pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut Kern
                 InstallError::Full => stats.full += 1,
                 InstallError::Failed => stats.failed += 1,
             }
+            matches!(e, InstallError::Full)
+        }
+    }
+}
+
+/// Connections looked at, least recently seen first, for one to leave the
+/// full map.
+const ROOM_CANDIDATES: usize = 8;
+
+/// The map was full when direction `side` of connection `key` was due: of
+/// this worker's connections seen least recently ([`ROOM_CANDIDATES`] of
+/// them, where installed connections sink, as their packets stop reaching
+/// weir), the installed one whose last packet (in the kernel or in weir) is
+/// the oldest, so whose idle timeout would end first, leaves the map: its
+/// entries are taken into its records (exact, as at a close) and its packets
+/// reach weir again, not to be installed again before their next record.
+/// Then `key`'s direction is installed in its place.
+pub(super) fn make_room<H: StreamHandler>(
+    table: &mut FlowTable<FlowTuple, Conn<H::State>>,
+    env: &mut Env<'_, H>,
+    key: FlowTuple,
+    side: usize,
+) {
+    let Some(k) = env.kernel.as_deref_mut() else { return };
+    let mut victim: Option<(FlowTuple, u64)> = None;
+    for cand in table.oldest_keys(ROOM_CANDIDATES) {
+        let Some(c) = table.get(&cand).filter(|c| cand != key && installed(c)) else { continue };
+        let last = c.dirs.iter().flatten().map(|d| d.rec.last_ns).max().unwrap_or(0).max(last_seen(c, k));
+        if victim.is_none_or(|(_, l)| last < l) {
+            victim = Some((cand, last));
+        }
+    }
+    let Some((victim, _)) = victim else { return };
+    if let Some(c) = table.get_mut(&victim) {
+        for d in c.dirs.iter_mut().flatten().filter(|d| d.in_kernel) {
+            take(d, k, &mut env.stats.kernel, None);
+            d.kernel_refused = true;
+            env.stats.kernel.displaced += 1;
+        }
+    }
+    if let Some(c) = table.get_mut(&key) {
+        let [d0, d1] = &mut c.dirs;
+        let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
+        if let Some(this) = this.as_deref_mut() {
+            this.kernel_refused = false;
+            install(this, other.as_deref(), k, &mut env.stats.kernel);
         }
     }
 }
