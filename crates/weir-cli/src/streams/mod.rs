@@ -278,7 +278,9 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
     }
-    let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
+    // Without a cutoff no stream is ever installed: no flow map then.
+    let cut = cfg.cutoff.is_some() || cfg.classes.iter().any(|c| matches!(c.cutoff, Some(Some(_))));
+    let engine = args.src.engine_with(cfg.memory_plan(1), if cut { args.kernel.entries() } else { 0 })?;
     let dir = args.output.clone().map(Arc::new);
     let ethernet = engine.info().link_type == weir::LinkType::ETHERNET;
     let running = engine
