@@ -8,9 +8,9 @@ afpacket and on afxdp, exporting IPFIX to a UDP socket of this script. For
 each source and each setting of --kernel-cutoff, three runs; the figure is
 the median of weir's CPU time (all threads, from schedstat, while the replay
 runs) over the packets replayed, and the share of those packets that reached
-weir's pool. Also weir's CPU time over as long with no traffic (the capture
-threads poll: afxdp's spend about the same with or without packets at this
-rate), and the per-packet figure above that. The kernel's own work (the XDP program or socket filter, run in
+weir's pool. Also weir's CPU time over as long with no traffic, the
+per-packet figure above that, and the figure per thread (capture, worker,
+exporter). The kernel's own work (the XDP program or socket filter, run in
 softirq on the receiving CPU) is not charged to weir's process, and is not
 in these figures.
 
@@ -37,14 +37,16 @@ PACKETS = 200_000
 KPPS = 50
 
 
-def cpu_seconds(pid):
-    total = 0
+def cpu_by_thread(pid):
+    """CPU seconds of each thread of `pid` by name (threads of one name summed), from schedstat."""
+    out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            name = (task / "comm").read_text().strip()
+            out[name] = out.get(name, 0) + int((task / "schedstat").read_text().split()[0]) / 1e9
         except (OSError, IndexError, ValueError):
             pass
-    return total / 1e9
+    return out
 
 
 def run(source, cutoff, trace, sink_port, stats, idle=False):
@@ -58,20 +60,22 @@ def run(source, cutoff, trace, sink_port, stats, idle=False):
             break
     else:
         raise RuntimeError(f"weir flows {source} did not start")
-    before = cpu_seconds(weir.pid)
+    before = cpu_by_thread(weir.pid)
     if idle:
         time.sleep(PACKETS / (KPPS * 1000) + 0.5)
     else:
         subprocess.run(["ip", "netns", "exec", env["TB_TX_NS"], "tcpreplay", "-q", "-i", env["TB_TX_IF"], "--pps", str(KPPS * 1000), trace],
                        check=True, capture_output=True)
         time.sleep(0.5)
-    cpu = cpu_seconds(weir.pid) - before
+    after = cpu_by_thread(weir.pid)
+    threads = {name: after[name] - before.get(name, 0) for name in after}
+    cpu = sum(threads.values())
     weir.send_signal(signal.SIGINT)
     rest = weir.stderr.read()
     if weir.wait() != 0:
         raise RuntimeError(f"weir flows failed: {rest}")
     s = json.loads(Path(stats).read_text())
-    return {"cpu_s": cpu, "ns_per_packet": cpu * 1e9 / PACKETS, "reached_weir": s["packets"],
+    return {"cpu_s": cpu, "ns_per_packet": cpu * 1e9 / PACKETS, "threads_s": threads, "reached_weir": s["packets"],
             "kernel_dropped": s["kernel_cutoff"]["packets"], "records": s["export"]["exported"]}
 
 
@@ -107,6 +111,13 @@ def main():
             above_idle = statistics.median((r["cpu_s"] - results[f"{source}-idle"]["median_cpu_s"]) * 1e9 / PACKETS for r in runs)
             results[f"{source}-{cutoff}"] = {"runs": runs, "median_ns_per_packet": med, "median_ns_per_packet_above_idle": above_idle,
                                              "median_share_reaching_weir": statistics.median(r["reached_weir"] / PACKETS for r in runs)}
+    for source in ["afpacket", "afxdp"]:
+        for cutoff in ["off", "on"]:
+            runs = results[f"{source}-{cutoff}"]["runs"]
+            names = sorted({n for r in runs for n in r["threads_s"]})
+            per = {n: statistics.median(r["threads_s"].get(n, 0) for r in runs) * 1e9 / PACKETS for n in names}
+            results[f"{source}-{cutoff}"]["median_ns_per_packet_by_thread"] = per
+            log(f"{source} {cutoff}: ns/packet by thread: " + ", ".join(f"{n} {v:.0f}" for n, v in per.items() if v >= 1))
     for source in ["afpacket", "afxdp"]:
         on, off = results[f"{source}-on"], results[f"{source}-off"]
         log(f"{source}: {off['median_ns_per_packet']:.0f} ns/packet off, {on['median_ns_per_packet']:.0f} on "
