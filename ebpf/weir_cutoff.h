@@ -9,10 +9,11 @@
  *
  * - weir_flows maps one direction of a stream, keyed as its packets carry it
  *   (struct weir_flow_key: addresses and ports as on the wire, in network
- *   order), to that direction's counters. weir installs both directions of a
- *   connection once its streams passed their cutoff, each with zeroed
+ *   order), to that direction's counters. weir installs a direction once it
+ *   passed its cutoff (so a connection has up to two entries), with zeroed
  *   counters, and takes an entry out (reading its counters and deleting it in
- *   one bpf(2) call) when the stream closes or hands out a record.
+ *   one bpf(2) call) when the stream closes or hands out a record, or to make
+ *   room in a full map.
  * - A packet of an installed direction is dropped here and counted in the
  *   entry: packets, IP bytes (IPv4 total length, IPv6 payload length plus
  *   its 40-byte header, as weir's stream layer counts a record's octets),

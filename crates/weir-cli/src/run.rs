@@ -201,14 +201,15 @@ pub struct KernelCutoffArgs {
     /// they reach weir (in the XDP program for afxdp, a socket filter for afpacket), all but TCP SYN, FIN and
     /// RST, counting them in the map; weir adds the counts to the stream's record, so records and statistics
     /// are the same as with off, the cutoff in user space only. Trace files have no kernel to do it in: there
-    /// it is off whatever is said. On afpacket with --filter, the libpcap filter runs in user space while the
-    /// socket filter does the cutoff (a socket holds one filter).
+    /// it is off whatever is said. With --filter it is off too: a filter may tell apart packets of one
+    /// stream, which the kernel's counts could not (and an afpacket socket holds one filter).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub kernel_cutoff: bool,
 
     /// Most stream directions in the kernel cutoff's flow map at once (each about 160 bytes of kernel memory,
-    /// checked against what is available). When it is full, streams stay with the user-space cutoff
-    /// (counted as full at the end), exact either way.
+    /// checked against what is available). When it is full, the installed connection whose inactive timeout
+    /// would end first, of those seen least recently, makes room (its counts read into its records), or else
+    /// the stream stays with the user-space cutoff: exact either way.
     #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
     pub kernel_flows: u32,
 }
@@ -290,7 +291,8 @@ impl SourceArgs {
             .pacing(self.pacing()?)
             .balance(balance)
             .locality(self.locality_config()?)
-            .live(LiveOptions { kernel_flows, ..self.live.options()? });
+            // With a filter the engine gives the stream layer no kernel cutoff: no map either.
+            .live(LiveOptions { kernel_flows: if self.filter.is_some() { 0 } else { kernel_flows }, ..self.live.options()? });
         if let Some(p) = self.pool_config()? {
             b = b.pool(p);
         }
