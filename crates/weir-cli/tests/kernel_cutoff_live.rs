@@ -12,6 +12,7 @@
 //!   equal (packets, bytes delivered, discarded past the cutoff, gaps,
 //!   duplicates, close reason), but for its times and queue.
 //!
+//! - `weir inspect --streams --cutoff 2000` on both: the same alerts.
 //! - With `--filter`, the kernel cutoff stays off on both (nothing
 //!   installed) and the records are those of `--kernel-cutoff off`.
 //!
@@ -120,11 +121,13 @@ fn queued(port: u16) -> Option<u64> {
 /// Runs `weir ARGS` (a capture of the receiving end, opened in its
 /// namespace with --netns so the export goes to the root namespace's
 /// loopback), replays the trace while it listens, stops it with SIGINT,
-/// and returns its stdout and the `--stats` JSON.
-fn capture(tb: &TestBed, trace: &str, args: &[&str], stats: &Path) -> (String, Value) {
+/// and returns its stdout and the `--stats` JSON (or, without `stats`,
+/// stdout as JSON lines, the last of them: `weir inspect --json`'s summary).
+fn capture(tb: &TestBed, trace: &str, args: &[&str], stats: Option<&Path>) -> (String, Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
-        .args(["--netns", &tb.rx_ns, "--stats", stats.to_str().unwrap()])
+        .args(["--netns", &tb.rx_ns])
+        .args(stats.iter().flat_map(|s| ["--stats", s.to_str().unwrap()]))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -154,7 +157,11 @@ fn capture(tb: &TestBed, trace: &str, args: &[&str], stats: &Path) -> (String, V
     let (stdout, stderr) = (reader.join().unwrap(), err.join().unwrap());
     assert!(status.success(), "weir {args:?} failed: {stderr}");
     println!("weir {}: {stderr}", args.join(" "));
-    (stdout, serde_json::from_str(&std::fs::read_to_string(stats).unwrap()).unwrap())
+    let json = match stats {
+        Some(path) => std::fs::read_to_string(path).unwrap(),
+        None => stdout.lines().last().unwrap_or_default().to_string(),
+    };
+    (stdout, serde_json::from_str(&json).unwrap())
 }
 
 /// The totals of a run with the kernel cutoff and one without agree: every
@@ -179,13 +186,13 @@ fn flows(tb: &TestBed, trace: &str, source: &str, cutoff: &str, dir: &Path) -> (
     let c = Collector::start();
     let collector = format!("127.0.0.1:{}", c.port);
     let stats = dir.join(format!("flows-{cutoff}.json"));
-    let (_, s) = capture(tb, trace, &["flows", source, "-q", "-n", &collector, "--kernel-cutoff", cutoff], &stats);
+    let (_, s) = capture(tb, trace, &["flows", source, "-q", "-n", &collector, "--kernel-cutoff", cutoff], Some(&stats));
     (c.finish(), s)
 }
 
 fn streams(tb: &TestBed, trace: &str, source: &str, cutoff: &str, dir: &Path) -> (Vec<String>, Value) {
     let stats = dir.join(format!("streams-{cutoff}.json"));
-    let (out, s) = capture(tb, trace, &["streams", source, "--json", "--cutoff", "2000", "--kernel-cutoff", cutoff], &stats);
+    let (out, s) = capture(tb, trace, &["streams", source, "--json", "--cutoff", "2000", "--kernel-cutoff", cutoff], Some(&stats));
     let mut records: Vec<String> = out
         .lines()
         .map(|l| {
@@ -275,7 +282,7 @@ fn check_filter_turns_it_off(source_kind: &str) {
         let collector = format!("127.0.0.1:{}", c.port);
         let stats = dir.path().join(format!("filtered-{cutoff}.json"));
         let args = ["flows", &source, "-q", "-n", &collector, "-f", "tcp", "--kernel-cutoff", cutoff];
-        let (_, s) = capture(&tb, &trace, &args, &stats);
+        let (_, s) = capture(&tb, &trace, &args, Some(&stats));
         (c.finish(), s)
     };
     let (off, s_off) = run("off");
@@ -297,4 +304,50 @@ fn afpacket_with_a_filter_keeps_the_user_space_cutoff() {
 #[ignore = "needs root: weir flows --filter on afxdp with the kernel cutoff asked for, on a veth test bed"]
 fn afxdp_with_a_filter_keeps_the_user_space_cutoff() {
     check_filter_turns_it_off("afxdp");
+}
+
+/// `weir inspect --streams --cutoff 2000`: the same alerts (but for their
+/// times) and the same stream-layer byte counts with the kernel cutoff on
+/// and off; the alerts are written to a file, the summary is `--json`.
+fn check_inspect(source_kind: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    testbed::require_tools(&["tcpreplay"]);
+    let tb = TestBed::new(1);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let source = format!("{source_kind}:{}", tb.rx_if);
+    let run = |cutoff: &str| {
+        let alerts = dir.path().join(format!("alerts-{cutoff}.json"));
+        let args =
+            ["inspect", &source, "--streams", "--cutoff", "2000", "--json", "-o", alerts.to_str().unwrap(), "--kernel-cutoff", cutoff];
+        let (_, summary) = capture(&tb, &trace, &args, None);
+        let mut lines: Vec<String> = std::fs::read_to_string(&alerts)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut j: Value = serde_json::from_str(l).unwrap();
+                j.as_object_mut().unwrap().remove("first_ns");
+                j.to_string()
+            })
+            .collect();
+        lines.sort();
+        (lines, summary["stream_layer"].clone())
+    };
+    let (off, s_off) = run("off");
+    let (on, s_on) = run("on");
+    assert!(off.len() > 100, "the built-in rules find content in the replay: {} alerts", off.len());
+    assert_eq!(on, off, "alerts with and without the kernel cutoff");
+    totals_agree(&format!("weir inspect --streams --cutoff 2000 {source_kind}"), &s_on, &s_off);
+}
+
+#[test]
+#[ignore = "needs root: weir inspect --streams --cutoff on afpacket with and without the kernel cutoff, on a veth test bed"]
+fn afpacket_inspect_alerts_are_the_same_with_the_kernel_cutoff() {
+    check_inspect("afpacket");
+}
+
+#[test]
+#[ignore = "needs root: weir inspect --streams --cutoff on afxdp with and without the kernel cutoff, on a veth test bed"]
+fn afxdp_inspect_alerts_are_the_same_with_the_kernel_cutoff() {
+    check_inspect("afxdp");
 }
