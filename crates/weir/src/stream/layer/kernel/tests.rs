@@ -259,3 +259,54 @@ fn an_idle_connection_the_kernel_still_sees_is_kept_and_one_it_does_not_is_close
     let last: Vec<_> = l.handler().0.iter().skip(4).filter(|s| s.proto == 6).collect();
     assert!(last.iter().all(|s| s.packets == 0 && s.closed == Some(CloseReason::EndOfInput)), "{last:#?}");
 }
+
+/// An Ethernet/IPv6/TCP frame from 2001:db8::1 port 4000 to 2001:db8::2
+/// port 443 (or back, with `back`).
+fn frame6(back: bool, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let (mut src, mut dst) =
+        ([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1u8], [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2u8]);
+    let (mut sp, mut dp) = (4000u16, 443u16);
+    if back {
+        std::mem::swap(&mut src, &mut dst);
+        std::mem::swap(&mut sp, &mut dp);
+    }
+    let mut f = vec![0u8; 12];
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    f.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[6, 64]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&sp.to_be_bytes());
+    f.extend_from_slice(&dp.to_be_bytes());
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+#[ignore = "needs root: loads weir's kernel cutoff socket filter and runs it with BPF_PROG_TEST_RUN"]
+fn an_ipv6_stream_is_keyed_and_counted_by_the_kernel_as_weir_counts_it() {
+    testbed::require_root();
+    let frames: Vec<(u64, Vec<u8>)> = [
+        frame6(false, 1000, SYN, b""),
+        frame6(true, 5000, SYN | ACK, b""),
+        frame6(false, 1001, ACK, &[1; 700]),
+        frame6(true, 5001, ACK, &[2; 1200]),
+        frame6(false, 1701, ACK, &[3; 300]),
+        frame6(false, 2001, FIN | ACK, b""),
+        frame6(true, 6201, FIN | ACK, b""),
+        frame6(false, 2002, ACK, b""),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, f)| (1_000_000_000 + i as u64 * 1_000_000, f))
+    .collect();
+    let cfg = config(true, 0);
+    let want = reference(&cfg, &frames);
+    let (got, stats) = with_kernel(&cfg, &frames, 0, 16);
+    assert!(same(&got, &want), "{got:#?}\nwant\n{want:#?}");
+    // The three data segments: IP bytes are the IPv6 payload length (TCP
+    // header and data) plus the 40-byte header.
+    assert_eq!((stats.kernel.installed, stats.kernel.packets, stats.kernel.octets), (2, 3, 760 + 1260 + 360), "{:?}", stats.kernel);
+}
