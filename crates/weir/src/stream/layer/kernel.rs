@@ -24,6 +24,9 @@
 //!   that does reach weir marks it seen before the table looks for idle ones.
 //!   A kept direction past its active timeout hands out its record then (up
 //!   to the idle timeout late: its packets do not reach weir to do it).
+//! - Installed is for the record: a cutoff a callback raises afterwards
+//!   does not take the direction out (its bytes stay discarded, counted by
+//!   the kernel), as the bytes already past the old cutoff stay discarded.
 //! - Every install that fails (map full, or refused) is counted and the
 //!   stream stays with the user-space cutoff; it is not tried again until
 //!   its next active-timeout record. When the map is full, the installed
