@@ -7,12 +7,21 @@
  * packet on any other queue goes on up the stack (XDP_PASS), so capturing some
  * queues of an interface never cuts the others off.
  *
+ * The kernel cutoff (weir_cutoff.h): on a captured queue, a packet of a
+ * stream weir installed in `weir_flows` is counted there and dropped
+ * (XDP_DROP) before it takes a UMEM frame; a redirected packet does not go up
+ * the stack either, so dropping it takes nothing from the host.
+ *
  * weir recognises a program left attached by an earlier run by its name,
  * `weir_xdp`: keep the function name as it is.
  */
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+
+#define WEIR_CTX struct xdp_md
+#define WEIR_LOAD(ctx, off, to, len) bpf_xdp_load_bytes(ctx, off, to, len)
+#include "weir_cutoff.h"
 
 /* One entry per possible queue: weir's MAX_QUEUES. */
 #define WEIR_MAX_QUEUES 1024
@@ -27,9 +36,13 @@ struct {
 SEC("xdp")
 int weir_xdp(struct xdp_md *ctx)
 {
+	__u32 queue = ctx->rx_queue_index;
+
+	if (bpf_map_lookup_elem(&weir_xsks, &queue) && weir_cutoff(ctx))
+		return XDP_DROP;
 	/* The flags argument is the action when the lookup finds no socket
 	 * (kernel 5.3 and later): the queue is not captured, pass the packet. */
-	return bpf_redirect_map(&weir_xsks, ctx->rx_queue_index, XDP_PASS);
+	return bpf_redirect_map(&weir_xsks, queue, XDP_PASS);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -188,7 +188,48 @@ impl LiveArgs {
                 need_wakeup: true,
                 replace_foreign: self.replace_xdp,
             },
+            kernel_flows: 0,
         })
+    }
+}
+
+/// The kernel cutoff's options, for the commands on the stream layer.
+#[derive(Args, Debug)]
+pub struct KernelCutoffArgs {
+    /// The kernel cutoff (on by default): on a live source (afxdp, afpacket), once a stream passed its cutoff
+    /// (--cutoff; flows: at once) weir installs it in an eBPF flow map, and the kernel drops its packets before
+    /// they reach weir (in the XDP program for afxdp, a socket filter for afpacket), all but TCP SYN, FIN and
+    /// RST, counting them in the map; weir adds the counts to the stream's record, so records and statistics
+    /// are the same as with off, the cutoff in user space only. Trace files have no kernel to do it in: there
+    /// it is off whatever is said. With --filter it is off too: a filter may tell apart packets of one
+    /// stream, which the kernel's counts could not (and an afpacket socket holds one filter).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub kernel_cutoff: bool,
+
+    /// Most stream directions in the kernel cutoff's flow map at once (each about 160 bytes of kernel memory,
+    /// checked against what is available). When it is full, the installed connection whose inactive timeout
+    /// would end first, of those seen least recently, makes room (its counts read into its records), or else
+    /// the stream stays with the user-space cutoff: exact either way.
+    #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
+    pub kernel_flows: u32,
+}
+
+impl KernelCutoffArgs {
+    /// Entries of the flow map to ask the source for (0: no kernel cutoff).
+    pub fn entries(&self) -> u32 {
+        if self.kernel_cutoff {
+            self.kernel_flows
+        } else {
+            0
+        }
+    }
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: on or off")),
     }
 }
 
@@ -225,6 +266,12 @@ impl SourceArgs {
     /// [`engine`](Self::engine) for an application that will allocate `app`
     /// beside the engine: checked with the engine's memory, before either is allocated.
     pub fn engine_with_memory(&self, app: weir::memory::Plan) -> anyhow::Result<Engine> {
+        self.engine_with(app, 0)
+    }
+
+    /// [`engine_with_memory`](Self::engine_with_memory) with the kernel
+    /// cutoff's flow map of `kernel_flows` entries on a live source (0: none).
+    pub fn engine_with(&self, app: weir::memory::Plan, kernel_flows: u32) -> anyhow::Result<Engine> {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e| setting_error(&e))?;
         let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| spec_error(&self.source, e))?;
         let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
@@ -244,7 +291,8 @@ impl SourceArgs {
             .pacing(self.pacing()?)
             .balance(balance)
             .locality(self.locality_config()?)
-            .live(self.live.options()?);
+            // With a filter the engine gives the stream layer no kernel cutoff: no map either.
+            .live(LiveOptions { kernel_flows: if self.filter.is_some() { 0 } else { kernel_flows }, ..self.live.options()? });
         if let Some(p) = self.pool_config()? {
             b = b.pool(p);
         }

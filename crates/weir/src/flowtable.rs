@@ -362,6 +362,40 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         Some(&mut flow.value)
     }
 
+    /// Marks `key`'s flow seen at `ts_ns` without expiring anything, if
+    /// `which` picks its value: for a flow whose packets someone else saw
+    /// meanwhile (the kernel cutoff's), so the packet that shows it is alive
+    /// does not find it idle. False when the table has no such flow or
+    /// `which` passed it over.
+    pub(crate) fn refresh_hashed(&mut self, hash: u64, key: &K, ts_ns: u64, which: impl FnOnce(&V) -> bool) -> bool {
+        debug_assert_eq!(hash, self.hasher.hash_one(key));
+        let slots = &self.slots;
+        let Some((_, i)) = self.index.find(hash, |i| slots[i as usize].flow.key == *key) else { return false };
+        if !which(&self.slots[i as usize].flow.value) {
+            return false;
+        }
+        self.make_newest(i);
+        let flow = &mut self.slots[i as usize].flow;
+        flow.last_ns = flow.last_ns.max(ts_ns);
+        true
+    }
+
+    /// The keys of the `n` flows seen least recently, oldest first, for a
+    /// caller that picks one of them to let go of (the kernel cutoff's full
+    /// map).
+    pub(crate) fn oldest_keys(&self, n: usize) -> Vec<K>
+    where
+        K: Clone,
+    {
+        let mut keys = Vec::with_capacity(n);
+        let mut i = self.oldest;
+        while i != NIL && keys.len() < n {
+            keys.push(self.slots[i as usize].flow.key.clone());
+            i = self.slots[i as usize].newer;
+        }
+        keys
+    }
+
     /// The hash the table looks `key` up by: computed once per packet when a
     /// run of packets is warmed (prefetched) ahead of its lookups.
     pub fn hash(&self, key: &K) -> u64 {

@@ -454,8 +454,14 @@ fn compile_xdp(dir: &Path, name: &str, source: Option<&str>) -> PathBuf {
     };
     let obj = dir.join(format!("{name}.o"));
     let multiarch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
-    let out =
-        Command::new("clang").args(["-O2", "-g", "-target", "bpf", "-I", &multiarch, "-c"]).arg(&src).arg("-o").arg(&obj).output().unwrap();
+    // -mcpu=v3 as build.rs builds weir's: its kernel cutoff's counters need the atomic OR.
+    let out = Command::new("clang")
+        .args(["-O2", "-g", "-mcpu=v3", "-target", "bpf", "-I", &multiarch, "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "clang: {}", String::from_utf8_lossy(&out.stderr));
     obj
 }

@@ -22,8 +22,8 @@ mod files;
 
 use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
-use crate::run::{drop_privileges, human_rate, watch_started, SourceArgs};
-use crate::streams::{check_packets, packet_line};
+use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
+use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
 use biflow::Pairer;
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format};
@@ -84,6 +84,14 @@ NetFlow v5 carries IPv4 only: IPv6 records are counted as not exported and repor
 pub struct FlowsArgs {
     #[command(flatten)]
     pub src: SourceArgs,
+
+    #[command(flatten)]
+    pub kernel: KernelCutoffArgs,
+
+    /// Write the totals as one JSON object to FILE at the end (the stream layer's, as `weir streams --stats`,
+    /// with the export's under "export").
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<std::path::PathBuf>,
 
     /// A collector to send to, HOST:PORT over UDP (nfcapd's default port is 9995, IPFIX's 4739). Repeatable:
     /// every collector gets every message.
@@ -347,7 +355,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;
-    let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
+    let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
     let queues = engine.info().queues.clone();
     let (mut lanes, senders) = lanes(&args, &queues)?;
     let lane_of = |q: QueueId| match args.export {
@@ -414,6 +422,14 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
     }
     let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
+    if let Some(path) = &args.stats {
+        let mut j = stats_json(&total);
+        j["export"] = serde_json::json!({"exported": st.exported, "messages": st.messages, "datagrams": st.datagrams,
+                                         "not_carried": st.not_carried, "lost_to_send_errors": st.lost_to_send_errors,
+                                         "unwritten": st.unwritten, "orphaned": orphaned});
+        j["elapsed_s"] = serde_json::json!(elapsed.as_secs_f64());
+        std::fs::write(path, format!("{j}\n")).map_err(|e| anyhow::anyhow!("--stats {}: {e}", path.display()))?;
+    }
     for e in &errors {
         eprintln!("weir flows: {e}");
     }
@@ -477,6 +493,9 @@ fn print_stats(
         );
     }
     eprintln!("weir flows: {}", packet_line(total));
+    if let Some(line) = kernel_line(total) {
+        eprintln!("weir flows: {line}");
+    }
     let f = &total.fragment;
     let unrecorded = f.fragments - f.fragments_reassembled;
     if unrecorded > 0 {

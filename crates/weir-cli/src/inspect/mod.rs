@@ -157,6 +157,9 @@ pub struct InspectArgs {
     #[command(flatten)]
     pub src: SourceArgs,
 
+    #[command(flatten, next_help_heading = "Kernel cutoff (with --streams)")]
+    pub kernel: crate::run::KernelCutoffArgs,
+
     #[command(flatten, next_help_heading = "Stream options (with --streams)")]
     pub stream: StreamOptions,
 }
@@ -466,7 +469,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             FlowTable::<FlowTuple, Counters>::memory_for(args.max_flows as usize),
         );
     }
-    let engine = args.src.engine_with_memory(app)?;
+    // The kernel cutoff needs the stream layer: without --streams, no map.
+    let engine = args.src.engine_with(app, if stream_cfg.is_some() { args.kernel.entries() } else { 0 })?;
     let matcher = match layout {
         None => None,
         Some(l) => {

@@ -37,7 +37,7 @@ use super::{flow_text, mib, InspectArgs, Matcher, SPILL_RECORDS};
 use crate::count::finish;
 use crate::exit::{bad_input, out, setting_error};
 use crate::run::{human_rate, run_started};
-use crate::streams::{check_packets, packet_line, stats_json};
+use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
 use anyhow::{anyhow, Context};
 use std::io::Write;
 use std::net::IpAddr;
@@ -227,6 +227,9 @@ pub(super) fn run(
             packets.delivery_drops
         );
         eprintln!("weir inspect: {}", packet_line(&total));
+        if let Some(line) = kernel_line(&total) {
+            eprintln!("weir inspect: {line}");
+        }
     }
     finish(&report)
 }

@@ -13,7 +13,7 @@
 pub mod tcpflow;
 
 use crate::exit::{bad_input, setting_error};
-use crate::run::{human_rate, run_started, SourceArgs};
+use crate::run::{human_rate, run_started, KernelCutoffArgs, SourceArgs};
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
@@ -49,6 +49,9 @@ Overlapping retransmissions with different bytes: the first copy wins (tcpflow k
 pub struct StreamsArgs {
     #[command(flatten)]
     pub src: SourceArgs,
+
+    #[command(flatten)]
+    pub kernel: KernelCutoffArgs,
 
     /// Write each TCP stream's bytes to DIR, one file per direction with payload, named as tcpflow names them.
     #[arg(short = 'o', long = "output", value_name = "DIR")]
@@ -275,7 +278,9 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
     }
-    let engine = args.src.engine_with_memory(cfg.memory_plan(1))?;
+    // Without a cutoff no stream is ever installed: no flow map then.
+    let cut = cfg.cutoff.is_some() || cfg.classes.iter().any(|c| matches!(c.cutoff, Some(Some(_))));
+    let engine = args.src.engine_with(cfg.memory_plan(1), if cut { args.kernel.entries() } else { 0 })?;
     let dir = args.output.clone().map(Arc::new);
     let ethernet = engine.info().link_type == weir::LinkType::ETHERNET;
     let running = engine
@@ -341,6 +346,9 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
             files
         );
         eprintln!("weir streams: {}", packet_line(&total));
+        if let Some(line) = kernel_line(&total) {
+            eprintln!("weir streams: {line}");
+        }
     }
     for e in &report.errors {
         eprintln!("weir streams: {e}");
@@ -358,7 +366,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
 /// The stream layer's totals as JSON: every packet and byte category, the
 /// close reasons and IP fragment reassembly.
 pub fn stats_json(total: &StreamStats) -> serde_json::Value {
-    let f = &total.fragment;
+    let (f, k) = (&total.fragment, &total.kernel);
     json!({
         "packets": total.packets, "stream_packets": total.to_stream + total.discarded_packets + total.dropped_packets,
         "not_stream": total.not_ip + total.malformed, "not_ip": total.not_ip, "malformed": total.malformed,
@@ -373,6 +381,19 @@ pub fn stats_json(total: &StreamStats) -> serde_json::Value {
         "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
                          "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
                          "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
+        "kernel_cutoff": {"installed": k.installed, "full": k.full, "failed": k.failed, "taken": k.taken, "evicted": k.evicted, "displaced": k.displaced,
+                          "lost": k.lost, "refreshed": k.refreshed, "in_map": k.in_map(), "packets": k.packets, "after_end": k.after_end, "octets": k.octets},
+    })
+}
+
+/// What the kernel cutoff did, in one line (`None` when it installed nothing).
+pub fn kernel_line(total: &StreamStats) -> Option<String> {
+    let k = &total.kernel;
+    (k.installed + k.full + k.failed > 0).then(|| {
+        format!(
+            "kernel cutoff: {} packets ({} IP bytes) dropped in the kernel and added to their records; {} stream directions installed, {} taken back ({} of evicted connections, {} to make room in the full map), {} still in the map, {} idle connections kept alive by the kernel's counts; {} installs found the map full, {} refused; {} entries lost",
+            k.packets, k.octets, k.installed, k.taken, k.evicted, k.displaced, k.in_map(), k.refreshed, k.full, k.failed, k.lost
+        )
     })
 }
 

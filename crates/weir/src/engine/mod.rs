@@ -496,7 +496,14 @@ impl Engine {
         let (link, queues) = (self.info.link_type, self.info.queues.len());
         let mut layers = Vec::new();
         for &q in &self.info.queues {
-            layers.push(Some(crate::stream::Streams::new(cfg, link, q, queues, make(q)).map_err(RunError::Setting)?));
+            let mut layer = crate::stream::Streams::new(cfg, link, q, queues, make(q)).map_err(RunError::Setting)?;
+            // The kernel cutoff: each worker its own handle on the source's
+            // flow map. Not with a filter, which may tell apart packets of
+            // one stream where the kernel's counts could not.
+            if let Some(flows) = self.source.kernel_flows().filter(|_| self.filter.is_none()) {
+                layer.set_kernel_cutoff(flows.handle().map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?);
+            }
+            layers.push(Some(layer));
         }
         let mut next = layers.into_iter();
         self.start(move |_| next.next().flatten().expect("one stream layer per queue, in queue order"))

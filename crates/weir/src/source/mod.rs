@@ -13,7 +13,7 @@
 pub mod afpacket;
 pub(crate) mod afxdp;
 pub mod file;
-mod live;
+pub(crate) mod live;
 pub mod pacing;
 mod spec;
 
@@ -60,6 +60,12 @@ pub(crate) trait Source: Send {
     /// with a moving bucket, if it cannot: the stream layer then refuses to
     /// rebalance it (its streams would be split).
     fn handover_refusal(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The kernel cutoff's flow map, if this source has one (a live source
+    /// opened with [`LiveOptions::kernel_flows`] above 0).
+    fn kernel_flows(&self) -> Option<&live::cutoff::FlowMap> {
         None
     }
 

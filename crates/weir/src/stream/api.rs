@@ -292,6 +292,67 @@ pub struct StreamStats {
     pub memory_peak: u64,
     /// IP fragment reassembly.
     pub fragment: FragCounters,
+    /// The kernel cutoff (all zero without one).
+    pub kernel: KernelStats,
+}
+
+/// What the kernel cutoff did for one stream layer: the entries it put in
+/// and took out of the kernel's flow map, and what the kernel counted in
+/// them (packets that never reached weir's pool).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Stream directions installed (each its own entry).
+    pub installed: u64,
+    /// Installs refused because the map was full: the stream stayed with
+    /// the user-space cutoff, exact as without a kernel cutoff.
+    pub full: u64,
+    /// Installs refused for another reason (counted, same fallback).
+    pub failed: u64,
+    /// Entries taken out (read and deleted in one call) when their stream
+    /// closed or handed out a record.
+    pub taken: u64,
+    /// Of those, of connections evicted from weir's full table.
+    pub evicted: u64,
+    /// Of those, of connections that made room in the full map for a
+    /// newer stream (their packets reach weir again; counts exact).
+    pub displaced: u64,
+    /// Installed entries not found when taken, or not readable: their
+    /// counts are not in the records (never expected; a sign that something
+    /// else changed the map).
+    pub lost: u64,
+    /// Connections idle to weir that the kernel had seen within the idle
+    /// timeout, so they were kept.
+    pub refreshed: u64,
+    /// Packets the kernel dropped, as taken from the entries.
+    pub packets: u64,
+    /// Of those, packets that came after their stream's FIN or RST on the
+    /// wire, counted because that segment passed the kernel before weir
+    /// installed the entry: added to the record after it was handed out, as
+    /// weir counts a closed stream's packets without the cutoff.
+    pub after_end: u64,
+    /// Their IP bytes.
+    pub octets: u64,
+}
+
+impl KernelStats {
+    fn add(&mut self, o: &KernelStats) {
+        self.installed += o.installed;
+        self.full += o.full;
+        self.failed += o.failed;
+        self.taken += o.taken;
+        self.evicted += o.evicted;
+        self.displaced += o.displaced;
+        self.lost += o.lost;
+        self.refreshed += o.refreshed;
+        self.packets += o.packets;
+        self.after_end += o.after_end;
+        self.octets += o.octets;
+    }
+
+    /// Entries installed and not yet taken (or lost).
+    pub fn in_map(&self) -> u64 {
+        self.installed.saturating_sub(self.taken + self.lost)
+    }
 }
 
 impl StreamStats {
@@ -328,6 +389,7 @@ impl StreamStats {
             memory_peak
         );
         self.fragment.add(&o.fragment);
+        self.kernel.add(&o.kernel);
     }
 
     /// Counts a stream that left the table: its bytes and why it closed.

@@ -18,11 +18,13 @@ use crate::filter::Filter;
 use crate::flowtable::{End, Flow, FlowTable, TableLimits};
 use crate::pool::prefetch;
 use crate::rss::Rss;
+use crate::source::live::cutoff::KernelCutoff;
 use crate::wire::{field, FlowTuple};
 use crate::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, SettingError};
 use std::net::IpAddr;
 
 mod flush;
+mod kernel;
 
 pub(crate) use flush::ENTRY_BYTES as FLUSH_ENTRY_BYTES;
 
@@ -76,6 +78,11 @@ pub(super) struct Dir<S> {
     /// The window scale option of that SYN: the shift count of the windows
     /// this direction's sender advertises, if the other SYN has one too.
     window_scale: Option<u8>,
+    /// Installed in the kernel cutoff's flow map (`kernel.rs`).
+    in_kernel: bool,
+    /// Its install was refused (map full): not tried again for this record,
+    /// so a full map costs one bpf(2) call per stream, not one per packet.
+    kernel_refused: bool,
 }
 
 /// A packet's connection key (its tuple in canonical order), which side of
@@ -168,6 +175,11 @@ pub struct Streams<H: StreamHandler> {
     idle: flush::IdleClock,
     /// Boxes of closed directions, for the next streams.
     spare: Spare<H::State>,
+    /// The kernel cutoff's flow map, when the source has one.
+    kernel: Option<KernelCutoff>,
+    /// Connections the table found idle with a direction in the kernel's
+    /// map, to be kept if the kernel saw them (`kernel::revive`).
+    revive: Vec<Flow<FlowTuple, Conn<H::State>>>,
 }
 
 /// What the per-direction work needs besides the direction itself.
@@ -176,6 +188,7 @@ struct Env<'a, H: StreamHandler> {
     spare: &'a mut Spare<H::State>,
     arena: &'a mut Arena,
     stats: &'a mut StreamStats,
+    kernel: Option<&'a mut KernelCutoff>,
     piece: usize,
     overlap: usize,
     now: u64,
@@ -206,7 +219,15 @@ impl<H: StreamHandler> Streams<H> {
             idle: flush::IdleClock::default(),
             rss: Rss::new(link, 1),
             spare: Spare { dirs: Vec::new(), reasms: Vec::new() },
+            kernel: None,
+            revive: Vec::new(),
         })
+    }
+
+    /// Enforces the cutoff in the kernel too, through the source's flow map
+    /// (`kernel.rs` says how).
+    pub(crate) fn set_kernel_cutoff(&mut self, kernel: KernelCutoff) {
+        self.kernel = Some(kernel);
     }
 
     /// What the layer counted so far. Byte counts are added as streams
@@ -301,12 +322,20 @@ impl<H: StreamHandler> Streams<H> {
             Transport::Datagram { .. } => None,
         };
         let syn_only = |f: u8| f & (field::tcp::SYN | field::tcp::ACK) == field::tcp::SYN;
-        let Streams { handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, spare, .. } = self;
-        let mut env = Env { handler, spare, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
+        let Streams {
+            handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, spare, kernel, revive, ..
+        } = self;
+        let mut env = Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
         let mut closing = std::mem::take(closing_buf);
-        let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| {
-            closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
-        };
+        let mut revived = std::mem::take(revive);
+        if env.kernel.is_some() {
+            // A packet of a connection the kernel cutoff hides from weir: it
+            // is alive, whatever the table last saw of it.
+            table.refresh_hashed(hash, &key, ts, kernel::installed);
+        }
+        let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| kernel::leaving(flow, why, &mut closing, &mut revived);
+        // A direction the full kernel map had no room for.
+        let mut room = None;
         // A TCP packet that neither opens a connection nor carries data (an
         // ACK, FIN or RST after the end) starts nothing: it is counted apart.
         // A flow record counts every packet, so in flows mode it does.
@@ -339,10 +368,11 @@ impl<H: StreamHandler> Streams<H> {
                 Some(conn) => conn,
                 None => {
                     env.stats.untracked += 1;
+                    kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
                     for (conn, reason) in closing.drain(..) {
                         close_conn(conn, reason, &mut env);
                     }
-                    *closing_buf = closing;
+                    (*closing_buf, *revive) = (closing, revived);
                     return;
                 }
             }
@@ -353,10 +383,11 @@ impl<H: StreamHandler> Streams<H> {
             env.stats.to_stream += 1;
             env.stats.bytes += payload.len() as u64;
             env.stats.refused += payload.len() as u64;
+            kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
             for (conn, reason) in closing.drain(..) {
                 close_conn(conn, reason, &mut env);
             }
-            *closing_buf = closing;
+            (*closing_buf, *revive) = (closing, revived);
             return;
         }
         let fresh = conn.dirs.iter().all(Option::is_none);
@@ -397,6 +428,8 @@ impl<H: StreamHandler> Streams<H> {
                 flush_queued: false,
                 isn: None,
                 window_scale: None,
+                in_kernel: false,
+                kernel_refused: false,
             };
             env.stats.streams += 1;
             env.stats.connections += u64::from(fresh);
@@ -474,6 +507,11 @@ impl<H: StreamHandler> Streams<H> {
                 }
             }
             apply_pending(this, opposite, &mut env);
+            if let Some(k) = env.kernel.as_deref_mut() {
+                if kernel::install(this, other.as_deref(), k, &mut env.stats.kernel) {
+                    room = Some((key, side));
+                }
+            }
         }
         let dropped = this.rec.dropped - dropped_before;
         let discarded = this.rec.discarded - discarded_before - unkept;
@@ -518,10 +556,14 @@ impl<H: StreamHandler> Streams<H> {
         if this.state.is_none() && other.as_ref().is_some_and(|o| o.state.is_none()) {
             retire(conn, &mut env);
         }
+        if let Some((key, side)) = room {
+            kernel::make_room(table, &mut env, key, side);
+        }
+        kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
         for (conn, reason) in closing.drain(..) {
             close_conn(conn, reason, &mut env);
         }
-        *closing_buf = closing;
+        (*closing_buf, *revive) = (closing, revived);
     }
 
     /// Connections in the table, and the streams they hold.
@@ -602,6 +644,7 @@ impl<H: StreamHandler> Streams<H> {
             spare: &mut self.spare,
             arena: &mut self.arena,
             stats: &mut self.stats,
+            kernel: self.kernel.as_mut(),
             piece: self.cfg.piece,
             overlap: self.cfg.piece_overlap,
             now,
@@ -705,14 +748,24 @@ fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, r
     env.arena.release(d.piece.capacity() as u64);
     d.piece = Vec::new();
     d.carried = 0;
+    let late = env.kernel.as_deref_mut().and_then(|k| kernel::take(d, k, &mut env.stats.kernel, Some(reason)));
     let state = d.state.take().expect("open");
     env.handler.closed(&d.rec, state);
+    if let Some(c) = late {
+        kernel::after_close(&mut d.rec, &c);
+    }
 }
 
 /// Hands out a flows-mode record whose active timeout passed at packet time
 /// `now` and starts it again from there (the stream, its state and its
 /// close reason, if a FIN was seen, go on).
 fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut Env<'_, H>) {
+    if d.state.is_none() {
+        return;
+    }
+    if let Some(k) = env.kernel.as_deref_mut() {
+        kernel::take(d, k, &mut env.stats.kernel, None);
+    }
     let Some(state) = d.state.as_mut() else { return };
     env.handler.active(&d.rec, state);
     env.stats.record_bytes(&d.rec);
@@ -721,6 +774,11 @@ fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut En
     (r.first_ns, r.last_ns) = (now, now);
     (r.packets, r.bytes, r.octets, r.tcp_flags) = (0, 0, 0, 0);
     (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
+    if let Some(k) = env.kernel.as_deref_mut() {
+        // A full map leaves it to the user-space cutoff until its next record.
+        d.kernel_refused = false;
+        kernel::install(d, None, k, &mut env.stats.kernel);
+    }
 }
 
 /// The largest window shift count (RFC 7323 2.3: a larger one is taken as 14).

@@ -58,7 +58,7 @@ mod handover;
 mod layer;
 pub mod reassembly;
 
-pub use api::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
+pub use api::{CloseReason, Direction, KernelStats, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 pub use config::{Class, Mode, StreamConfig, MAX_PIECE, PRIORITIES};
 pub use layer::Streams;
 

@@ -72,6 +72,7 @@
 //! as libpcap does, the outgoing copy is dropped, here by a test in front of the
 //! filter so it never takes room in the ring.
 
+pub(crate) mod cutoff;
 mod rebalance;
 mod steer;
 mod sys;
@@ -195,6 +196,9 @@ struct AfPacketSource {
     placeholders: Vec<(u16, PacketSocket)>,
     /// buckets mode: the table (and the loaded program), bound to this capture.
     steering: Option<steer::Binding>,
+    /// The kernel cutoff's socket filter and flow map (`cutoff.rs`), when
+    /// asked for on a device it can run on.
+    cutoff: Option<cutoff::CutoffFilter>,
 }
 
 /// What the units of one capture keep alive until the last of them is gone.
@@ -203,6 +207,8 @@ struct Shared {
     _placeholders: Vec<PacketSocket>,
     /// buckets mode: the program and its table, bound to this capture.
     _steering: Option<steer::Binding>,
+    /// The kernel cutoff's program and flow map.
+    _cutoff: Option<cutoff::CutoffFilter>,
 }
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
@@ -231,6 +237,12 @@ pub(crate) fn open(
             format!("afpacket rings: {} blocks of {} per queue, x {} queues", a.block_count, Bytes(a.block_bytes as u64), queues.len()),
             (a.block_count as u64).saturating_mul(a.block_bytes as u64).saturating_mul(queues.len() as u64),
         );
+        if opts.kernel_flows > 0 {
+            plan.add(
+                format!("kernel cutoff flow map: {} entries", opts.kernel_flows),
+                u64::from(opts.kernel_flows).saturating_mul(crate::source::live::cutoff::ENTRY_BYTES),
+            );
+        }
         budget.check(queues.len(), plan)?;
         let last = queues.last().copied().unwrap_or(0);
         if fanout == Fanout::QueueMapping && last >= device_queues {
@@ -258,6 +270,12 @@ pub(crate) fn open(
                 let members: Vec<QueueId> = queues.iter().copied().map(QueueId).collect();
                 Some(table.bind(&name, &members)?)
             }
+            _ => None,
+        };
+        // The socket filter parses Ethernet, and on loopback weir's classic
+        // program must stay to drop the outgoing copies (`cutoff.rs`).
+        let cutoff = match opts.kernel_flows {
+            n if n > 0 && dev.link_type == LinkType::ETHERNET && !dev.loopback => Some(cutoff::CutoffFilter::load(n, opts.snaplen)?),
             _ => None,
         };
         let mut sockets = vec![first];
@@ -295,6 +313,7 @@ pub(crate) fn open(
             queues: opened,
             placeholders,
             steering,
+            cutoff,
         };
         Ok(Box::new(source) as Box<dyn Source>)
     })
@@ -407,7 +426,11 @@ impl Source for AfPacketSource {
         None
     }
 
-    fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
+    fn kernel_flows(&self) -> Option<&crate::source::live::cutoff::FlowMap> {
+        self.cutoff.as_ref().map(cutoff::CutoffFilter::flows)
+    }
+
+    fn into_units(mut self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
         super::live::refuse_pacing(opts.pacing)?;
         let label = |q: u16| format!("afpacket:{}@{q}", self.iface);
         // Every member: (queue, socket), capturing sockets first.
@@ -439,8 +462,18 @@ impl Source for AfPacketSource {
         }
         let (snaplen, loopback) = (self.info.snaplen, self.loopback);
         let filter = opts.filter.current();
-        let opened = self.queues.iter().map(|s| (s.queue, &*s.socket));
-        attach_program(opened, filter.as_ref(), snaplen, loopback, &self.iface).map_err(|(what, e)| io_error(what, e))?;
+        match (self.cutoff.as_mut(), filter.as_ref()) {
+            // The kernel cutoff's socket filter keeps what `ret #snaplen` keeps (`cutoff.rs`).
+            (Some(cutoff), None) => {
+                for s in &self.queues {
+                    cutoff.attach(&*s.socket)?;
+                }
+            }
+            _ => {
+                let opened = self.queues.iter().map(|s| (s.queue, &*s.socket));
+                attach_program(opened, filter.as_ref(), snaplen, loopback, &self.iface).map_err(|(what, e)| io_error(what, e))?;
+            }
+        }
         // A replacement goes on every socket still open before the caller's
         // `replace` returns; the units own the sockets, this only looks at them.
         let sockets: Vec<_> = self.queues.iter().map(|s| (s.queue, Arc::downgrade(&s.socket))).collect();
@@ -467,7 +500,11 @@ impl Source for AfPacketSource {
                 .into())
             }
         };
-        let shared = Arc::new(Shared { _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(), _steering: self.steering });
+        let shared = Arc::new(Shared {
+            _placeholders: self.placeholders.into_iter().map(|(_, s)| s).collect(),
+            _steering: self.steering,
+            _cutoff: self.cutoff,
+        });
         let iface = self.iface;
         let mut units: Vec<Box<dyn CaptureUnit>> = self
             .queues

@@ -222,6 +222,12 @@ pub(super) struct PacketSocket {
     fd: OwnedFd,
 }
 
+impl std::os::fd::AsFd for PacketSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl PacketSocket {
     /// A raw packet socket that receives nothing yet: protocol 0 keeps it out of
     /// the receive path until [`bind`](Self::bind) names the protocol, so no packet

@@ -71,7 +71,7 @@ pub(crate) fn open(
             Some(q) => q,
             None => QueueRange::new(0, available - 1).map_err(|e| SourceError::Invalid(format!("{iface}: {e}")))?,
         };
-        budget.check(queues.len(), memory(&opts.afxdp, budget.pool_cells(), queues.len()))?;
+        budget.check(queues.len(), memory(&opts.afxdp, budget.pool_cells(), queues.len(), opts.kernel_flows))?;
         let sockets = queues
             .iter()
             .map(|q| XskFd::new().map(|fd| (QueueId(q), fd)))
@@ -82,7 +82,7 @@ pub(crate) fn open(
             false => None,
         };
         let native_only = opts.afxdp.zero_copy == ZeroCopy::On;
-        let program = XdpProgram::attach(iface, index, opts.afxdp.replace_foreign, native_only)?;
+        let program = XdpProgram::attach(iface, index, opts.afxdp.replace_foreign, native_only, opts.kernel_flows)?;
         let snaplen = opts.snaplen.min((opts.afxdp.frame_size - XDP_PACKET_HEADROOM) as u32);
         let info = SourceInfo {
             name,
@@ -110,7 +110,7 @@ pub(crate) fn open(
 /// What `queues` sockets take: a UMEM each of a frame per pool cell (one arena
 /// of them all for a buddy group; the same bytes), pinned by the kernel, and
 /// each socket's rings.
-fn memory(o: &AfXdpOptions, pool_cells: u64, queues: usize) -> Plan {
+fn memory(o: &AfXdpOptions, pool_cells: u64, queues: usize, kernel_flows: u32) -> Plan {
     let n = queues as u64;
     let mut plan = Plan::new();
     plan.add(
@@ -118,6 +118,12 @@ fn memory(o: &AfXdpOptions, pool_cells: u64, queues: usize) -> Plan {
         pool_cells.saturating_mul(o.frame_size as u64).saturating_mul(n),
     );
     plan.add(format!("AF_XDP rings of {} entries, x {queues} queues", o.ring_size), xsk::ring_bytes(o.ring_size).saturating_mul(n));
+    if kernel_flows > 0 {
+        plan.add(
+            format!("kernel cutoff flow map: {kernel_flows} entries"),
+            u64::from(kernel_flows).saturating_mul(crate::source::live::cutoff::ENTRY_BYTES),
+        );
+    }
     plan
 }
 
@@ -159,6 +165,10 @@ impl Source for AfXdpSource {
              and a packet does not say which RX queue it came in on, so a worker cannot give up exactly the moving \
              entry's streams",
         )
+    }
+
+    fn kernel_flows(&self) -> Option<&crate::source::live::cutoff::FlowMap> {
+        self.program.flows()
     }
 
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {

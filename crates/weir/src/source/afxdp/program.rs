@@ -12,6 +12,8 @@
 //! - A program held by a bpf_link cannot be replaced at all: its owner is alive
 //!   (for weir's own: another capture on the same interface).
 //! - Native (driver) mode where the driver has it, generic mode otherwise.
+//! - The program also runs the kernel cutoff (`ebpf/weir_cutoff.h`) on the
+//!   captured queues; its flow map is handed to the stream layer.
 //! - The bpf_link is the only thing that keeps the program on the interface and
 //!   nothing is pinned: when the link's file descriptor closes, on drop, on exit
 //!   or on SIGKILL, the kernel detaches the program.
@@ -20,10 +22,11 @@ use super::sys::{self, XdpMode};
 use crate::capture::SourceError;
 pub(crate) use crate::source::live::bpf::denied;
 use crate::source::live::bpf::{bpf_error, chain, os_error};
+use crate::source::live::cutoff::{self, FlowMap};
 use aya::maps::{MapData, XskMap};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{loaded_programs, ProgramFd, Xdp, XdpFlags};
-use aya::Ebpf;
+use aya::EbpfLoader;
 use std::error::Error;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -42,6 +45,11 @@ pub(crate) struct XdpProgram {
     /// before its map goes.
     _link: XdpLink,
     xsks: XskMap<MapData>,
+    /// The kernel cutoff's flow map: the program refers to it, so it is
+    /// loaded (with one entry, never installed into) also when not asked for.
+    flows: FlowMap,
+    /// Whether the kernel cutoff was asked for.
+    cutoff: bool,
     mode: XdpMode,
     /// Programs replaced to make room, for the user to hear about.
     notes: Vec<String>,
@@ -51,12 +59,22 @@ impl XdpProgram {
     /// Load the program and attach it to `iface` (index `ifindex`, in the calling
     /// thread's namespace), after clearing the way as the module says. With
     /// `native_only`, generic mode is not an option (zero-copy needs native).
-    pub(crate) fn attach(iface: &str, ifindex: u32, replace_foreign: bool, native_only: bool) -> Result<XdpProgram, SourceError> {
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| {
+    /// With `kernel_flows` above 0 the program's flow map has that many
+    /// entries and is kept for the stream layer (the kernel cutoff); with 0
+    /// it has one, never installed into, and the program drops nothing.
+    pub(crate) fn attach(
+        iface: &str,
+        ifindex: u32,
+        replace_foreign: bool,
+        native_only: bool,
+        kernel_flows: u32,
+    ) -> Result<XdpProgram, SourceError> {
+        let mut ebpf = EbpfLoader::new().set_max_entries(cutoff::MAP_NAME, kernel_flows.max(1)).load(OBJECT).map_err(|e| {
             bpf_error(&format!("{iface}: creating the XDP program's socket map"), &e, "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)")
         })?;
         let map = ebpf.take_map(MAP_NAME).ok_or_else(|| missing(MAP_NAME))?;
         let xsks = XskMap::try_from(map).map_err(|e| bpf_error("the XDP program's socket map", &e, "CAP_BPF"))?;
+        let flows = FlowMap::take_from(&mut ebpf)?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
             .ok_or_else(|| missing(PROGRAM_NAME))?
@@ -83,12 +101,17 @@ impl XdpProgram {
             Err(e) => return Err(attach_error(iface, &e)),
         };
         let link = prog.take_link(id).map_err(|e| bpf_error("weir's XDP link", &e, "CAP_NET_ADMIN"))?;
-        Ok(XdpProgram { _link: link, xsks, mode, notes })
+        Ok(XdpProgram { _link: link, xsks, flows, cutoff: kernel_flows > 0, mode, notes })
     }
 
     /// What attaching replaced, if anything.
     pub(crate) fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// The kernel cutoff's flow map, if it was asked for.
+    pub(crate) fn flows(&self) -> Option<&FlowMap> {
+        self.cutoff.then_some(&self.flows)
     }
 
     /// The mode the program runs in.

@@ -2,6 +2,7 @@
 //! facts about devices.
 
 pub(crate) mod bpf;
+pub(crate) mod cutoff;
 pub(crate) mod sys;
 
 use crate::capture::SourceError;
@@ -24,11 +25,25 @@ pub struct LiveOptions {
     pub afpacket: AfPacketOptions,
     /// Used by `afxdp:` sources only.
     pub afxdp: AfXdpOptions,
+    /// The kernel cutoff: entries of the flow map the source's kernel program
+    /// consults (a stream layer installs a stream there once it passed its
+    /// cutoff, and the kernel then drops its packets before the pool; see
+    /// `ebpf/weir_cutoff.h`). 0, the default: no map, no kernel cutoff.
+    /// afxdp and afpacket have it; each entry takes about 160 bytes of kernel
+    /// memory, checked with the rest before anything is allocated.
+    pub kernel_flows: u32,
 }
 
 impl Default for LiveOptions {
     fn default() -> Self {
-        LiveOptions { snaplen: 262_144, promisc: true, netns: None, afpacket: AfPacketOptions::default(), afxdp: AfXdpOptions::default() }
+        LiveOptions {
+            snaplen: 262_144,
+            promisc: true,
+            netns: None,
+            afpacket: AfPacketOptions::default(),
+            afxdp: AfXdpOptions::default(),
+            kernel_flows: 0,
+        }
     }
 }
 

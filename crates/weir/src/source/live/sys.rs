@@ -100,3 +100,60 @@ pub(crate) fn rx_queue_count(iface: &str) -> io::Result<u16> {
     }
     Ok(u16::try_from((ch.rx_count + ch.combined_count).max(1)).unwrap_or(u16::MAX))
 }
+
+/// bpf(2)'s attribute for one map element (`union bpf_attr`'s map_elem part).
+#[repr(C)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// A bpf(2) command on one map element.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum MapElem {
+    /// BPF_MAP_LOOKUP_ELEM: copies the value out.
+    Lookup,
+    /// BPF_MAP_UPDATE_ELEM with BPF_NOEXIST: adds the element, never replaces one.
+    Add,
+    /// BPF_MAP_LOOKUP_AND_DELETE_ELEM (kernel 5.14 for hash maps): copies the
+    /// value out and deletes the element in one call, so no update the
+    /// kernel makes between a read and a delete is lost.
+    Take,
+}
+
+/// Runs `op` on the element `key` of map `map`, with `value` (read from for
+/// `Add`, written to otherwise). `Ok(false)` when the map has no such key
+/// (for `Add`, never).
+pub(crate) fn map_elem(op: MapElem, map: std::os::fd::BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
+    const BPF_NOEXIST: u64 = 1;
+    let (cmd, flags): (libc::c_long, u64) = match op {
+        MapElem::Lookup => (1, 0),
+        MapElem::Add => (2, BPF_NOEXIST),
+        MapElem::Take => (21, 0),
+    };
+    let attr = MapElemAttr { map_fd: map.as_raw_fd() as u32, _pad: 0, key: key.as_ptr() as u64, value: value.as_mut_ptr() as u64, flags };
+    // SAFETY: `attr` is a valid map_elem attribute of the size passed; `key`
+    // and `value` are live buffers of the map's key and value sizes (the
+    // caller's types mirror the map's), and the kernel reads or writes at
+    // most those sizes.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, &attr as *const MapElemAttr, std::mem::size_of::<MapElemAttr>()) };
+    match rc {
+        0 => Ok(true),
+        _ => match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ENOENT) && !matches!(op, MapElem::Add) => Ok(false),
+            e => Err(e),
+        },
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of the kernel programs'
+/// bpf_ktime_get_ns.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}

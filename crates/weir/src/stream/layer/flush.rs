@@ -21,8 +21,7 @@
 //! slow pipe get their timeouts on a quiet link.
 
 use super::{apply_pending, emit, Dir, Env, Streams};
-use crate::flowtable::End;
-use crate::stream::{CloseReason, StreamHandler};
+use crate::stream::StreamHandler;
 use crate::wire::FlowTuple;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -97,8 +96,9 @@ impl<H: StreamHandler> Streams<H> {
     /// `now_ns`.
     pub(super) fn flush_due(&mut self, now_ns: u64) {
         let Some(flush) = self.cfg.flush_timeout_ns else { return };
-        let Streams { handler, cfg, table, arena, stats, waiting, spare, .. } = self;
-        let mut env = Env { handler, spare, arena, stats, piece: cfg.piece, overlap: cfg.piece_overlap, now: now_ns };
+        let Streams { handler, cfg, table, arena, stats, waiting, spare, kernel, .. } = self;
+        let mut env =
+            Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now: now_ns };
         while let Some((key, side)) = waiting.pop_due(now_ns, flush) {
             let Some(conn) = table.get_mut(&key) else { continue };
             let [d0, d1] = &mut conn.dirs;
@@ -122,10 +122,14 @@ impl<H: StreamHandler> Streams<H> {
         let Some(now) = self.idle.idle_now() else { return };
         self.flush_due(now);
         let mut closing = std::mem::take(&mut self.closing);
-        self.table.advance(now, |flow, why| {
-            closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
-        });
+        let mut revived = std::mem::take(&mut self.revive);
+        self.table.advance(now, |flow, why| super::kernel::leaving(flow, why, &mut closing, &mut revived));
+        if !revived.is_empty() {
+            let Streams { handler, cfg, table, arena, stats, spare, kernel, .. } = self;
+            let mut env = Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now };
+            super::kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
+        }
         self.close(closing.drain(..), now);
-        self.closing = closing;
+        (self.closing, self.revive) = (closing, revived);
     }
 }
