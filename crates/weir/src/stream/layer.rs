@@ -327,13 +327,15 @@ impl<H: StreamHandler> Streams<H> {
         } = self;
         let mut env = Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
         let mut closing = std::mem::take(closing_buf);
-        let mut revived = std::mem::take(revive);
+        // Borrowed, not taken: a take and a put back cost every packet a
+        // Vec's drop, for a list that is almost always empty.
+        let revived = revive;
         if env.kernel.is_some() {
             // A packet of a connection the kernel cutoff hides from weir: it
             // is alive, whatever the table last saw of it.
             table.refresh_hashed(hash, &key, ts, kernel::installed);
         }
-        let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| kernel::leaving(flow, why, &mut closing, &mut revived);
+        let mut gone = |flow: Flow<FlowTuple, Conn<H::State>>, why: End| kernel::leaving(flow, why, &mut closing, revived);
         // A direction the full kernel map had no room for.
         let mut room = None;
         // A TCP packet that neither opens a connection nor carries data (an
@@ -368,11 +370,11 @@ impl<H: StreamHandler> Streams<H> {
                 Some(conn) => conn,
                 None => {
                     env.stats.untracked += 1;
-                    kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
+                    kernel::revive(table, &mut env, revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
                     for (conn, reason) in closing.drain(..) {
                         close_conn(conn, reason, &mut env);
                     }
-                    (*closing_buf, *revive) = (closing, revived);
+                    *closing_buf = closing;
                     return;
                 }
             }
@@ -383,11 +385,11 @@ impl<H: StreamHandler> Streams<H> {
             env.stats.to_stream += 1;
             env.stats.bytes += payload.len() as u64;
             env.stats.refused += payload.len() as u64;
-            kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
+            kernel::revive(table, &mut env, revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
             for (conn, reason) in closing.drain(..) {
                 close_conn(conn, reason, &mut env);
             }
-            (*closing_buf, *revive) = (closing, revived);
+            *closing_buf = closing;
             return;
         }
         let fresh = conn.dirs.iter().all(Option::is_none);
@@ -559,11 +561,11 @@ impl<H: StreamHandler> Streams<H> {
         if let Some((key, side)) = room {
             kernel::make_room(table, &mut env, key, side);
         }
-        kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
+        kernel::revive(table, &mut env, revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
         for (conn, reason) in closing.drain(..) {
             close_conn(conn, reason, &mut env);
         }
-        (*closing_buf, *revive) = (closing, revived);
+        *closing_buf = closing;
     }
 
     /// Connections in the table, and the streams they hold.
