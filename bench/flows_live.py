@@ -214,15 +214,20 @@ def ladder(name, factory, ceiling, runs):
 
 
 def compare(result, name, peer):
-    """User CPU per packet against a peer's at the highest rate both held without loss."""
-    mine = {s["kpps"]: s["median_user_ns_per_packet"] for s in result[name]["steps"] if s["median_lost"] == 0}
-    theirs = {s["kpps"]: s["median_user_ns_per_packet"] for s in result[peer]["steps"] if s["median_lost"] == 0}
-    common = sorted(set(mine) & set(theirs))
+    """CPU per packet against a peer's at the highest rate both held without
+    loss: user-space (ticks: 0 when under one tick a step) and all of the
+    tool's CPU (schedstat), each as mine / theirs."""
+    def loss_free(n, key):
+        return {s["kpps"]: s[key] for s in result[n]["steps"] if s["median_lost"] == 0}
+    common = sorted(set(loss_free(name, "median_cpu_ns_per_packet")) & set(loss_free(peer, "median_cpu_ns_per_packet")))
     if not common:
         return None
     k = common[-1]
-    return {"kpps": k, "user_cpu_ratio": mine[k] / theirs[k] if theirs[k] else None,
-            "loss_free_ratio": result[name]["loss_free_kpps"] / max(result[peer]["loss_free_kpps"], 1)}
+    out = {"kpps": k, "loss_free_ratio": result[name]["loss_free_kpps"] / max(result[peer]["loss_free_kpps"], 1)}
+    for key, label in (("median_user_ns_per_packet", "user_cpu_ratio"), ("median_cpu_ns_per_packet", "cpu_ratio")):
+        mine, theirs = loss_free(name, key)[k], loss_free(peer, key)[k]
+        out[label] = mine / theirs if theirs else None
+    return out
 
 
 PLOT = r"""
