@@ -22,124 +22,37 @@
 //! by field to the records nfcapd stored from the same run.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, UdpSocket};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use weir::filter::oracle::Oracle;
 
+#[path = "support/collector.rs"]
+mod collector;
 #[path = "flows/nfpcapd.rs"]
 mod nfpcapd;
+use collector::{nfcapd_files, stored_lines, text, tool, Collector};
 use nfpcapd::{compare_nfpcapd, NfpWhy};
 
 /// Longer than any trace: one year, in seconds.
 const FOREVER: &str = "31536000";
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin")]).any(|d| d.join(name).is_file()));
-    assert!(found, "this test needs {name} (Debian's nfdump and softflowd packages; scripts/setup installs them)");
-    let mut c = Command::new(name);
-    c.env("TZ", "UTC").stdin(Stdio::null());
-    c
-}
-
 fn weir(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
 }
 
-/// An nfcapd on 127.0.0.1, writing to its own directory.
-struct Collector {
-    child: Child,
-    dir: tempfile::TempDir,
-    port: u16,
+/// What the comparisons read from a collector: its flows as [`Row`]s.
+trait Finish {
+    /// Stops nfcapd and returns the flows it stored and its closing report.
+    fn finish(self) -> (Vec<Row>, String);
 }
 
-impl Collector {
-    fn start() -> Collector {
-        let dir = tempfile::tempdir().unwrap();
-        // A port the system had free a moment ago.
-        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        // A receive buffer of 4 MB (the system's rmem_max here), not the
-        // default 208 KB: several exporters (per-queue, a fleet) send their
-        // last records in one burst at the end of a trace, and on a busy
-        // machine nfcapd drains its socket slower than they fill it.
-        let child = tool("nfcapd")
-            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string(), "-B", "4194304"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nfcapd starts");
-        // Ready once its socket is bound (a datagram sent before is lost).
-        let t = Instant::now();
-        while socket(port).is_none() {
-            assert!(t.elapsed() < Duration::from_secs(10), "nfcapd did not bind 127.0.0.1:{port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Collector { child, dir, port }
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Stops nfcapd (it writes its file on SIGTERM) and returns the flows
-    /// it stored, and its closing report (flows and sequence errors).
+impl Finish for Collector {
     fn finish(self) -> (Vec<Row>, String) {
         let (dir, report) = self.stop();
         (stored_rows(dir.path()), report)
     }
-
-    /// [`finish`](Self::finish) with the flows as nfdump prints them in
-    /// `format` (`-o`), one line each.
-    fn finish_as(self, format: &str) -> (Vec<String>, String) {
-        let (dir, report) = self.stop();
-        (stored_lines(dir.path(), format), report)
-    }
-
-    /// Stops nfcapd once it has stored every datagram sent: its directory
-    /// and its closing report.
-    fn stop(self) -> (tempfile::TempDir, String) {
-        // Loopback datagrams are queued at once: wait until nfcapd has read
-        // them all (none lost to a full socket buffer), and a moment more
-        // for it to store the last.
-        let t = Instant::now();
-        loop {
-            let (queued, drops) = socket(self.port).expect("nfcapd's socket is open");
-            assert_eq!(drops, 0, "nfcapd's socket dropped datagrams");
-            if queued == 0 {
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(20), "nfcapd does not read its socket ({queued} bytes queued)");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-        let out = self.child.wait_with_output().unwrap();
-        (self.dir, text(&out.stderr))
-    }
-}
-
-/// The files an nfcapd (or nfpcapd) wrote.
-fn nfcapd_files(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect()
-}
-
-/// The flows of every nfcapd file in `dir`, as nfdump prints them in
-/// `format` (`-o`), one line each.
-fn stored_lines(dir: &Path, format: &str) -> Vec<String> {
-    let mut rows = Vec::new();
-    for path in nfcapd_files(dir) {
-        let o = tool("nfdump").args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", format]).output().unwrap();
-        assert!(o.status.success(), "nfdump -r {}: {}", path.display(), text(&o.stderr));
-        // An empty file prints "No matching flows".
-        rows.extend(text(&o.stdout).lines().filter(|l| l.contains('|')).map(str::to_string));
-    }
-    rows
 }
 
 /// The flows of every nfcapd file in `dir` (written by nfcapd or nfpcapd).
@@ -166,17 +79,6 @@ fn exporters(dir: &tempfile::TempDir) -> BTreeMap<u32, (u64, u64)> {
         }
     }
     out
-}
-
-/// The UDP socket bound to 127.0.0.1:`port`, if there is one: the bytes
-/// waiting in its receive queue and the datagrams it dropped (/proc/net/udp).
-fn socket(port: u16) -> Option<(u64, u64)> {
-    let local = format!("0100007F:{port:04X}");
-    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
-    let line = table.lines().find(|l| l.split_whitespace().nth(1) == Some(&local))?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let rx = f[4].split(':').nth(1).expect("tx_queue:rx_queue");
-    Some((u64::from_str_radix(rx, 16).unwrap(), f[f.len() - 1].parse().unwrap()))
 }
 
 /// A flow's key: protocol name as nfdump prints it, addresses and ports
@@ -352,6 +254,15 @@ enum Why {
     NewSyn,
 }
 
+/// Rows grouped by their flow's key, in the order they came.
+fn by_key(rows: &[Row]) -> BTreeMap<Key, Vec<Row>> {
+    let mut m: BTreeMap<Key, Vec<Row>> = BTreeMap::new();
+    for r in rows {
+        m.entry(r.key.clone()).or_default().push(r.clone());
+    }
+    m
+}
+
 /// Compares one trace's flows, exported as `format` by weir and softflowd,
 /// and returns the differences found (each with its reason) after checking
 /// weir's records against the packets.
@@ -394,14 +305,7 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
     assert!(so.status.success(), "softflowd {sargs:?}: {}", text(&so.stderr));
     let (peer_rows, _) = s.finish();
 
-    let group = |rows: &[Row]| {
-        let mut m: BTreeMap<Key, Vec<Row>> = BTreeMap::new();
-        for r in rows {
-            m.entry(r.key.clone()).or_default().push(r.clone());
-        }
-        m
-    };
-    let (ours, theirs) = (group(&weir_rows), group(&peer_rows));
+    let (ours, theirs) = (by_key(&weir_rows), by_key(&peer_rows));
     let fragmented = |k: &Key| truth.fragmented.contains(&(k.1.clone().min(k.3.clone()), k.1.clone().max(k.3.clone())));
     // weir against the packets: every flow of the packets is weir's, exact.
     for (k, t) in &truth.flows {

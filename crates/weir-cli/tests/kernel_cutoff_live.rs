@@ -25,20 +25,19 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use testbed::TestBed;
 
+#[path = "support/collector.rs"]
+mod collector;
+use collector::{text, Collector};
+
 /// One test bed at a time: two replays at once on two cores would lose
 /// packets, and the runs compare packet for packet.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Packets of the synthesized trace, and the replay rate: low enough for a
 /// debug build on a shared machine to capture without loss, either way.
@@ -56,66 +55,16 @@ fn trace(dir: &Path) -> String {
     path
 }
 
-/// An nfcapd on 127.0.0.1 of the root namespace, writing to its own directory.
-struct Collector {
-    child: Child,
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl Collector {
-    fn start() -> Collector {
-        let dir = tempfile::tempdir().unwrap();
-        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("nfcapd")
-            .args(["-l", dir.path().to_str().unwrap(), "-b", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nfcapd starts (scripts/setup installs nfdump)");
-        let t = Instant::now();
-        while queued(port).is_none() {
-            assert!(t.elapsed() < Duration::from_secs(10), "nfcapd did not bind 127.0.0.1:{port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Collector { child, dir, port }
+/// The flows an nfcapd stored: 5-tuple → (packets, bytes, flags), each
+/// 5-tuple's records in order.
+fn flows_of(c: Collector) -> BTreeMap<String, Vec<String>> {
+    let mut flows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let (lines, _) = c.finish_as("fmt:%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg");
+    for line in lines {
+        let f: Vec<&str> = line.split('|').map(str::trim).collect();
+        flows.entry(f[..5].join(" ")).or_default().push(f[5..].join(" "));
     }
-
-    /// Stops nfcapd once it read every datagram, and returns its flows:
-    /// 5-tuple → (packets, bytes, flags), each 5-tuple's records in order.
-    fn finish(mut self) -> BTreeMap<String, Vec<String>> {
-        let t = Instant::now();
-        while queued(self.port).is_some_and(|q| q > 0) {
-            assert!(t.elapsed() < Duration::from_secs(20), "nfcapd does not read its socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        self.child.wait().unwrap();
-        let mut flows: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for e in std::fs::read_dir(self.dir.path()).unwrap() {
-            let path = e.unwrap().path();
-            let o = Command::new("nfdump")
-                .args(["-q", "-6", "-r", path.to_str().unwrap(), "-o", "fmt:%pr|%sa|%sp|%da|%dp|%pkt|%byt|%flg"])
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "nfdump: {}", text(&o.stderr));
-            for line in text(&o.stdout).lines().filter(|l| l.contains('|')) {
-                let f: Vec<&str> = line.split('|').map(str::trim).collect();
-                flows.entry(f[..5].join(" ")).or_default().push(f[5..].join(" "));
-            }
-        }
-        flows
-    }
-}
-
-/// The bytes queued on the UDP socket bound to 127.0.0.1:`port`, if one is.
-fn queued(port: u16) -> Option<u64> {
-    let local = format!("0100007F:{port:04X}");
-    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
-    let line = table.lines().find(|l| l.split_whitespace().nth(1) == Some(&local))?;
-    let rx = line.split_whitespace().nth(4)?.split(':').nth(1)?;
-    u64::from_str_radix(rx, 16).ok()
+    flows
 }
 
 /// Runs `weir ARGS` (a capture of the receiving end, opened in its
@@ -184,10 +133,10 @@ fn totals_agree(what: &str, on: &Value, off: &Value) -> f64 {
 
 fn flows(tb: &TestBed, trace: &str, source: &str, cutoff: &str, dir: &Path) -> (BTreeMap<String, Vec<String>>, Value) {
     let c = Collector::start();
-    let collector = format!("127.0.0.1:{}", c.port);
+    let collector = c.addr();
     let stats = dir.join(format!("flows-{cutoff}.json"));
     let (_, s) = capture(tb, trace, &["flows", source, "-q", "-n", &collector, "--kernel-cutoff", cutoff], Some(&stats));
-    (c.finish(), s)
+    (flows_of(c), s)
 }
 
 fn streams(tb: &TestBed, trace: &str, source: &str, cutoff: &str, dir: &Path) -> (Vec<String>, Value) {
@@ -279,11 +228,11 @@ fn check_filter_turns_it_off(source_kind: &str) {
     let source = format!("{source_kind}:{}", tb.rx_if);
     let run = |cutoff: &str| {
         let c = Collector::start();
-        let collector = format!("127.0.0.1:{}", c.port);
+        let collector = c.addr();
         let stats = dir.path().join(format!("filtered-{cutoff}.json"));
         let args = ["flows", &source, "-q", "-n", &collector, "-f", "tcp", "--kernel-cutoff", cutoff];
         let (_, s) = capture(&tb, &trace, &args, Some(&stats));
-        (c.finish(), s)
+        (flows_of(c), s)
     };
     let (off, s_off) = run("off");
     let (on, s_on) = run("on");

@@ -63,14 +63,7 @@ pub(super) fn compare_nfpcapd(trace: &Path, queues: Option<&str>) -> Vec<(NfpWhy
     assert!(o.status.success(), "nfpcapd -r {name}: {}{}", text(&o.stdout), text(&o.stderr));
     let peer_rows = stored_rows(dir.path());
 
-    let group = |rows: &[Row]| {
-        let mut m: BTreeMap<Key, Vec<Row>> = BTreeMap::new();
-        for r in rows {
-            m.entry(r.key.clone()).or_default().push(r.clone());
-        }
-        m
-    };
-    let (ours, theirs) = (group(&weir_rows), group(&peer_rows));
+    let (ours, theirs) = (by_key(&weir_rows), by_key(&peer_rows));
     let pair = |a: &str, b: &str| (a.to_string().min(b.to_string()), a.to_string().max(b.to_string()));
     let fragmented = |k: &Key| truth.fragmented.contains(&pair(&k.1, &k.3));
     let mut diffs = Vec::new();
