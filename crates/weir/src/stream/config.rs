@@ -5,7 +5,6 @@
 use super::fragment::FragLimits;
 use super::reassembly::{HoldLimit, OverlapPolicy};
 use crate::filter::Filter;
-use crate::memory::Plan;
 use crate::{LinkType, Setting, SettingError};
 
 /// How much of a stream's payload the layer rebuilds.
@@ -274,22 +273,6 @@ impl StreamConfig {
     pub(crate) fn per_queue(&self, queues: usize) -> (usize, u64) {
         let q = queues.max(1);
         (self.max_connections.div_ceil(q).max(1), self.memory / q as u64)
-    }
-
-    /// What the stream layer may use, for the engine's memory check: the
-    /// tables (allocated at the start) and the arenas (a bound, not
-    /// allocated up front).
-    pub fn memory_plan(&self, queues: usize) -> Plan {
-        let (conns, arena) = self.per_queue(queues);
-        let mut plan = Plan::new();
-        plan.add(format!("stream tables ({} connections)", conns * queues.max(1)), super::layer::table_bytes(conns) * queues.max(1) as u64);
-        plan.add("stream reassembly arenas", arena * queues.max(1) as u64);
-        if self.flush_timeout_ns.is_some() {
-            // An entry per direction with a partial piece, at most.
-            let entries = (conns as u64).saturating_mul(2 * queues.max(1) as u64);
-            plan.add("stream flush queues", entries.saturating_mul(super::layer::FLUSH_ENTRY_BYTES));
-        }
-        plan
     }
 
     /// Compiles the classes' expressions for `link`.

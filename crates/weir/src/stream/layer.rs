@@ -16,6 +16,7 @@ use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Si
 use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 use crate::filter::Filter;
 use crate::flowtable::{End, Flow, FlowTable, TableLimits};
+use crate::memory::Plan;
 use crate::pool::prefetch;
 use crate::rss::Rss;
 use crate::source::live::cutoff::KernelCutoff;
@@ -26,13 +27,32 @@ use std::net::IpAddr;
 mod flush;
 mod kernel;
 
-pub(crate) use flush::ENTRY_BYTES as FLUSH_ENTRY_BYTES;
-
 /// Memory the table of `connections` takes with both streams of each,
 /// without the application's state.
-pub(crate) fn table_bytes(connections: usize) -> u64 {
+fn table_bytes(connections: usize) -> u64 {
     let streams = (connections as u64 + SPARE as u64).saturating_mul(2 * std::mem::size_of::<Dir<()>>() as u64);
     FlowTable::<FlowTuple, Conn<()>>::memory_for(connections).saturating_add(streams)
+}
+
+// Here, not beside the rest of the configuration: the plan is made of this
+// module's sizes (the table's slots, the directions, the flush entries), and
+// config.rs stays below the layer it configures.
+impl StreamConfig {
+    /// What the stream layer may use, for the engine's memory check: the
+    /// tables (allocated at the start) and the arenas (a bound, not
+    /// allocated up front).
+    pub fn memory_plan(&self, queues: usize) -> Plan {
+        let (conns, arena) = self.per_queue(queues);
+        let mut plan = Plan::new();
+        plan.add(format!("stream tables ({} connections)", conns * queues.max(1)), table_bytes(conns) * queues.max(1) as u64);
+        plan.add("stream reassembly arenas", arena * queues.max(1) as u64);
+        if self.flush_timeout_ns.is_some() {
+            // An entry per direction with a partial piece, at most.
+            let entries = (conns as u64).saturating_mul(2 * queues.max(1) as u64);
+            plan.add("stream flush queues", entries.saturating_mul(flush::ENTRY_BYTES));
+        }
+        plan
+    }
 }
 
 /// Both directions of a connection, keyed by its canonical tuple: `dirs[0]`
