@@ -377,206 +377,199 @@ impl<H: StreamHandler> Streams<H> {
                 }
             }
         }
-        let conn = if opens {
-            table.entry_hashed(
-                hash,
-                key,
-                ts,
-                || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0), retired: false },
-                &mut gone,
-            )
-        } else {
-            match table.touch_hashed(hash, &key, ts, &mut gone) {
-                Some(conn) => conn,
-                None => {
-                    env.stats.untracked += 1;
-                    kernel::revive(table, &mut env, revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
-                    for (conn, reason) in closing.drain(..) {
-                        close_conn(conn, reason, &mut env);
-                    }
-                    *closing_buf = closing;
-                    return;
-                }
-            }
-        };
-        if conn.retired {
-            // A late copy, or data after a RST, once both streams closed:
-            // not stream data, as on a closed stream.
-            env.stats.to_stream += 1;
-            env.stats.bytes += payload.len() as u64;
-            env.stats.refused += payload.len() as u64;
-            kernel::revive(table, &mut env, revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
-            for (conn, reason) in closing.drain(..) {
-                close_conn(conn, reason, &mut env);
-            }
-            *closing_buf = closing;
-            return;
-        }
-        let fresh = conn.dirs.iter().all(Option::is_none);
-        if conn.dirs[side].is_none() {
-            let initiator = if fresh {
-                // The first packet's sender opened it, unless that is a SYN-ACK.
-                tcp.is_none_or(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) != field::tcp::SYN | field::tcp::ACK)
+        // Every way out of the packet's handling (untracked, a retired
+        // connection, handled) passes the one tail below, which closes what
+        // the table let go of meanwhile.
+        'packet: {
+            let conn = if opens {
+                table.entry_hashed(
+                    hash,
+                    key,
+                    ts,
+                    || Conn { dirs: [None, None], steer: rss.flow_hash(p.data()).unwrap_or(0), retired: false },
+                    &mut gone,
+                )
             } else {
-                conn.dirs[1 - side].as_ref().is_some_and(|o| o.rec.direction == Direction::Responder)
+                match table.touch_hashed(hash, &key, ts, &mut gone) {
+                    Some(conn) => conn,
+                    None => {
+                        env.stats.untracked += 1;
+                        break 'packet;
+                    }
+                }
             };
-            let direction = if initiator { Direction::Initiator } else { Direction::Responder };
-            let (mode, cutoff, priority) = classify(cfg, classes, p);
-            let rec = Stream { cutoff, priority, mode, first_ns, ..new_record(&d.tuple, *queue, ts, direction) };
-            // A stream whose cutoff is 0 from the start (flow statistics)
-            // keeps no reassembly state at all: its bytes are counted as
-            // discarded and its FIN or RST closes it, as in packets mode.
-            let reasm = (mode != Mode::Packets && tcp.is_some() && cutoff != Some(0)).then(|| {
-                env.spare.reassembler(reassembly::Config {
-                    mode: if mode == Mode::TcpStrict { reassembly::Mode::TcpStrict } else { reassembly::Mode::TcpFast },
-                    overlap: cfg.overlap,
-                    hold_limit: cfg.hold_limit,
-                    cutoff: cutoff.map_or(Cutoff::NONE, Cutoff::after),
-                    midstream: cfg.midstream,
-                    receive_window: cfg.receive_window,
-                })
-            });
-            let mut dir = Dir {
-                rec,
-                reasm,
-                piece: Vec::new(),
-                piece_at: 0,
-                carried: 0,
-                piece_since_ns: ts,
-                held: 0,
-                pending: Requests::default(),
-                state: None,
-                packets: false,
-                flush_queued: false,
-                isn: None,
-                window_scale: None,
-                in_kernel: false,
-                kernel_refused: false,
-            };
-            env.stats.streams += 1;
-            env.stats.connections += u64::from(fresh);
-            let opposite = conn.dirs[1 - side].as_ref().map(|o| &o.rec);
-            let mut ctl = StreamCtl::new(&dir.rec, opposite);
-            dir.state = Some(env.handler.created(&mut ctl));
-            let req = ctl.requests();
-            apply(&mut dir, opposite, req, &mut env);
-            conn.dirs[side] = Some(env.spare.dir(dir));
-        }
-        let [d0, d1] = &mut conn.dirs;
-        let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
-        let this = this.as_mut().expect("made above");
-        if let (Some((_, flags)), Some((ack, win, _)), Some(o)) = (tcp, window, other.as_mut()) {
-            advertise(this, o, flags, ack, win);
-        }
-        let opposite = other.as_ref().map(|o| &o.rec);
-        if let Some(active) = cfg.active_timeout_ns {
-            if ts.saturating_sub(this.rec.first_ns) >= active {
-                active_record(this, ts, &mut env);
+            if conn.retired {
+                // A late copy, or data after a RST, once both streams closed:
+                // not stream data, as on a closed stream.
+                env.stats.to_stream += 1;
+                env.stats.bytes += payload.len() as u64;
+                env.stats.refused += payload.len() as u64;
+                break 'packet;
             }
-        }
-        this.rec.packets += wire_packets;
-        this.rec.last_ns = this.rec.last_ns.max(ts);
-        this.rec.bytes += payload.len() as u64;
-        this.rec.octets += octets;
-        if let Some((_, flags)) = tcp {
-            // The flow record's cumulative flags: one OR per packet.
-            this.rec.tcp_flags |= flags;
-        }
-        let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
-        // Bytes counted as discarded only because packets mode keeps no payload.
-        let mut unkept = 0;
-        if this.state.is_none() {
-            // Closed: a late copy, or data after a RST, is not stream data.
-            this.rec.refused += payload.len() as u64;
-        } else {
-            if this.packets && this.rec.cutoff.is_none_or(|c| offered(this) < c) {
-                let mut ctl = StreamCtl::new(&this.rec, opposite);
-                env.handler.packet(&mut ctl, this.state.as_mut().expect("open"), p);
+            let fresh = conn.dirs.iter().all(Option::is_none);
+            if conn.dirs[side].is_none() {
+                let initiator = if fresh {
+                    // The first packet's sender opened it, unless that is a SYN-ACK.
+                    tcp.is_none_or(|(_, f)| f & (field::tcp::SYN | field::tcp::ACK) != field::tcp::SYN | field::tcp::ACK)
+                } else {
+                    conn.dirs[1 - side].as_ref().is_some_and(|o| o.rec.direction == Direction::Responder)
+                };
+                let direction = if initiator { Direction::Initiator } else { Direction::Responder };
+                let (mode, cutoff, priority) = classify(cfg, classes, p);
+                let rec = Stream { cutoff, priority, mode, first_ns, ..new_record(&d.tuple, *queue, ts, direction) };
+                // A stream whose cutoff is 0 from the start (flow statistics)
+                // keeps no reassembly state at all: its bytes are counted as
+                // discarded and its FIN or RST closes it, as in packets mode.
+                let reasm = (mode != Mode::Packets && tcp.is_some() && cutoff != Some(0)).then(|| {
+                    env.spare.reassembler(reassembly::Config {
+                        mode: if mode == Mode::TcpStrict { reassembly::Mode::TcpStrict } else { reassembly::Mode::TcpFast },
+                        overlap: cfg.overlap,
+                        hold_limit: cfg.hold_limit,
+                        cutoff: cutoff.map_or(Cutoff::NONE, Cutoff::after),
+                        midstream: cfg.midstream,
+                        receive_window: cfg.receive_window,
+                    })
+                });
+                let mut dir = Dir {
+                    rec,
+                    reasm,
+                    piece: Vec::new(),
+                    piece_at: 0,
+                    carried: 0,
+                    piece_since_ns: ts,
+                    held: 0,
+                    pending: Requests::default(),
+                    state: None,
+                    packets: false,
+                    flush_queued: false,
+                    isn: None,
+                    window_scale: None,
+                    in_kernel: false,
+                    kernel_refused: false,
+                };
+                env.stats.streams += 1;
+                env.stats.connections += u64::from(fresh);
+                let opposite = conn.dirs[1 - side].as_ref().map(|o| &o.rec);
+                let mut ctl = StreamCtl::new(&dir.rec, opposite);
+                dir.state = Some(env.handler.created(&mut ctl));
                 let req = ctl.requests();
-                apply(this, opposite, req, &mut env);
+                apply(&mut dir, opposite, req, &mut env);
+                conn.dirs[side] = Some(env.spare.dir(dir));
             }
-            match tcp {
-                Some((seq, flags)) if this.reasm.is_some() => {
-                    // A FIN in a segment cut by the snapshot length would end
-                    // the stream before the bytes not captured: left out.
-                    let f = Flags {
-                        syn: flags & field::tcp::SYN != 0,
-                        fin: flags & field::tcp::FIN != 0 && missing == 0,
-                        rst: flags & field::tcp::RST != 0,
-                    };
-                    if f.syn && this.isn.is_none() {
-                        this.isn = Some(seq);
-                        this.window_scale = window.and_then(|(_, _, scale)| scale);
+            let [d0, d1] = &mut conn.dirs;
+            let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
+            let this = this.as_mut().expect("made above");
+            if let (Some((_, flags)), Some((ack, win, _)), Some(o)) = (tcp, window, other.as_mut()) {
+                advertise(this, o, flags, ack, win);
+            }
+            let opposite = other.as_ref().map(|o| &o.rec);
+            if let Some(active) = cfg.active_timeout_ns {
+                if ts.saturating_sub(this.rec.first_ns) >= active {
+                    active_record(this, ts, &mut env);
+                }
+            }
+            this.rec.packets += wire_packets;
+            this.rec.last_ns = this.rec.last_ns.max(ts);
+            this.rec.bytes += payload.len() as u64;
+            this.rec.octets += octets;
+            if let Some((_, flags)) = tcp {
+                // The flow record's cumulative flags: one OR per packet.
+                this.rec.tcp_flags |= flags;
+            }
+            let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
+            // Bytes counted as discarded only because packets mode keeps no payload.
+            let mut unkept = 0;
+            if this.state.is_none() {
+                // Closed: a late copy, or data after a RST, is not stream data.
+                this.rec.refused += payload.len() as u64;
+            } else {
+                if this.packets && this.rec.cutoff.is_none_or(|c| offered(this) < c) {
+                    let mut ctl = StreamCtl::new(&this.rec, opposite);
+                    env.handler.packet(&mut ctl, this.state.as_mut().expect("open"), p);
+                    let req = ctl.requests();
+                    apply(this, opposite, req, &mut env);
+                }
+                // A SYN's sequence number and window scale, noted once, before
+                // the segment is handled, in every mode.
+                if let Some((seq, _)) = tcp.filter(|&(_, f)| f & field::tcp::SYN != 0 && this.isn.is_none()) {
+                    this.isn = Some(seq);
+                    this.window_scale = window.and_then(|(_, _, scale)| scale);
+                }
+                match tcp {
+                    Some((seq, flags)) if this.reasm.is_some() => {
+                        // A FIN in a segment cut by the snapshot length would end
+                        // the stream before the bytes not captured: left out.
+                        let f = Flags {
+                            syn: flags & field::tcp::SYN != 0,
+                            fin: flags & field::tcp::FIN != 0 && missing == 0,
+                            rst: flags & field::tcp::RST != 0,
+                        };
+                        tcp_segment(this, opposite, seq, f, payload, &mut env);
                     }
-                    tcp_segment(this, opposite, seq, f, payload, &mut env);
-                }
-                Some((seq, flags)) => {
-                    if flags & field::tcp::SYN != 0 && this.isn.is_none() {
-                        this.isn = Some(seq);
-                        this.window_scale = window.and_then(|(_, _, scale)| scale);
+                    Some((_, flags)) => {
+                        unkept = not_reassembled(this, payload.len() as u64);
+                        if flags & field::tcp::FIN != 0 && this.rec.closed.is_none() {
+                            this.rec.closed = Some(CloseReason::Fin);
+                        }
                     }
-                    unkept = not_reassembled(this, payload.len() as u64);
-                    if flags & field::tcp::FIN != 0 && this.rec.closed.is_none() {
-                        this.rec.closed = Some(CloseReason::Fin);
+                    None if this.rec.mode == Mode::Packets => unkept = not_reassembled(this, payload.len() as u64),
+                    None => datagram_payload(this, opposite, payload, &mut env),
+                }
+                if let Some(flush) = cfg.flush_timeout_ns {
+                    if this.piece.len() > this.carried && ts.saturating_sub(this.piece_since_ns) >= flush {
+                        emit(this, opposite, &mut env);
                     }
                 }
-                None if this.rec.mode == Mode::Packets => unkept = not_reassembled(this, payload.len() as u64),
-                None => datagram_payload(this, opposite, payload, &mut env),
-            }
-            if let Some(flush) = cfg.flush_timeout_ns {
-                if this.piece.len() > this.carried && ts.saturating_sub(this.piece_since_ns) >= flush {
-                    emit(this, opposite, &mut env);
+                apply_pending(this, opposite, &mut env);
+                if let Some(k) = env.kernel.as_deref_mut() {
+                    if kernel::install(this, other.as_deref(), k, &mut env.stats.kernel) {
+                        room = Some((key, side));
+                    }
                 }
             }
-            apply_pending(this, opposite, &mut env);
-            if let Some(k) = env.kernel.as_deref_mut() {
-                if kernel::install(this, other.as_deref(), k, &mut env.stats.kernel) {
-                    room = Some((key, side));
+            let dropped = this.rec.dropped - dropped_before;
+            let discarded = this.rec.discarded - discarded_before - unkept;
+            if dropped > 0 {
+                env.stats.dropped_packets += 1;
+            } else if !payload.is_empty() && discarded == payload.len() as u64 {
+                env.stats.discarded_packets += 1;
+            } else {
+                env.stats.to_stream += 1;
+            }
+            let rst = tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0);
+            if cfg.flows {
+                // A flow record stays open past its FIN or RST, for the packets
+                // that close the connection; the table closes it (see `flows`).
+                if rst {
+                    this.rec.closed.get_or_insert(CloseReason::Rst);
+                    if let Some(o) = other.as_mut() {
+                        o.rec.closed.get_or_insert(CloseReason::Rst);
+                    }
+                }
+            } else {
+                if let Some(reason) = this.rec.closed {
+                    end_dir(this, opposite, reason, &mut env);
+                }
+                if rst {
+                    // A RST ends both directions.
+                    end_dir(this, opposite, CloseReason::Rst, &mut env);
+                    if let Some(o) = other.as_mut() {
+                        end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+                    }
                 }
             }
-        }
-        let dropped = this.rec.dropped - dropped_before;
-        let discarded = this.rec.discarded - discarded_before - unkept;
-        if dropped > 0 {
-            env.stats.dropped_packets += 1;
-        } else if !payload.is_empty() && discarded == payload.len() as u64 {
-            env.stats.discarded_packets += 1;
-        } else {
-            env.stats.to_stream += 1;
-        }
-        let rst = tcp.is_some_and(|(_, f)| f & field::tcp::RST != 0);
-        if cfg.flows {
-            // A flow record stays open past its FIN or RST, for the packets
-            // that close the connection; the table closes it (see `flows`).
-            if rst {
-                this.rec.closed.get_or_insert(CloseReason::Rst);
-                if let Some(o) = other.as_mut() {
-                    o.rec.closed.get_or_insert(CloseReason::Rst);
-                }
+            if cfg.flush_timeout_ns.is_some() {
+                flush::queue(waiting, this, key, side);
             }
-        } else {
-            if let Some(reason) = this.rec.closed {
-                end_dir(this, opposite, reason, &mut env);
+            // A connection whose streams both closed stays in the table (as TCP's
+            // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
+            // with data, or data after a RST, is then counted as refused
+            // instead of starting a connection of its own. A new SYN starts one.
+            // Its streams are let go of at once, though: the table keeps only
+            // the connection's slot.
+            if this.state.is_none() && other.as_ref().is_some_and(|o| o.state.is_none()) {
+                retire(conn, &mut env);
             }
-            if rst {
-                // A RST ends both directions.
-                end_dir(this, opposite, CloseReason::Rst, &mut env);
-                if let Some(o) = other.as_mut() {
-                    end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
-                }
-            }
-        }
-        if cfg.flush_timeout_ns.is_some() {
-            flush::queue(waiting, this, key, side);
-        }
-        // A connection whose streams both closed stays in the table (as TCP's
-        // TIME-WAIT does) until it is idle or evicted: a retransmitted FIN
-        // with data, or data after a RST, is then counted as refused
-        // instead of starting a connection of its own. A new SYN starts one.
-        // Its streams are let go of at once, though: the table keeps only
-        // the connection's slot.
-        if this.state.is_none() && other.as_ref().is_some_and(|o| o.state.is_none()) {
-            retire(conn, &mut env);
         }
         if let Some((key, side)) = room {
             kernel::make_room(table, &mut env, key, side);
