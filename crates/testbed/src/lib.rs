@@ -208,6 +208,28 @@ pub fn wait_for(out: &mut impl std::io::BufRead, word: &str) -> String {
     line.trim().to_string()
 }
 
+/// Takes the piped stderr of a weir capture just started and reads it until
+/// weir says it is listening (at most 20 s between lines); returns the rest of
+/// its lines, for the caller to keep or drain (a full pipe would block weir).
+/// Panics, with what it said, if it exits first; `what` names it.
+pub fn wait_listening(child: &mut std::process::Child, what: &str) -> std::io::Lines<std::io::BufReader<std::process::ChildStderr>> {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("the child's stderr is piped")).lines();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut said = Vec::new();
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains("listening on") => return lines,
+            Some(Ok(l)) => said.push(l),
+            _ => {
+                let _ = child.wait();
+                panic!("{what} never started listening; it said: {}", said.join("\n"));
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} took too long to start");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

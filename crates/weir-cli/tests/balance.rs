@@ -13,10 +13,8 @@
 //! sender's XPS puts every packet on one RX queue (root and tcpreplay: ignored
 //! by a plain `cargo test`, run by `make test`'s privileged step).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 use testbed::TestBed;
 use weir::rss::Rss;
 use weir::sim::workload::{Skewed, Workload};
@@ -135,16 +133,7 @@ fn start_live(tb: &TestBed, balance: &str, seconds: u32) -> Child {
         ["handle", "-x", "1", "--wait-us", "200", "--flow-order", "--pool", "32,256", "--balance", balance, "-d", &d, "--json", &src];
     let mut child =
         tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("weir starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("listening on") => break,
-            Some(Ok(_)) => {}
-            _ => panic!("weir {args:?} never started listening"),
-        }
-        assert!(Instant::now() < deadline, "weir took too long to start");
-    }
+    let lines = testbed::wait_listening(&mut child, &format!("weir {args:?}"));
     std::thread::spawn(move || lines.for_each(drop));
     child
 }

@@ -263,6 +263,14 @@ fn by_key(rows: &[Row]) -> BTreeMap<Key, Vec<Row>> {
     m
 }
 
+/// A key's records as what the comparisons hold equal: packets, octets and
+/// flags, in order.
+fn counts(rows: &[Row]) -> Vec<(u64, u64, String)> {
+    let mut v: Vec<_> = rows.iter().map(|r| (r.packets, r.bytes, r.flags.clone())).collect();
+    v.sort();
+    v
+}
+
 /// Compares one trace's flows, exported as `format` by weir and softflowd,
 /// and returns the differences found (each with its reason) after checking
 /// weir's records against the packets.
@@ -387,11 +395,6 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
     let mut diffs = Vec::new();
     for k in ours.keys().chain(theirs.keys()).collect::<BTreeSet<_>>() {
         let (a, b) = (ours.get(k).map_or(&[][..], Vec::as_slice), theirs.get(k).map_or(&[][..], Vec::as_slice));
-        let counts = |rows: &[Row]| {
-            let mut v: Vec<_> = rows.iter().map(|r| (r.packets, r.bytes, r.flags.clone())).collect();
-            v.sort();
-            v
-        };
         if counts(a) == counts(b) {
             continue;
         }

@@ -24,11 +24,10 @@
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testbed::TestBed;
 
 #[path = "support/collector.rs"]
@@ -81,16 +80,7 @@ fn capture(tb: &TestBed, trace: &str, args: &[&str], stats: Option<&Path>) -> (S
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("listening on") => break,
-            Some(Ok(_)) => {}
-            _ => panic!("weir {args:?} never started listening: {:?}", child.wait_with_output().map(|o| text(&o.stderr))),
-        }
-        assert!(Instant::now() < deadline, "weir took too long to start");
-    }
+    let lines = testbed::wait_listening(&mut child, &format!("weir {args:?}"));
     let err = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
     let mut out = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {

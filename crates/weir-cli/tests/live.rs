@@ -55,17 +55,7 @@ fn trace(dir: &Path, tb: &TestBed, n: u32) -> (PathBuf, Vec<Vec<u8>>) {
 fn start(tb: &TestBed, args: &[&str]) -> Child {
     let mut child =
         tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("weir starts");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("listening on") => break,
-            Some(Ok(_)) => {}
-            _ => panic!("weir {args:?} never started listening: {:?}", child.wait_with_output().map(|o| text(&o.stderr))),
-        }
-        assert!(Instant::now() < deadline, "weir took too long to start");
-    }
+    let lines = testbed::wait_listening(&mut child, &format!("weir {args:?}"));
     // Keep draining stderr so a chatty child never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
     child

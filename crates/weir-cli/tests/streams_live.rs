@@ -8,7 +8,7 @@
 //! without root (or without python3) it fails and says why.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::{wait_for, Reaped, TestBed};
@@ -51,16 +51,7 @@ s.close()
 fn start(tb: &TestBed, args: &[&str]) -> Child {
     let mut child =
         tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("weir starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("listening on") => break,
-            Some(Ok(_)) => {}
-            _ => panic!("weir {args:?} never started listening: {:?}", child.wait_with_output().map(|o| text(&o.stderr))),
-        }
-        assert!(Instant::now() < deadline, "weir took too long to start");
-    }
+    let lines = testbed::wait_listening(&mut child, &format!("weir {args:?}"));
     std::thread::spawn(move || lines.for_each(drop));
     child
 }

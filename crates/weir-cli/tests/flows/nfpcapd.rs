@@ -69,11 +69,6 @@ pub(super) fn compare_nfpcapd(trace: &Path, queues: Option<&str>) -> Vec<(NfpWhy
     let mut diffs = Vec::new();
     for k in ours.keys().chain(theirs.keys()).collect::<BTreeSet<_>>() {
         let (a, b) = (ours.get(k).map_or(&[][..], Vec::as_slice), theirs.get(k).map_or(&[][..], Vec::as_slice));
-        let counts = |rows: &[Row]| {
-            let mut v: Vec<_> = rows.iter().map(|r| (r.packets, r.bytes, r.flags.clone())).collect();
-            v.sort();
-            v
-        };
         if counts(a) == counts(b) {
             if let ([x], [y]) = (a, b) {
                 assert!(
