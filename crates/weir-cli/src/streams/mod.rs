@@ -125,8 +125,9 @@ pub struct StreamOptions {
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub max_streams: usize,
 
-    /// Reassembly memory, all queues together (held out-of-order bytes and partial pieces), in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    /// Reassembly memory, all queues together (held out-of-order bytes and partial pieces), in MiB. Past half of it
+    /// partial pieces are delivered early instead of held, and held out-of-order bytes are admitted by priority.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
     pub memory: u64,
 }
 
