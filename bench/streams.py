@@ -13,7 +13,8 @@ which cannot read below this script's own RSS).
 
 1. Flow statistics: `weir streams --cutoff 0 --stats F TRACE` (1 queue, and 2
    queues as TRACE@0-1) against `nids_streams stats TRACE`: packets/s and CPU
-   ns per packet. TRACE is `weir synth --packets 2000000 --flows 100000
+   ns per packet. Also `weir count --json TRACE@0-1`, weir's packet path
+   without the stream layer: the bound for any stream layer on that path here. TRACE is `weir synth --packets 2000000 --flows 100000
    --seed 1` (about 98,000 flows open at the peak, 154,000 in all).
 2. Stream delivery: `weir streams --stats F TRACE` (every byte, 16 KiB pieces,
    summed so nothing is optimised away) against `nids_streams data TRACE`, same
@@ -278,6 +279,10 @@ def part_synth(part, trace, packets, nids, weir_ok, n_rounds):
             cut = ["--cutoff", "0"] if part == "stats" else []
             for name, src in (("weir-1q", str(trace)), ("weir-2q", f"{trace}@0-1")):
                 configs[name] = ([str(WEIR), "streams", *cut, "--stats", str(stats), src], None, stats)
+            if part == "stats":
+                # weir's packet path without the stream layer (read, steer, deliver, count): the
+                # fastest any stream layer on that path could go on this machine.
+                configs["weir-count-2q"] = ([str(WEIR), "count", "--json", f"{trace}@0-1"], None, None)
     warm(trace)
     raw = rounds(configs, n_rounds, part)
     summary = {name: summarise(rs, packets) for name, rs in raw.items()}

@@ -12,6 +12,9 @@
  *   nids_streams data TRACE -o DIR [-n N]     also write each direction's bytes to DIR, one file
  *                                             per direction that carried data, named as tcpflow
  *                                             1.6.1 names them (SRC.SPORT-DST.DPORT[--TCI][cN])
+ *   TRACE may also be live:IFACE: capture on IFACE with libpcap (promiscuous, snap length 65535,
+ *          a kernel buffer of 128 MiB, 100 ms timeout) until SIGINT or SIGTERM (bench/streams_live.py);
+ *          the JSON then also has "kernel_dropped", what libpcap's pcap_stats counted as dropped.
  *   -n N   libnids' stream table size (nids_params.n_tcp_streams); libnids keeps at most 3N/4
  *          connections open and evicts the oldest beyond that. Default 140000, so 105000
  *          concurrent connections fit.
@@ -57,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -248,6 +252,30 @@ static void on_tcp(struct tcp_stream *t, void **param)
     }
 }
 
+/* The live handle, for the signal handler: libnids' loop ends at pcap_breakloop. */
+static pcap_t *live_handle;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    if (live_handle)
+        pcap_breakloop(live_handle);
+}
+
+static pcap_t *open_live(const char *dev, char *errbuf)
+{
+    pcap_t *p = pcap_create(dev, errbuf);
+    if (!p)
+        return NULL;
+    if (pcap_set_snaplen(p, 65535) || pcap_set_promisc(p, 1) || pcap_set_timeout(p, 100)
+        || pcap_set_buffer_size(p, 128 << 20) || pcap_activate(p) < 0) {
+        snprintf(errbuf, PCAP_ERRBUF_SIZE, "%s: %s", dev, pcap_geterr(p));
+        pcap_close(p);
+        return NULL;
+    }
+    return p;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: nids_streams stats|data TRACE [-o DIR] [-n N]\n");
@@ -282,9 +310,17 @@ int main(int argc, char **argv)
     }
     /* Opened once, here, and handed to libnids (pcap_desc), so that "-" (a
      * trace on standard input, which cannot be opened twice) works too. */
-    pcap_t *trace = pcap_open_offline(argv[2], errbuf);
+    int live = !strncmp(argv[2], "live:", 5);
+    pcap_t *trace = live ? open_live(argv[2] + 5, errbuf) : pcap_open_offline(argv[2], errbuf);
     if (!trace)
         die(errbuf);
+    if (live) {
+        struct sigaction sa = {0};
+        sa.sa_handler = on_stop;
+        live_handle = trace;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     linktype = pcap_datalink(trace);
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -304,8 +340,15 @@ int main(int argc, char **argv)
     static struct nids_chksum_ctl all = {0, 0, NIDS_DONT_CHKSUM, 0};
     nids_register_chksum_ctl(&all, 1);
     nids_register_tcp(on_tcp);
-    while ((r = nids_dispatch(-1)) > 0)
+    /* Live, a dispatch that times out with no packet returns 0: go on until
+     * the signal breaks the loop (PCAP_ERROR_BREAK). */
+    while ((r = nids_dispatch(-1)) > 0 || (live && r == 0))
         packets += r;
+    if (r == PCAP_ERROR_BREAK)
+        r = 0;
+    struct pcap_stat ps = {0};
+    if (live)
+        pcap_stats(trace, &ps);
     if (r < 0)
         fprintf(stderr, "nids_streams: %s\n", nids_errbuf);
     nids_exit();                /* NIDS_EXITING for the connections still open */
@@ -315,8 +358,8 @@ int main(int argc, char **argv)
     double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     printf("{\"packets\": %llu, \"streams\": %llu, \"bytes\": %llu, \"sum\": %llu, \"elapsed_s\": %.6f, "
            "\"cpu_s\": %.6f, \"closed\": %llu, \"reset\": %llu, \"timed_out\": %llu, \"open_at_end\": %llu, "
-           "\"files\": %llu, \"warnings_ip\": %llu, \"warnings_tcp\": %llu}\n",
+           "\"files\": %llu, \"warnings_ip\": %llu, \"warnings_tcp\": %llu, \"kernel_dropped\": %u}\n",
            packets, streams, bytes, sum, elapsed, cpu, closed, reset, timed_out, open_at_end, files,
-           warnings_ip, warnings_tcp);
+           warnings_ip, warnings_tcp, ps.ps_drop);
     return r < 0 ? 1 : 0;
 }

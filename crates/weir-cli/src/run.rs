@@ -212,6 +212,14 @@ pub struct KernelCutoffArgs {
     /// the stream stays with the user-space cutoff: exact either way.
     #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
     pub kernel_flows: u32,
+
+    /// Packets of a stream direction that reach weir before it is installed in the kernel cutoff's flow map, once
+    /// past its cutoff (1: at once). An install and the read of its counts at the end cost a system call each, a
+    /// few microseconds: more than weir spends on a few packets, so short directions cost less left in user space,
+    /// and the map keeps its room for the long ones that carry most packets.
+    #[arg(long, value_name = "N", default_value_t = weir::stream::KERNEL_INSTALL_AFTER,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    pub kernel_install_after: u64,
 }
 
 impl KernelCutoffArgs {

@@ -116,14 +116,16 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
         Case {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
-            numeric: with_source(&["--group-rules", "--max-flows", "--idle-timeout", "--kernel-flows"]),
+            numeric: with_source(&["--group-rules", "--max-flows", "--idle-timeout", "--kernel-flows", "--kernel-install-after"]),
             // Refused without --streams; driven in the case below.
             text: &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--memory", "--kernel-cutoff"],
         },
         Case {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null", "--streams"]),
-            numeric: with_source(&[&["--group-rules", "--idle-timeout", "--kernel-flows"][..], STREAM_NUMERIC].concat()),
+            numeric: with_source(
+                &[&["--group-rules", "--idle-timeout", "--kernel-flows", "--kernel-install-after"][..], STREAM_NUMERIC].concat(),
+            ),
             // Refused with --streams; driven in the case above.
             text: &["--max-flows", "--kernel-cutoff"],
         },

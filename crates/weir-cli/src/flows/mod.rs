@@ -352,6 +352,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         max_connections: args.max_flows,
         // No payload is kept: no reassembly memory is needed.
         memory: 0,
+        kernel_install_after: args.kernel.kernel_install_after,
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;

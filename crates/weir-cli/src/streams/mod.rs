@@ -274,7 +274,10 @@ impl StreamHandler for Writer {
 }
 
 pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap)?;
+    let cfg = StreamConfig {
+        kernel_install_after: args.kernel.kernel_install_after,
+        ..args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap)?
+    };
     cfg.check().map_err(|e| setting_error(&e))?;
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;

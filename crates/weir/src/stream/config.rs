@@ -198,6 +198,13 @@ pub struct StreamConfig {
     /// ([`StreamHandler::active`](super::StreamHandler::active)) and starts a
     /// new one. `None`: never.
     pub active_timeout_ns: Option<u64>,
+    /// With a kernel cutoff: a direction past its cutoff is installed in
+    /// the kernel's flow map only once this many of its packets reached
+    /// weir (1: at once). An install and the read that ends it are a
+    /// bpf(2) call each, a few microseconds: more than weir spends on a
+    /// handful of packets, so a short direction costs less left in user
+    /// space, and the map keeps its room for the long ones.
+    pub kernel_install_after: u64,
 }
 
 impl Default for StreamConfig {
@@ -230,9 +237,13 @@ impl Default for StreamConfig {
             fragments: FragLimits::default(),
             flows: false,
             active_timeout_ns: None,
+            kernel_install_after: KERNEL_INSTALL_AFTER,
         }
     }
 }
+
+/// The default of [`StreamConfig::kernel_install_after`]: see `bench/streams_live.py`.
+pub const KERNEL_INSTALL_AFTER: u64 = 4;
 
 /// Largest piece: 16 MiB.
 pub const MAX_PIECE: usize = 16 << 20;

@@ -522,7 +522,7 @@ impl<H: StreamHandler> Streams<H> {
                 }
                 apply_pending(this, opposite, &mut env);
                 if let Some(k) = env.kernel.as_deref_mut() {
-                    if kernel::install(this, other.as_deref(), k, &mut env.stats.kernel) {
+                    if kernel::install(this, other.as_deref(), cfg.kernel_install_after, k, &mut env.stats.kernel) {
                         room = Some((key, side));
                     }
                 }
@@ -791,8 +791,10 @@ fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut En
     (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
     if let Some(k) = env.kernel.as_deref_mut() {
         // A full map leaves it to the user-space cutoff until its next record.
+        // The record starts again from no packets, but the direction has
+        // shown it lasts: no wait for `kernel_install_after` of them.
         d.kernel_refused = false;
-        kernel::install(d, None, k, &mut env.stats.kernel);
+        kernel::install(d, None, 0, k, &mut env.stats.kernel);
     }
 }
 

@@ -5,7 +5,9 @@
 //!
 //! The contract:
 //! - A direction is installed once the bytes it offered reached its cutoff
-//!   (cutoff 0, flow statistics: at its first packet), while it is open and
+//!   (cutoff 0, flow statistics: at its first packet) and its record counts
+//!   [`StreamConfig::kernel_install_after`](crate::stream::StreamConfig::kernel_install_after)
+//!   packets, while it is open and
 //!   not past its FIN, if it is TCP or UDP. For TCP, not while the opposite
 //!   direction is still reassembled below its cutoff with its receive window
 //!   checked: this direction's ACKs open that window.
@@ -64,8 +66,8 @@ pub(super) fn merge(rec: &mut Stream, c: &Counters) {
 
 /// Installs `this` if it is due (see the module's contract). True when the
 /// map was full: the caller may make room ([`make_room`]) and try again.
-pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, k: &mut KernelCutoff, stats: &mut KernelStats) -> bool {
-    if this.in_kernel || this.kernel_refused || this.state.is_none() || this.rec.closed.is_some() {
+pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, after: u64, k: &mut KernelCutoff, stats: &mut KernelStats) -> bool {
+    if this.in_kernel || this.kernel_refused || this.state.is_none() || this.rec.closed.is_some() || this.rec.packets < after {
         return false;
     }
     if this.rec.cutoff.is_none_or(|c| offered(this) < c) {
@@ -134,7 +136,8 @@ pub(super) fn make_room<H: StreamHandler>(
         let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
         if let Some(this) = this.as_deref_mut() {
             this.kernel_refused = false;
-            install(this, other.as_deref(), k, &mut env.stats.kernel);
+            // It was due when the map was full: no second wait for its packets.
+            install(this, other.as_deref(), 0, k, &mut env.stats.kernel);
         }
     }
 }

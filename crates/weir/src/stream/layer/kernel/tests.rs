@@ -129,6 +129,8 @@ fn config(flows: bool, cutoff: u64) -> StreamConfig {
         flows,
         idle_timeout_ns: 1_000_000_000,
         memory: 1 << 20,
+        // Installed at once, so that short test connections exercise the map.
+        kernel_install_after: 1,
         ..StreamConfig::default()
     }
 }
@@ -194,6 +196,28 @@ fn records_are_the_same_when_the_kernel_counts_the_packets_past_the_cutoff() {
                 assert!(k.packets >= 4, "the kernel dropped the packets past the cutoff: {k:?}");
             }
         }
+    }
+}
+
+#[test]
+#[ignore = "needs root: loads weir's kernel cutoff socket filter and runs it with BPF_PROG_TEST_RUN"]
+fn only_directions_with_enough_packets_are_installed_and_records_stay_exact() {
+    testbed::require_root();
+    // A short connection (3 packets a direction before its FIN) and a long
+    // one (14 a direction), interleaved.
+    let mut frames = connection(1, 0, false, 1_000_000_000);
+    frames.extend(connection(2, 12, false, 1_000_500_000));
+    frames.sort_by_key(|(ts, _)| *ts);
+    for flows in [true, false] {
+        let cfg = StreamConfig { kernel_install_after: 4, ..config(flows, 0) };
+        let want = reference(&cfg, &frames);
+        let (got, stats) = with_kernel(&cfg, &frames, 0, 64);
+        let k = stats.kernel;
+        assert!(same(&got, &want), "flows {flows}:\n{got:#?}\nwant\n{want:#?}");
+        assert_eq!((k.installed, k.taken, k.full, k.in_map()), (2, 2, 0, 0), "flows {flows}: only the long connection: {k:?}");
+        // Each of its directions from its fifth packet to its FIN: the 9
+        // segments after the first three, less the one that installs it.
+        assert!(k.packets >= 16, "flows {flows}: the long connection's later packets stayed in the kernel: {k:?}");
     }
 }
 
