@@ -156,6 +156,14 @@ pub struct LiveArgs {
     #[arg(long)]
     pub replace_xdp: bool,
 
+    /// What stamps live packets. afxdp gets no timestamp from the kernel: tsc (the default where the CPU's
+    /// time-stamp counter is invariant) reads the TSC for each packet, about 10 ns, calibrated against
+    /// CLOCK_REALTIME and kept within microseconds of it; clock reads CLOCK_REALTIME once per batch of up to 64
+    /// packets, which then share it. afpacket: kernel only, the time the kernel received each packet. Trace
+    /// files keep the times they hold.
+    #[arg(long, value_name = "kernel|tsc|clock")]
+    pub timestamps: Option<weir::clock::Timestamps>,
+
     /// Drop root for this user once the capture sockets are open (as tcpdump -Z).
     #[arg(short = 'Z', long = "user", value_name = "USER")]
     pub user: Option<String>,
@@ -189,6 +197,7 @@ impl LiveArgs {
                 replace_foreign: self.replace_xdp,
             },
             kernel_flows: 0,
+            timestamps: self.timestamps,
         })
     }
 }
@@ -283,6 +292,9 @@ impl SourceArgs {
         let balance: weir::balance::Mode = self.balance.parse().map_err(|e| setting_error(&e))?;
         let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| spec_error(&self.source, e))?;
         let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
+        if let (Some(t), weir::source::SourceSpec::File { .. }) = (self.live.timestamps, &spec) {
+            return Err(bad_input(anyhow::anyhow!("--timestamps {t}: {} is a trace, whose packets keep the times it holds", self.source)));
+        }
         if let (Some(user), Some(_), true) = (&self.live.user, balance.controller(), kernel_table) {
             // Moving a bucket is a bpf(2) call on every controller tick, which Debian's
             // default kernel.unprivileged_bpf_disabled refuses to anyone but root.

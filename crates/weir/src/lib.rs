@@ -97,6 +97,7 @@
 
 pub mod balance;
 pub(crate) mod capture;
+pub mod clock;
 pub mod engine;
 pub mod filter;
 pub mod flowtable;

@@ -219,6 +219,12 @@ pub(crate) fn open(
     name: String,
     budget: &Budget,
 ) -> Result<Box<dyn Source>, SourceError> {
+    if let Some(t) = opts.timestamps.filter(|&t| t != crate::clock::Timestamps::Kernel) {
+        return Err(SourceError::Invalid(format!(
+            "--timestamps {t}: on afpacket the kernel stamps every packet as it receives it, and that is the only choice \
+             (tsc and clock are for afxdp, which gets no kernel timestamp)"
+        )));
+    }
     let shape = RingShape::check(&opts.afpacket, opts.snaplen)?;
     let fanout = opts.afpacket.fanout;
     let label = format!("afpacket:{iface}");

@@ -39,6 +39,7 @@ mod unit;
 mod xsk;
 
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
+use crate::clock::{Timestamps, TscClock};
 use crate::memory::{Budget, Bytes, Plan};
 use crate::source::{ifindex, rx_queues, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
 use crate::{LinkType, QueueId};
@@ -57,6 +58,7 @@ pub(crate) fn open(
     budget: &Budget,
 ) -> Result<Box<dyn Source>, SourceError> {
     check_options(&opts.afxdp)?;
+    check_timestamps(opts.timestamps)?;
     opts.in_netns(|| {
         let index = ifindex(iface)?;
         let available = rx_queues(iface)?;
@@ -93,17 +95,16 @@ pub(crate) fn open(
             trace: None,
             notes: program.notes().to_vec(),
         };
-        Ok(
-            Box::new(AfXdpSource {
-                info,
-                iface: iface.to_string(),
-                ifindex: index,
-                sockets,
-                program,
-                promiscuous,
-                opts: opts.afxdp.clone(),
-            }) as Box<dyn Source>,
-        )
+        Ok(Box::new(AfXdpSource {
+            info,
+            iface: iface.to_string(),
+            ifindex: index,
+            sockets,
+            program,
+            promiscuous,
+            opts: opts.afxdp.clone(),
+            timestamps: opts.timestamps,
+        }) as Box<dyn Source>)
     })
 }
 
@@ -138,6 +139,17 @@ fn check_options(o: &AfXdpOptions) -> Result<(), SourceError> {
     Ok(())
 }
 
+fn check_timestamps(t: Option<Timestamps>) -> Result<(), SourceError> {
+    if t == Some(Timestamps::Kernel) {
+        return Err(SourceError::Invalid(
+            "--timestamps kernel: AF_XDP hands packets over without a kernel timestamp (weir does not read the driver's \
+             RX metadata); use tsc (per packet) or clock (per batch)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// An interface opened for AF_XDP capture, its program attached, sockets unbound.
 struct AfXdpSource {
     info: SourceInfo,
@@ -147,6 +159,8 @@ struct AfXdpSource {
     program: XdpProgram,
     promiscuous: Option<sys::Promiscuous>,
     opts: AfXdpOptions,
+    /// `--timestamps`, checked.
+    timestamps: Option<Timestamps>,
 }
 
 impl Source for AfXdpSource {
@@ -182,7 +196,13 @@ impl Source for AfXdpSource {
                 opts.pool
             )));
         }
-        let AfXdpSource { info, iface, ifindex, sockets, mut program, promiscuous, opts: xdp } = *self;
+        let AfXdpSource { info, iface, ifindex, sockets, mut program, promiscuous, opts: xdp, timestamps } = *self;
+        // Calibrated once (it takes CALIBRATION), copied to every queue's unit.
+        let clock = match timestamps {
+            None => TscClock::new().ok(),
+            Some(Timestamps::Tsc) => Some(TscClock::new().map_err(|e| SourceError::Invalid(format!("--timestamps tsc: {e}")))?),
+            Some(Timestamps::Clock | Timestamps::Kernel) => None,
+        };
         let native = program.mode() == XdpMode::Drv;
         let n = sockets.len();
         let rebalance = match opts.balance.controller() {
@@ -230,7 +250,7 @@ impl Source for AfXdpSource {
                 (Some(r), Some(l)) => Some(rebalance::QueueRole::new(Arc::clone(r), me, l, frames, xdp.frame_size)),
                 _ => None,
             };
-            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role, &iface)));
+            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role, &iface, clock)));
         }
         if let Some(r) = rebalance {
             units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afxdp:{iface} rebalancer"))));

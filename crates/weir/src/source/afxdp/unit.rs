@@ -12,8 +12,10 @@
 //! recycled frames and sleeps in poll(2) for at most [`IDLE_WAIT`], so a stop
 //! request is seen within that.
 //!
-//! Timestamps: AF_XDP gives none, so each batch is stamped with CLOCK_REALTIME
-//! when it is taken off the ring; packets of one batch share it.
+//! Timestamps: AF_XDP gives none. Each packet is stamped with the TSC clock
+//! ([`crate::clock`]) as it is taken off the ring, resynced between batches;
+//! without one (`--timestamps clock`, or a TSC that is not invariant) each
+//! batch is stamped with CLOCK_REALTIME and its packets share it.
 //!
 //! Under rebalancing the unit also steers each packet by its bucket (see the
 //! `rebalance` module): into its own pool, to another queue's, or parked. Between
@@ -30,11 +32,12 @@ use super::rebalance::{QueueRole, Received};
 use super::sys::{Promiscuous, XdpStatistics};
 use super::xsk::Xsk;
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
+use crate::clock::{realtime_ns, TscClock};
 use crate::filter::FilterWatch;
 use crate::pool::{CaptureSide, FrameArena, NoCell};
 use crate::QueueId;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Descriptors taken off the RX ring at once.
 const BATCH: u32 = 64;
@@ -84,6 +87,8 @@ pub(crate) struct XskUnit {
     balance: Option<QueueRole>,
     /// `afxdp:IF@Q`, for error messages.
     label: String,
+    /// Stamps each packet; `None`: CLOCK_REALTIME per batch.
+    clock: Option<TscClock>,
 }
 
 impl XskUnit {
@@ -94,6 +99,7 @@ impl XskUnit {
         snaplen: u32,
         balance: Option<QueueRole>,
         iface: &str,
+        clock: Option<TscClock>,
     ) -> XskUnit {
         let zero_copy = xsk.is_zero_copy();
         let umem = Arc::clone(xsk.umem());
@@ -107,6 +113,7 @@ impl XskUnit {
             drops: KernelDrops::new(zero_copy),
             balance,
             label,
+            clock,
         }
     }
 
@@ -183,6 +190,9 @@ impl XskUnit {
             }
             self.sync(side);
             self.refill(side);
+            if let Some(c) = &mut self.clock {
+                c.resync_if_due();
+            }
             // A filter replaced meanwhile judges the next batch on.
             self.filter.changed();
             let n = self.xsk.peek(BATCH);
@@ -229,10 +239,11 @@ impl XskUnit {
     /// Consume up to `n` peeked descriptors and release those consumed.
     #[inline]
     fn consume(&mut self, n: u32, side: &mut CaptureSide, ctl: &Control) -> Batch {
-        let ts_ns = realtime_ns();
+        let batch_ns = if self.clock.is_none() { realtime_ns() } else { 0 };
         let mut done = 0;
         let mut outcome = Batch::Done;
         while done < n {
+            let ts_ns = self.clock.as_mut().map_or(batch_ns, TscClock::now_ns);
             let (desc, data) = self.xsk.packet(done, &self.umem, self.snaplen);
             let caplen = data.len();
             if let Some(f) = self.filter.get() {
@@ -274,11 +285,6 @@ impl XskUnit {
         self.xsk.release(done);
         outcome
     }
-}
-
-/// Nanoseconds since the Unix epoch by CLOCK_REALTIME (what `SystemTime` reads).
-fn realtime_ns() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Turns the socket's cumulative XDP_STATISTICS into weir's drop categories.

@@ -32,6 +32,11 @@ pub struct LiveOptions {
     /// afxdp and afpacket have it; each entry takes about 160 bytes of kernel
     /// memory, checked with the rest before anything is allocated.
     pub kernel_flows: u32,
+    /// What stamps packets; `None`: each source's best. afpacket: the
+    /// kernel's, per packet (the only choice). afxdp, which gets no kernel
+    /// timestamp (weir does not read the driver's RX metadata): the TSC per
+    /// packet where it is invariant, else `CLOCK_REALTIME` per batch.
+    pub timestamps: Option<crate::clock::Timestamps>,
 }
 
 impl Default for LiveOptions {
@@ -43,6 +48,7 @@ impl Default for LiveOptions {
             afpacket: AfPacketOptions::default(),
             afxdp: AfXdpOptions::default(),
             kernel_flows: 0,
+            timestamps: None,
         }
     }
 }
