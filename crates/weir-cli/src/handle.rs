@@ -39,7 +39,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir::filter::{Filter, FilterError};
+use weir::filter::{Filter, FilterEngine, FilterError};
 use weir::{Handler, Packet, QueueId};
 
 /// The work when no `-f` is given: cheap enough to be a realistic unit of work,
@@ -224,10 +224,15 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
     let engine = args.src.engine()?;
     let info = engine.info().clone();
     let pool = *engine.pool_config();
-    let filter = Filter::compile(&expr, info.link_type, info.snaplen).map_err(|e| match e {
-        FilterError::Library(_) => anyhow::Error::new(e),
-        e => bad_input(anyhow::anyhow!("-f/--filter: {e}")),
-    })?;
+    let filter = Filter::compile(&expr, info.link_type, info.snaplen)
+        .map_err(|e| match e {
+            FilterError::Library(_) => anyhow::Error::new(e),
+            e => bad_input(anyhow::anyhow!("-f/--filter: {e}")),
+        })?
+        .with_engine(args.src.filter_engine);
+    if let Some(why) = filter.jit_unavailable() {
+        eprintln!("weir handle: the filter runs on the interpreter: {why}");
+    }
     let placements: Vec<String> = engine.placements().iter().filter(|p| p.capture_cpu.is_some()).map(|p| p.to_string()).collect();
     if !placements.is_empty() && !args.json {
         eprintln!("weir handle: placement {}", placements.join("; "));
@@ -272,6 +277,7 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
         let mut v = json_report(&report, &info.name, info.link_type.to_string(), &total, &placements);
         v["filter_expr"] = json!(expr);
         v["filter_insns"] = json!(filter.len());
+        v["filter_engine"] = json!(filter.engine().name());
         v["times"] = json!(times);
         v["matched"] = json!(if times > 0 { Some(matched) } else { None });
         v["ns_per_packet"] = json!(cost);
@@ -338,7 +344,14 @@ fn worker_json(q: QueueId, w: &Work) -> serde_json::Value {
 }
 
 fn print_work(workers: &[(QueueId, Work)], expr: &str, filter: &Filter, times: u32) {
-    out!("work: filter '{expr}' ({} BPF instructions) run {times} time(s) on every packet", filter.len());
+    out!(
+        "work: filter '{expr}' ({} BPF instructions, {}) run {times} time(s) on every packet",
+        filter.len(),
+        match filter.engine() {
+            FilterEngine::Jit => "compiled by the JIT",
+            FilterEngine::Interp => "interpreted",
+        }
+    );
     out!("{:>6} {:>12} {:>12} {:>12} {:>12}", "worker", "packets", "matched", "cpu_ms", "ns/packet");
     for (q, w) in workers {
         let matched = if times > 0 { w.matched.to_string() } else { "-".into() };

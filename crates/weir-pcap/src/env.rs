@@ -10,12 +10,14 @@
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
+//! | `WEIR_FILTER_ENGINE=jit\|interp` | what runs `pcap_setfilter`'s program on the packets weir filters itself: compiled to machine code, or interpreted | jit |
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use weir::filter::FilterEngine;
 use weir::locality::{BatchSize, LocalityConfig};
 use weir::pool::PoolConfig;
 use weir::source::{LiveKind, QueueRange, SourceSpec};
@@ -34,11 +36,19 @@ pub struct Settings {
     /// Opened when the handle is, before a program like tcpdump gives up its
     /// privileges, so the counters can be written at close.
     pub stats_file: Option<(PathBuf, Arc<File>)>,
+    pub filter_engine: FilterEngine,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { locality: None, source: LiveKind::AfPacket, queues: None, pool: None, stats_file: None }
+        Settings {
+            locality: None,
+            source: LiveKind::AfPacket,
+            queues: None,
+            pool: None,
+            stats_file: None,
+            filter_engine: FilterEngine::default(),
+        }
     }
 }
 
@@ -70,6 +80,9 @@ impl Settings {
         }
         if let Some(v) = var("WEIR_POOL") {
             s.pool = Some(v.parse().map_err(|e| format!("WEIR_POOL={v}: {e}"))?);
+        }
+        if let Some(v) = var("WEIR_FILTER_ENGINE") {
+            s.filter_engine = v.parse().map_err(|e| format!("WEIR_FILTER_ENGINE={v}: {e}"))?;
         }
         if let Some(v) = var("WEIR_STATS_FILE") {
             let path = PathBuf::from(v);
