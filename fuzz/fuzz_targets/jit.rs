@@ -5,8 +5,9 @@
 //! packet. Each instruction's bytes are made valid rather than thrown away:
 //! the first byte picks one of the opcodes weir runs, scratch indices are
 //! taken modulo 16, a constant divisor of 0 becomes 1, jump offsets are
-//! folded into the program (`ja` may go backward, as `protochain`'s does),
-//! and a return ends the program. `Filter::from_program` must accept the
+//! folded into the program (`ja` may go backward, as `protochain`'s does; a
+//! `jeq` may be made one of a chain to the last instruction, as `port a or port
+//! b or ...` compiles), and a return ends the program. `Filter::from_program` must accept the
 //! result, and the JIT must return the interpreter's exact value on the
 //! packet, on every shorter capture of it down to none, and with wire lengths
 //! below, at and far above the captured one.
@@ -40,6 +41,9 @@ fn insn(b: &[u8], at: usize, len: usize) -> BpfInsn {
         // ja: forward inside the program, or back to this or an earlier instruction.
         0x05 if b[1] & 1 == 1 => BpfInsn { code, jt: 0, jf: 0, k: (-1 - (k % (at as u32 + 1)) as i32) as u32 },
         0x05 => BpfInsn { code, jt: 0, jf: 0, k: k % ahead.max(1) },
+        // Often a jeq whose true branch goes to the last instruction and false
+        // branch to the next: runs of them make the chains the JIT tests without branching.
+        0x15 if b[1] & 0x40 != 0 && ahead > 0 => BpfInsn { code, jt: (ahead - 1).min(255) as u8, jf: 0, k: k % 8 },
         c if c & 0x07 == 0x05 => BpfInsn { code, jt: fold(b[2]), jf: fold(b[3]), k },
         _ => BpfInsn { code, jt: 0, jf: 0, k },
     }

@@ -42,8 +42,8 @@ use std::io;
 use std::ptr::NonNull;
 
 use iced_x86::code_asm::{
-    byte_ptr, cl, dword_ptr, eax, ecx, edx, r10, r10d, r11, r8d, r9, rdi, rsi, rsp, word_ptr, xmm0, xmmword_ptr, AsmMemoryOperand,
-    AsmRegister32, CodeAssembler, CodeLabel, IcedError,
+    ax, byte_ptr, cl, cx, dword_ptr, eax, ecx, edx, r10, r10d, r11, r11d, r8d, r9, rdi, rsi, rsp, word_ptr, xmm0, xmmword_ptr,
+    AsmMemoryOperand, AsmRegister16, AsmRegister32, CodeAssembler, CodeLabel, IcedError,
 };
 
 use super::program::{Op, Slot, Target, MEMWORDS};
@@ -181,6 +181,100 @@ fn elided(op: Op, at: usize, rep: &[usize]) -> bool {
     }
 }
 
+/// An instruction's part in a run of `jeq #k` that all jump to one place when
+/// true and to the next of the run when false, the shape libpcap gives
+/// `port 21 or port 22 or ...` and protocol lists.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Run {
+    None,
+    /// The first of a run of `len` instructions, which jumps to `jt` when A
+    /// equals one of their constants, else to `jf` (the last one's).
+    Head {
+        len: usize,
+        jt: Target,
+        jf: Target,
+    },
+    /// A later one, emitted with its head.
+    Member,
+}
+
+/// Runs shorter than this keep one branch per comparison.
+const MIN_RUN: usize = 3;
+
+/// Find the equality runs. A run never has a jump target after its first
+/// instruction, so nothing can enter it in the middle.
+fn equality_runs(ops: &[Op]) -> Vec<Run> {
+    let mut targeted = vec![false; ops.len()];
+    for op in ops {
+        match *op {
+            Op::Ja(t) | Op::Loop(t) => targeted[usize::from(t)] = true,
+            Op::JeqK { jt, jf, .. }
+            | Op::JgtK { jt, jf, .. }
+            | Op::JgeK { jt, jf, .. }
+            | Op::JsetK { jt, jf, .. }
+            | Op::JeqX { jt, jf }
+            | Op::JgtX { jt, jf }
+            | Op::JgeX { jt, jf }
+            | Op::JsetX { jt, jf } => {
+                targeted[usize::from(jt)] = true;
+                targeted[usize::from(jf)] = true;
+            }
+            _ => {}
+        }
+    }
+    let mut runs = vec![Run::None; ops.len()];
+    let mut i = 0;
+    while i < ops.len() {
+        let Op::JeqK { jt: t, .. } = ops[i] else {
+            i += 1;
+            continue;
+        };
+        let mut end = i + 1;
+        let mut last_jf = None;
+        while let Op::JeqK { jf, .. } = ops[end - 1] {
+            last_jf = Some(jf);
+            match ops.get(end) {
+                Some(&Op::JeqK { jt, .. }) if jt == t && usize::from(jf) == end && !targeted[end] => end += 1,
+                _ => break,
+            }
+        }
+        if let Some(jf) = last_jf.filter(|_| end - i >= MIN_RUN) {
+            runs[i] = Run::Head { len: end - i, jt: t, jf };
+            runs[i + 1..end].fill(Run::Member);
+        }
+        i = end;
+    }
+    runs
+}
+
+/// A run of `jeq #k_i, jt T, jf next` (the last: jf F) as one test: note
+/// each equality with a conditional move instead of a branch, then branch
+/// once. Each branch on a packet's port or protocol is a fresh guess for the
+/// CPU, so a chain of them mispredicts several times per packet; the run
+/// mispredicts at most once. Two accumulators (`edx`, `r11d`) halve the chain
+/// of dependent moves the final branch waits for. `next` is the first
+/// instruction after the run that emits code.
+fn equality_run(
+    a: &mut CodeAssembler,
+    run: &[Op],
+    targets: (Target, Target),
+    labels: &[CodeLabel],
+    rep: &[usize],
+    next: Option<usize>,
+) -> Result<(), IcedError> {
+    a.xor(edx, edx)?;
+    a.xor(r11d, r11d)?;
+    a.mov(r10d, 1)?;
+    for (i, op) in run.iter().enumerate() {
+        if let Op::JeqK { k, .. } = *op {
+            a.cmp(eax, k)?;
+            a.cmove(if i % 2 == 0 { edx } else { r11d }, r10d)?;
+        }
+    }
+    a.or(edx, r11d)?;
+    branch(a, Cond::NonZero, targets, labels, rep, next)
+}
+
 /// A condition of a BPF jump, tested on the flags a `cmp` or `test` leaves.
 #[derive(Copy, Clone)]
 enum Cond {
@@ -194,11 +288,13 @@ enum Cond {
 fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let n = ops.len();
+    let runs = equality_runs(ops);
     // rep[i]: the first instruction at or after i that emits code; a jump to i
-    // lands there. The last op is a return, which is never elided.
+    // lands there. The last op is a return, which is never elided, and the
+    // members of an equality run after its first are emitted with the first.
     let mut rep = vec![0usize; n];
     for i in (0..n).rev() {
-        rep[i] = if elided(ops[i], i, &rep) { rep[i + 1] } else { i };
+        rep[i] = if runs[i] == Run::Member || elided(ops[i], i, &rep) { rep[i + 1] } else { i };
     }
     let mut labels: Vec<CodeLabel> = (0..n).map(|_| a.create_label()).collect();
     let target = |labels: &[CodeLabel], t: Target| labels[rep[usize::from(t)]];
@@ -227,6 +323,10 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
             continue;
         }
         a.set_label(&mut labels[i])?;
+        if let Run::Head { len, jt, jf } = runs[i] {
+            equality_run(&mut a, &ops[i..i + len], (jt, jf), &labels, &rep, rep.get(i + len).copied())?;
+            continue;
+        }
         let fallthrough = rep.get(i + 1).copied();
         match op {
             Op::LdAbsW(k) => load_abs(&mut a, eax, Size::Word, k, reject)?,
@@ -428,12 +528,20 @@ fn load(a: &mut CodeAssembler, reg: AsmRegister32, size: Size, at: AsmMemoryOper
             a.bswap(reg)
         }
         Size::Half => {
-            // bswap then shift, rather than a 16-bit rotate, so no partial register is written.
+            // The 16-bit rotate swaps the two bytes; movzx already cleared the upper half.
             a.movzx(reg, word_ptr(at))?;
-            a.bswap(reg)?;
-            a.shr(reg, 16)
+            a.rol(half_of(reg), 8)
         }
         Size::Byte => a.movzx(reg, byte_ptr(at)),
+    }
+}
+
+/// The low 16 bits of A or X.
+fn half_of(reg: AsmRegister32) -> AsmRegister16 {
+    if reg == eax {
+        ax
+    } else {
+        cx
     }
 }
 

@@ -268,6 +268,34 @@ fn jumps_reach_the_far_end_of_their_range() {
     assert_eq!(both(&prog, &[], 0), 3, "ja 256 from instruction 2 lands on 259");
 }
 
+/// Chains of `jeq` to one place (the JIT tests them without branching) give
+/// the chain's answer, also when a jump enters the chain in the middle.
+#[test]
+fn chains_of_equality_tests_and_jumps_into_them() {
+    let to = |from: usize, target: usize| (target - from - 1) as u8;
+    let mut prog = vec![
+        stmt(LD_B_ABS, 0),
+        jump(JMP_JGT_K, 200, 0, 2),
+        stmt(LD_IMM, 5),
+        // Into the chain's second half, past the comparisons with 1, 2 and 3.
+        ja(3, 7),
+    ];
+    for (i, k) in (4..10).zip(1..=6) {
+        prog.push(jump(JMP_JEQ_K, k, to(i, 11), 0));
+    }
+    prog.push(stmt(RET_K, 50));
+    prog.push(stmt(RET_K, 100));
+    for (byte, expected) in [(1, 100), (3, 100), (4, 100), (6, 100), (0, 50), (7, 50), (201, 100), (200, 50)] {
+        assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
+    }
+    assert_eq!(both(&prog, &[], 1), 0, "no byte 0");
+    // The same chain entered only at its start: one run of six.
+    prog[3] = stmt(JMP_JA, 0);
+    for (byte, expected) in [(3, 100), (6, 100), (7, 50), (201, 100), (200, 50)] {
+        assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
+    }
+}
+
 #[test]
 fn scratch_memory_and_register_moves() {
     let prog = [
