@@ -28,8 +28,10 @@
 //! The generated function is `extern "sysv64" fn(data, caplen, wire_len) -> u32`.
 //! Registers: A in `eax`, X in `ecx` (so shifts by X use `cl` directly), the
 //! packet in `rdi`/`rsi`, the wire length moved to `r8d` (division needs
-//! `edx`), the backward-jump budget in `r9`, temporaries in `edx`, `r10` and
-//! `r11`. Scratch memory is the 64 bytes below the stack pointer, in the
+//! `edx`), the backward-jump budget in `r9`, temporaries in `edx`, `r10`,
+//! `r11` and `xmm0` to `xmm2`. The constants of equality runs (see
+//! [`equality_run`]) follow the code in the same mapping, read RIP-relative,
+//! so the code is position-independent. Scratch memory is the 64 bytes below the stack pointer, in the
 //! System V red zone that a leaf function may use without moving `rsp` (signal
 //! handlers on Linux skip it). Nothing is saved or restored: every register the
 //! code touches is caller-saved.
@@ -42,7 +44,7 @@ use std::io;
 use std::ptr::NonNull;
 
 use iced_x86::code_asm::{
-    ax, byte_ptr, cl, cx, dword_ptr, eax, ecx, edx, r10, r10d, r11, r11d, r8d, r9, rdi, rsi, rsp, word_ptr, xmm0, xmmword_ptr,
+    ax, byte_ptr, cl, cx, dword_ptr, eax, ecx, edx, r10, r10d, r11, r8d, r9, rdi, rsi, rsp, word_ptr, xmm0, xmm1, xmm2, xmmword_ptr,
     AsmMemoryOperand, AsmRegister16, AsmRegister32, CodeAssembler, CodeLabel, IcedError,
 };
 
@@ -247,31 +249,45 @@ fn equality_runs(ops: &[Op]) -> Vec<Run> {
     runs
 }
 
-/// A run of `jeq #k_i, jt T, jf next` (the last: jf F) as one test: note
-/// each equality with a conditional move instead of a branch, then branch
+/// The constants of the equality runs, four to a 16-byte group, laid out
+/// after the code and read RIP-relative.
+type Tables = Vec<(CodeLabel, [u32; 4])>;
+
+/// A run of `jeq #k_i, jt T, jf next` (the last: jf F) as one test: compare
+/// A with all the constants at once, four to an SSE2 compare, then branch
 /// once. Each branch on a packet's port or protocol is a fresh guess for the
 /// CPU, so a chain of them mispredicts several times per packet; the run
-/// mispredicts at most once. Two accumulators (`edx`, `r11d`) halve the chain
-/// of dependent moves the final branch waits for. `next` is the first
-/// instruction after the run that emits code.
+/// mispredicts at most once, and costs a few instructions per four constants
+/// where the chain costs two per constant. `next` is the first instruction
+/// after the run that emits code.
 fn equality_run(
     a: &mut CodeAssembler,
     run: &[Op],
     targets: (Target, Target),
-    labels: &[CodeLabel],
-    rep: &[usize],
-    next: Option<usize>,
+    (labels, rep, next): (&[CodeLabel], &[usize], Option<usize>),
+    tables: &mut Tables,
 ) -> Result<(), IcedError> {
-    a.xor(edx, edx)?;
-    a.xor(r11d, r11d)?;
-    a.mov(r10d, 1)?;
-    for (i, op) in run.iter().enumerate() {
-        if let Op::JeqK { k, .. } = *op {
-            a.cmp(eax, k)?;
-            a.cmove(if i % 2 == 0 { edx } else { r11d }, r10d)?;
+    let ks: Vec<u32> = run.iter().filter_map(|op| if let Op::JeqK { k, .. } = *op { Some(k) } else { None }).collect();
+    // A in all four lanes of xmm0.
+    a.movd(xmm0, eax)?;
+    a.pshufd(xmm0, xmm0, 0)?;
+    for (i, group) in ks.chunks(4).enumerate() {
+        // A short last group repeats its last constant: a lane equal to it says nothing new.
+        let mut lanes = [*group.last().unwrap_or(&0); 4];
+        lanes[..group.len()].copy_from_slice(group);
+        let label = a.create_label();
+        tables.push((label, lanes));
+        if i == 0 {
+            a.movdqu(xmm1, xmmword_ptr(label))?;
+            a.pcmpeqd(xmm1, xmm0)?;
+        } else {
+            a.movdqu(xmm2, xmmword_ptr(label))?;
+            a.pcmpeqd(xmm2, xmm0)?;
+            a.por(xmm1, xmm2)?;
         }
     }
-    a.or(edx, r11d)?;
+    a.pmovmskb(edx, xmm1)?;
+    a.test(edx, edx)?;
     branch(a, Cond::NonZero, targets, labels, rep, next)
 }
 
@@ -284,7 +300,7 @@ enum Cond {
     NonZero,
 }
 
-/// The generated code for `ops`, position-independent (every branch is relative).
+/// The generated code for `ops`, position-independent (branches and table reads are relative).
 fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let n = ops.len();
@@ -299,6 +315,7 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     let mut labels: Vec<CodeLabel> = (0..n).map(|_| a.create_label()).collect();
     let target = |labels: &[CodeLabel], t: Target| labels[rep[usize::from(t)]];
     let mut reject = a.create_label();
+    let mut tables = Tables::new();
 
     // Prologue: A and X start at 0, like the interpreter's.
     a.xor(eax, eax)?;
@@ -324,7 +341,7 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
         }
         a.set_label(&mut labels[i])?;
         if let Run::Head { len, jt, jf } = runs[i] {
-            equality_run(&mut a, &ops[i..i + len], (jt, jf), &labels, &rep, rep.get(i + len).copied())?;
+            equality_run(&mut a, &ops[i..i + len], (jt, jf), (&labels, &rep, rep.get(i + len).copied()), &mut tables)?;
             continue;
         }
         let fallthrough = rep.get(i + 1).copied();
@@ -448,6 +465,10 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     a.set_label(&mut reject)?;
     a.xor(eax, eax)?;
     a.ret()?;
+    for (mut label, lanes) in tables {
+        a.set_label(&mut label)?;
+        a.dd(&lanes)?;
+    }
     a.assemble(0)
 }
 
