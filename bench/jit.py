@@ -2,13 +2,15 @@
 `bpf_filter`, weir's interpreter and weir's JIT, and what that does to
 `weir count -f` and `weir handle -x 100` (WinPcap's Figure 7, done for weir).
 
-The trace is synthesized (500,000 packets, 100,000 concurrent flows, the
+The trace is synthesized (500,000 packets, 50,000 concurrent flows, the
 built-in traffic model) and read once beforehand so it sits in the page cache.
 Filter execution: the first packets of the trace are held in memory and each
 filter runs over them again and again (after a warm-up round) in a C harness
 calling libpcap's bpf_filter (bench/peers/libpcap_filter_cost.c) and in weir's
 `filter_cost` example, which judge the same bytes; three filters of about 4,
-21 and 51 instructions. Two regimes: `streamed`, 20,000 packets (some 14 MB,
+21 and 51 instructions, and the empty one (one instruction: the cost of a
+call with next to nothing to run, which bounds what a JIT can gain on a tiny
+filter). Two regimes: `streamed`, 20,000 packets (some 14 MB,
 far beyond L2), so each packet's headers come from L3 or memory and its
 branches are fresh guesses, as for packets streaming past; and `cached`, 500
 packets (some 350 KB) that stay in L2 and whose branches the predictor may
@@ -33,10 +35,13 @@ from common import WEIR, WORK, build_peer, log, machine, median, sh, timed, warm
 
 RUNS = 5
 PACKETS = 500_000
-FLOWS = 100_000
+FLOWS = 50_000
 # Packets held in memory for the filter-execution runs, and rounds over them.
 REGIMES = {"streamed": (20_000, 100), "cached": (500, 4_000)}
 FILTERS = {
+    # The empty expression accepts everything in one instruction: what calling
+    # the engine costs with next to no filter to run, the floor of the others.
+    "floor": "",
     "small": "ip",
     "medium": "icmp or tcp port 443",
     "large": "port 21 or port 22 or port 23 or port 25 or port 53 or port 80 or port 110 or port 143 or port 443 or port 993",
@@ -130,7 +135,7 @@ def main():
     handle_x = end_to_end["handle"]["interp"]["worker_ns_per_packet"] / end_to_end["handle"]["jit"]["worker_ns_per_packet"]
     end_to_end["handle"]["jit_x_interp_per_packet"] = handle_x
 
-    targets = {f"jit_3x_libpcap_on_every_filter_{regime}": all(r["jit_x_libpcap"] >= 3 for r in rows.values())
+    targets = {f"jit_3x_libpcap_on_every_filter_{regime}": all(r["jit_x_libpcap"] >= 3 for size, r in rows.items() if size != "floor")
                for regime, rows in execution.items()}
     targets["handle_x100_3x_interp"] = handle_x >= 3
     write_result("jit", {"trace": {"packets": PACKETS, "flows": FLOWS, "bytes": trace.stat().st_size},
