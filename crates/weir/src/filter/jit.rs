@@ -183,6 +183,32 @@ fn elided(op: Op, at: usize, rep: &[usize]) -> bool {
     }
 }
 
+/// Whether `op` uses X's value.
+fn reads_x(op: Op) -> bool {
+    matches!(
+        op,
+        Op::LdIndW(_)
+            | Op::LdIndH(_)
+            | Op::LdIndB(_)
+            | Op::Stx(_)
+            | Op::AddX
+            | Op::SubX
+            | Op::MulX
+            | Op::DivX
+            | Op::ModX
+            | Op::AndX
+            | Op::OrX
+            | Op::XorX
+            | Op::LshX
+            | Op::RshX
+            | Op::JeqX { .. }
+            | Op::JgtX { .. }
+            | Op::JgeX { .. }
+            | Op::JsetX { .. }
+            | Op::Txa
+    )
+}
+
 /// An instruction's part in a run of `jeq #k` that all jump to one place when
 /// true and to the next of the run when false, the shape libpcap gives
 /// `port 21 or port 22 or ...` and protocol lists.
@@ -317,9 +343,15 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     let mut reject = a.create_label();
     let mut tables = Tables::new();
 
-    // Prologue: A and X start at 0, like the interpreter's.
-    a.xor(eax, eax)?;
-    a.xor(ecx, ecx)?;
+    // Prologue: A and X start at 0, like the interpreter's, where that can be
+    // seen: A unless the first instruction sets it (or returns a constant),
+    // X unless no instruction reads it.
+    if !matches!(ops[0], Op::LdAbsW(_) | Op::LdAbsH(_) | Op::LdAbsB(_) | Op::LdLen | Op::LdImm(_) | Op::LdMem(_) | Op::RetK(_)) {
+        a.xor(eax, eax)?;
+    }
+    if ops.iter().any(|op| reads_x(*op)) {
+        a.xor(ecx, ecx)?;
+    }
     if ops.iter().any(|op| matches!(op, Op::LdLen | Op::LdxLen)) {
         a.mov(r8d, edx)?;
     }

@@ -268,6 +268,29 @@ fn jumps_reach_the_far_end_of_their_range() {
     assert_eq!(both(&prog, &[], 0), 3, "ja 256 from instruction 2 lands on 259");
 }
 
+/// A and X start at 0: every use of X before any write sees 0, and so does
+/// an instruction that uses A first (the JIT clears each only where that
+/// can be seen).
+#[test]
+fn registers_start_at_zero() {
+    let pkt = counting(8);
+    let cases: Vec<(Vec<BpfInsn>, u32)> = vec![
+        (vec![stmt(MISC_TXA, 0), stmt(RET_A, 0)], 0),
+        (vec![stmt(ALU_ADD_K, 7), stmt(RET_A, 0)], 7),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_ADD_X, 0), stmt(RET_A, 0)], 5),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_OR_X, 0), stmt(RET_A, 0)], 5),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_LSH_X, 0), stmt(RET_A, 0)], 5),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_DIV_X, 0), stmt(RET_K, 9)], 0),
+        (vec![stmt(LD_B_IND, 3), stmt(RET_A, 0)], 3),
+        (vec![stmt(STX, 4), stmt(LD_MEM, 4), stmt(RET_A, 0)], 0),
+        (vec![jump(JMP_JEQ_X, 0, 0, 1), stmt(RET_K, 1), stmt(RET_K, 2)], 1),
+        (vec![stmt(LD_IMM, 1), jump(JMP_JGT_X, 0, 0, 1), stmt(RET_K, 1), stmt(RET_K, 2)], 1),
+    ];
+    for (prog, expected) in cases {
+        assert_eq!(both(&prog, &pkt, 8), expected, "{prog:?}");
+    }
+}
+
 /// Chains of `jeq` to one place (the JIT tests them without branching) give
 /// the chain's answer, also when a jump enters the chain in the middle.
 #[test]
