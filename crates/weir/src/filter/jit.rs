@@ -42,6 +42,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::io;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use iced_x86::code_asm::{
     ax, byte_ptr, cl, cx, dword_ptr, eax, ecx, edx, r10, r10d, r11, r8d, r9, rdi, rsi, rsp, word_ptr, xmm0, xmm1, xmm2, xmmword_ptr,
@@ -57,25 +58,33 @@ type Entry = unsafe extern "sysv64" fn(data: *const u8, caplen: usize, wire_len:
 const SCRATCH: i32 = -((MEMWORDS * 4) as i32);
 
 /// A program compiled to machine code, in a read+execute mapping of its own.
+/// Clones share the mapping; the entry point is kept beside it, so a run
+/// reads no more than the filter itself to find the code.
+#[derive(Clone)]
 pub(super) struct Jit {
+    entry: Entry,
+    code: Arc<Mapping>,
+}
+
+/// The mapping that holds the code, unmapped when the last [`Jit`] goes.
+struct Mapping {
     map: NonNull<c_void>,
     map_len: usize,
     code_len: usize,
-    entry: Entry,
 }
 
-// SAFETY: the mapping is written only in `compile`, before the `Jit` exists,
-// and is read+execute from then on, so every thread sees the same immutable
-// bytes; the generated code keeps its state in registers and the calling
-// thread's stack, so any number of threads may run it at once. Unmapping
-// happens once, in `drop`, when no reference is left.
-unsafe impl Send for Jit {}
-// SAFETY: as for Send: nothing reachable through `&Jit` is ever mutated.
-unsafe impl Sync for Jit {}
+// SAFETY: the mapping is written only in `map_executable`, before the
+// `Mapping` exists, and is read+execute from then on, so every thread sees the
+// same immutable bytes; the generated code keeps its state in registers and
+// the calling thread's stack, so any number of threads may run it at once.
+// Unmapping happens once, in `drop`, when no `Jit` refers to it any more.
+unsafe impl Send for Mapping {}
+// SAFETY: as for Send: nothing reachable through `&Mapping` is ever mutated.
+unsafe impl Sync for Mapping {}
 
 impl fmt::Debug for Jit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Jit").field("code_bytes", &self.code_len).finish_non_exhaustive()
+        f.debug_struct("Jit").field("code_bytes", &self.code.code_len).finish_non_exhaustive()
     }
 }
 
@@ -105,7 +114,7 @@ impl Jit {
     #[inline]
     pub(super) fn run(&self, data: &[u8], wire_len: u32) -> u32 {
         // SAFETY: `entry` points at code made by `assemble` for a validated
-        // program, mapped read+execute until `self` drops. That code reads only
+        // program, mapped read+execute while `self.code` lives. That code reads only
         // `data[..data.len()]` (every packet load is bounds-checked against
         // `caplen` first), the 64 bytes of red zone below the stack pointer,
         // and registers the System V ABI lets a callee clobber; it always
@@ -115,10 +124,11 @@ impl Jit {
     }
 }
 
-impl Drop for Jit {
+impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `map` and `map_len` are what mmap returned in `map_executable`;
-        // no caller can be running the code, since that takes `&self`.
+        // no caller can be running the code, since that takes a `&Jit`, and
+        // every `Jit` holds this mapping.
         unsafe { libc::munmap(self.map.as_ptr(), self.map_len) };
     }
 }
@@ -156,7 +166,7 @@ fn map_executable(code: &[u8]) -> io::Result<Jit> {
     // of the `Entry` ABI (see `assemble`), and is executable. x86 keeps its
     // instruction fetch coherent with earlier stores, so no cache flush is due.
     let entry = unsafe { std::mem::transmute::<*mut c_void, Entry>(map.as_ptr()) };
-    Ok(Jit { map, map_len, code_len: code.len(), entry })
+    Ok(Jit { entry, code: Arc::new(Mapping { map, map_len, code_len: code.len() }) })
 }
 
 /// Whether op `at` compiles to nothing, given `rep` filled in for every

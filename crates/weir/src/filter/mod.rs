@@ -113,7 +113,7 @@ enum Runner {
         jit_unavailable: Option<Arc<str>>,
     },
     #[cfg(target_arch = "x86_64")]
-    Jit(Arc<jit::Jit>),
+    Jit(jit::Jit),
 }
 
 impl Runner {
@@ -122,7 +122,7 @@ impl Runner {
             FilterEngine::Interp => Runner::Interp { jit_unavailable: None },
             #[cfg(target_arch = "x86_64")]
             FilterEngine::Jit => match jit::Jit::compile(ops) {
-                Ok(jit) => Runner::Jit(Arc::new(jit)),
+                Ok(jit) => Runner::Jit(jit),
                 Err(why) => Runner::Interp { jit_unavailable: Some(why.into()) },
             },
             #[cfg(not(target_arch = "x86_64"))]
