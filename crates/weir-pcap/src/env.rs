@@ -52,12 +52,15 @@ impl Default for Settings {
     }
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
-}
-
 impl Settings {
     pub fn from_env() -> Result<Settings, String> {
+        Settings::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The settings from variables looked up with `get`: the environment, or a
+    /// test's own table.
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let var = |name: &str| get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
         let mut s = Settings::default();
         if let Some(v) = var("WEIR_LOCALITY").filter(|v| v != "0" && v != "off") {
             let n: u32 = v.parse().map_err(|_| format!("WEIR_LOCALITY={v}: expected a batch size in packets, or 0 for off"))?;
@@ -121,5 +124,24 @@ impl Settings {
         if let Err(e) = written {
             eprintln!("weir: WEIR_STATS_FILE={}: {e}", path.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Settings, String> {
+        Settings::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn the_filter_engine_is_the_jit_unless_asked_otherwise() {
+        assert_eq!(with(&[]).unwrap().filter_engine, FilterEngine::Jit);
+        assert_eq!(with(&[("WEIR_FILTER_ENGINE", "interp")]).unwrap().filter_engine, FilterEngine::Interp);
+        assert_eq!(with(&[("WEIR_FILTER_ENGINE", " jit ")]).unwrap().filter_engine, FilterEngine::Jit);
+        assert_eq!(with(&[("WEIR_FILTER_ENGINE", "")]).unwrap().filter_engine, FilterEngine::Jit, "empty is unset");
+        let err = with(&[("WEIR_FILTER_ENGINE", "bpf")]).unwrap_err();
+        assert!(err.starts_with("WEIR_FILTER_ENGINE=bpf: ") && err.contains("jit or interp"), "{err}");
     }
 }
