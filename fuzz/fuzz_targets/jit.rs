@@ -6,8 +6,8 @@
 //! the first byte picks one of the opcodes weir runs, scratch indices are
 //! taken modulo 16, a constant divisor of 0 becomes 1, jump offsets are
 //! folded into the program (`ja` may go backward, as `protochain`'s does; a
-//! `jeq` may be made one of a chain to the last instruction, as `port a or port
-//! b or ...` compiles), and a return ends the program. `Filter::from_program` must accept the
+//! `jeq` may be made one of a chain to one of the last instructions, as `port a
+//! or port b or ...` compiles), and a return ends the program. `Filter::from_program` must accept the
 //! result, and the JIT must return the interpreter's exact value on the
 //! packet, on every shorter capture of it down to none, and with wire lengths
 //! below, at and far above the captured one.
@@ -29,7 +29,8 @@ const EVERY_CAPLEN_UP_TO: usize = 64;
 
 /// Instruction `at` of a program of `len`, made valid from 8 raw bytes.
 fn insn(b: &[u8], at: usize, len: usize) -> BpfInsn {
-    let code = CODES[usize::from(b[0]) % CODES.len()];
+    // A quarter of the instructions are jeq, so that chains of them are common.
+    let code = if b[0] >= 0xc0 { 0x15 } else { CODES[usize::from(b[0]) % CODES.len()] };
     let k = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
     // Small offsets most of the time, so loads land inside the packet.
     let k = if b[1] & 0x80 == 0 { k % 64 } else { k };
@@ -41,9 +42,15 @@ fn insn(b: &[u8], at: usize, len: usize) -> BpfInsn {
         // ja: forward inside the program, or back to this or an earlier instruction.
         0x05 if b[1] & 1 == 1 => BpfInsn { code, jt: 0, jf: 0, k: (-1 - (k % (at as u32 + 1)) as i32) as u32 },
         0x05 => BpfInsn { code, jt: 0, jf: 0, k: k % ahead.max(1) },
-        // Often a jeq whose true branch goes to the last instruction and false
-        // branch to the next: runs of them make the chains the JIT tests without branching.
-        0x15 if b[1] & 0x40 != 0 && ahead > 0 => BpfInsn { code, jt: (ahead - 1).min(255) as u8, jf: 0, k: k % 8 },
+        // Often a jeq whose true branch goes to one of the last four
+        // instructions and false branch (mostly) to the next: runs of them make
+        // the chains the JIT tests without branching, ending just before their
+        // target or not, with the last false branch elsewhere or not.
+        0x15 if b[1] & 0x40 != 0 && ahead > 0 => {
+            let jt = (ahead - 1).saturating_sub(u32::from(b[2] % 4)).min(255) as u8;
+            let jf = if b[1] & 0x20 != 0 { fold(b[3]) } else { 0 };
+            BpfInsn { code, jt, jf, k: k % 8 }
+        }
         c if c & 0x07 == 0x05 => BpfInsn { code, jt: fold(b[2]), jf: fold(b[3]), k },
         _ => BpfInsn { code, jt: 0, jf: 0, k },
     }

@@ -223,7 +223,7 @@ fn reads_x(op: Op) -> bool {
 /// true and to the next of the run when false, the shape libpcap gives
 /// `port 21 or port 22 or ...` and protocol lists.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum Run {
+pub(super) enum Run {
     None,
     /// The first of a run of `len` instructions, which jumps to `jt` when A
     /// equals one of their constants, else to `jf` (the last one's).
@@ -239,13 +239,15 @@ enum Run {
 /// Runs shorter than this keep one branch per comparison.
 const MIN_RUN: usize = 3;
 
-/// Find the equality runs. A run never has a jump target after its first
-/// instruction, so nothing can enter it in the middle.
-fn equality_runs(ops: &[Op]) -> Vec<Run> {
-    let mut targeted = vec![false; ops.len()];
+/// Find the equality runs. Nothing jumps into a run after its first
+/// instruction: each later one is the target of its predecessor's false
+/// branch and of no other jump.
+pub(super) fn equality_runs(ops: &[Op]) -> Vec<Run> {
+    // How many jumps land on each instruction (a jt and a jf count apart).
+    let mut refs = vec![0u32; ops.len()];
     for op in ops {
         match *op {
-            Op::Ja(t) | Op::Loop(t) => targeted[usize::from(t)] = true,
+            Op::Ja(t) | Op::Loop(t) => refs[usize::from(t)] += 1,
             Op::JeqK { jt, jf, .. }
             | Op::JgtK { jt, jf, .. }
             | Op::JgeK { jt, jf, .. }
@@ -254,8 +256,8 @@ fn equality_runs(ops: &[Op]) -> Vec<Run> {
             | Op::JgtX { jt, jf }
             | Op::JgeX { jt, jf }
             | Op::JsetX { jt, jf } => {
-                targeted[usize::from(jt)] = true;
-                targeted[usize::from(jf)] = true;
+                refs[usize::from(jt)] += 1;
+                refs[usize::from(jf)] += 1;
             }
             _ => {}
         }
@@ -272,7 +274,7 @@ fn equality_runs(ops: &[Op]) -> Vec<Run> {
         while let Op::JeqK { jf, .. } = ops[end - 1] {
             last_jf = Some(jf);
             match ops.get(end) {
-                Some(&Op::JeqK { jt, .. }) if jt == t && usize::from(jf) == end && !targeted[end] => end += 1,
+                Some(&Op::JeqK { jt, .. }) if jt == t && usize::from(jf) == end && refs[end] == 1 => end += 1,
                 _ => break,
             }
         }
@@ -346,7 +348,13 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     // members of an equality run after its first are emitted with the first.
     let mut rep = vec![0usize; n];
     for i in (0..n).rev() {
-        rep[i] = if runs[i] == Run::Member || elided(ops[i], i, &rep) { rep[i + 1] } else { i };
+        rep[i] = match runs[i] {
+            Run::Member => rep[i + 1],
+            // A head stands for the whole run, whose false branch is the last one's.
+            Run::Head { .. } => i,
+            Run::None if elided(ops[i], i, &rep) => rep[i + 1],
+            Run::None => i,
+        };
     }
     let mut labels: Vec<CodeLabel> = (0..n).map(|_| a.create_label()).collect();
     let target = |labels: &[CodeLabel], t: Target| labels[rep[usize::from(t)]];

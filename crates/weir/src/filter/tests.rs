@@ -317,6 +317,34 @@ fn chains_of_equality_tests_and_jumps_into_them() {
     for (byte, expected) in [(3, 100), (6, 100), (7, 50), (201, 100), (200, 50)] {
         assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
     }
+    // A chain whose true branch is the instruction right after it, and whose
+    // last false branch goes further.
+    let prog = [
+        stmt(LD_B_ABS, 0),
+        jump(JMP_JEQ_K, 1, 2, 0),
+        jump(JMP_JEQ_K, 2, 1, 0),
+        jump(JMP_JEQ_K, 3, 0, 1),
+        stmt(RET_K, 100),
+        stmt(RET_K, 50),
+    ];
+    for (byte, expected) in [(1, 100), (2, 100), (3, 100), (0, 50), (4, 50)] {
+        assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
+    }
+}
+
+/// The JIT finds libpcap's chains of `jeq` to one target: the protocol list
+/// and the source and destination port lists of a ten-port filter, where a
+/// chain is entered only at its start (the IPv6 chain's last port jumps
+/// into the middle of the IPv4 one, which splits it).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_jit_finds_the_chains_of_equality_tests() {
+    let expr = "port 21 or port 22 or port 23 or port 25 or port 53 or port 80 or port 110 or port 143 or port 443 or port 993";
+    let f = Filter::compile(expr, crate::LinkType::ETHERNET, 65535).unwrap();
+    let runs = jit::equality_runs(&f.ops);
+    let mut lens: Vec<usize> = runs.iter().filter_map(|r| if let jit::Run::Head { len, .. } = *r { Some(len) } else { None }).collect();
+    lens.sort_unstable();
+    assert_eq!(lens, [3, 3, 9, 10, 10], "{runs:?}\n{}", f.disassemble());
 }
 
 #[test]
