@@ -31,10 +31,10 @@
 //! `edx`), the backward-jump budget in `r9`, temporaries in `edx`, `r10`,
 //! `r11` and `xmm0` to `xmm2`. The constants of equality runs (see
 //! [`equality_run`]) follow the code in the same mapping, read RIP-relative,
-//! so the code is position-independent. Scratch memory is the 64 bytes below the stack pointer, in the
-//! System V red zone that a leaf function may use without moving `rsp` (signal
-//! handlers on Linux skip it). Nothing is saved or restored: every register the
-//! code touches is caller-saved.
+//! so the code is position-independent. Scratch memory is the 64 bytes below
+//! the stack pointer, in the System V red zone that a leaf function may use
+//! without moving `rsp` (signal handlers on Linux skip it). Nothing is saved
+//! or restored: every register the code touches is caller-saved.
 
 #![allow(unsafe_code)]
 
