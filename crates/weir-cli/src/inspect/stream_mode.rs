@@ -61,7 +61,7 @@ pub(super) fn config(args: &InspectArgs, rules: &[super::rules::Rule]) -> anyhow
         )));
     }
     let idle_timeout_ns = u64::try_from(args.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
-    let cfg = args.stream.config(idle_timeout_ns, overlap, args.src.filter_engine)?;
+    let cfg = args.stream.config(idle_timeout_ns, overlap)?;
     cfg.check().map_err(|e| setting_error(&e))?;
     Ok(cfg)
 }

@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use weir::engine::RunError;
-use weir::filter::FilterEngine;
 use weir::stream::{Class, Mode, Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::Packet;
 
@@ -137,9 +136,8 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 
 impl StreamOptions {
     /// The stream layer's configuration, with the idle timeout and piece
-    /// overlap each command sets its own way, and the classes' filters run by
-    /// the engine `--filter-engine` names.
-    pub fn config(&self, idle_timeout_ns: u64, piece_overlap: usize, filter_engine: FilterEngine) -> anyhow::Result<StreamConfig> {
+    /// overlap each command sets its own way.
+    pub fn config(&self, idle_timeout_ns: u64, piece_overlap: usize) -> anyhow::Result<StreamConfig> {
         let hold_limit = weir::stream::reassembly::HoldLimit::new(self.hold_limit).map_err(|e| setting_error(&e))?;
         Ok(StreamConfig {
             hold_limit,
@@ -154,7 +152,6 @@ impl StreamOptions {
             idle_timeout_ns,
             max_connections: self.max_streams,
             memory: self.memory.saturating_mul(1 << 20),
-            filter_engine,
             ..StreamConfig::default()
         })
     }
@@ -276,7 +273,7 @@ impl StreamHandler for Writer {
 }
 
 pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap, args.src.filter_engine)?;
+    let cfg = args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap)?;
     cfg.check().map_err(|e| setting_error(&e))?;
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
