@@ -71,6 +71,7 @@ fuzz-smoke: setup-nightly
 	scripts/fuzz-smoke 30
 	scripts/fuzz-smoke 5 pcap_offline
 	scripts/fuzz-smoke 5 cbpf
+	scripts/fuzz-smoke 5 jit
 	scripts/fuzz-smoke 5 tcp_reassembly
 	scripts/fuzz-smoke 5 ip_defrag
 
@@ -133,6 +134,7 @@ test: layers style unit privileged miri fuzz-smoke pcap-suite streams-oracle
 	@echo "make test: all suites passed"
 
 bench: build
+	$(CARGO) build --release -p weir --example filter_cost
 	python3 bench/run.py
 
 clean:

@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "results"
-WEIR = ROOT / "target" / "release" / "weir"
+# Where cargo put the release build: CARGO_TARGET_DIR when set, as cargo itself reads it.
+WEIR = (ROOT / os.environ.get("CARGO_TARGET_DIR", "target")) / "release" / "weir"
 
 
 def log(msg):

@@ -31,6 +31,15 @@ pub struct SourceArgs {
     #[arg(short = 'f', long = "filter", value_name = "EXPR")]
     pub filter: Option<String>,
 
+    /// What runs the -f filter on each packet where weir filters in user space (traces,
+    /// afxdp; afpacket filters in the kernel): `jit` compiles the BPF program libpcap
+    /// makes of the expression to x86-64 machine code once, then runs it natively, several
+    /// times faster than `interp`, weir's interpreter of the same program, which gives
+    /// the same answer on every packet. Where the JIT cannot be had (another architecture,
+    /// or no executable memory), weir says so and interprets.
+    #[arg(long, value_name = "jit|interp", default_value = "jit")]
+    pub filter_engine: weir::filter::FilterEngine,
+
     /// Stop after N packets have passed the filter (all queues together).
     #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
@@ -320,7 +329,7 @@ impl SourceArgs {
             b = b.cpus(c.parse::<CpuPlan>().map_err(|e| setting_error(&e))?);
         }
         if let Some(f) = &self.filter {
-            b = b.filter(f.clone());
+            b = b.filter(f.clone()).filter_engine(self.filter_engine);
         }
         if let Some(n) = self.count {
             b = b.packet_limit(n);

@@ -85,6 +85,31 @@ fn handle_with_no_work_still_delivers_everything() {
     assert!(v["matched"].is_null(), "nothing was matched when the filter never ran: {}", v["matched"]);
 }
 
+/// `--filter-engine`: the JIT and the interpreter keep and match the same
+/// packets, in `count` (the engine's filter) and `handle` (the work), and a
+/// name that is neither is refused before anything runs.
+#[test]
+fn both_filter_engines_give_the_same_verdicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace(dir.path());
+    let src = format!("{}@0-1", t.display());
+    let expr = "udp and (port 53 or len > 300) or tcp[tcpflags] & tcp-syn != 0";
+    let count = |engine: &str| json(&["count", "--json", "-f", expr, "--filter-engine", engine, &src]);
+    let (jit, interp) = (count("jit"), count("interp"));
+    assert_eq!(jit["packets"], interp["packets"]);
+    let kept = jit["packets"].as_u64().unwrap();
+    assert!(kept > 0 && kept < PACKETS, "the filter tells packets apart: {kept} of {PACKETS}");
+    let handle = |engine: &str| json(&["handle", "-x", "2", "--json", "-f", expr, "--filter-engine", engine, &src]);
+    let (jit, interp) = (handle("jit"), handle("interp"));
+    assert_eq!(jit["filter_engine"], if cfg!(target_arch = "x86_64") { "jit" } else { "interp" });
+    assert_eq!(interp["filter_engine"], "interp");
+    assert_eq!(jit["matched"], interp["matched"]);
+    assert_eq!(jit["matched"].as_u64(), Some(kept));
+    let out = run(&["count", "-f", "udp", "--filter-engine", "bpf", &src]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("jit or interp"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn handle_refuses_a_bad_filter_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,6 +29,7 @@ const HANG: Duration = Duration::from_secs(60);
 /// expressions); they are covered by the tests of what they name.
 const TEXT: &[&str] = &[
     "--filter",
+    "--filter-engine",
     "--pool",
     "--cpus",
     "--balance",

@@ -10,12 +10,14 @@
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
+//! | `WEIR_FILTER_ENGINE=jit\|interp` | what runs `pcap_setfilter`'s program on the packets weir filters itself: compiled to machine code, or interpreted | jit |
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use weir::filter::FilterEngine;
 use weir::locality::{BatchSize, LocalityConfig};
 use weir::pool::PoolConfig;
 use weir::source::{LiveKind, QueueRange, SourceSpec};
@@ -34,20 +36,31 @@ pub struct Settings {
     /// Opened when the handle is, before a program like tcpdump gives up its
     /// privileges, so the counters can be written at close.
     pub stats_file: Option<(PathBuf, Arc<File>)>,
+    pub filter_engine: FilterEngine,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { locality: None, source: LiveKind::AfPacket, queues: None, pool: None, stats_file: None }
+        Settings {
+            locality: None,
+            source: LiveKind::AfPacket,
+            queues: None,
+            pool: None,
+            stats_file: None,
+            filter_engine: FilterEngine::default(),
+        }
     }
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
 impl Settings {
     pub fn from_env() -> Result<Settings, String> {
+        Settings::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The settings from variables looked up with `get`: the environment, or a
+    /// test's own table.
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let var = |name: &str| get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
         let mut s = Settings::default();
         if let Some(v) = var("WEIR_LOCALITY").filter(|v| v != "0" && v != "off") {
             let n: u32 = v.parse().map_err(|_| format!("WEIR_LOCALITY={v}: expected a batch size in packets, or 0 for off"))?;
@@ -70,6 +83,9 @@ impl Settings {
         }
         if let Some(v) = var("WEIR_POOL") {
             s.pool = Some(v.parse().map_err(|e| format!("WEIR_POOL={v}: {e}"))?);
+        }
+        if let Some(v) = var("WEIR_FILTER_ENGINE") {
+            s.filter_engine = v.parse().map_err(|e| format!("WEIR_FILTER_ENGINE={v}: {e}"))?;
         }
         if let Some(v) = var("WEIR_STATS_FILE") {
             let path = PathBuf::from(v);
@@ -108,5 +124,24 @@ impl Settings {
         if let Err(e) = written {
             eprintln!("weir: WEIR_STATS_FILE={}: {e}", path.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Settings, String> {
+        Settings::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn the_filter_engine_is_the_jit_unless_asked_otherwise() {
+        assert_eq!(with(&[]).unwrap().filter_engine, FilterEngine::Jit);
+        assert_eq!(with(&[("WEIR_FILTER_ENGINE", "interp")]).unwrap().filter_engine, FilterEngine::Interp);
+        assert_eq!(with(&[("WEIR_FILTER_ENGINE", " jit ")]).unwrap().filter_engine, FilterEngine::Jit);
+        assert_eq!(with(&[("WEIR_FILTER_ENGINE", "")]).unwrap().filter_engine, FilterEngine::Jit, "empty is unset");
+        let err = with(&[("WEIR_FILTER_ENGINE", "bpf")]).unwrap_err();
+        assert!(err.starts_with("WEIR_FILTER_ENGINE=bpf: ") && err.contains("jit or interp"), "{err}");
     }
 }

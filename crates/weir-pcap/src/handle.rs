@@ -451,7 +451,7 @@ impl Handle {
     /// `pcap_setfilter` with a program the system library compiled.
     pub fn set_filter(&self, insns: &[BpfInsn]) -> i32 {
         let filter = match Filter::from_program(insns) {
-            Ok(f) => f,
+            Ok(f) => f.with_engine(self.settings.filter_engine),
             Err(e) => {
                 self.set_error(&format!("setfilter: {e}"));
                 return PCAP_ERROR;

@@ -26,7 +26,7 @@ pub use reader::{Read, Reader, ReaderReport};
 
 use crate::balance;
 use crate::capture::{CaptureUnit, Control, Progress};
-use crate::filter::{Filter, FilterError, FilterSwitch};
+use crate::filter::{Filter, FilterEngine, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
 use crate::packet::Runs;
@@ -138,6 +138,7 @@ pub struct EngineBuilder {
     spec: Option<SourceSpec>,
     pool: PoolConfig,
     filter: Option<String>,
+    filter_engine: FilterEngine,
     packet_limit: Option<u64>,
     time_limit: Option<Duration>,
     pacing: Pacing,
@@ -199,6 +200,15 @@ impl EngineBuilder {
     /// filtered (or, on AF_PACKET, never received).
     pub fn filter(mut self, expr: impl Into<String>) -> Self {
         self.filter = Some(expr.into());
+        self
+    }
+
+    /// What runs the filter where weir runs it in user space (trace and afxdp
+    /// sources): the JIT by default, or the interpreter. Asking for the JIT
+    /// where it cannot be had gives the interpreter, with a note saying why
+    /// in [`SourceInfo::notes`].
+    pub fn filter_engine(mut self, engine: FilterEngine) -> Self {
+        self.filter_engine = engine;
         self
     }
 
@@ -355,9 +365,12 @@ impl EngineBuilder {
         info.notes.extend(pool_note);
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
         let filter = match &self.filter {
-            Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?),
+            Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?.with_engine(self.filter_engine)),
             None => None,
         };
+        if let Some(why) = filter.as_ref().and_then(Filter::jit_unavailable) {
+            info.notes.push(format!("the filter runs on the interpreter: {why}"));
+        }
         Ok(Engine {
             source,
             info,

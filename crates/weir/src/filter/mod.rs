@@ -5,7 +5,9 @@
 //! `pcap_open_dead` handle of the source's link type and snap length). The
 //! resulting classic BPF program, or one given directly to
 //! [`Filter::from_program`], is validated and decoded once into a compact form,
-//! and [`Filter::run`] interprets that form on each packet.
+//! and [`Filter::run`] runs that form on each packet with the engine the filter
+//! was built for ([`FilterEngine`]): on x86-64, machine code compiled from it
+//! (the JIT, the default), elsewhere, or when asked, the interpreter.
 //!
 //! Contract: for every program `pcap_compile` produces and every packet, `run`
 //! returns exactly what libpcap 1.10.3's `pcap_offline_filter` engine
@@ -26,12 +28,17 @@
 //! (`not inbound` included), exactly as `pcap_offline_filter` does; in a kernel
 //! socket filter they work.
 //!
-//! The interpreter is the first step; a user-space JIT of the decoded form comes
-//! later. Live sources attach [`Filter::program`] to the kernel socket instead.
+//! The JIT gives exactly the interpreter's answers, choices above included; the
+//! interpreter stays the reference it is tested against, and the engine of
+//! other architectures. When the JIT's executable mapping cannot be made, the
+//! filter runs on the interpreter and [`Filter::jit_unavailable`] says why.
+//! Live sources attach [`Filter::program`] to the kernel socket instead.
 
 #[cfg(test)]
 mod disasm;
 mod interp;
+#[cfg(target_arch = "x86_64")]
+mod jit;
 pub mod libpcap;
 #[cfg(any(test, feature = "oracle"))]
 pub mod oracle;
@@ -56,6 +63,75 @@ pub struct Filter {
     insns: Arc<[BpfInsn]>,
     ops: Arc<[Op]>,
     expression: Option<Arc<str>>,
+    runner: Runner,
+}
+
+/// What runs a filter's program on each packet.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FilterEngine {
+    /// Machine code compiled from the program (x86-64 only): several times
+    /// faster than interpreting it. The default.
+    #[default]
+    Jit,
+    /// weir's interpreter, the reference the JIT is held to.
+    Interp,
+}
+
+impl FilterEngine {
+    /// The engine's name, as `--filter-engine` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterEngine::Jit => "jit",
+            FilterEngine::Interp => "interp",
+        }
+    }
+}
+
+impl std::fmt::Display for FilterEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FilterEngine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "jit" => Ok(FilterEngine::Jit),
+            "interp" => Ok(FilterEngine::Interp),
+            other => Err(format!("unknown filter engine {other:?} (jit or interp)")),
+        }
+    }
+}
+
+/// The engine a filter runs on: the interpreter (with why, when the JIT was
+/// asked for and could not be had), or the compiled code.
+#[derive(Clone, Debug)]
+enum Runner {
+    Interp {
+        jit_unavailable: Option<Arc<str>>,
+    },
+    #[cfg(target_arch = "x86_64")]
+    Jit(jit::Jit),
+}
+
+impl Runner {
+    fn new(ops: &[Op], engine: FilterEngine) -> Runner {
+        match engine {
+            FilterEngine::Interp => Runner::Interp { jit_unavailable: None },
+            #[cfg(target_arch = "x86_64")]
+            FilterEngine::Jit => match jit::Jit::compile(ops) {
+                Ok(jit) => Runner::Jit(jit),
+                Err(why) => Runner::Interp { jit_unavailable: Some(why.into()) },
+            },
+            #[cfg(not(target_arch = "x86_64"))]
+            FilterEngine::Jit => {
+                let _ = ops;
+                Runner::Interp { jit_unavailable: Some("weir's filter JIT emits x86-64 code only".into()) }
+            }
+        }
+    }
 }
 
 /// Why a filter could not be built.
@@ -112,15 +188,48 @@ impl Filter {
     /// memory indices below 16, no division by a constant 0, every jump inside
     /// the program, and a return last.
     pub fn from_program(insns: &[BpfInsn]) -> Result<Filter, FilterError> {
-        let ops = program::decode(insns).map_err(|r| FilterError::Invalid { at: r.at, reason: r.reason })?;
-        Ok(Filter { insns: insns.into(), ops: ops.into(), expression: None })
+        let ops: Arc<[Op]> = program::decode(insns).map_err(|r| FilterError::Invalid { at: r.at, reason: r.reason })?.into();
+        let runner = Runner::new(&ops, FilterEngine::default());
+        Ok(Filter { insns: insns.into(), ops, expression: None, runner })
+    }
+
+    /// The same program on `engine`. Asking for the JIT where it cannot be had
+    /// (another architecture, or no executable mapping) gives the interpreter,
+    /// and [`jit_unavailable`](Self::jit_unavailable) says why.
+    pub fn with_engine(mut self, engine: FilterEngine) -> Filter {
+        if engine != self.engine() {
+            self.runner = Runner::new(&self.ops, engine);
+        }
+        self
+    }
+
+    /// The engine that runs the program.
+    pub fn engine(&self) -> FilterEngine {
+        match self.runner {
+            Runner::Interp { .. } => FilterEngine::Interp,
+            #[cfg(target_arch = "x86_64")]
+            Runner::Jit(_) => FilterEngine::Jit,
+        }
+    }
+
+    /// Why the JIT was asked for and the interpreter runs instead, if it was.
+    pub fn jit_unavailable(&self) -> Option<&str> {
+        match &self.runner {
+            Runner::Interp { jit_unavailable } => jit_unavailable.as_deref(),
+            #[cfg(target_arch = "x86_64")]
+            Runner::Jit(_) => None,
+        }
     }
 
     /// Run on one packet: `data` are the captured bytes, `wire_len` the length on the wire.
     /// Returns libpcap's result: 0 = reject, otherwise the snap length to keep.
     #[inline]
     pub fn run(&self, data: &[u8], wire_len: u32) -> u32 {
-        interp::run(&self.ops, data, wire_len)
+        match &self.runner {
+            #[cfg(target_arch = "x86_64")]
+            Runner::Jit(jit) => jit.run(data, wire_len),
+            Runner::Interp { .. } => interp::run(&self.ops, data, wire_len),
+        }
     }
 
     /// Whether the packet passes the filter.

@@ -4,6 +4,8 @@
 //! libpcap's `pcap_offline_filter` on the same program and packet, down to the
 //! full 32-bit return value (see [`libpcap_returns`]); the only exceptions are
 //! the cases where libpcap would not terminate, which are asserted on weir alone.
+//! Every result is also asked of the JIT (on x86-64), which must give the
+//! interpreter's exact value (see [`engines`]).
 
 use proptest::prelude::*;
 
@@ -60,10 +62,32 @@ fn libpcap_returns(prog: &[BpfInsn], data: &[u8], wire_len: u32, expected: u32) 
     oracle().offline_filter(&probe, data, wire_len)
 }
 
-/// Run `prog` on the packet with weir, check libpcap agrees, and return the result.
+/// Run `filter` on the packet with the interpreter and, on x86-64, with the
+/// JIT; check they give the same value, and return it.
+fn engines(filter: &Filter, data: &[u8], wire_len: u32) -> u32 {
+    let interp = filter.clone().with_engine(FilterEngine::Interp);
+    assert_eq!(interp.engine(), FilterEngine::Interp);
+    let expected = interp.run(data, wire_len);
+    let jit = filter.clone().with_engine(FilterEngine::Jit);
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(jit.engine(), FilterEngine::Jit, "{:?}", jit.jit_unavailable());
+    }
+    let got = jit.run(data, wire_len);
+    assert_eq!(
+        got,
+        expected,
+        "the JIT gives {got:#x}, the interpreter {expected:#x}, on a {}/{wire_len} byte packet {data:02x?}\n{}",
+        data.len(),
+        filter.disassemble()
+    );
+    assert_eq!(jit.matches(data, wire_len), expected != 0);
+    got
+}
+
+/// Run `prog` on the packet with weir (both engines), check libpcap agrees, and return the result.
 fn both(prog: &[BpfInsn], data: &[u8], wire_len: u32) -> u32 {
     let filter = Filter::from_program(prog).unwrap_or_else(|e| panic!("{e}\n{prog:?}"));
-    let got = filter.run(data, wire_len);
+    let got = engines(&filter, data, wire_len);
     assert!(
         libpcap_returns(prog, data, wire_len, got),
         "libpcap disagrees with weir's {got:#x} on a {}/{wire_len} byte packet\n{}",
@@ -244,6 +268,85 @@ fn jumps_reach_the_far_end_of_their_range() {
     assert_eq!(both(&prog, &[], 0), 3, "ja 256 from instruction 2 lands on 259");
 }
 
+/// A and X start at 0: every use of X before any write sees 0, and so does
+/// an instruction that uses A first (the JIT clears each only where that
+/// can be seen).
+#[test]
+fn registers_start_at_zero() {
+    let pkt = counting(8);
+    let cases: Vec<(Vec<BpfInsn>, u32)> = vec![
+        (vec![stmt(MISC_TXA, 0), stmt(RET_A, 0)], 0),
+        (vec![stmt(ALU_ADD_K, 7), stmt(RET_A, 0)], 7),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_ADD_X, 0), stmt(RET_A, 0)], 5),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_OR_X, 0), stmt(RET_A, 0)], 5),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_LSH_X, 0), stmt(RET_A, 0)], 5),
+        (vec![stmt(LD_IMM, 5), stmt(ALU_DIV_X, 0), stmt(RET_K, 9)], 0),
+        (vec![stmt(LD_B_IND, 3), stmt(RET_A, 0)], 3),
+        (vec![stmt(STX, 4), stmt(LD_MEM, 4), stmt(RET_A, 0)], 0),
+        (vec![jump(JMP_JEQ_X, 0, 0, 1), stmt(RET_K, 1), stmt(RET_K, 2)], 1),
+        (vec![stmt(LD_IMM, 1), jump(JMP_JGT_X, 0, 0, 1), stmt(RET_K, 1), stmt(RET_K, 2)], 1),
+    ];
+    for (prog, expected) in cases {
+        assert_eq!(both(&prog, &pkt, 8), expected, "{prog:?}");
+    }
+}
+
+/// Chains of `jeq` to one place (the JIT tests them without branching) give
+/// the chain's answer, also when a jump enters the chain in the middle.
+#[test]
+fn chains_of_equality_tests_and_jumps_into_them() {
+    let to = |from: usize, target: usize| (target - from - 1) as u8;
+    let mut prog = vec![
+        stmt(LD_B_ABS, 0),
+        jump(JMP_JGT_K, 200, 0, 2),
+        stmt(LD_IMM, 5),
+        // Into the chain's second half, past the comparisons with 1, 2 and 3.
+        ja(3, 7),
+    ];
+    for (i, k) in (4..10).zip(1..=6) {
+        prog.push(jump(JMP_JEQ_K, k, to(i, 11), 0));
+    }
+    prog.push(stmt(RET_K, 50));
+    prog.push(stmt(RET_K, 100));
+    for (byte, expected) in [(1, 100), (3, 100), (4, 100), (6, 100), (0, 50), (7, 50), (201, 100), (200, 50)] {
+        assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
+    }
+    assert_eq!(both(&prog, &[], 1), 0, "no byte 0");
+    // The same chain entered only at its start: one run of six.
+    prog[3] = stmt(JMP_JA, 0);
+    for (byte, expected) in [(3, 100), (6, 100), (7, 50), (201, 100), (200, 50)] {
+        assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
+    }
+    // A chain whose true branch is the instruction right after it, and whose
+    // last false branch goes further.
+    let prog = [
+        stmt(LD_B_ABS, 0),
+        jump(JMP_JEQ_K, 1, 2, 0),
+        jump(JMP_JEQ_K, 2, 1, 0),
+        jump(JMP_JEQ_K, 3, 0, 1),
+        stmt(RET_K, 100),
+        stmt(RET_K, 50),
+    ];
+    for (byte, expected) in [(1, 100), (2, 100), (3, 100), (0, 50), (4, 50)] {
+        assert_eq!(both(&prog, &[byte], 1), expected, "byte 0 = {byte}");
+    }
+}
+
+/// The JIT finds libpcap's chains of `jeq` to one target: the protocol list
+/// and the source and destination port lists of a ten-port filter, where a
+/// chain is entered only at its start (the IPv6 chain's last port jumps
+/// into the middle of the IPv4 one, which splits it).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_jit_finds_the_chains_of_equality_tests() {
+    let expr = "port 21 or port 22 or port 23 or port 25 or port 53 or port 80 or port 110 or port 143 or port 443 or port 993";
+    let f = Filter::compile(expr, crate::LinkType::ETHERNET, 65535).unwrap();
+    let runs = jit::equality_runs(&f.ops);
+    let mut lens: Vec<usize> = runs.iter().filter_map(|r| if let jit::Run::Head { len, .. } = *r { Some(len) } else { None }).collect();
+    lens.sort_unstable();
+    assert_eq!(lens, [3, 3, 9, 10, 10], "{runs:?}\n{}", f.disassemble());
+}
+
 #[test]
 fn scratch_memory_and_register_moves() {
     let prog = [
@@ -296,9 +399,10 @@ fn backward_jumps_run_like_libpcap_while_the_budget_lasts() {
     // A 64-byte packet allows 65 backward jumps: 66 passes fit, 67 are cut off
     // where libpcap would still finish.
     pkt[0] = 67;
-    assert_eq!(filter.run(&pkt, 64), 0);
+    assert_eq!(engines(&filter, &pkt, 64), 0);
     let spin = [stmt(LD_IMM, 1), ja(1, 1), stmt(RET_K, 1)];
-    assert_eq!(Filter::from_program(&spin).unwrap().run(&counting(1500), 1500), 0, "a self-loop ends");
+    assert_eq!(engines(&Filter::from_program(&spin).unwrap(), &counting(1500), 1500), 0, "a self-loop ends");
+    assert_eq!(engines(&Filter::from_program(&spin).unwrap(), &[], 0), 0, "one jump for an empty capture, then the end");
 }
 
 /// An Ethernet + IPv6 packet whose only extension header is an AH that names AH
@@ -335,7 +439,7 @@ fn protochain_walks_extension_headers_and_cannot_spin() {
     }
     // libpcap 1.10.3 loops forever here, so only weir runs it.
     let spin = ipv6_ah_pointing_at_itself();
-    assert_eq!(f.run(&spin, spin.len() as u32), 0);
+    assert_eq!(engines(&f, &spin, spin.len() as u32), 0);
 }
 
 /// Programs weir must refuse, with the instruction and reason it gives.
@@ -380,6 +484,41 @@ fn invalid_programs_are_rejected_with_a_reason() {
     }
     let longest = vec![ret; MAX_INSNS];
     assert_eq!(Filter::from_program(&longest).unwrap().len(), MAX_INSNS);
+}
+
+/// The JIT compiles only what `decode` made of a program, so a refused
+/// program never gets to it: the count of compilations does not move for
+/// any of them, and does for a valid one.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn refused_programs_never_reach_the_jit() {
+    let compiled = || jit::COMPILED.with(std::cell::Cell::get);
+    let before = compiled();
+    let ret = stmt(RET_K, 0);
+    let refused: [&[BpfInsn]; 6] =
+        [&[], &[stmt(0x10, 0), ret], &[stmt(LD_MEM, 16), ret], &[stmt(ALU_DIV_K, 0), ret], &[stmt(JMP_JA, 1), ret], &[stmt(LD_IMM, 1)]];
+    for prog in refused {
+        assert!(matches!(Filter::from_program(prog), Err(FilterError::Invalid { .. })), "{prog:?}");
+    }
+    assert_eq!(compiled(), before, "a refused program was compiled");
+    let f = Filter::from_program(&[ret]).unwrap();
+    assert_eq!((f.engine(), compiled()), (FilterEngine::Jit, before + 1));
+}
+
+#[test]
+fn the_engine_is_chosen_per_filter() {
+    let f = Filter::compile("tcp port 80", crate::LinkType::ETHERNET, 65535).unwrap();
+    let expected = if cfg!(target_arch = "x86_64") { FilterEngine::Jit } else { FilterEngine::Interp };
+    assert_eq!(f.engine(), expected, "the default: the JIT where there is one");
+    assert_eq!(f.jit_unavailable().is_some(), !cfg!(target_arch = "x86_64"));
+    let interp = f.clone().with_engine(FilterEngine::Interp);
+    assert_eq!((interp.engine(), interp.jit_unavailable()), (FilterEngine::Interp, None));
+    assert_eq!(interp.with_engine(FilterEngine::Jit).engine(), expected);
+    assert_eq!(f.engine(), expected, "a clone's engine is its own");
+    assert_eq!("jit".parse::<FilterEngine>(), Ok(FilterEngine::Jit));
+    assert_eq!("interp".parse::<FilterEngine>(), Ok(FilterEngine::Interp));
+    assert!("bpf".parse::<FilterEngine>().unwrap_err().contains("jit or interp"));
+    assert_eq!(FilterEngine::default().to_string(), "jit");
 }
 
 #[test]
@@ -610,11 +749,35 @@ proptest! {
     ) {
         let prog = valid_program(&init, x, &body, ret_a);
         let filter = Filter::from_program(&prog).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let got = filter.run(&data, wire_len);
+        let got = engines(&filter, &data, wire_len);
         prop_assert!(
             libpcap_returns(&prog, &data, wire_len, got),
             "weir returned {:#x}\n{}", got, filter.disassemble()
         );
+    }
+
+    /// Programs with backward jumps, which libpcap may run forever: the JIT
+    /// against the interpreter alone, budget exhaustion included.
+    #[test]
+    fn random_looping_programs_run_the_same_on_both_engines(
+        init: [u32; MEMWORDS],
+        x in arb_k(),
+        body in prop::collection::vec(arb_insn(), 1..48),
+        ret_a: bool,
+        back in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>()), 1..4),
+        (data, wire_len) in arb_packet(),
+    ) {
+        let mut prog = valid_program(&init, x, &body, ret_a);
+        // Turn a few instructions (never the final return) into jumps back to
+        // an earlier or the same instruction.
+        let last = prog.len() - 1;
+        for (from, to) in back {
+            let from = from.index(last);
+            prog[from] = ja(from, to.index(from + 1));
+        }
+        let filter = Filter::from_program(&prog).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(filter.program().iter().any(|i| i.code == JMP_JA && (i.k as i32) < 0));
+        engines(&filter, &data, wire_len);
     }
 
     /// Compiled programs on packets that start as real headers and are then
@@ -637,7 +800,7 @@ proptest! {
         }
         let wire_len = pkt.len() as u32 + extra;
         pkt.truncate(cut);
-        let got = filter.run(&pkt, wire_len);
+        let got = engines(&filter, &pkt, wire_len);
         prop_assert!(libpcap_returns(filter.program(), &pkt, wire_len, got), "{} gave {:#x}", expr, got);
     }
 }
