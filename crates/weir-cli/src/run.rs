@@ -31,12 +31,12 @@ pub struct SourceArgs {
     #[arg(short = 'f', long = "filter", value_name = "EXPR")]
     pub filter: Option<String>,
 
-    /// What runs the -f filter on each packet where weir filters in user space (traces,
-    /// afxdp; afpacket filters in the kernel): `jit` compiles the BPF program libpcap
-    /// makes of the expression to x86-64 machine code once, then runs it natively, several
-    /// times faster than `interp`, weir's interpreter of the same program, which gives
-    /// the same answer on every packet. Where the JIT cannot be had (another architecture,
-    /// or no executable memory), weir says so and interprets.
+    /// What runs the -f filter (and the stream classes' filters) on each packet where weir
+    /// filters in user space (traces, afxdp; afpacket filters in the kernel): `jit` compiles
+    /// the BPF program libpcap makes of the expression to x86-64 machine code once, then runs
+    /// it natively, several times faster than `interp`, weir's interpreter of the same
+    /// program, which gives the same answer on every packet. Where the JIT cannot be had
+    /// (another architecture, or no executable memory), weir says so and interprets.
     #[arg(long, value_name = "jit|interp", default_value = "jit")]
     pub filter_engine: weir::filter::FilterEngine,
 

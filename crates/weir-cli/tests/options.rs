@@ -36,6 +36,7 @@ const TEXT: &[&str] = &[
     "--netns",
     "--fanout",
     "--zero-copy",
+    "--timestamps",
     "--user",
     "--write",
     "--format",

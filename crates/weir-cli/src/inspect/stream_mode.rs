@@ -61,7 +61,11 @@ pub(super) fn config(args: &InspectArgs, rules: &[super::rules::Rule]) -> anyhow
         )));
     }
     let idle_timeout_ns = u64::try_from(args.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
-    let cfg = StreamConfig { kernel_install_after: args.kernel.kernel_install_after, ..args.stream.config(idle_timeout_ns, overlap)? };
+    let cfg = StreamConfig {
+        kernel_install_after: args.kernel.kernel_install_after,
+        filter_engine: args.src.filter_engine,
+        ..args.stream.config(idle_timeout_ns, overlap)?
+    };
     cfg.check().map_err(|e| setting_error(&e))?;
     Ok(cfg)
 }

@@ -276,6 +276,7 @@ impl StreamHandler for Writer {
 pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     let cfg = StreamConfig {
         kernel_install_after: args.kernel.kernel_install_after,
+        filter_engine: args.src.filter_engine,
         ..args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap)?
     };
     cfg.check().map_err(|e| setting_error(&e))?;

@@ -4,7 +4,7 @@
 
 use super::fragment::FragLimits;
 use super::reassembly::{HoldLimit, OverlapPolicy};
-use crate::filter::Filter;
+use crate::filter::{Filter, FilterEngine};
 use crate::{LinkType, Setting, SettingError};
 
 /// How much of a stream's payload the layer rebuilds.
@@ -205,6 +205,8 @@ pub struct StreamConfig {
     /// handful of packets, so a short direction costs less left in user
     /// space, and the map keeps its room for the long ones.
     pub kernel_install_after: u64,
+    /// What runs the classes' filters: the JIT by default, or the interpreter.
+    pub filter_engine: FilterEngine,
 }
 
 impl Default for StreamConfig {
@@ -238,6 +240,7 @@ impl Default for StreamConfig {
             flows: false,
             active_timeout_ns: None,
             kernel_install_after: KERNEL_INSTALL_AFTER,
+            filter_engine: FilterEngine::default(),
         }
     }
 }
@@ -299,7 +302,7 @@ impl StreamConfig {
             .iter()
             .map(|c| {
                 Filter::compile(&c.expression, link, 262_144)
-                    .map(|f| (f, c.clone()))
+                    .map(|f| (f.with_engine(self.filter_engine), c.clone()))
                     .map_err(|e| SettingError::new(Setting::Streams, format!("class `{}`: {e}", c.expression)))
             })
             .collect()
@@ -309,6 +312,18 @@ impl StreamConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn classes_run_on_the_configured_filter_engine() {
+        let engine_of = |filter_engine| {
+            let cfg = StreamConfig { classes: vec![Class::new("tcp port 80")], filter_engine, ..StreamConfig::default() };
+            cfg.compile_classes(LinkType::ETHERNET).unwrap()[0].0.engine()
+        };
+        assert_eq!(engine_of(FilterEngine::Interp), FilterEngine::Interp);
+        let jit = if cfg!(target_arch = "x86_64") { FilterEngine::Jit } else { FilterEngine::Interp };
+        assert_eq!(engine_of(FilterEngine::Jit), jit);
+        assert_eq!(StreamConfig::default().filter_engine, FilterEngine::Jit);
+    }
 
     #[test]
     fn class_specs_parse_or_name_their_bad_part() {
