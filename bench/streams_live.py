@@ -80,7 +80,11 @@ def tools(nids):
     for src, cuts in (("afpacket", ("on", "off")), ("afxdp", ("on",))):
         for cut in cuts:
             name = f"weir-{src}-cutoff-{cut}"
-            argv = [str(WEIR), "streams", "--cutoff", "0", f"{src}:{rx}@0-1", "--kernel-cutoff", cut, "--stats", str(STATS)]
+            # --prealloc: the connections libnids' pool holds (3/4 of its -n), which it
+            # makes and links at start, before any traffic; weir then makes its own
+            # before the first packet too.
+            argv = [str(WEIR), "streams", "--cutoff", "0", f"{src}:{rx}@0-1", "--kernel-cutoff", cut, "--prealloc", "200000",
+                    "--stats", str(STATS)]
             t[name] = lambda n=name, a=argv: live.Tool(n, a, weir_counts)
     return t
 

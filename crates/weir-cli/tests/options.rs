@@ -84,7 +84,7 @@ const SOURCE_NUMERIC: &[&str] = &[
 ];
 
 /// The stream layer's numeric options (`weir streams`, `weir inspect --streams`).
-const STREAM_NUMERIC: &[&str] = &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--memory"];
+const STREAM_NUMERIC: &[&str] = &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--prealloc", "--memory"];
 
 /// The engine's numeric options, which every subcommand that captures has, and `extra`.
 fn with_source(extra: &[&'static str]) -> Vec<&'static str> {
@@ -120,7 +120,7 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
             numeric: with_source(&["--group-rules", "--max-flows", "--idle-timeout", "--kernel-flows", "--kernel-install-after"]),
             // Refused without --streams; driven in the case below.
-            text: &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--memory", "--kernel-cutoff"],
+            text: &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--prealloc", "--memory", "--kernel-cutoff"],
         },
         Case {
             cmd: &["inspect"],

@@ -141,6 +141,12 @@ pub struct FlowsArgs {
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub max_flows: usize,
 
+    /// Connections (all queues together) whose memory is made and written at start, before the first packet, and
+    /// reused as connections close: a new connection then costs no page fault while traffic flows (each queue's
+    /// share, at most --max-flows). Memory is checked with the rest before anything is allocated.
+    #[arg(long, value_name = "N", default_value_t = weir::stream::PREALLOC_CONNECTIONS)]
+    pub prealloc: usize,
+
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
@@ -350,6 +356,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         idle_timeout_ns: args.inactive_timeout.saturating_mul(1_000_000_000),
         active_timeout_ns: Some(args.active_timeout.saturating_mul(1_000_000_000)),
         max_connections: args.max_flows,
+        prealloc_connections: args.prealloc,
         // No payload is kept: no reassembly memory is needed.
         memory: 0,
         kernel_install_after: args.kernel.kernel_install_after,

@@ -125,6 +125,12 @@ pub struct StreamOptions {
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub max_streams: usize,
 
+    /// Connections (all queues together) whose memory is made and written at start, before the first packet, and
+    /// reused as connections close: a new connection then costs no page fault while traffic flows (each queue's
+    /// share, at most --max-streams). Memory is checked with the rest before anything is allocated.
+    #[arg(long, value_name = "N", default_value_t = weir::stream::PREALLOC_CONNECTIONS)]
+    pub prealloc: usize,
+
     /// Reassembly memory, all queues together (held out-of-order bytes and partial pieces), in MiB. Past half of it
     /// partial pieces are delivered early instead of held, and held out-of-order bytes are admitted by priority.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
@@ -152,6 +158,7 @@ impl StreamOptions {
             flush_timeout_ns: self.flush_timeout.map(|ms| ms.saturating_mul(1_000_000)),
             idle_timeout_ns,
             max_connections: self.max_streams,
+            prealloc_connections: self.prealloc,
             memory: self.memory.saturating_mul(1 << 20),
             ..StreamConfig::default()
         })

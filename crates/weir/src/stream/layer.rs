@@ -105,6 +105,34 @@ pub(super) struct Dir<S> {
     kernel_refused: bool,
 }
 
+impl<S> Dir<S> {
+    /// A direction with no application state yet, its piece empty from `ts`.
+    fn new(rec: Stream, reasm: Option<Box<Reassembler>>, ts: u64) -> Dir<S> {
+        Dir {
+            rec,
+            reasm,
+            piece: Vec::new(),
+            piece_at: 0,
+            carried: 0,
+            piece_since_ns: ts,
+            held: 0,
+            pending: Requests::default(),
+            state: None,
+            packets: false,
+            flush_queued: false,
+            isn: None,
+            window_scale: None,
+            in_kernel: false,
+            kernel_refused: false,
+        }
+    }
+
+    /// A box's contents while it waits in [`Spare`]: as a closed direction.
+    fn closed(rec: Stream) -> Dir<S> {
+        Dir::new(rec, None, 0)
+    }
+}
+
 /// A packet's connection key (its tuple in canonical order), which side of
 /// the connection sent it, and the table's hash of the key: worked out once
 /// per packet, when a run is warmed.
@@ -131,13 +159,25 @@ const SPARE: usize = 1024;
 /// The boxes of closed directions and their reassemblers, kept for the
 /// streams that come next: at 10^5 short streams, a malloc and a free for
 /// each direction were a tenth of the layer's instructions (cachegrind).
-struct Spare<S> {
-    dirs: Vec<Box<Dir<S>>>,
+pub(super) struct Spare<S> {
+    pub(super) dirs: Vec<Box<Dir<S>>>,
+    /// Directions kept at most: [`SPARE`], or the preallocated number if larger.
+    room: usize,
     #[expect(clippy::vec_box, reason = "the boxes are what is kept: a direction holds its reassembler boxed")]
     reasms: Vec<Box<Reassembler>>,
 }
 
 impl<S> Spare<S> {
+    /// Boxes for `n` directions, made and written now (the memory faulted in
+    /// before the first packet, as libnids links its whole stream pool at
+    /// start): a direction's first touch of fresh memory was a third of a
+    /// live worker's time at 10^5 new connections (clear_page).
+    fn preallocated(n: usize) -> Spare<S> {
+        let blank = FlowTuple::V4 { src: [0; 4], dst: [0; 4], proto: 0, ports: None };
+        let dirs = (0..n).map(|_| Box::new(Dir::closed(new_record(&blank, QueueId(0), 0, Direction::Initiator)))).collect();
+        Spare { dirs, room: n.max(SPARE), reasms: Vec::new() }
+    }
+
     fn dir(&mut self, dir: Dir<S>) -> Box<Dir<S>> {
         match self.dirs.pop() {
             Some(mut b) => {
@@ -164,7 +204,7 @@ impl<S> Spare<S> {
         if let Some(r) = d.reasm.take().filter(|_| self.reasms.len() < SPARE) {
             self.reasms.push(r);
         }
-        if self.dirs.len() < SPARE {
+        if self.dirs.len() < self.room {
             self.dirs.push(d);
         }
     }
@@ -194,7 +234,7 @@ pub struct Streams<H: StreamHandler> {
     /// Packet time when the worker is idle.
     idle: flush::IdleClock,
     /// Boxes of closed directions, for the next streams.
-    spare: Spare<H::State>,
+    pub(super) spare: Spare<H::State>,
     /// The kernel cutoff's flow map, when the source has one.
     kernel: Option<KernelCutoff>,
     /// Connections the table found idle with a direction in the kernel's
@@ -238,7 +278,7 @@ impl<H: StreamHandler> Streams<H> {
             waiting: flush::Waiting::default(),
             idle: flush::IdleClock::default(),
             rss: Rss::new(link, 1),
-            spare: Spare { dirs: Vec::new(), reasms: Vec::new() },
+            spare: Spare::preallocated(cfg.prealloc_connections.div_ceil(queues.max(1)).min(conns) * 2),
             kernel: None,
             revive: Vec::new(),
         })
@@ -430,23 +470,7 @@ impl<H: StreamHandler> Streams<H> {
                         receive_window: cfg.receive_window,
                     })
                 });
-                let mut dir = Dir {
-                    rec,
-                    reasm,
-                    piece: Vec::new(),
-                    piece_at: 0,
-                    carried: 0,
-                    piece_since_ns: ts,
-                    held: 0,
-                    pending: Requests::default(),
-                    state: None,
-                    packets: false,
-                    flush_queued: false,
-                    isn: None,
-                    window_scale: None,
-                    in_kernel: false,
-                    kernel_refused: false,
-                };
+                let mut dir = Dir::new(rec, reasm, ts);
                 env.stats.streams += 1;
                 env.stats.connections += u64::from(fresh);
                 let opposite = conn.dirs[1 - side].as_ref().map(|o| &o.rec);

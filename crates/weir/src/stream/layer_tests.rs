@@ -857,3 +857,32 @@ proptest! {
         prop_assert_eq!(one.stats(), batched.stats());
     }
 }
+
+#[test]
+fn preallocated_directions_are_used_first_and_change_nothing_the_application_sees() {
+    let mut frames = Vec::new();
+    for c in 0..20u8 {
+        // All open at once: 40 directions at the peak.
+        frames.extend(connection(c, 40000 + u16::from(c), &text(3000, c), &text(9000, c + 1), 1460, u64::from(c) * 10));
+    }
+    frames.sort_by_key(|(ts, _)| *ts);
+    let run = |prealloc_connections| {
+        let cfg = StreamConfig { piece: 4096, prealloc_connections, ..StreamConfig::default() };
+        let mut l = layer(&cfg, Collect::default());
+        let made = l.spare.dirs.len();
+        feed(&mut l, &frames);
+        let h = l.handler();
+        let seen: Vec<_> = h.order.iter().map(|k| (*k, h.streams[k].bytes.clone(), h.streams[k].closed)).collect();
+        (made, l.spare.dirs.len(), seen)
+    };
+    let (none, _, want) = run(0);
+    assert_eq!(none, 0);
+    // Room for 8 connections' directions: the first 8 connections take them,
+    // the rest are made as they come, and every box comes back at the end.
+    let (made, kept, got) = run(8);
+    assert_eq!((made, kept), (16, 40));
+    assert_eq!(got, want);
+    // More than the table may hold is cut to its size.
+    let cfg = StreamConfig { max_connections: 4, prealloc_connections: 100, ..StreamConfig::default() };
+    assert_eq!(layer(&cfg, Collect::default()).spare.dirs.len(), 8);
+}

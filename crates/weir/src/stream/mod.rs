@@ -59,7 +59,7 @@ mod layer;
 pub mod reassembly;
 
 pub use api::{CloseReason, Direction, KernelStats, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
-pub use config::{Class, Mode, StreamConfig, KERNEL_INSTALL_AFTER, MAX_PIECE, PRIORITIES};
+pub use config::{Class, Mode, StreamConfig, KERNEL_INSTALL_AFTER, MAX_PIECE, PREALLOC_CONNECTIONS, PRIORITIES};
 pub use layer::Streams;
 
 #[cfg(test)]
