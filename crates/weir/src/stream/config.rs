@@ -257,7 +257,7 @@ impl Default for StreamConfig {
 pub const PREALLOC_CONNECTIONS: usize = 10_000;
 
 /// The default of [`StreamConfig::kernel_install_after`]: see `bench/streams_live.py`.
-pub const KERNEL_INSTALL_AFTER: u64 = 4;
+pub const KERNEL_INSTALL_AFTER: u64 = 16;
 
 /// Largest piece: 16 MiB.
 pub const MAX_PIECE: usize = 16 << 20;
