@@ -1,0 +1,317 @@
+//! `weir profile`: where the packets' time goes, stage by stage (WinPcap's
+//! profiling, done for weir's own path).
+//!
+//! It runs one of weir's engine commands (`count`, `handle`, `inspect`,
+//! `streams`) with stage timing on ([`weir::profile`]), lets it print what it
+//! prints, then adds a table: per stage, cycles and nanoseconds per packet
+//! and the share of the total. The total is measured apart from the stages:
+//! the process's CPU time (user and system, `getrusage`) over the packets
+//! the source received. The stages are the sampled estimates of the engine's
+//! threads, the exact CPU time of threads not broken down (a trace's
+//! read-ahead thread), and the main thread's (start-up, status lines, the
+//! report). "unaccounted" is the total less their sum: what no stage covers,
+//! and the sampling's error. The kernel's part is shown beside them: the
+//! process's system time (already inside the stages that made the calls),
+//! its read and write system calls and context switches, and the NET_RX
+//! softirqs and softirq time of the whole machine (live sources; for a
+//! trace these are other traffic's).
+
+use crate::exit::{bad_input, out};
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+use weir::profile::{Profiler, Stage, Ticks, DEFAULT_EVERY};
+
+/// The profiler of this process's run, when `weir profile` runs the command:
+/// [`crate::run::SourceArgs::engine_with`] hands it to the engine it builds.
+static PROFILER: OnceLock<Arc<Profiler>> = OnceLock::new();
+
+/// The profiler to give the engine, if this run is profiled.
+pub fn profiler() -> Option<Arc<Profiler>> {
+    PROFILER.get().cloned()
+}
+
+#[derive(Args, Debug)]
+#[command(
+    override_usage = "weir profile [--json] [--every N] -- COMMAND [ARGS...]",
+    after_help = "COMMAND is one of weir's engine commands: count, handle, inspect, streams, with its own \
+arguments, after `--`.\n\n\
+Examples:\n  weir profile -- count trace.pcap@0-1\n  weir profile -- handle -x 1 trace.pcap@0-1\n  \
+weir profile --json -- inspect --json trace.pcap > p.json\n  weir profile -- count afpacket:eth1@0-1 -d 10\n\n\
+Each stage is timed with the TSC (calibrated against CLOCK_REALTIME) on one window in N: a \
+capture thread's window is 256 records, a worker's one chunk (or one locality batch). Cycles \
+the thread spent asleep or preempted are taken out with its CPU clock, so the stages are CPU \
+time. The total is the process's user+system CPU time over the packets received; \
+`unaccounted` = total - sum of the stages. The kernel's lines are already inside the stages \
+that made the calls, except the softirq lines, which are the whole machine's."
+)]
+pub struct ProfileArgs {
+    /// Print the profile as one JSON object (on its own line, after the command's output).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Time one window in N (1 = every window); more costs more and samples more.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_EVERY, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub every: u32,
+
+    /// The command to profile and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// What the process had used at one moment.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    user_ns: u64,
+    system_ns: u64,
+    voluntary: u64,
+    involuntary: u64,
+    /// read and write system calls (`/proc/self/io` syscr + syscw).
+    syscalls: Option<u64>,
+    /// NET_RX softirqs raised, all CPUs (`/proc/softirqs`).
+    net_rx: Option<u64>,
+    /// Softirq time of all CPUs, in USER_HZ ticks (`/proc/stat`).
+    softirq_ticks: Option<u64>,
+}
+
+/// Linux reports `/proc/stat` in USER_HZ, 100 per second on every architecture weir runs on.
+const USER_HZ: u64 = 100;
+
+impl Usage {
+    fn now() -> Usage {
+        use nix::sys::resource::{getrusage, UsageWho};
+        let ns = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1_000;
+        let mut u = Usage { syscalls: proc_io(), net_rx: net_rx(), softirq_ticks: softirq_ticks(), ..Usage::default() };
+        if let Ok(r) = getrusage(UsageWho::RUSAGE_SELF) {
+            u.user_ns = ns(r.user_time());
+            u.system_ns = ns(r.system_time());
+            u.voluntary = r.voluntary_context_switches() as u64;
+            u.involuntary = r.involuntary_context_switches() as u64;
+        }
+        u
+    }
+}
+
+fn proc_io() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok());
+    Some(field("syscr:")? + field("syscw:")?)
+}
+
+fn net_rx() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/softirqs").ok()?;
+    let line = s.lines().find(|l| l.trim_start().starts_with("NET_RX:"))?;
+    Some(line.split_whitespace().skip(1).filter_map(|v| v.parse::<u64>().ok()).sum())
+}
+
+fn softirq_ticks() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    // cpu  user nice system idle iowait irq softirq ...
+    s.lines().find(|l| l.starts_with("cpu "))?.split_whitespace().nth(7)?.parse().ok()
+}
+
+pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
+    let Some(name) = args.command.first() else {
+        return Err(bad_input(anyhow::anyhow!(
+            "weir profile needs the command to profile after `--`, e.g. `weir profile -- count trace.pcap` \
+             (one of count, handle, inspect, streams)"
+        )));
+    };
+    const PROFILED: [&str; 4] = ["count", "handle", "inspect", "streams"];
+    if !PROFILED.contains(&name.as_str()) {
+        return Err(bad_input(anyhow::anyhow!(
+            "weir profile runs weir's engine commands: count, handle, inspect or streams, not {name:?} \
+             (e.g. `weir profile -- count trace.pcap`)"
+        )));
+    }
+    let argv = std::iter::once("weir".to_string()).chain(args.command.iter().cloned());
+    // The command's own parser: its errors and --help are its own.
+    let cli = match <crate::Cli as clap::Parser>::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let profiler = Arc::new(Profiler::new(args.every));
+    PROFILER.set(Arc::clone(&profiler)).map_err(|_| anyhow::anyhow!("weir profile: a profiler was already set"))?;
+    let before = Usage::now();
+    let code = crate::dispatch(cli.command)?;
+    let main_ns = weir::profile::thread_cpu_ns();
+    let after = Usage::now();
+    let packets = profiler.packets().context("the command ran no capture engine: nothing to profile")?;
+    if packets == 0 {
+        return Err(bad_input(anyhow::anyhow!("the source delivered no packets: there is nothing to profile per packet")));
+    }
+    let p = Profile::gather(&profiler, &args.command, packets, main_ns, &before, &after);
+    if args.json {
+        out!("{}", p.json());
+    } else {
+        p.print();
+    }
+    Ok(code)
+}
+
+/// One row of the table: a stage's ticks over the whole run.
+struct Row {
+    key: &'static str,
+    label: &'static str,
+    ticks: f64,
+}
+
+struct Profile {
+    command: String,
+    packets: u64,
+    ticks: Ticks,
+    every: u32,
+    rows: Vec<Row>,
+    total_ticks: f64,
+    threads: Vec<serde_json::Value>,
+    before: Usage,
+    after: Usage,
+}
+
+impl Profile {
+    fn gather(profiler: &Profiler, command: &[String], packets: u64, main_ns: u64, before: &Usage, after: &Usage) -> Profile {
+        let ticks = profiler.clock();
+        let hz = ticks.hz();
+        let threads = profiler.threads();
+        let mut by_stage = [0.0f64; weir::profile::STAGES];
+        let mut thread_rows = Vec::new();
+        for t in &threads {
+            let est = t.estimate(ticks);
+            for (acc, e) in by_stage.iter_mut().zip(est) {
+                *acc += e;
+            }
+            thread_rows.push(json!({
+                "thread": t.name,
+                "packets": t.packets,
+                "windows": t.windows,
+                "windows_timed": t.sampled_windows,
+                "packets_timed": t.sampled_packets,
+                "cpu_ms": t.cpu_ns as f64 / 1e6,
+                "stages_ms": est.iter().sum::<f64>() / hz * 1e3,
+            }));
+        }
+        let mut rows: Vec<Row> = Stage::ALL
+            .iter()
+            .zip(by_stage)
+            .filter(|(_, t)| *t > 0.0)
+            .map(|(s, t)| Row { key: s.key(), label: s.label(), ticks: t })
+            .collect();
+        rows.push(Row { key: "main", label: "main thread (start-up, status, report)", ticks: main_ns as f64 * hz / 1e9 });
+        let total_ns = (after.user_ns + after.system_ns) as f64;
+        Profile {
+            command: command.join(" "),
+            packets,
+            ticks,
+            every: profiler.every(),
+            rows,
+            total_ticks: total_ns * hz / 1e9,
+            threads: thread_rows,
+            before: *before,
+            after: *after,
+        }
+    }
+
+    fn hz(&self) -> f64 {
+        self.ticks.hz()
+    }
+
+    /// Cycles per packet, where the spans are TSC cycles.
+    fn cycles(&self, ticks: f64) -> Option<f64> {
+        matches!(self.ticks, Ticks::Tsc { .. }).then(|| ticks / self.packets as f64)
+    }
+
+    fn ns(&self, ticks: f64) -> f64 {
+        ticks / self.hz() * 1e9 / self.packets as f64
+    }
+
+    fn sum(&self) -> f64 {
+        self.rows.iter().map(|r| r.ticks).sum()
+    }
+
+    fn clock_line(&self) -> String {
+        match self.ticks {
+            Ticks::Tsc { hz } => format!("TSC at {:.3} GHz (invariant, calibrated against CLOCK_REALTIME)", hz as f64 / 1e9),
+            Ticks::Instant { why } => why.to_string(),
+        }
+    }
+
+    /// Per-packet kernel figures: (key, label, value, unit).
+    fn kernel(&self) -> Vec<(&'static str, &'static str, Option<f64>, &'static str)> {
+        let (b, a, n) = (&self.before, &self.after, self.packets as f64);
+        let per = |x: Option<u64>, y: Option<u64>| Some(y?.saturating_sub(x?) as f64 / n);
+        vec![
+            ("system_ns", "system time of the process", Some(a.system_ns as f64 / n), "ns/pkt"),
+            ("syscalls", "read/write system calls (syscr+syscw)", per(b.syscalls, a.syscalls), "per pkt"),
+            ("voluntary_switches", "voluntary context switches (sleeps)", Some(a.voluntary as f64 / n), "per pkt"),
+            ("involuntary_switches", "involuntary context switches (preempted)", Some(a.involuntary as f64 / n), "per pkt"),
+            ("net_rx_softirqs", "NET_RX softirqs, all CPUs", per(b.net_rx, a.net_rx), "per pkt"),
+            (
+                "softirq_ns",
+                "softirq time, all CPUs (USER_HZ ticks)",
+                per(b.softirq_ticks, a.softirq_ticks).map(|t| t * 1e9 / USER_HZ as f64),
+                "ns/pkt",
+            ),
+        ]
+    }
+
+    fn print(&self) {
+        out!("weir profile: {}: {} packets; {}; one window in {} timed", self.command, self.packets, self.clock_line(), self.every);
+        let cyc = |t: f64| self.cycles(t).map_or_else(|| "-".to_string(), |c| format!("{c:.1}"));
+        let share = |t: f64| format!("{:.1}%", 100.0 * t / self.total_ticks);
+        out!("{:<44} {:>11} {:>9} {:>7}", "stage", "cycles/pkt", "ns/pkt", "share");
+        for r in &self.rows {
+            out!("{:<44} {:>11} {:>9.1} {:>7}", r.label, cyc(r.ticks), self.ns(r.ticks), share(r.ticks));
+        }
+        let sum = self.sum();
+        out!("{:<44} {:>11} {:>9.1} {:>7}", "sum of the stages", cyc(sum), self.ns(sum), share(sum));
+        out!(
+            "{:<44} {:>11} {:>9.1} {:>7}",
+            "total (process CPU time, user+system)",
+            cyc(self.total_ticks),
+            self.ns(self.total_ticks),
+            "100.0%"
+        );
+        let un = self.total_ticks - sum;
+        out!("{:<44} {:>11} {:>9.1} {:>7}", "unaccounted (total - sum)", cyc(un), self.ns(un), share(un));
+        out!("kernel (inside the figures above, but the softirq lines):");
+        for (_, label, v, unit) in self.kernel() {
+            match v {
+                Some(v) => out!("  {label:<42} {v:>10.4} {unit}"),
+                None => out!("  {label:<42} {:>10} (not readable here)", "-"),
+            }
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let stage = |key: &str, label: &str, t: f64| {
+            json!({
+                "stage": key,
+                "label": label,
+                "cycles_per_packet": self.cycles(t),
+                "ns_per_packet": self.ns(t),
+                "share": t / self.total_ticks,
+            })
+        };
+        let sum = self.sum();
+        let (clock, note) = match self.ticks {
+            Ticks::Tsc { .. } => ("tsc", None),
+            Ticks::Instant { why } => ("instant", Some(why)),
+        };
+        let kernel: serde_json::Map<String, serde_json::Value> =
+            self.kernel().into_iter().map(|(k, _, v, _)| (k.to_string(), json!(v))).collect();
+        json!({
+            "command": self.command,
+            "packets": self.packets,
+            "clock": { "source": clock, "hz": self.hz(), "invariant": note.is_none(), "note": note },
+            "every": self.every,
+            "stages": self.rows.iter().map(|r| stage(r.key, r.label, r.ticks)).collect::<Vec<_>>(),
+            "sum": stage("sum", "sum of the stages", sum),
+            "total": stage("total", "process CPU time, user+system", self.total_ticks),
+            "unaccounted": stage("unaccounted", "total - sum", self.total_ticks - sum),
+            "kernel": kernel,
+            "threads": self.threads,
+        })
+    }
+}
