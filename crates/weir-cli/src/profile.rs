@@ -186,8 +186,11 @@ impl Profile {
                 "thread": t.name,
                 "packets": t.packets,
                 "windows": t.windows,
-                "windows_timed": t.sampled_windows,
-                "packets_timed": t.sampled_packets,
+                "windows_marked": t.marked.windows,
+                "windows_plain": t.plain.windows,
+                "packets_marked": t.marked.packets,
+                "packets_plain": t.plain.packets,
+                "mark_ticks": t.mark_ticks(),
                 "cpu_ms": t.cpu_ns as f64 / 1e6,
                 "stages_ms": est.iter().sum::<f64>() / hz * 1e3,
             }));
@@ -257,7 +260,13 @@ impl Profile {
     }
 
     fn print(&self) {
-        out!("weir profile: {}: {} packets; {}; one window in {} timed", self.command, self.packets, self.clock_line(), self.every);
+        out!(
+            "weir profile: {}: {} packets; {}; one window in {} timed (half of them marked)",
+            self.command,
+            self.packets,
+            self.clock_line(),
+            self.every
+        );
         let cyc = |t: f64| self.cycles(t).map_or_else(|| "-".to_string(), |c| format!("{c:.1}"));
         let share = |t: f64| format!("{:.1}%", 100.0 * t / self.total_ticks);
         out!("{:<44} {:>11} {:>9} {:>7}", "stage", "cycles/pkt", "ns/pkt", "share");
@@ -304,7 +313,7 @@ impl Profile {
         json!({
             "command": self.command,
             "packets": self.packets,
-            "clock": { "source": clock, "hz": self.hz(), "invariant": note.is_none(), "note": note },
+            "clock": { "source": clock, "hz": self.hz(), "invariant": note.is_none(), "note": note},
             "every": self.every,
             "stages": self.rows.iter().map(|r| stage(r.key, r.label, r.ticks)).collect::<Vec<_>>(),
             "sum": stage("sum", "sum of the stages", sum),

@@ -17,6 +17,15 @@
 //!   sample. Within a window every cycle is charged to a stage: the timer
 //!   reads the TSC at each stage boundary and charges the span since the
 //!   last one to the stage that ran, so the stages cover the whole loop.
+//! - A mark costs time itself (a TSC read and some bookkeeping), which
+//!   makes the windows it times slower than the path unprofiled. So timed
+//!   windows alternate between *marked* ones (stage marks on) and *plain*
+//!   ones (only the thread's CPU clock at both ends): the difference of
+//!   their CPU time per packet, over the marks per packet, is what a mark
+//!   costs in place, among the path's own work; it is taken off every span
+//!   (see [`ThreadProfile::mark_ticks`]). What profiling costs outside the
+//!   marks (the CPU clock's reads) is in the process's total, and so shows
+//!   as unaccounted.
 //! - Spans are wall time, and the thread may sleep (waiting for a chunk, a
 //!   block, a free cell) or be preempted. Each window also reads the thread's
 //!   CPU clock at its start and end; the difference between wall and CPU
@@ -182,23 +191,68 @@ impl Ticks {
 pub struct ThreadProfile {
     /// The thread, as the engine names it (`capture-trace`, `worker-0`, ...).
     pub name: String,
-    /// Packets the thread handled in all (sampled or not).
+    /// Packets the thread handled in all (timed or not).
     pub packets: u64,
-    /// Packets in the timed windows.
-    pub sampled_packets: u64,
-    /// Windows in all, and timed.
+    /// Windows in all.
     pub windows: u64,
-    /// Windows timed.
-    pub sampled_windows: u64,
+    /// Marked windows: packets, windows, CPU ticks.
+    pub marked: Sample,
+    /// Plain windows (no stage marks): packets, windows, CPU ticks.
+    pub plain: Sample,
     /// The thread's CPU time from its start to its end, exact.
     pub cpu_ns: u64,
-    /// Ticks per stage in the timed windows, CPU time (see the module's contract).
-    sampled: [f64; STAGES],
+    /// Ticks per stage in the marked windows, CPU time (see the module's
+    /// contract), the marks' own cost still in.
+    spans: [f64; STAGES],
+    /// Marks that ended a span of each stage in the marked windows.
+    marks: [u64; STAGES],
     /// A thread not broken down: all its CPU time is this stage's.
     whole: Option<Stage>,
 }
 
+/// Timed windows of one kind.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sample {
+    /// Packets in them.
+    pub packets: u64,
+    /// How many.
+    pub windows: u64,
+    /// The thread's CPU time in them, in ticks.
+    pub cpu_ticks: f64,
+}
+
+impl Sample {
+    fn per_packet(&self) -> Option<f64> {
+        (self.packets > 0).then(|| self.cpu_ticks / self.packets as f64)
+    }
+}
+
 impl ThreadProfile {
+    fn whole(name: &str, stage: Stage, cpu_ns: u64) -> ThreadProfile {
+        ThreadProfile {
+            name: name.to_string(),
+            packets: 0,
+            windows: 0,
+            marked: Sample::default(),
+            plain: Sample::default(),
+            cpu_ns,
+            spans: [0.0; STAGES],
+            marks: [0; STAGES],
+            whole: Some(stage),
+        }
+    }
+
+    /// What one mark cost in this thread's marked windows, in ticks: their
+    /// CPU time per packet less the plain windows', over the marks per
+    /// packet (0 when either kind saw no packet, or the difference is below 0).
+    pub fn mark_ticks(&self) -> f64 {
+        let marks: u64 = self.marks.iter().sum();
+        match (self.marked.per_packet(), self.plain.per_packet()) {
+            (Some(m), Some(p)) if marks > 0 => ((m - p) / (marks as f64 / self.marked.packets as f64)).max(0.0),
+            _ => 0.0,
+        }
+    }
+
     /// The thread's estimated ticks per stage over the whole run.
     pub fn estimate(&self, ticks: Ticks) -> [f64; STAGES] {
         let mut out = [0.0; STAGES];
@@ -207,16 +261,21 @@ impl ThreadProfile {
             out[s.index()] = cpu_ticks;
             return out;
         }
-        let sampled: f64 = self.sampled.iter().sum();
-        if self.sampled_packets > 0 {
-            let scale = self.packets as f64 / self.sampled_packets as f64;
-            for (o, s) in out.iter_mut().zip(&self.sampled) {
+        let c = self.mark_ticks();
+        let mut spans = [0.0; STAGES];
+        for ((s, &t), &m) in spans.iter_mut().zip(&self.spans).zip(&self.marks) {
+            *s = (t - m as f64 * c).max(0.0);
+        }
+        let sampled: f64 = spans.iter().sum();
+        if self.marked.packets > 0 {
+            let scale = self.packets as f64 / self.marked.packets as f64;
+            for (o, s) in out.iter_mut().zip(spans) {
                 *o = s * scale;
             }
         } else if sampled > 0.0 {
             // No packet in the sample (a queue that got none): the thread only
             // waited, and its exact CPU time is shared as the sample shares it.
-            for (o, s) in out.iter_mut().zip(&self.sampled) {
+            for (o, s) in out.iter_mut().zip(spans) {
                 *o = cpu_ticks * s / sampled;
             }
         }
@@ -275,16 +334,7 @@ impl Profiler {
     /// call it as the thread ends.
     pub(crate) fn whole_thread(&self, name: &str, stage: Stage) {
         let cpu_ns = thread_cpu_ns();
-        self.hand_in(ThreadProfile {
-            name: name.to_string(),
-            packets: 0,
-            sampled_packets: 0,
-            windows: 0,
-            sampled_windows: 0,
-            cpu_ns,
-            sampled: [0.0; STAGES],
-            whole: Some(stage),
-        });
+        self.hand_in(ThreadProfile::whole(name, stage, cpu_ns));
     }
 
     /// A thread that will call [`whole_thread`](Self::whole_thread) later: the
@@ -385,24 +435,34 @@ impl Probe for StageTimer {
     }
 }
 
+/// The kind of the window being timed.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Window {
+    Off,
+    Marked,
+    Plain,
+}
+
 /// One thread's stage timer (see the module's contract). Not shared: plain fields.
 pub(crate) struct StageTimer {
-    name: String,
     every: u32,
     tsc: bool,
     hz: f64,
     base: Instant,
     /// xorshift state for the gaps between timed windows.
     rng: u64,
-    /// Windows (or, for a capture thread, records) until the next window is timed.
+    /// Windows until the next one is timed.
     left: u32,
-    /// A window is being timed.
-    on: bool,
+    window: Window,
+    /// The window is marked: stage marks read the clock.
+    marking: bool,
+    /// The kind of the next timed window.
+    next_marked: bool,
     stage: Stage,
     last: u64,
-    win_start: u64,
     win_cpu: u64,
     win: [u64; STAGES],
+    win_marks: [u64; STAGES],
     win_packets: u64,
     /// Records left in the current capture window.
     in_window: u32,
@@ -412,7 +472,6 @@ pub(crate) struct StageTimer {
 impl StageTimer {
     fn new(p: &Profiler, name: &str, first: Stage) -> StageTimer {
         let mut t = StageTimer {
-            name: name.to_string(),
             every: p.every,
             tsc: matches!(p.ticks, Ticks::Tsc { .. }),
             hz: p.ticks.hz(),
@@ -420,22 +479,25 @@ impl StageTimer {
             // Any odd seed differing per thread; the thread's name and the TSC will do.
             rng: (tsc() ^ name.bytes().fold(0x9e37_79b9_7f4a_7c15, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))) | 1,
             left: 0,
-            on: false,
+            window: Window::Off,
+            marking: false,
+            next_marked: true,
             stage: first,
             last: 0,
-            win_start: 0,
             win_cpu: 0,
             win: [0; STAGES],
+            win_marks: [0; STAGES],
             win_packets: 0,
             in_window: WINDOW_PACKETS,
             profile: ThreadProfile {
                 name: name.to_string(),
                 packets: 0,
-                sampled_packets: 0,
                 windows: 0,
-                sampled_windows: 0,
+                marked: Sample::default(),
+                plain: Sample::default(),
                 cpu_ns: 0,
-                sampled: [0.0; STAGES],
+                spans: [0.0; STAGES],
+                marks: [0; STAGES],
                 whole: None,
             },
         };
@@ -464,12 +526,13 @@ impl StageTimer {
         }
     }
 
-    /// The thread enters `stage` (charged from now on), when a window is timed.
+    /// The thread enters `stage` (charged from now on), when a marked window is timed.
     #[inline]
     pub(crate) fn mark(&mut self, stage: Stage) {
-        if self.on {
+        if self.marking {
             let now = self.now();
             self.win[self.stage.index()] += now.wrapping_sub(self.last);
+            self.win_marks[self.stage.index()] += 1;
             self.last = now;
             self.stage = stage;
         }
@@ -490,7 +553,7 @@ impl StageTimer {
     #[inline]
     pub(crate) fn end(&mut self, packets: u64) {
         self.profile.packets += packets;
-        if self.on {
+        if self.window != Window::Off {
             self.win_packets += packets;
             self.close();
         }
@@ -501,9 +564,7 @@ impl StageTimer {
     #[inline]
     pub(crate) fn record(&mut self, stage: Stage) {
         self.profile.packets += 1;
-        if self.on {
-            self.win_packets += 1;
-        }
+        self.win_packets += 1;
         self.in_window -= 1;
         if self.in_window == 0 {
             self.next_window(stage);
@@ -513,24 +574,38 @@ impl StageTimer {
     #[cold]
     fn next_window(&mut self, stage: Stage) {
         self.in_window = WINDOW_PACKETS;
-        if self.on {
+        if self.window != Window::Off {
             self.close();
         }
+        self.win_packets = 0;
         self.begin(stage);
     }
 
     fn open(&mut self, stage: Stage) {
-        self.on = true;
+        self.window = if self.next_marked { Window::Marked } else { Window::Plain };
+        self.next_marked = !self.next_marked;
+        self.marking = self.window == Window::Marked;
+        self.win_packets = 0;
         self.stage = stage;
         self.win_cpu = thread_cpu_ns();
-        self.win_start = self.now();
-        self.last = self.win_start;
+        self.last = self.now();
     }
 
     fn close(&mut self) {
         let now = self.now();
-        self.win[self.stage.index()] += now.wrapping_sub(self.last);
         let cpu = thread_cpu_ns().saturating_sub(self.win_cpu) as f64 * self.hz / 1e9;
+        let kind = self.window;
+        self.window = Window::Off;
+        self.marking = false;
+        let sample = if kind == Window::Marked { &mut self.profile.marked } else { &mut self.profile.plain };
+        sample.packets += self.win_packets;
+        sample.windows += 1;
+        sample.cpu_ticks += cpu;
+        if kind == Window::Plain {
+            return;
+        }
+        self.win[self.stage.index()] += now.wrapping_sub(self.last);
+        self.win_marks[self.stage.index()] += 1;
         let mut win = [0.0; STAGES];
         for (w, &t) in win.iter_mut().zip(&self.win) {
             *w = t as f64;
@@ -549,23 +624,22 @@ impl StageTimer {
         // ...then what is left (preemption) from every stage in proportion.
         let left: f64 = win.iter().sum();
         let keep = if left > 0.0 { ((left - off) / left).max(0.0) } else { 0.0 };
-        for (acc, w) in self.profile.sampled.iter_mut().zip(win) {
+        for (acc, w) in self.profile.spans.iter_mut().zip(win) {
             *acc += w * keep;
         }
-        self.profile.sampled_packets += self.win_packets;
-        self.profile.sampled_windows += 1;
+        for (acc, m) in self.profile.marks.iter_mut().zip(self.win_marks) {
+            *acc += m;
+        }
         self.win = [0; STAGES];
-        self.win_packets = 0;
-        self.on = false;
+        self.win_marks = [0; STAGES];
     }
 
     /// Hand the timer in to `p` as the thread ends, with its CPU time.
     pub(crate) fn finish(mut self, p: &Profiler) {
-        if self.on {
+        if self.window != Window::Off {
             self.close();
         }
         self.profile.cpu_ns = thread_cpu_ns();
-        self.profile.name = std::mem::take(&mut self.name);
         p.hand_in(self.profile);
     }
 }
@@ -598,7 +672,8 @@ mod tests {
         t.finish(&p);
         let threads = p.threads();
         let th = &threads[0];
-        assert_eq!((th.packets, th.sampled_packets, th.sampled_windows), (200, 200, 20));
+        assert_eq!((th.packets, th.windows), (200, 20));
+        assert_eq!((th.marked.windows, th.plain.windows, th.marked.packets, th.plain.packets), (10, 10, 100, 100));
         let est = th.estimate(p.clock());
         let ms = |s: Stage| est[s.index()] / p.clock().hz() * 1e3;
         // 20 windows: 20 ms delivery, 60 ms application, the 40 ms asleep not charged.
@@ -623,7 +698,11 @@ mod tests {
         t.finish(&p);
         let th = &p.threads()[0];
         assert_eq!(th.packets, u64::from(WINDOW_PACKETS) * 64);
-        assert!(th.sampled_windows > 4 && th.sampled_windows < 40, "{} windows timed of 64", th.sampled_windows);
+        let timed = th.marked.windows + th.plain.windows;
+        assert!(timed > 4 && timed < 40, "{timed} windows timed of 64");
+        // Each mark costs something, and far less than the microseconds between them.
+        let mark_ns = th.mark_ticks() / p.clock().hz() * 1e9;
+        assert!(mark_ns < 500.0, "a mark costs {mark_ns} ns");
         let est = th.estimate(p.clock());
         let (src, flt) = (est[Stage::Source.index()], est[Stage::Filter.index()]);
         assert!((src / flt - 2.0).abs() < 0.5, "source/filter {}", src / flt);
