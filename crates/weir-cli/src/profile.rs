@@ -40,7 +40,7 @@ pub fn profiler() -> Option<Arc<Profiler>> {
 arguments, after `--`.\n\n\
 Examples:\n  weir profile -- count trace.pcap@0-1\n  weir profile -- handle -x 1 trace.pcap@0-1\n  \
 weir profile --json -- inspect --json trace.pcap > p.json\n  weir profile -- count afpacket:eth1@0-1 -d 10\n\n\
-Each stage is timed with the TSC (calibrated against CLOCK_REALTIME) on one window in N: a \
+Each stage is timed with the TSC (its rate measured against CLOCK_MONOTONIC) on one window in N: a \
 capture thread's window is 256 records, a worker's one chunk (or one locality batch). Cycles \
 the thread spent asleep or preempted are taken out with its CPU clock, so the stages are CPU \
 time. The total is the process's user+system CPU time over the packets received; \
@@ -235,7 +235,7 @@ impl Profile {
 
     fn clock_line(&self) -> String {
         match self.ticks {
-            Ticks::Tsc { hz } => format!("TSC at {:.3} GHz (invariant, calibrated against CLOCK_REALTIME)", hz as f64 / 1e9),
+            Ticks::Tsc { hz } => format!("TSC at {:.3} GHz (invariant; rate measured against CLOCK_MONOTONIC)", hz as f64 / 1e9),
             Ticks::Instant { why } => why.to_string(),
         }
     }

@@ -37,13 +37,20 @@
 //!   source without stage marks) are charged their exact CPU time instead.
 //!   Every thread's exact CPU time is kept beside its estimate, so the
 //!   estimate can be checked against it.
-//! - Cycles are TSC ticks at the rate [`TscClock`] calibrates; where the TSC
-//!   is not invariant, spans are read from [`Instant`] in nanoseconds and no
-//!   cycles are given ([`Profiler::clock`] says which).
+//! - Cycles are TSC ticks, where the TSC is invariant (the check
+//!   [`TscClock`](crate::clock::TscClock) makes); their rate is measured
+//!   against `Instant` over [`CALIBRATION`] when the profiler is made
+//!   (a profile needs it to a part in ten thousand, not a timestamp's
+//!   precision, and a run should not wait the wall clock's 20 ms for it).
+//!   Elsewhere spans are read from [`Instant`] in nanoseconds and no cycles
+//!   are given ([`Profiler::clock`] says which).
 
-use crate::clock::{tsc, TscClock};
+use crate::clock::{invariant_tsc, tsc};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// How long [`Profiler::new`] watches the TSC against `Instant` for its rate.
+pub const CALIBRATION: Duration = Duration::from_millis(2);
 
 /// Records in a capture thread's window.
 pub const WINDOW_PACKETS: u32 = 256;
@@ -302,12 +309,16 @@ struct Hand {
 
 impl Profiler {
     /// A profiler timing one window in `every` (at least 1: every window).
-    /// Calibrates the TSC (about [`crate::clock::CALIBRATION`]), or falls back
-    /// to `Instant` where it is not invariant.
+    /// Measures the TSC's rate (over [`CALIBRATION`]), or falls back to
+    /// `Instant` where the TSC is not invariant.
     pub fn new(every: u32) -> Profiler {
-        let ticks = match TscClock::new() {
-            Ok(c) => Ticks::Tsc { hz: c.hz() },
-            Err(_) => Ticks::Instant { why: "the TSC is not invariant here; spans are read from Instant (ns), no cycles" },
+        let ticks = if invariant_tsc() {
+            let (t0, i0) = (tsc(), Instant::now());
+            std::thread::sleep(CALIBRATION);
+            let (t1, i1) = (tsc(), Instant::now());
+            Ticks::Tsc { hz: (t1.wrapping_sub(t0) as f64 / (i1 - i0).as_secs_f64()) as u64 }
+        } else {
+            Ticks::Instant { why: "the TSC is not invariant here (or not an x86-64 CPU): spans are read from Instant, in ns, no cycles" }
         };
         Profiler { every: every.max(1), ticks, state: Mutex::new(Hand::default()), handed: Condvar::new(), started: Instant::now() }
     }
