@@ -1,7 +1,8 @@
 //! `weir profile` as a user runs it, on a trace `weir synth` makes: every
 //! stage of the path reported, for the trace's packets, the stages summing
 //! to within 10% of the process's CPU time measured apart from them, and
-//! clear errors for a command it cannot run.
+//! clear errors for a command it cannot run; and, as root, the same on
+//! afpacket and afxdp on the veth test bed.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -123,4 +124,47 @@ fn a_command_it_cannot_profile_is_refused_clearly() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let out = run(&["profile", "--every", "0", "--", "count", "t.pcap"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// `weir profile -- count` on a live source of the veth test bed, with
+/// `weir replay` sending a synthesized trace from the other namespace.
+fn profile_live(kind: &str) {
+    let tb = testbed::TestBed::new(2);
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let src = format!("{kind}:{}@0-1", tb.rx_if);
+    let mut child = tb
+        .in_rx(env!("CARGO_BIN_EXE_weir"))
+        .args(["profile", "--json", "--every", "4", "--", "count", "-q", &src])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir starts");
+    let lines = testbed::wait_listening(&mut child, &format!("weir profile -- count {src}"));
+    std::thread::spawn(move || lines.for_each(drop));
+    let sent = tb
+        .in_tx(env!("CARGO_BIN_EXE_weir"))
+        .args(["replay", t.to_str().unwrap(), "-o", &tb.tx_if, "--pps", "100000"])
+        .output()
+        .expect("weir replay runs");
+    assert!(sent.status.success(), "replay: {}", text(&sent.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "weir profile failed: {}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    let p: Value = serde_json::from_str(stdout.lines().last().expect("a profile line")).expect("the profile is JSON");
+    check(&p, &["source", "hand_off", "delivery", "application", "main"]);
+    let threads = p["threads"].as_array().unwrap();
+    let captured: u64 =
+        threads.iter().filter(|t| t["thread"].as_str().unwrap().starts_with("capture-")).map(|t| t["packets"].as_u64().unwrap()).sum();
+    assert_eq!(captured, PACKETS, "{p:#}");
+}
+
+#[test]
+#[ignore = "needs root: weir's live capture on a veth test bed"]
+fn count_on_afpacket_and_afxdp_is_profiled_stage_by_stage() {
+    testbed::require_root();
+    profile_live("afpacket");
+    profile_live("afxdp");
 }
