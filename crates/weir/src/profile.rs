@@ -8,7 +8,7 @@
 //!   Without one, the capture and worker loops are the ones built without
 //!   timing (the loops are generic over whether they time, chosen once per
 //!   thread), so an unprofiled run pays nothing.
-//! - Each profiled thread keeps its own [`StageTimer`]: plain counters, no
+//! - Each profiled thread keeps its own stage timer: plain counters, no
 //!   atomics, handed to the profiler once, when the thread ends. It times
 //!   one *window* in [`Profiler::every`] on average (a capture thread's window
 //!   is [`WINDOW_PACKETS`] records, a worker's one loop turn: one chunk, or
