@@ -35,11 +35,13 @@ pub fn profiler() -> Option<Arc<Profiler>> {
 
 #[derive(Args, Debug)]
 #[command(
-    override_usage = "weir profile [--json] [--every N] -- COMMAND [ARGS...]",
+    override_usage = "weir profile [--json] [--every N] -- COMMAND [ARGS...]\n       weir profile --compare A.json B.json ... -o OUT.png",
     after_help = "COMMAND is one of weir's engine commands: count, handle, inspect, streams, with its own \
 arguments, after `--`.\n\n\
 Examples:\n  weir profile -- count trace.pcap@0-1\n  weir profile -- handle -x 1 trace.pcap@0-1\n  \
-weir profile --json -- inspect --json trace.pcap > p.json\n  weir profile -- count afpacket:eth1@0-1 -d 10\n\n\
+weir profile --json -- inspect --json trace.pcap > p.json\n  weir profile -- count afpacket:eth1@0-1 -d 10\n  \
+weir profile --json -- count t.pcap | tail -1 > a.json; weir profile --json -- count --locality 4096 t.pcap | tail -1 > b.json\n  \
+weir profile --compare a.json b.json -o cmp.png\n\n\
 Each stage is timed with the TSC (its rate measured against CLOCK_MONOTONIC) on one window in N: a \
 capture thread's window is 256 records, a worker's one chunk (or one locality batch). Cycles \
 the thread spent asleep or preempted are taken out with its CPU clock, so the stages are CPU \
@@ -59,6 +61,78 @@ pub struct ProfileArgs {
     /// The command to profile and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+
+    /// Instead of running a command: draw the profiles saved with --json (one
+    /// JSON object a file, or a file whose last line is one) as stacked bars of
+    /// ns per packet, one bar a file, into the PNG given with -o (matplotlib).
+    #[arg(long, value_name = "JSON", num_args = 1.., conflicts_with_all = ["json", "command"], requires = "output")]
+    pub compare: Vec<std::path::PathBuf>,
+
+    /// The PNG --compare draws.
+    #[arg(short, long, value_name = "PNG", requires = "compare")]
+    pub output: Option<std::path::PathBuf>,
+}
+
+/// Draws saved profiles as stacked bars: argv is the PNG, then (label, JSON) pairs.
+const COMPARE_PY: &str = r#"
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out, pairs = sys.argv[1], sys.argv[2:]
+runs = [(pairs[i], json.loads(pairs[i + 1])) for i in range(0, len(pairs), 2)]
+stages = []
+for _, p in runs:
+    for s in p["stages"]:
+        if s["stage"] not in stages:
+            stages.append(s["stage"])
+labels = {s["stage"]: s["label"] for _, p in runs for s in p["stages"]}
+fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(runs) + 4), 6))
+bottom = [0.0] * len(runs)
+cmap = plt.get_cmap("tab20")
+for k, st in enumerate(stages):
+    h = [next((s["ns_per_packet"] for s in p["stages"] if s["stage"] == st), 0.0) for _, p in runs]
+    ax.bar(range(len(runs)), h, bottom=bottom, color=cmap(k % 20), label=labels[st])
+    bottom = [b + x for b, x in zip(bottom, h)]
+totals = [p["total"]["ns_per_packet"] for _, p in runs]
+ax.scatter(range(len(runs)), totals, marker="_", s=900, color="black", zorder=3, label="total (process CPU time)")
+ax.set_xticks(range(len(runs)))
+ax.set_xticklabels([name + chr(10) + p["command"][:40] for name, p in runs], fontsize=8)
+ax.set_ylabel("ns per packet")
+ax.set_title("weir profile: where the time goes, stage by stage")
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+fig.tight_layout()
+fig.savefig(out, dpi=110)
+"#;
+
+/// `--compare`: read each saved profile, then draw them with matplotlib.
+fn compare(files: &[std::path::PathBuf], out: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let mut argv = vec![out.as_os_str().to_owned()];
+    for f in files {
+        let bytes = std::fs::read(f).map_err(|e| bad_input(anyhow::anyhow!("{}: {e}", f.display())))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let p: serde_json::Value = serde_json::from_str(last)
+            .ok()
+            .filter(|p: &serde_json::Value| p["stages"].is_array() && p["total"]["ns_per_packet"].is_number())
+            .ok_or_else(|| {
+                bad_input(anyhow::anyhow!("{}: not a profile saved with weir profile --json (its last line is not one)", f.display()))
+            })?;
+        let name = f.file_stem().map_or_else(|| f.display().to_string(), |s| s.to_string_lossy().into_owned());
+        argv.push(name.into());
+        argv.push(p.to_string().into());
+    }
+    let status = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(COMPARE_PY)
+        .args(argv)
+        .status()
+        .context("--compare draws with matplotlib: cannot run /usr/bin/python3")?;
+    if !status.success() {
+        anyhow::bail!("--compare: /usr/bin/python3 with matplotlib could not draw {} ({status})", out.display());
+    }
+    eprintln!("weir profile: {} profiles drawn in {}", files.len(), out.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What the process had used at one moment.
@@ -113,6 +187,9 @@ fn softirq_ticks() -> Option<u64> {
 }
 
 pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
+    if let Some(out) = &args.output {
+        return compare(&args.compare, out);
+    }
     let Some(name) = args.command.first() else {
         return Err(bad_input(anyhow::anyhow!(
             "weir profile needs the command to profile after `--`, e.g. `weir profile -- count trace.pcap` \

@@ -168,3 +168,30 @@ fn count_on_afpacket_and_afxdp_is_profiled_stage_by_stage() {
     profile_live("afpacket");
     profile_live("afxdp");
 }
+
+#[test]
+fn compare_draws_saved_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let mut files = Vec::new();
+    for (name, extra) in [("plain", None), ("locality", Some("--locality=4096"))] {
+        let mut args = vec!["count", "-q"];
+        args.extend(extra);
+        args.push(t.to_str().unwrap());
+        let out = run(&[&["profile", "--json", "--"], &args[..]].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, &out.stdout).unwrap();
+        files.push(f);
+    }
+    let png = dir.path().join("cmp.png");
+    let (a, b) = (files[0].to_str().unwrap(), files[1].to_str().unwrap());
+    let out = run(&["profile", "--compare", a, b, "-o", png.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000, "{} bytes", bytes.len());
+    // A file that is not a profile is refused, naming it.
+    let out = run(&["profile", "--compare", t.to_str().unwrap(), "-o", png.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a profile"), "{}", text(&out.stderr));
+}
