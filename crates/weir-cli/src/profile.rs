@@ -54,7 +54,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Time one window in N (1 = every window); more costs more and samples more.
+    /// Time one window in N (1 = every window): a smaller N samples more and costs more.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_EVERY, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub every: u32,
 
