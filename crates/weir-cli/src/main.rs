@@ -12,6 +12,7 @@ mod flow_order;
 mod flows;
 mod handle;
 mod inspect;
+mod profile;
 mod queues;
 mod record;
 mod replay;
@@ -37,13 +38,13 @@ SOURCE names: `trace.pcap` (one queue), `trace.pcap@0-3` (split into 4 queues by
     after_help = "Examples:\n  weir synth -o /tmp/t.pcap --packets 1000000 --flows 100000\n  weir count /tmp/t.pcap@0-1\n  \
 weir count -f 'tcp port 443' --json /tmp/t.pcap\n  weir record /tmp/t.pcap -f udp -w /tmp/udp-%H%M%S.pcapng -G 60"
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Count packets and bytes per queue, with rates and drops once a second (the pfcount of weir).
     Count(count::CountArgs),
     /// Write what a source delivers to pcap or pcapng files, with rotation.
@@ -64,6 +65,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
     Queues(queues::QueuesArgs),
+    /// Run count, handle, inspect or streams with stage timing on, and show per stage the cycles and ns per packet and the share of the process's CPU time (WinPcap's profile of the packet path).
+    Profile(profile::ProfileArgs),
     /// Run an unmodified libpcap program (tcpdump, softflowd, fprobe, ...) on weir's libpcap, with weir's options, and report weir's per-queue counters when it exits.
     Run(wrap::WrapArgs),
 }
@@ -71,7 +74,12 @@ enum Command {
 fn main() -> ExitCode {
     alloc::tune();
     let cli = Cli::parse();
-    let result = match cli.command {
+    exit::report(dispatch(cli.command))
+}
+
+/// Run one command (`weir profile` runs the command it profiles through here too).
+pub(crate) fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Count(a) => count::run(a),
         Command::Record(a) => record::run(a),
         Command::Replay(a) => replay::run(a),
@@ -82,7 +90,7 @@ fn main() -> ExitCode {
         Command::Streams(a) => streams::run(a),
         Command::Flows(a) => flows::run(a),
         Command::Queues(a) => queues::run(a),
+        Command::Profile(a) => profile::run(a),
         Command::Run(a) => wrap::run(a),
-    };
-    exit::report(result)
+    }
 }

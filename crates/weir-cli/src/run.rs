@@ -337,6 +337,9 @@ impl SourceArgs {
         if let Some(d) = self.duration {
             b = b.time_limit(d);
         }
+        if let Some(p) = crate::profile::profiler() {
+            b = b.profile(p);
+        }
         let engine = b.build().map_err(build_error)?;
         for note in &engine.info().notes {
             eprintln!("weir: {note}");

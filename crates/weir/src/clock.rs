@@ -102,15 +102,16 @@ pub fn tsc() -> u64 {
     0
 }
 
-/// Whether the CPU says its TSC is invariant.
+/// Whether the CPU says its TSC is invariant (the check [`TscClock::new`] makes).
 #[cfg(target_arch = "x86_64")]
-fn invariant_tsc() -> bool {
+pub fn invariant_tsc() -> bool {
     let max_extended = core::arch::x86_64::__cpuid(0x8000_0000).eax;
     max_extended >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
 }
 
+/// No TSC off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
-fn invariant_tsc() -> bool {
+pub fn invariant_tsc() -> bool {
     false
 }
 

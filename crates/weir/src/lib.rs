@@ -106,6 +106,7 @@ pub mod memory;
 pub mod packet;
 pub mod pool;
 pub mod privileges;
+pub mod profile;
 pub mod ring;
 pub mod rss;
 pub mod setting;

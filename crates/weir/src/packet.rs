@@ -150,14 +150,19 @@ impl<'a> Runs<'a> {
         Runs { run: [Packet::NONE; PACKETS_PER_RUN], len: 0 }
     }
 
-    /// Adds `p`, handing the run over once it is full.
+    /// Adds `p`; true when the run is full and must be [`flush`](Self::flush)ed
+    /// before the next: for a caller that marks the hand-over (the profiler).
     #[inline]
-    pub(crate) fn push(&mut self, p: Packet<'a>, handler: &mut impl Handler) {
+    pub(crate) fn add(&mut self, p: Packet<'a>) -> bool {
         self.run[self.len] = p;
         self.len += 1;
-        if self.len == PACKETS_PER_RUN {
-            self.flush(handler);
-        }
+        self.len == PACKETS_PER_RUN
+    }
+
+    /// Whether the run holds packets.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Hands over what the run holds.

@@ -51,6 +51,12 @@ pub(crate) trait CaptureUnit: Send + 'static {
     /// A short name for the thread and for error messages.
     fn name(&self) -> String;
 
+    /// Whether the unit times its own stages for a profiled run (see
+    /// [`crate::profile`]); the engine profiles the thread of any other whole.
+    fn profiled(&self) -> bool {
+        false
+    }
+
     /// Capture until the input ends or a stop is requested.
     fn run(self: Box<Self>, sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError>;
 }

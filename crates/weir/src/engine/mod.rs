@@ -31,6 +31,7 @@ use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
 use crate::packet::Runs;
 use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
+use crate::profile::{Probe, Profiler, Stage};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
 use crate::{Handler, LinkType, QueueId, Setting, SettingError};
@@ -152,6 +153,8 @@ pub struct EngineBuilder {
     trace_reading_set: bool,
     /// What the application allocates beside the engine (see [`Self::application_memory`]).
     application_memory: Plan,
+    /// Stage timing, when the run is profiled.
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl EngineBuilder {
@@ -255,6 +258,14 @@ impl EngineBuilder {
     /// of the memory available that only one of them may.
     pub fn application_memory(mut self, plan: Plan) -> Self {
         self.application_memory = plan;
+        self
+    }
+
+    /// Time the stages of the packet path on sampled batches and hand them to
+    /// `p` as each thread ends (see [`crate::profile`]); off by default, and
+    /// then the loops carry no timing code at all.
+    pub fn profile(mut self, p: Arc<Profiler>) -> Self {
+        self.profiler = Some(p);
         self
     }
 
@@ -382,6 +393,7 @@ impl EngineBuilder {
             pacing: self.pacing,
             balance: self.balance,
             locality: self.locality,
+            profiler: self.profiler,
         })
     }
 }
@@ -421,6 +433,7 @@ pub struct Engine {
     pacing: Pacing,
     balance: balance::Mode,
     locality: Option<LocalityConfig>,
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl Engine {
@@ -534,13 +547,14 @@ impl Engine {
             let desk = l.handovers.as_ref().map(|h| h.desk(i));
             let cpu = l.placements.iter().find(|p| p.queue == q).and_then(|p| p.worker_cpu);
             let thread_ctl = Arc::clone(&l.ctl);
+            let profiler = l.profiler.clone();
             l.ctl.thread_started();
             let h = std::thread::Builder::new()
                 .name(format!("weir-worker-{q}"))
                 .spawn(move || {
                     let _end = ThreadEnd(&thread_ctl);
                     pin(cpu);
-                    worker_loop(side, handler, &thread_ctl, locality, desk)
+                    worker_loop(side, handler, &thread_ctl, locality, desk, profiler.as_deref())
                 })
                 .map_err(|e| {
                     l.ctl.thread_ended();
@@ -560,6 +574,7 @@ impl Engine {
             progress: l.progress,
             balance: l.balance,
             info: l.info,
+            profiler: l.profiler,
         })
     }
 
@@ -608,6 +623,7 @@ impl Engine {
                 balance: self.balance,
                 balance_counters: Arc::clone(&balance),
                 handovers: handovers.clone(),
+                profiler: self.profiler.clone(),
             })
             .map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?;
         // The buddy group is every queue of the engine: the queues one application reads.
@@ -633,13 +649,24 @@ impl Engine {
                 .collect();
             let thread_ctl = Arc::clone(&ctl);
             let thread_name = format!("weir-capture-{name}");
+            let thread_label = format!("capture-{name}");
+            // A unit that times its own stages hands its timer in itself; any
+            // other capture thread is profiled whole.
+            let whole = self.profiler.clone().filter(|_| !unit.profiled());
+            if let Some(p) = &whole {
+                p.expect_thread();
+            }
             ctl.thread_started();
             let h = std::thread::Builder::new()
                 .name(thread_name.chars().take(15).collect())
                 .spawn(move || {
                     let _end = ThreadEnd(&thread_ctl);
                     pin(cpu);
-                    capture_loop(unit, sides, &thread_ctl)
+                    let r = capture_loop(unit, sides, &thread_ctl);
+                    if let Some(p) = whole {
+                        p.whole_thread(&thread_label, Stage::CaptureThread);
+                    }
+                    r
                 })
                 .map_err(|e| {
                     ctl.thread_ended();
@@ -665,6 +692,7 @@ impl Engine {
             locality: self.locality,
             filter,
             handovers,
+            profiler: self.profiler,
         })
     }
 }
@@ -686,6 +714,8 @@ pub(crate) struct Launched {
     pub(crate) filter: FilterSwitch,
     /// The workers' mailboxes, when they hand flow state over (see [`balance`]).
     pub(crate) handovers: Option<Arc<balance::Handovers>>,
+    /// Stage timing, when the run is profiled.
+    pub(crate) profiler: Option<Arc<Profiler>>,
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since
@@ -734,45 +764,97 @@ fn worker_loop<H: Handler>(
     ctl: &Control,
     locality: Option<(LocalityConfig, LinkType)>,
     desk: Option<balance::Desk>,
+    profiler: Option<&Profiler>,
 ) -> Result<H, RunError> {
     let queue = side.queue();
-    let serve = |handler: &mut H| {
-        if let Some(d) = &desk {
-            d.serve(handler);
-        }
-    };
+    let mut timer = profiler.map(|p| p.timer(&format!("worker-{queue}"), Stage::Delivery));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        match &locality {
-            Some((cfg, link)) => crate::locality::run(&side, &mut handler, cfg, *link, WORKER_IDLE, desk.as_ref()),
-            None => loop {
-                match side.next(WORKER_IDLE) {
-                    Next::Chunk(chunk) => {
-                        // State handed over for this chunk's packets was posted before it.
-                        serve(&mut handler);
-                        let mut runs = Runs::new();
-                        for p in chunk.packets() {
-                            runs.push(p, &mut handler);
-                        }
-                        runs.flush(&mut handler);
-                    }
-                    Next::Idle => {
-                        serve(&mut handler);
-                        handler.idle();
-                    }
-                    Next::Closed => break,
-                }
-            },
+        // Chosen once: the untimed loops carry no marks at all.
+        match &mut timer {
+            Some(t) => deliver_all(&side, &mut handler, &locality, desk.as_ref(), t),
+            None => deliver_all(&side, &mut handler, &locality, desk.as_ref(), &mut ()),
         }
         // State handed over as the capture stopped was posted before it closed.
-        serve(&mut handler);
+        if let Some(d) = &desk {
+            d.serve(&mut handler);
+        }
     }))
     .and_then(|()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.finish())));
+    if let (Some(t), Some(p)) = (timer, profiler) {
+        t.finish(p);
+    }
     match result {
         Ok(()) => Ok(handler),
         Err(p) => {
             // Nobody will drain this queue now: stop capture so it does not wait forever.
             ctl.request_stop(StopReason::Failed);
             Err(RunError::HandlerPanicked { queue, message: panic_message(p) })
+        }
+    }
+}
+
+/// A worker's loop until its capture queue is closed and drained, with stage
+/// marks on `probe` (see [`crate::profile`]).
+fn deliver_all<H: Handler, P: Probe>(
+    side: &WorkerSide,
+    handler: &mut H,
+    locality: &Option<(LocalityConfig, LinkType)>,
+    desk: Option<&balance::Desk>,
+    probe: &mut P,
+) {
+    let serve = |handler: &mut H| {
+        if let Some(d) = desk {
+            d.serve(handler);
+        }
+    };
+    if let Some((cfg, link)) = locality {
+        return crate::locality::run(side, handler, cfg, *link, WORKER_IDLE, desk, probe);
+    }
+    loop {
+        probe.begin(Stage::Delivery);
+        // Taking a ready chunk is delivery; sleeping for one is waiting.
+        let next = match side.try_next() {
+            Some(c) => Next::Chunk(c),
+            None => {
+                probe.mark(Stage::WorkerWait);
+                let n = side.next(WORKER_IDLE);
+                probe.mark(Stage::Delivery);
+                n
+            }
+        };
+        match next {
+            Next::Chunk(chunk) => {
+                // State handed over for this chunk's packets was posted before it.
+                probe.mark(Stage::Application);
+                serve(handler);
+                probe.mark(Stage::Delivery);
+                let n = chunk.len();
+                let mut runs = Runs::new();
+                for p in chunk.packets() {
+                    if runs.add(p) {
+                        probe.mark(Stage::Application);
+                        runs.flush(handler);
+                        probe.mark(Stage::Delivery);
+                    }
+                }
+                if !runs.is_empty() {
+                    probe.mark(Stage::Application);
+                    runs.flush(handler);
+                }
+                probe.mark(Stage::Recycle);
+                drop(chunk);
+                probe.end(n as u64);
+            }
+            Next::Idle => {
+                probe.mark(Stage::Application);
+                serve(handler);
+                handler.idle();
+                probe.end(0);
+            }
+            Next::Closed => {
+                probe.end(0);
+                break;
+            }
         }
     }
 }
@@ -791,6 +873,7 @@ pub struct Running<H> {
     /// What rebalancing moved, when the mode moves buckets.
     balance: Option<Arc<balance::BalanceCounters>>,
     info: SourceInfo,
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl<H> Running<H> {
@@ -860,6 +943,9 @@ impl<H> Running<H> {
             }
         }
         let stats = Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() };
+        if let Some(p) = &self.profiler {
+            p.set_packets(stats.total().received);
+        }
         let stop = self.ctl.reason().unwrap_or(StopReason::EndOfInput);
         let balance = self.balance.as_ref().map(|b| b.read());
         let unreached_bytes = self.progress.as_ref().map_or(0, |p| p.unreached());

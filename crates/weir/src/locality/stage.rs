@@ -12,6 +12,7 @@ use super::LocalityConfig;
 use crate::balance::Desk;
 use crate::packet::Runs;
 use crate::pool::{HeldChunk, Next, WorkerSide};
+use crate::profile::{Probe, Stage};
 use crate::Handler;
 use crate::LinkType;
 use std::time::Duration;
@@ -32,10 +33,13 @@ fn add<'w>(b: &mut Batch<HeldChunk<'w>>, chunk: HeldChunk<'w>, link: LinkType) {
 }
 
 /// Deliver in key order, then recycle every chunk. `between` runs every
-/// [`POLL_EVERY`] packets.
-fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between: impl FnMut()) {
+/// [`POLL_EVERY`] packets. Returns the packets delivered.
+fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, probe: &mut impl Probe, mut between: impl FnMut()) -> u64 {
+    probe.mark(Stage::Locality);
     b.hand_out();
+    probe.mark(Stage::Delivery);
     let (order, held) = b.order();
+    let delivered = order.len() as u64;
     let mut runs = Runs::new();
     for (n, &(slot, cell)) in order.iter().enumerate() {
         // Delivery jumps around the held chunks, so the packet after next is
@@ -46,16 +50,26 @@ fn deliver(b: &mut Batch<HeldChunk<'_>>, handler: &mut impl Handler, mut between
             }
         }
         if let Some(p) = held.get(slot as usize).and_then(|c| c.get(cell as usize)) {
-            runs.push(p, handler);
+            if runs.add(p) {
+                probe.mark(Stage::Application);
+                runs.flush(handler);
+                probe.mark(Stage::Delivery);
+            }
         }
         if (n as u32 + 1) % POLL_EVERY == 0 {
+            probe.mark(Stage::Application);
             runs.flush(handler);
+            probe.mark(Stage::Locality);
             between();
+            probe.mark(Stage::Delivery);
         }
     }
+    probe.mark(Stage::Application);
     runs.flush(handler);
+    probe.mark(Stage::Recycle);
     // Dropping a held chunk recycles it: only now is every packet of it delivered.
     b.release();
+    delivered
 }
 
 /// Run the stage until the capture queue (and every buddy's) is closed and
@@ -68,6 +82,7 @@ pub(crate) fn run<H: Handler>(
     link: LinkType,
     idle: Duration,
     desk: Option<&Desk>,
+    probe: &mut impl Probe,
 ) {
     let batch = cfg.batch.get();
     let mut cur = Batch::new();
@@ -78,23 +93,27 @@ pub(crate) fn run<H: Handler>(
         }
     };
     loop {
-        let closed = gather(side, &mut cur, cfg, link, idle, &mut || {
+        // One window of a profile is one batch: gathered, sorted, delivered, recycled.
+        probe.begin(Stage::Locality);
+        let closed = gather(side, &mut cur, cfg, link, idle, probe, &mut || {
             serve(handler);
             handler.idle();
         });
+        probe.mark(Stage::Application);
         serve(handler);
-        if cfg.double_buffer {
-            deliver(&mut cur, handler, || {
+        let delivered = if cfg.double_buffer {
+            deliver(&mut cur, handler, probe, || {
                 while next.len() < batch {
                     match side.try_next() {
                         Some(c) => add(&mut next, c, link),
                         None => break,
                     }
                 }
-            });
+            })
         } else {
-            deliver(&mut cur, handler, || {});
-        }
+            deliver(&mut cur, handler, probe, || {})
+        };
+        probe.end(delivered);
         if closed && next.len() == 0 {
             return;
         }
@@ -111,6 +130,7 @@ fn gather<'w>(
     cfg: &LocalityConfig,
     link: LinkType,
     idle: Duration,
+    probe: &mut impl Probe,
     on_idle: &mut impl FnMut(),
 ) -> bool {
     while !b.is_due(cfg) {
@@ -119,7 +139,16 @@ fn gather<'w>(
         if gathering && wait.is_zero() {
             return false;
         }
-        let next = if gathering { side.next_unless_starved(wait) } else { side.next(wait) };
+        // Taking a ready chunk and indexing it is the locality stage; sleeping for one is waiting.
+        let next = match side.try_next() {
+            Some(c) => Next::Chunk(c),
+            None => {
+                probe.mark(Stage::WorkerWait);
+                let n = if gathering { side.next_unless_starved(wait) } else { side.next(wait) };
+                probe.mark(Stage::Locality);
+                n
+            }
+        };
         match next {
             Next::Chunk(c) => {
                 if !gathering {
@@ -135,7 +164,11 @@ fn gather<'w>(
                 side.take_starved();
                 return false;
             }
-            Next::Idle => on_idle(),
+            Next::Idle => {
+                probe.mark(Stage::Application);
+                on_idle();
+                probe.mark(Stage::Locality);
+            }
             Next::Closed => return true,
         }
     }

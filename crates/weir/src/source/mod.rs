@@ -47,6 +47,8 @@ pub(crate) struct CaptureOptions {
     /// hands its handlers' flow state over with each bucket it moves (a trace,
     /// or afpacket; see [`Source::handover_refusal`]).
     pub(crate) handovers: Option<Arc<crate::balance::Handovers>>,
+    /// Stage timing, when the run is profiled ([`crate::profile`]).
+    pub(crate) profiler: Option<Arc<crate::profile::Profiler>>,
 }
 
 /// An opened source, before capture starts.

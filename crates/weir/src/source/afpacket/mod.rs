@@ -519,7 +519,7 @@ impl Source for AfPacketSource {
             .map(|(member, s)| {
                 let name = format!("afpacket:{iface}@{}", s.queue);
                 let role = rebalance.as_ref().map(|r| rebalance::QueueRole::new(Arc::clone(r), member as u16));
-                let unit = unit::QueueUnit::new(QueueId(s.queue), name, s.socket, s.ring, Arc::clone(&shared), role);
+                let unit = unit::QueueUnit::new(QueueId(s.queue), name, s.socket, s.ring, Arc::clone(&shared), role, opts.profiler.clone());
                 Box::new(unit) as Box<dyn CaptureUnit>
             })
             .collect();

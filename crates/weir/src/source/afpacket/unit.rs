@@ -35,6 +35,7 @@ use super::sys::{BadFrame, PacketSocket, ReadyBlock, Ring, Walked};
 use super::Shared;
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::pool::CaptureSide;
+use crate::profile::{Probe, Profiler, Stage};
 use crate::QueueId;
 use std::collections::VecDeque;
 use std::io;
@@ -66,6 +67,8 @@ pub(super) struct QueueUnit {
     /// This queue's part in rebalancing, when the capture rebalances.
     balance: Option<QueueRole>,
     next_stats: Instant,
+    /// Stage timing, when the run is profiled.
+    profiler: Option<Arc<Profiler>>,
 }
 
 /// Where the walk of a block stands.
@@ -97,8 +100,20 @@ impl QueueUnit {
         ring: Ring,
         shared: Arc<Shared>,
         balance: Option<QueueRole>,
+        profiler: Option<Arc<Profiler>>,
     ) -> QueueUnit {
-        QueueUnit { queue, label, socket, ring, _shared: shared, walk: None, held: VecDeque::new(), balance, next_stats: Instant::now() }
+        QueueUnit {
+            queue,
+            label,
+            socket,
+            ring,
+            _shared: shared,
+            walk: None,
+            held: VecDeque::new(),
+            balance,
+            next_stats: Instant::now(),
+            profiler,
+        }
     }
 
     /// Longest sleep: a stop request is seen within it, and under rebalancing a move too.
@@ -117,20 +132,23 @@ impl QueueUnit {
         }
     }
 
-    fn capture(&mut self, side: &mut CaptureSide, ctl: &Control) -> Result<(), SourceError> {
+    /// Walk the ring's blocks into the pool, with stage marks on `probe`.
+    fn capture(&mut self, side: &mut CaptureSide, ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
         loop {
             if ctl.stop_requested() {
                 return Ok(());
             }
             if let Some(w) = &mut self.walk {
-                match walk(&self.ring, w, side, ctl, self.balance.as_mut()).map_err(bad_ring)? {
+                match walk(&self.ring, w, side, ctl, self.balance.as_mut(), probe).map_err(bad_ring)? {
                     Step::Done => {
                         if let Some(w) = self.walk.take() {
                             self.held.push_back(self.ring.done(w.block));
                         }
                     }
                     Step::NoCell => {
+                        probe.mark(Stage::CaptureWait);
                         side.wait_for_cell(self.slice());
+                        probe.mark(Stage::Source);
                         self.give_back();
                         self.sync(side);
                         self.stats_if_due(side)?;
@@ -154,16 +172,20 @@ impl QueueUnit {
                 self.sync(side);
                 continue;
             }
+            probe.mark(Stage::HandOff);
             side.flush();
             side.reclaim();
+            probe.mark(Stage::Source);
             self.give_back();
             self.sync(side);
+            probe.mark(Stage::CaptureWait);
             if self.held.is_empty() {
                 let until_stats = self.next_stats.saturating_duration_since(Instant::now());
                 self.socket.wait_readable(self.slice().min(until_stats)).map_err(socket_error)?;
             } else {
                 side.wait_recycled(HELD_WAIT);
             }
+            probe.mark(Stage::Source);
         }
     }
 
@@ -211,7 +233,14 @@ fn bad_ring(e: BadFrame) -> SourceError {
 /// Push the rest of the block's packets, until a cell is missing or the limit is
 /// hit; packets of a bucket moving to this queue are parked instead.
 #[inline]
-fn walk(ring: &Ring, w: &mut Walk, side: &mut CaptureSide, ctl: &Control, mut balance: Option<&mut QueueRole>) -> Result<Step, BadFrame> {
+fn walk(
+    ring: &Ring,
+    w: &mut Walk,
+    side: &mut CaptureSide,
+    ctl: &Control,
+    mut balance: Option<&mut QueueRole>,
+    probe: &mut impl Probe,
+) -> Result<Step, BadFrame> {
     while w.left > 0 {
         let f = ring.frame(&w.block, w.at)?;
         if !w.budgeted {
@@ -221,12 +250,19 @@ fn walk(ring: &Ring, w: &mut Walk, side: &mut CaptureSide, ctl: &Control, mut ba
             w.budgeted = true;
         }
         let parked = match balance.as_deref_mut() {
-            Some(b) if b.parks() => b.park(ring, &w.block, &f, side),
+            Some(b) if b.parks() => {
+                probe.mark(Stage::Steer);
+                b.park(ring, &w.block, &f, side)
+            }
             _ => false,
         };
+        probe.mark(Stage::HandOff);
         if !parked && side.push_ref(w.block.block(), f.data, f.wire_len, f.ts_ns).is_err() {
+            probe.mark(Stage::Source);
             return Ok(Step::NoCell);
         }
+        probe.mark(Stage::Source);
+        probe.record(Stage::Source);
         w.budgeted = false;
         w.left -= 1;
         if w.left > 0 && f.next == 0 {
@@ -246,12 +282,25 @@ impl CaptureUnit for QueueUnit {
         self.label.clone()
     }
 
+    fn profiled(&self) -> bool {
+        self.profiler.is_some()
+    }
+
     fn run(mut self: Box<Self>, sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError> {
         let n = sides.len();
         let Ok([mut side]) = <[CaptureSide; 1]>::try_from(sides) else {
             return Err(SourceError::Invalid(format!("{}: given {n} queues, serves one", self.label)));
         };
-        let result = self.capture(&mut side, ctl);
+        // Chosen once: the untimed loop carries no marks at all.
+        let result = match self.profiler.clone() {
+            Some(p) => {
+                let mut timer = p.timer(&format!("capture-{}", self.label), Stage::Source);
+                let r = self.capture(&mut side, ctl, &mut timer);
+                timer.finish(&p);
+                r
+            }
+            None => self.capture(&mut side, ctl, &mut ()),
+        };
         // However the run ended: the kernel's last drops, moves, then the attached chunk.
         let drops = self.count_kernel_drops(&mut side);
         if let Some(b) = &mut self.balance {

@@ -250,7 +250,8 @@ impl Source for AfXdpSource {
                 (Some(r), Some(l)) => Some(rebalance::QueueRole::new(Arc::clone(r), me, l, frames, xdp.frame_size)),
                 _ => None,
             };
-            units.push(Box::new(XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role, &iface, clock)));
+            let unit = XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role, &iface, clock);
+            units.push(Box::new(unit.profiled_by(opts.profiler.clone())));
         }
         if let Some(r) = rebalance {
             units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afxdp:{iface} rebalancer"))));

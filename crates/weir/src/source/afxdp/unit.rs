@@ -35,6 +35,7 @@ use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::clock::{realtime_ns, TscClock};
 use crate::filter::FilterWatch;
 use crate::pool::{CaptureSide, FrameArena, NoCell};
+use crate::profile::{Probe, Profiler, Stage};
 use crate::QueueId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,6 +90,8 @@ pub(crate) struct XskUnit {
     label: String,
     /// Stamps each packet; `None`: CLOCK_REALTIME per batch.
     clock: Option<TscClock>,
+    /// Stage timing, when the run is profiled.
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl XskUnit {
@@ -114,7 +117,14 @@ impl XskUnit {
             balance,
             label,
             clock,
+            profiler: None,
         }
+    }
+
+    /// Time the unit's stages for `profiler`, when the run is profiled.
+    pub(crate) fn profiled_by(mut self, profiler: Option<Arc<Profiler>>) -> XskUnit {
+        self.profiler = profiler;
+        self
     }
 
     /// Take back the frames of recycled chunks and top the fill ring up.
@@ -163,12 +173,25 @@ impl CaptureUnit for XskUnit {
         self.label.clone()
     }
 
+    fn profiled(&self) -> bool {
+        self.profiler.is_some()
+    }
+
     fn run(mut self: Box<Self>, sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError> {
         let mut sides = sides.into_iter();
         let (Some(mut side), None) = (sides.next(), sides.next()) else {
             return Err(SourceError::Invalid("an AF_XDP unit captures exactly one queue".into()));
         };
-        let result = self.capture(&mut side, ctl);
+        // Chosen once: the untimed loop carries no marks at all.
+        let result = match self.profiler.clone() {
+            Some(p) => {
+                let mut timer = p.timer(&format!("capture-{}", self.label), Stage::Source);
+                let r = self.capture(&mut side, ctl, &mut timer);
+                timer.finish(&p);
+                r
+            }
+            None => self.capture(&mut side, ctl, &mut ()),
+        };
         // Drops the kernel counted up to now belong to this run, even after a failure.
         let last = self.xsk.statistics().map(|now| self.drops.account(now, &mut side));
         if let Some(b) = &mut self.balance {
@@ -180,7 +203,8 @@ impl CaptureUnit for XskUnit {
 }
 
 impl XskUnit {
-    fn capture(&mut self, side: &mut CaptureSide, ctl: &Control) -> Result<(), SourceError> {
+    /// Take the RX ring's packets into the pool, with stage marks on `probe`.
+    fn capture(&mut self, side: &mut CaptureSide, ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
         let mut stats_at = Instant::now();
         // When the oldest packet not yet visible to the worker was captured.
         let mut unpublished_since: Option<Instant> = None;
@@ -202,29 +226,43 @@ impl XskUnit {
                 // instead of taking a packet or two each (every cell of a
                 // published chunk is spent until it is recycled).
                 let left = unpublished_since.map_or(Duration::ZERO, |t| PUBLISH_DELAY.saturating_sub(t.elapsed()));
+                probe.mark(Stage::CaptureWait);
                 if !left.is_zero() && self.xsk.wait(self.at_most(left))? {
+                    probe.mark(Stage::Source);
                     continue;
                 }
+                probe.mark(Stage::HandOff);
                 side.flush();
+                probe.mark(Stage::Source);
                 unpublished_since = None;
                 self.drops.account(self.xsk.statistics()?, side);
                 stats_at = Instant::now();
                 // What the worker recycled meanwhile goes on the fill ring before we
                 // sleep, or the kernel might have nowhere to put packets.
                 self.refill(side);
+                probe.mark(Stage::CaptureWait);
                 if !self.xsk.wait(self.at_most(IDLE_WAIT))? {
                     // Quiet for a whole wait: is there still an interface to wait on?
                     self.xsk.check_bound()?;
                 }
+                probe.mark(Stage::Source);
                 continue;
             }
             unpublished_since.get_or_insert_with(Instant::now);
-            match self.consume(n, side, ctl) {
-                Batch::Done if n < BATCH => std::thread::sleep(GATHER),
+            let (outcome, done) = self.consume(n, side, ctl, probe);
+            probe.records(done, Stage::Source);
+            match outcome {
+                Batch::Done if n < BATCH => {
+                    probe.mark(Stage::CaptureWait);
+                    std::thread::sleep(GATHER);
+                    probe.mark(Stage::Source);
+                }
                 Batch::Done => {}
                 Batch::NoCell => {
                     // Waiting publishes the partly filled chunk.
+                    probe.mark(Stage::CaptureWait);
                     side.wait_for_cell(self.at_most(CELL_WAIT));
+                    probe.mark(Stage::Source);
                     unpublished_since = None;
                 }
                 Batch::Limit => return Ok(()),
@@ -236,9 +274,10 @@ impl XskUnit {
         }
     }
 
-    /// Consume up to `n` peeked descriptors and release those consumed.
+    /// Consume up to `n` peeked descriptors and release those consumed; returns
+    /// how it ended and how many it consumed.
     #[inline]
-    fn consume(&mut self, n: u32, side: &mut CaptureSide, ctl: &Control) -> Batch {
+    fn consume(&mut self, n: u32, side: &mut CaptureSide, ctl: &Control, probe: &mut impl Probe) -> (Batch, u32) {
         let batch_ns = if self.clock.is_none() { realtime_ns() } else { 0 };
         let mut done = 0;
         let mut outcome = Batch::Done;
@@ -247,14 +286,17 @@ impl XskUnit {
             let (desc, data) = self.xsk.packet(done, &self.umem, self.snaplen);
             let caplen = data.len();
             if let Some(f) = self.filter.get() {
+                probe.mark(Stage::Filter);
                 // The filter reads the packet in place, in its frame.
                 if !f.matches(data, desc.len) {
                     side.drop_filtered(desc.len);
                     self.xsk.free_frame(desc.addr);
+                    probe.mark(Stage::Source);
                     done += 1;
                     continue;
                 }
             }
+            probe.mark(Stage::Steer);
             let place = self.balance.as_ref().map(|b| b.place(data));
             if !ctl.take_budget() {
                 ctl.request_stop(StopReason::PacketLimit);
@@ -265,11 +307,15 @@ impl XskUnit {
                 if !b.is_here(p) {
                     let r = Received { addr: desc.addr, len: caplen as u32, wire_len: desc.len, ts_ns };
                     b.send(p, r, &mut self.xsk, side);
+                    probe.mark(Stage::Source);
                     done += 1;
                     continue;
                 }
             }
-            match side.push_frame(&self.umem, desc.addr, caplen, desc.len, ts_ns) {
+            probe.mark(Stage::HandOff);
+            let pushed = side.push_frame(&self.umem, desc.addr, caplen, desc.len, ts_ns);
+            probe.mark(Stage::Source);
+            match pushed {
                 Ok(()) => {
                     if let (Some(b), Some(p)) = (&mut self.balance, place) {
                         b.took_cell(p);
@@ -283,7 +329,7 @@ impl XskUnit {
             }
         }
         self.xsk.release(done);
-        outcome
+        (outcome, done)
     }
 }
 

@@ -22,6 +22,7 @@
 
 use crate::capture::{Control, SourceError};
 use crate::pool::{BlockArena, BlockMut, BlockRef, CaptureSide};
+use crate::profile::{Profiler, Stage};
 use crate::tracefile::MAX_RECORD_BYTES;
 use crate::{Setting, SettingError};
 use std::fs::File;
@@ -226,8 +227,9 @@ impl Input {
         }
     }
 
-    /// Start reading ahead on a thread of its own, from where the header ended.
-    pub(crate) fn start_read_ahead(&mut self) -> Result<(), SourceError> {
+    /// Start reading ahead on a thread of its own, from where the header ended;
+    /// a profiled run gets the thread's CPU time as it ends.
+    pub(crate) fn start_read_ahead(&mut self, profiler: Option<Arc<Profiler>>) -> Result<(), SourceError> {
         let Reader::Direct(source) = std::mem::replace(&mut self.reader, Reader::Done) else { return Ok(()) };
         if self.eof {
             return Ok(());
@@ -243,9 +245,17 @@ impl Input {
             offset: self.read_offset,
             read_total: Arc::clone(&self.read_total),
         };
+        if let Some(p) = &profiler {
+            p.expect_thread();
+        }
         std::thread::Builder::new()
             .name("weir-readahead".into())
-            .spawn(move || ahead.run())
+            .spawn(move || {
+                ahead.run();
+                if let Some(p) = profiler {
+                    p.whole_thread("read-ahead", Stage::ReadAhead);
+                }
+            })
             .map_err(|source| SourceError::Io { what: "starting the read-ahead thread".into(), error: source })?;
         self.reader = Reader::Ahead { rx, stop };
         Ok(())

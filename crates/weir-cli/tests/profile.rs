@@ -1,0 +1,197 @@
+//! `weir profile` as a user runs it, on a trace `weir synth` makes: every
+//! stage of the path reported, for the trace's packets, the stages summing
+//! to within 10% of the process's CPU time measured apart from them, and
+//! clear errors for a command it cannot run; and, as root, the same on
+//! afpacket and afxdp on the veth test bed.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const PACKETS: u64 = 200_000;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn synth(dir: &Path) -> PathBuf {
+    let path = dir.join("t.pcap");
+    let n = PACKETS.to_string();
+    let out = run(&["synth", "-o", path.to_str().unwrap(), "--packets", &n, "--flows", "5000", "--seed", "1"]);
+    assert!(out.status.success(), "synth: {}", text(&out.stderr));
+    path
+}
+
+/// `weir profile --json ARGS`: the profile, the last line of standard output.
+fn profile(args: &[&str]) -> Value {
+    let out = run(&[&["profile", "--json", "--every", "4", "--"], args].concat());
+    assert!(out.status.success(), "weir profile {args:?}: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    serde_json::from_str(stdout.lines().last().expect("a profile line")).expect("the profile is JSON")
+}
+
+fn ns(p: &Value, key: &str) -> f64 {
+    p["stages"].as_array().unwrap().iter().find(|s| s["stage"] == key).map_or(0.0, |s| s["ns_per_packet"].as_f64().unwrap())
+}
+
+/// The stages named are there with time in them, and they sum to within 10% of the total.
+fn check(p: &Value, stages: &[&str]) {
+    assert_eq!(p["packets"].as_u64(), Some(PACKETS), "{p}");
+    for s in stages {
+        assert!(ns(p, s) > 0.0, "stage {s} missing or empty: {p:#}");
+    }
+    let sum = p["sum"]["ns_per_packet"].as_f64().unwrap();
+    let total = p["total"]["ns_per_packet"].as_f64().unwrap();
+    let stages_sum: f64 = p["stages"].as_array().unwrap().iter().map(|s| s["ns_per_packet"].as_f64().unwrap()).sum();
+    assert!((stages_sum - sum).abs() < 1e-6 * sum, "sum {sum} is not the stages' {stages_sum}");
+    assert!((sum - total).abs() <= 0.10 * total, "stages {sum} ns/packet, total {total}: {p:#}");
+    let un = p["unaccounted"]["ns_per_packet"].as_f64().unwrap();
+    assert!((total - sum - un).abs() < 1e-6 * total, "unaccounted {un} is not total - sum");
+    assert_eq!(p["clock"]["invariant"].as_bool(), Some(p["clock"]["source"] == "tsc"));
+    assert!(p["clock"]["hz"].as_f64().unwrap() > 1e8);
+}
+
+#[test]
+fn count_reports_every_stage_summing_to_the_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let src = format!("{}@0-1", t.display());
+    let p = profile(&["count", "-q", &src]);
+    check(&p, &["source", "steer", "hand_off", "read_ahead", "delivery", "application", "recycle", "main"]);
+    // No filter, no locality: no such stage.
+    assert_eq!(ns(&p, "filter"), 0.0);
+    assert_eq!(ns(&p, "locality"), 0.0);
+    // The capture thread read every record; the workers took every packet between them.
+    let threads = p["threads"].as_array().unwrap();
+    let packets = |prefix: &str| {
+        threads.iter().filter(|t| t["thread"].as_str().unwrap().starts_with(prefix)).map(|t| t["packets"].as_u64().unwrap()).sum::<u64>()
+    };
+    assert_eq!(packets("capture-trace"), PACKETS);
+    assert_eq!(packets("worker-"), PACKETS);
+    for t in threads.iter().filter(|t| t["thread"] != "read-ahead") {
+        let timed = t["windows_marked"].as_u64().unwrap() + t["windows_plain"].as_u64().unwrap();
+        assert!(timed > 0 && timed <= t["windows"].as_u64().unwrap(), "{t}");
+    }
+}
+
+#[test]
+fn filter_locality_and_an_application_are_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let src = t.to_str().unwrap();
+    // Every packet of the synthesized trace is TCP or UDP: the filter passes them all.
+    let p = profile(&["count", "-q", "-f", "tcp or udp", "--locality", "4096", src]);
+    check(&p, &["source", "filter", "hand_off", "locality", "delivery", "application", "recycle"]);
+    let p = profile(&["handle", "-q", "-x", "20", src]);
+    check(&p, &["source", "delivery", "application"]);
+    // Twenty runs of the filter per packet outweigh taking the packet off the ring.
+    assert!(ns(&p, "application") > ns(&p, "delivery"), "{p:#}");
+}
+
+#[test]
+fn the_table_follows_the_commands_own_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let out = run(&["profile", "--", "count", "-q", t.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let count = stdout.find("weir count:").expect("count's table");
+    let table = stdout.find("weir profile:").expect("the profile's table");
+    assert!(count < table, "{stdout}");
+    for row in ["capture: source", "sum of the stages", "total (process CPU time", "unaccounted", "system time of the process"] {
+        assert!(stdout.contains(row), "no {row:?} in {stdout}");
+    }
+}
+
+#[test]
+fn a_command_it_cannot_profile_is_refused_clearly() {
+    // Without `--`, the command is not taken for profile's own arguments.
+    let out = run(&["profile", "count", "t.pcap"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("-- COMMAND"), "{}", text(&out.stderr));
+    let out = run(&["profile"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("after `--`"), "{}", text(&out.stderr));
+    let out = run(&["profile", "--", "record", "t.pcap", "-w", "x.pcap"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("count, handle, inspect or streams") && err.contains("\"record\""), "{err}");
+    let out = run(&["profile", "--", "count", "--no-such-option", "t.pcap"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = run(&["profile", "--every", "0", "--", "count", "t.pcap"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// `weir profile -- count` on a live source of the veth test bed, with
+/// `weir replay` sending a synthesized trace from the other namespace.
+fn profile_live(kind: &str) {
+    let tb = testbed::TestBed::new(2);
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let src = format!("{kind}:{}@0-1", tb.rx_if);
+    let mut child = tb
+        .in_rx(env!("CARGO_BIN_EXE_weir"))
+        .args(["profile", "--json", "--every", "4", "--", "count", "-q", &src])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir starts");
+    let lines = testbed::wait_listening(&mut child, &format!("weir profile -- count {src}"));
+    std::thread::spawn(move || lines.for_each(drop));
+    let sent = tb
+        .in_tx(env!("CARGO_BIN_EXE_weir"))
+        .args(["replay", t.to_str().unwrap(), "-o", &tb.tx_if, "--pps", "100000"])
+        .output()
+        .expect("weir replay runs");
+    assert!(sent.status.success(), "replay: {}", text(&sent.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "weir profile failed: {}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    let p: Value = serde_json::from_str(stdout.lines().last().expect("a profile line")).expect("the profile is JSON");
+    check(&p, &["source", "hand_off", "delivery", "application", "main"]);
+    let threads = p["threads"].as_array().unwrap();
+    let captured: u64 =
+        threads.iter().filter(|t| t["thread"].as_str().unwrap().starts_with("capture-")).map(|t| t["packets"].as_u64().unwrap()).sum();
+    assert_eq!(captured, PACKETS, "{p:#}");
+}
+
+#[test]
+#[ignore = "needs root: weir's live capture on a veth test bed"]
+fn count_on_afpacket_and_afxdp_is_profiled_stage_by_stage() {
+    testbed::require_root();
+    profile_live("afpacket");
+    profile_live("afxdp");
+}
+
+#[test]
+fn compare_draws_saved_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let mut files = Vec::new();
+    for (name, extra) in [("plain", None), ("locality", Some("--locality=4096"))] {
+        let mut args = vec!["count", "-q"];
+        args.extend(extra);
+        args.push(t.to_str().unwrap());
+        let out = run(&[&["profile", "--json", "--"], &args[..]].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, &out.stdout).unwrap();
+        files.push(f);
+    }
+    let png = dir.path().join("cmp.png");
+    let (a, b) = (files[0].to_str().unwrap(), files[1].to_str().unwrap());
+    let out = run(&["profile", "--compare", a, b, "-o", png.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000, "{} bytes", bytes.len());
+    // A file that is not a profile is refused, naming it.
+    let out = run(&["profile", "--compare", t.to_str().unwrap(), "-o", png.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a profile"), "{}", text(&out.stderr));
+}
