@@ -7,12 +7,12 @@
 //! reads (default 5,000,000) of the time per read, each read's value summed
 //! so none is optimised away. The TSC clock is weir's per-packet stamp
 //! (`weir::clock::TscClock::now_ns`, resynced as a capture thread does);
-//! `clock_gettime` is CLOCK_REALTIME through the vDSO (`SystemTime::now`),
+//! `clock_gettime` is CLOCK_REALTIME through the vDSO (`weir::clock::realtime_ns`),
 //! what afxdp reads once per batch with `--timestamps clock`; `rdtsc` is the
 //! bare instruction under both.
 use std::hint::black_box;
-use std::time::{Instant, SystemTime};
-use weir::clock::{tsc, TscClock};
+use std::time::Instant;
+use weir::clock::{realtime_ns, tsc, TscClock};
 
 fn per_read(reads: u64, mut f: impl FnMut() -> u64) -> f64 {
     let mut rounds: Vec<f64> = (0..9)
@@ -39,7 +39,7 @@ fn main() {
             None
         }
     };
-    let realtime = per_read(reads, || SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    let realtime = per_read(reads, realtime_ns);
     let raw = per_read(reads, tsc);
     let tsc_clock = clock.as_mut().map(|c| {
         let mut n = 0u32;

@@ -173,8 +173,8 @@ impl<S> Spare<S> {
     /// start): a direction's first touch of fresh memory was a third of a
     /// live worker's time at 10^5 new connections (clear_page).
     fn preallocated(n: usize) -> Spare<S> {
-        let blank = FlowTuple::V4 { src: [0; 4], dst: [0; 4], proto: 0, ports: None };
-        let dirs = (0..n).map(|_| Box::new(Dir::closed(new_record(&blank, QueueId(0), 0, Direction::Initiator)))).collect();
+        let blank = new_record(&FlowTuple::V4 { src: [0; 4], dst: [0; 4], proto: 0, ports: None }, QueueId(0), 0, Direction::Initiator);
+        let dirs = (0..n).map(|_| Box::new(Dir::closed(blank))).collect();
         Spare { dirs, room: n.max(SPARE), reasms: Vec::new() }
     }
 
