@@ -104,3 +104,27 @@ fn bytes_read_but_not_reached_at_the_stop_are_reported() {
     assert_eq!(v["packets"], 50, "{v}");
     assert_eq!(v["unreached_bytes"], (cut - ends[49]) as u64, "{v}");
 }
+
+/// `--trace-access map` on a pipe: it cannot be mapped, so it is read, every
+/// packet counted, and the user is told why.
+#[test]
+fn a_pipe_asked_to_be_mapped_is_read_and_the_user_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, ends) = trace(dir.path(), 500);
+    let mut child = weir()
+        .args(["count", "--json", "--trace-access", "map", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&bytes).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["packets"].as_u64(), Some(ends.len() as u64));
+    assert!(err.contains("mapping the trace was asked for, but it is not a regular file"), "{err}");
+}

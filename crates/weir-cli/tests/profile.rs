@@ -55,12 +55,37 @@ fn check(p: &Value, stages: &[&str]) {
     assert!(p["clock"]["hz"].as_f64().unwrap() > 1e8);
 }
 
+/// A mapped trace has no read-ahead thread: the capture thread's stages
+/// take its place and still sum to the total. `auto` maps where the process
+/// may use one CPU only (here: taskset), and reads ahead where it has two.
+#[test]
+fn a_mapped_trace_is_profiled_without_a_read_ahead_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let t = t.to_str().unwrap();
+    let p = profile(&["count", "-q", "--trace-access", "map", t]);
+    check(&p, &["source", "steer", "hand_off", "delivery", "main"]);
+    assert_eq!(ns(&p, "read_ahead"), 0.0, "{p:#}");
+    let weir = env!("CARGO_BIN_EXE_weir");
+    let out =
+        Command::new("taskset").args(["-c", "0", weir, "profile", "--json", "--", "count", "-q", t]).stdin(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let one_cpu: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(ns(&one_cpu, "read_ahead"), 0.0, "auto maps on one CPU: {one_cpu:#}");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        assert!(ns(&profile(&["count", "-q", t]), "read_ahead") > 0.0, "auto reads ahead on two CPUs");
+    }
+    let out = run(&["count", "--trace-access", "mmap", t]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("auto, map or read"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn count_reports_every_stage_summing_to_the_total() {
     let dir = tempfile::tempdir().unwrap();
     let t = synth(dir.path());
     let src = format!("{}@0-1", t.display());
-    let p = profile(&["count", "-q", &src]);
+    let p = profile(&["count", "-q", "--trace-access", "read", &src]);
     check(&p, &["source", "steer", "hand_off", "read_ahead", "delivery", "application", "recycle", "main"]);
     // No filter, no locality: no such stage.
     assert_eq!(ns(&p, "filter"), 0.0);

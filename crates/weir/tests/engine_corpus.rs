@@ -1,5 +1,6 @@
 //! Every corpus file through the whole engine (blocks, carries across blocks,
-//! oversized records, tiny pools that force waiting, RSS into three queues)
+//! oversized records, tiny pools that force waiting, RSS into three queues),
+//! read ahead into blocks and mapped in place,
 //! against the system libpcap: the same packets, or the same refusal, or the
 //! same packets up to the same point of damage.
 
@@ -9,7 +10,7 @@ use std::path::Path;
 use support::{corpus_root, files_under, libpcap_trace, linux_dlt, looks_like_trace, Pkt, Trace};
 use weir::filter::oracle::Oracle;
 use weir::pool::PoolConfig;
-use weir::source::file::ReadConfig;
+use weir::source::file::{ReadConfig, TraceAccess};
 use weir::{Engine, Handler, Packet};
 
 #[derive(Default)]
@@ -22,7 +23,9 @@ impl Handler for Collect {
 }
 
 /// Blocks so small that most records straddle two, and many outgrow the headroom.
-const TINY: ReadConfig = ReadConfig { block_bytes: 700, headroom: 100, blocks: 8 };
+const TINY: ReadConfig = ReadConfig { block_bytes: 700, headroom: 100, blocks: 8, access: TraceAccess::Read };
+/// The same strides over a mapping: straddling records lie in the next window's headroom.
+const TINY_MAPPED: ReadConfig = ReadConfig { access: TraceAccess::Map, ..TINY };
 
 /// Read `path` through the engine split into `queues` queues; packets of all
 /// queues are concatenated (exact order only means something with one queue).
@@ -67,16 +70,21 @@ fn the_engine_reads_every_corpus_file_as_libpcap_does() {
                 continue;
             }
             let want = libpcap_trace(lib, &path);
-            for (what, reading) in [("default blocks", ReadConfig::default()), ("tiny blocks", TINY)] {
+            let mapped = ReadConfig { access: TraceAccess::Map, ..ReadConfig::default() };
+            let read = ReadConfig { access: TraceAccess::Read, ..ReadConfig::default() };
+            let configs = [("default blocks", read), ("tiny blocks", TINY), ("mapped", mapped), ("tiny strides, mapped", TINY_MAPPED)];
+            for (what, reading) in configs {
                 let one = engine_trace(&path, 1, reading);
                 if let Some(d) = want.difference(&one) {
                     panic!("{} (1 queue, {what}): {d}", path.display());
                 }
             }
             if want.open.is_ok() {
-                let three = sorted(engine_trace(&path, 3, TINY));
-                if let Some(d) = sorted(want.clone()).difference(&three) {
-                    panic!("{} (3 queues, tiny blocks): {d}", path.display());
+                for (what, reading) in [("tiny blocks", TINY), ("tiny strides, mapped", TINY_MAPPED)] {
+                    let three = sorted(engine_trace(&path, 3, reading));
+                    if let Some(d) = sorted(want.clone()).difference(&three) {
+                        panic!("{} (3 queues, {what}): {d}", path.display());
+                    }
                 }
             }
             files += 1;

@@ -265,7 +265,7 @@ fn a_batch_that_holds_the_sources_memory_is_delivered_when_the_source_stalls() {
     write_big_trace(&path, packets, 1000);
     let cfg = LocalityConfig { batch: BatchSize::new(packets).unwrap(), timeout: Duration::from_secs(3600), double_buffer: false };
     // 16 blocks of 64 KiB: a tenth of the 6 MB the batch would hold.
-    let reading = weir::source::file::ReadConfig { block_bytes: 64 * 1024, headroom: 64 * 1024 + 64, blocks: 16 };
+    let reading = weir::source::file::ReadConfig { block_bytes: 64 * 1024, headroom: 64 * 1024 + 64, blocks: 16, ..Default::default() };
     let engine = Engine::builder()
         .source(path.to_str().unwrap())
         .unwrap()

@@ -246,6 +246,13 @@ impl EngineBuilder {
         self
     }
 
+    /// How a trace file's bytes are read (mapped or copied ahead), keeping the
+    /// rest of the reading configuration as it is.
+    pub fn trace_access(mut self, access: source::file::TraceAccess) -> Self {
+        self.open.trace.access = access;
+        self
+    }
+
     /// Options of live capture (snaplen, promiscuous mode, ring sizes, fanout, ...).
     pub fn live(mut self, opts: source::LiveOptions) -> Self {
         self.open.live = opts;

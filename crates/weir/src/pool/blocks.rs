@@ -1,7 +1,7 @@
 //! Blocks: memory a capture unit fills in bulk and cells point into without a copy.
 //!
-//! A trace reader `read()`s a file straight into a block; later, a TPACKET_V3
-//! ring's blocks play the same part. Each block has a reference count: the
+//! A trace reader `read()`s a file straight into a block, or maps the file and
+//! takes its blocks where they lie; a TPACKET_V3 ring's blocks play the same part. Each block has a reference count: the
 //! capture unit holds one while it fills and walks the block, and every chunk
 //! whose cells point into the block holds one until the chunk is recycled. A
 //! block can be taken for writing only when its count is zero, so bytes a worker
@@ -12,7 +12,10 @@
 //! the kernel (`BlockArena::over_mapping`, a TPACKET_V3 ring): the kernel fills
 //! blocks, the capture unit [`adopt`](BlockArena::adopt)s a block the kernel has
 //! handed over, and gives it back only once [`is_unheld`](BlockArena::is_unheld)
-//! says every chunk holding its packets was recycled.
+//! says every chunk holding its packets was recycled. One over a mapped file
+//! (`BlockArena::over_file`): nobody ever writes it; its blocks are windows
+//! that overlap, each starting `headroom` bytes before its stride, so a record
+//! that straddles two strides lies whole in the second block's window.
 //!
 //! A count is raised by the capture unit (acquire, adopt, a chunk taking a cell
 //! in the block) and dropped on the capture unit's thread when it takes a
@@ -33,10 +36,19 @@ pub(crate) type BlockId = u32;
 
 /// A fixed set of equal blocks.
 pub(crate) struct BlockArena {
+    /// What keeps the memory valid beyond the mapping itself (a mapped file's
+    /// watch for truncation). Declared before `mem` so that it is dropped
+    /// before the memory is unmapped.
+    _lease: Option<Box<dyn Send + Sync>>,
     mem: Region,
+    /// Where block 0 starts in `mem`.
+    origin: usize,
+    /// From one block's start to the next: `block_bytes`, except over a mapped
+    /// file, whose windows overlap.
+    stride: usize,
     block_bytes: usize,
     refs: Box<[AtomicU32]>,
-    /// The kernel owns unheld blocks: only `adopt` may take one.
+    /// Someone else fills the blocks (the kernel, the file): only `adopt` may take one.
     shared: bool,
 }
 
@@ -52,7 +64,19 @@ impl BlockArena {
     pub(crate) fn new(block_bytes: usize, count: usize) -> std::io::Result<Arc<BlockArena>> {
         assert!(block_bytes > 0 && count > 0 && count <= u32::MAX as usize, "a block arena needs blocks");
         let mem = Region::array(count, block_bytes)?;
-        Ok(Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: false }))
+        Ok(Arc::new(BlockArena::layout(mem, 0, block_bytes, block_bytes, count, false, None)))
+    }
+
+    fn layout(
+        mem: Region,
+        origin: usize,
+        stride: usize,
+        block_bytes: usize,
+        count: usize,
+        shared: bool,
+        lease: Option<Box<dyn Send + Sync>>,
+    ) -> BlockArena {
+        BlockArena { _lease: lease, mem, origin, stride, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared }
     }
 
     /// An arena over a mapping shared with the kernel, `count` blocks of `block_bytes`.
@@ -63,13 +87,34 @@ impl BlockArena {
     /// when [`is_unheld`](Self::is_unheld) is true for it.
     pub(crate) unsafe fn over_mapping(mem: Region, block_bytes: usize, count: usize) -> Arc<BlockArena> {
         assert!(block_bytes > 0 && count > 0 && block_bytes * count <= mem.len(), "mapping smaller than its blocks");
-        Arc::new(BlockArena { mem, block_bytes, refs: (0..count).map(|_| AtomicU32::new(0)).collect(), shared: true })
+        Arc::new(BlockArena::layout(mem, 0, block_bytes, block_bytes, count, true, None))
     }
 
-    /// Hold a block the kernel has handed over, to read it and let cells point into it.
-    /// `None` if it is already held: the caller adopted it twice.
+    /// An arena over a read-only mapping of a file: block `i` is the
+    /// `window` bytes from `origin + i * stride` of `mem`. `lease` is dropped
+    /// just before `mem` is unmapped.
+    ///
+    /// # Safety
+    /// Every block's window must lie in `mem` and be readable, and nothing may
+    /// write `mem` while the arena lives.
+    pub(crate) unsafe fn over_file(
+        mem: Region,
+        origin: usize,
+        stride: usize,
+        window: usize,
+        count: usize,
+        lease: Box<dyn Send + Sync>,
+    ) -> Arc<BlockArena> {
+        assert!(stride > 0 && window >= stride && count > 0 && count <= u32::MAX as usize, "a file arena needs blocks");
+        assert!(origin + (count - 1) * stride + window <= mem.len(), "mapping smaller than its blocks");
+        Arc::new(BlockArena::layout(mem, origin, stride, window, count, true, Some(lease)))
+    }
+
+    /// Hold a block someone else filled (the kernel handed it over, or it is
+    /// a mapped file's), to read it and let cells point into it. `None` if it
+    /// is already held: the caller adopted it twice.
     pub(crate) fn adopt(self: &Arc<Self>, id: BlockId) -> Option<BlockRef> {
-        debug_assert!(self.shared, "adopt is for blocks the kernel fills");
+        debug_assert!(self.shared, "adopt is for blocks someone else fills");
         // Acquire: pairs with the release of the last holder of the previous round.
         self.refs.get(id as usize)?.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).ok()?;
         Some(BlockRef(Hold { arena: Arc::clone(self), id }))
@@ -131,10 +176,10 @@ impl BlockArena {
     /// Pointer to byte `at` of block `id`.
     pub(crate) fn ptr(&self, id: BlockId, at: usize) -> *const u8 {
         debug_assert!((id as usize) < self.count() && at <= self.block_bytes);
-        debug_assert!(id as usize * self.block_bytes + at <= self.mem.len());
+        debug_assert!(self.origin + id as usize * self.stride + at <= self.mem.len());
         // SAFETY: in bounds of the region by the assertion's contract, which the
         // callers check before calling.
-        unsafe { self.mem.as_ptr().add(id as usize * self.block_bytes + at) }
+        unsafe { self.mem.as_ptr().add(self.origin + id as usize * self.stride + at) }
     }
 }
 

@@ -1,11 +1,14 @@
 //! Trace files: pcap and pcapng, read sequentially and split into queues.
 //!
 //! - [`crate::tracefile`] parses the records, accepting what libpcap accepts.
-//! - `input`: reading ahead into blocks on a thread of its own.
+//! - `input`: the bytes of the trace, walked in place in a mapping of the file
+//!   or read ahead into blocks on a thread of its own.
+//! - `mapped`: mapping a regular file, and surviving its truncation.
 //! - `trace`: the source and its capture unit.
 
 mod input;
+mod mapped;
 mod trace;
 
-pub use input::ReadConfig;
+pub use input::{ReadConfig, TraceAccess};
 pub(crate) use trace::open;

@@ -5,12 +5,12 @@
 //! goes into a cell of that queue's pool. Queues outside the opened range are
 //! not received, as when only some of a NIC's queues are opened.
 //!
-//! The file is `read()` ahead into blocks (see [`super::input`]; read(), not
-//! mmap: measured here, mapping a multi-GiB page-cached file costs more in
-//! page-table work than the kernel's copy). At top speed cells point into those
-//! blocks, so the kernel's copy is the only one; a block is reused once every
-//! chunk holding its packets is recycled, and the reader waits for that rather
-//! than drop. Paced, the reader behaves like a NIC: packets are copied into the
+//! The file is `read()` ahead into blocks, or, where the process has one CPU,
+//! mapped and walked in place (see [`super::input`] and
+//! [`TraceAccess`](super::TraceAccess)). At top speed cells point into those
+//! blocks, so the kernel's copy is the only one (none, mapped); a read block is
+//! reused once every chunk holding its packets is recycled, and the reader
+//! waits for that rather than drop. Paced, the reader behaves like a NIC: packets are copied into the
 //! queue's own cells, so a stalled queue can never hold memory another queue
 //! needs, and a packet that finds no free cell when it is due is a capture drop.
 //!
@@ -89,7 +89,7 @@ impl TraceSource {
             queues: queues.iter().map(QueueId).collect(),
             iface: None,
             trace: Some(header),
-            notes: Vec::new(),
+            notes: input.note().into_iter().collect(),
         };
         Ok(TraceSource { input, walker, info, queues, progress: Progress::new(size) })
     }
@@ -272,10 +272,16 @@ impl TraceUnit {
             }
             // One load per record, like the stop check: a replaced filter judges the next record on.
             self.filter.changed();
-            let step =
-                self.walker.next(self.input.unread(), self.input.offset(), self.input.eof).map_err(|e| malformed(&self.input.label, e))?;
+            // A mapped file cut under us reads as zeros past the cut: say so, not that it is malformed.
+            let step = self
+                .walker
+                .next(self.input.unread(), self.input.offset(), self.input.eof)
+                .map_err(|e| self.input.changed(true).unwrap_or_else(|| malformed(&self.input.label, e)))?;
             match step {
                 Step::Packet(rec) => {
+                    if self.input.cut_short() {
+                        return Err(self.input.changed(true).expect("a cut is a change"));
+                    }
                     probe.record(Stage::Source);
                     let start = self.input.pos;
                     self.input.advance(rec.consumed);
