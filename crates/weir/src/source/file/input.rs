@@ -27,7 +27,7 @@
 
 use super::mapped::{self, Watch};
 use crate::capture::{Control, SourceError};
-use crate::pool::{prefetch, BlockArena, BlockId, BlockMut, BlockRef, CaptureSide};
+use crate::pool::{BlockArena, BlockId, BlockMut, BlockRef, CaptureSide};
 use crate::profile::{Profiler, Stage};
 use crate::tracefile::MAX_RECORD_BYTES;
 use crate::{Setting, SettingError};
@@ -144,13 +144,6 @@ const AHEAD: usize = 4;
 /// How long the capture thread waits for the next block before it publishes
 /// partial chunks and takes back recycled ones (which may be what frees blocks).
 const BLOCK_WAIT: Duration = Duration::from_millis(1);
-/// How far ahead of the walk a mapped file's lines are asked for. The kernel's
-/// copy left a read block in the cache; a mapping's bytes come from memory,
-/// and a record header read there stalls the walk (41% of a count's samples
-/// without hints). One line at a time, as the walk passes, a few records ahead.
-const PREFETCH_AHEAD: u64 = 8 * 1024;
-/// Bytes of a cache line.
-const LINE: u64 = 64;
 /// How long the read-ahead thread sleeps when every block is in use.
 const FREE_WAIT: Duration = Duration::from_micros(100);
 /// The low-water mark: once fewer than 1/LOW_WATER of the blocks are free as a
@@ -240,16 +233,8 @@ pub(super) struct Input {
     stream: bool,
     /// Bytes read from the input so far, by whichever thread reads.
     read_total: Arc<AtomicU64>,
-    /// A mapped file's address, and the file offset of the next line to ask
-    /// for ([`PREFETCH_AHEAD`]); `None` when the file is read.
-    hints: Option<Hints>,
-}
-
-/// Prefetch hints over a mapped file.
-struct Hints {
-    start: usize,
-    size: u64,
-    next: u64,
+    /// A mapped file's lines asked for ahead of the walk; `None` when the file is read.
+    ahead: Option<mapped::Ahead>,
 }
 
 /// A trace that cannot be opened for what the user named (no such file, no
@@ -284,11 +269,11 @@ impl Input {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let map =
             if cfg.access.maps(cpus) && meta.is_file() { mapped::map(&file, meta.len(), cfg.block_bytes, cfg.headroom) } else { None };
-        let mut hints = None;
+        let mut ahead = None;
         let (arena, reader) = match map {
             Some(m) => {
                 let size = meta.len();
-                hints = Some(Hints { start: m.start, size, next: 0 });
+                ahead = Some(mapped::Ahead::new(&m, size));
                 (m.arena, Reader::Mapped(Mapped { next: 0, blocks: m.blocks, size, watch: m.watch, file }))
             }
             None => {
@@ -312,7 +297,7 @@ impl Input {
             eof: false,
             stream,
             read_total: Arc::new(AtomicU64::new(0)),
-            hints,
+            ahead,
         };
         Ok((input, size))
     }
@@ -331,13 +316,8 @@ impl Input {
         debug_assert!(self.pos + n <= self.len);
         self.pos += n;
         self.offset_at_pos += n as u64;
-        if let Some(h) = &mut self.hints {
-            let until = (self.offset_at_pos + PREFETCH_AHEAD).min(h.size);
-            while h.next < until {
-                // A hint never faults, whatever the address; this one is in the file's mapping.
-                prefetch::hint((h.start as u64 + h.next) as usize as *const u8);
-                h.next += LINE;
-            }
+        if let Some(a) = &mut self.ahead {
+            a.walked(self.offset_at_pos);
         }
     }
 

@@ -36,7 +36,7 @@
 #![allow(unsafe_code)]
 
 use crate::pool::sys::Region;
-use crate::pool::BlockArena;
+use crate::pool::{prefetch, BlockArena};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
@@ -242,5 +242,52 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
         // SAFETY: without SA_SIGINFO the previous handler takes the signal number only.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
         f(sig);
+    }
+}
+
+/// How far ahead of the walk a mapped file's lines are asked for. The kernel's
+/// copy leaves a read block in the cache; a mapping's bytes come from memory,
+/// and a record header read there stalls the walk (41% of a count's samples
+/// without hints). One line at a time as the walk passes, a few records ahead.
+const PREFETCH_AHEAD: u64 = 8 * 1024;
+/// Bytes of a cache line.
+const LINE: u64 = 64;
+/// A prefetch of a page not yet in the page tables is dropped, and one fault
+/// maps this much around it (the kernel's fault-around), so the first byte of
+/// each such stretch is read for real before its lines are asked for.
+const FAULT_AROUND: u64 = 64 * 1024;
+
+/// The walk's look-ahead over a mapped file: prefetch hints, and a real read
+/// where a hint alone would find no page.
+pub(super) struct Ahead {
+    start: usize,
+    size: u64,
+    /// The file offset of the next line to ask for.
+    next: u64,
+    /// Keeps the mapping alive for the reads.
+    _arena: Arc<BlockArena>,
+}
+
+impl Ahead {
+    pub(super) fn new(m: &Mapping, size: u64) -> Ahead {
+        Ahead { start: m.start, size, next: 0, _arena: Arc::clone(&m.arena) }
+    }
+
+    /// The walk has reached file offset `at`: ask for the lines up to
+    /// [`PREFETCH_AHEAD`] beyond it.
+    #[inline]
+    pub(super) fn walked(&mut self, at: u64) {
+        let until = (at + PREFETCH_AHEAD).min(self.size);
+        while self.next < until {
+            let addr = (self.start as u64 + self.next) as usize;
+            if self.next % FAULT_AROUND == 0 {
+                // SAFETY: next < size, so the byte is the file's, inside the
+                // mapping `_arena` keeps; nobody writes it; a truncation's fault
+                // is the handler's (a zero page).
+                std::hint::black_box(unsafe { std::ptr::read_volatile(addr as *const u8) });
+            }
+            prefetch::hint(addr as *const u8);
+            self.next += LINE;
+        }
     }
 }
