@@ -286,7 +286,10 @@ fn profile_run(args: &ProfileArgs, a: crate::wrap::WrapArgs) -> anyhow::Result<E
         anyhow::bail!("the profile weir's libpcap wrote is not one weir profile reads (threads, packets, every, outside_ns): {line}");
     };
     if packets == 0 {
-        return Err(bad_input(anyhow::anyhow!("{program} read no packets through weir's libpcap: there is nothing to profile per packet")));
+        return Err(bad_input(anyhow::anyhow!(
+            "{program} read no packets through weir's libpcap (counted when a handle's packets end or it is closed): \
+             there is nothing to profile per packet"
+        )));
     }
     after.syscalls = v["syscalls"].as_u64();
     let measured = Measured {

@@ -21,13 +21,18 @@
 //!   reading time.
 //! - At exit (`atexit`) the file gets one JSON object: the clock, every
 //!   thread's counts and estimate by stage (keys of [`Stage::key`]), the
-//!   packets the engines received, the exiting thread's CPU time outside its
+//!   packets the engines received (counted as each handle's reading ends:
+//!   at the end of its packets, or at `pcap_close`; a handle the program
+//!   never closed counts none), the exiting thread's CPU time outside its
 //!   reads (start-up, opening, closing, exit: `outside_ns`) and the process's
 //!   read and write system calls. Nothing is written when no handle was
 //!   opened, nor by a child the program forked. What runs after the handler
 //!   (other exit handlers, the kernel tearing the process down), and threads
 //!   of the program other than the exiting one outside their reads, are in
-//!   the process's CPU time and in no stage.
+//!   the process's CPU time and in no stage. A thread still reading at exit
+//!   (another than the exiting one, or the exiting one when the program
+//!   exits from inside its callback) cannot hand its timer in: the profile
+//!   waits a second for it, then leaves it out.
 
 use crate::env::ProfileRequest;
 use serde_json::{json, Map, Value};
@@ -68,7 +73,11 @@ struct Slot(RefCell<Option<Reads>>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        hand_in(self.0.get_mut().take());
+        // Borrowed still when the program calls exit() from inside its
+        // callback: glibc runs the thread's destructors then, under the read.
+        if let Ok(mut r) = self.0.try_borrow_mut() {
+            hand_in(r.take());
+        }
     }
 }
 
