@@ -2,9 +2,9 @@
 //! profiling, done for weir's own path).
 //!
 //! It runs one of weir's engine commands (`count`, `handle`, `inspect`,
-//! `streams`) with stage timing on ([`weir::profile`]), lets it print what it
-//! prints, then adds a table: per stage, cycles and nanoseconds per packet
-//! and the share of the total. The total is measured apart from the stages:
+//! `streams`) with stage timing on ([`weir::profile`]), or a libpcap program
+//! with `run`, lets it print what it prints, then adds a table: per stage,
+//! cycles and nanoseconds per packet and the share of the total. The total is measured apart from the stages:
 //! the process's CPU time (user and system, `getrusage`) over the packets
 //! the source received. The stages are the sampled estimates of the engine's
 //! threads, the exact CPU time of threads not broken down (a trace's
@@ -15,6 +15,14 @@
 //! its read and write system calls and context switches, and the NET_RX
 //! softirqs and softirq time of the whole machine (live sources; for a
 //! trace these are other traffic's).
+//!
+//! With `run`, the program runs in a child process: weir's libpcap in it
+//! makes the profile (the engines' threads and the shim's stages on the
+//! program's reading thread) and writes it as the program exits
+//! (`crate::wrap`). The table is the same; the total is the child's CPU time
+//! (`getrusage` of the children, once it has been waited for), the "main"
+//! row is the program's thread outside its reads, and the system calls are
+//! the child's own (its `/proc/self/io`, read by its libpcap at exit).
 
 use crate::exit::{bad_input, out};
 use anyhow::Context;
@@ -22,7 +30,7 @@ use clap::Args;
 use serde_json::json;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
-use weir::profile::{Profiler, Stage, Ticks, DEFAULT_EVERY};
+use weir::profile::{Profiler, Stage, ThreadProfile, Ticks, DEFAULT_EVERY, NO_TSC, STAGES};
 
 /// The profiler of this process's run, when `weir profile` runs the command:
 /// [`crate::run::SourceArgs::engine_with`] hands it to the engine it builds.
@@ -35,18 +43,24 @@ pub fn profiler() -> Option<Arc<Profiler>> {
 
 #[derive(Args, Debug)]
 #[command(
-    override_usage = "weir profile [--json] [--every N] -- COMMAND [ARGS...]\n       weir profile --compare A.json B.json ... -o OUT.png",
+    override_usage = "weir profile [--json] [--every N] -- COMMAND [ARGS...]\n       \
+weir profile [--json] [--every N] -- run [RUN-OPTIONS] -- PROGRAM [ARGS...]\n       \
+weir profile --compare A.json B.json ... -o OUT.png",
     after_help = "COMMAND is one of weir's engine commands: count, handle, inspect, streams, with its own \
-arguments, after `--`.\n\n\
+arguments, after `--`; or run, with its options and then, after a second `--`, a libpcap program \
+(profiled by weir's libpcap inside it: the engine's stages, and the shim's on the program's thread: \
+taking each packet, waiting, a file's filter, delivery, and the program's callback).\n\n\
 Examples:\n  weir profile -- count trace.pcap@0-1\n  weir profile -- handle -x 1 trace.pcap@0-1\n  \
+weir profile -- run -- tcpdump -n -r trace.pcap -w /dev/null\n  \
+weir profile --json -- run --locality 4096 -- tcpdump -n -r trace.pcap -w /dev/null\n  \
 weir profile --json -- inspect --json trace.pcap > p.json\n  weir profile -- count afpacket:eth1@0-1 -d 10\n  \
 weir profile --json -- count t.pcap | tail -1 > a.json; weir profile --json -- count --locality 4096 t.pcap | tail -1 > b.json\n  \
 weir profile --compare a.json b.json -o cmp.png\n\n\
 Each stage is timed with the TSC (its rate measured against CLOCK_MONOTONIC) on one window in N: a \
 capture thread's window is 256 records, a worker's one chunk (or one locality batch). Cycles \
 the thread spent asleep or preempted are taken out with its CPU clock, so the stages are CPU \
-time. The total is the process's user+system CPU time over the packets received; \
-`unaccounted` = total - sum of the stages. The kernel's lines are already inside the stages \
+time. The total is the process's user+system CPU time over the packets received (with run: \
+the program's); `unaccounted` = total - sum of the stages. The kernel's lines are already inside the stages \
 that made the calls, except the softirq lines, which are the whole machine's."
 )]
 pub struct ProfileArgs {
@@ -154,11 +168,22 @@ struct Usage {
 const USER_HZ: u64 = 100;
 
 impl Usage {
+    /// This process's, now.
     fn now() -> Usage {
-        use nix::sys::resource::{getrusage, UsageWho};
+        Usage::of(nix::sys::resource::UsageWho::RUSAGE_SELF, proc_io())
+    }
+
+    /// The children's this process has waited for (the program `weir run`
+    /// ran), now; their system calls are not readable from here (the
+    /// program's libpcap reports them: counted from 0).
+    fn children() -> Usage {
+        Usage::of(nix::sys::resource::UsageWho::RUSAGE_CHILDREN, Some(0))
+    }
+
+    fn of(who: nix::sys::resource::UsageWho, syscalls: Option<u64>) -> Usage {
         let ns = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1_000;
-        let mut u = Usage { syscalls: proc_io(), net_rx: net_rx(), softirq_ticks: softirq_ticks(), ..Usage::default() };
-        if let Ok(r) = getrusage(UsageWho::RUSAGE_SELF) {
+        let mut u = Usage { syscalls, net_rx: net_rx(), softirq_ticks: softirq_ticks(), ..Usage::default() };
+        if let Ok(r) = nix::sys::resource::getrusage(who) {
             u.user_ns = ns(r.user_time());
             u.system_ns = ns(r.system_time());
             u.voluntary = r.voluntary_context_switches() as u64;
@@ -193,14 +218,14 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     let Some(name) = args.command.first() else {
         return Err(bad_input(anyhow::anyhow!(
             "weir profile needs the command to profile after `--`, e.g. `weir profile -- count trace.pcap` \
-             (one of count, handle, inspect, streams)"
+             (one of count, handle, inspect, streams, run)"
         )));
     };
-    const PROFILED: [&str; 4] = ["count", "handle", "inspect", "streams"];
+    const PROFILED: [&str; 5] = ["count", "handle", "inspect", "streams", "run"];
     if !PROFILED.contains(&name.as_str()) {
         return Err(bad_input(anyhow::anyhow!(
-            "weir profile runs weir's engine commands: count, handle, inspect or streams, not {name:?} \
-             (e.g. `weir profile -- count trace.pcap`)"
+            "weir profile runs weir's engine commands: count, handle, inspect or streams, or a libpcap program \
+             with run, not {name:?} (e.g. `weir profile -- count trace.pcap`)"
         )));
     }
     let argv = std::iter::once("weir".to_string()).chain(args.command.iter().cloned());
@@ -209,6 +234,9 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    if let crate::Command::Run(a) = cli.command {
+        return profile_run(&args, a);
+    }
     let profiler = Arc::new(Profiler::new(args.every));
     PROFILER.set(Arc::clone(&profiler)).map_err(|_| anyhow::anyhow!("weir profile: a profiler was already set"))?;
     let before = Usage::now();
@@ -219,12 +247,60 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     if packets == 0 {
         return Err(bad_input(anyhow::anyhow!("the source delivered no packets: there is nothing to profile per packet")));
     }
-    let p = Profile::gather(&profiler, &args.command, packets, main_ns, &before, &after);
-    if args.json {
-        out!("{}", p.json());
-    } else {
-        p.print();
+    let ticks = profiler.clock();
+    let measured = Measured {
+        ticks,
+        every: profiler.every(),
+        threads: profiler.threads().iter().map(|t| ThreadRow::of(t, ticks)).collect(),
+        packets,
+        main: Row { key: "main", label: "main thread (start-up, status, report)", ticks: main_ns as f64 * ticks.hz() / 1e9 },
+        total_ns: after.user_ns + after.system_ns,
+    };
+    Profile::gather(measured, &args.command, &before, &after).show(args.json);
+    Ok(code)
+}
+
+/// `weir profile -- run ... -- PROGRAM`: the program's libpcap (weir's)
+/// profiles it and writes the profile as it exits; the total is the
+/// program's CPU time, read when it has been waited for.
+fn profile_run(args: &ProfileArgs, a: crate::wrap::WrapArgs) -> anyhow::Result<ExitCode> {
+    let program = a.program().to_string();
+    let before = Usage::children();
+    let (code, saved) = crate::wrap::run_profiled(a, args.every)?;
+    let mut after = Usage::children();
+    let Some(line) = saved.lines().rev().find(|l| !l.trim().is_empty()) else {
+        return Err(bad_input(anyhow::anyhow!(
+            "{program} opened no capture through weir's libpcap, so there is nothing to profile: weir profile -- run \
+             profiles a libpcap program (linked against libpcap.so.0.8) that reads packets"
+        )));
+    };
+    let v: serde_json::Value = serde_json::from_str(line).context("the profile weir's libpcap wrote is not JSON")?;
+    let ticks = match (v["clock"]["source"].as_str(), v["clock"]["hz"].as_u64()) {
+        (Some("tsc"), Some(hz)) => Ticks::Tsc { hz },
+        _ => Ticks::Instant { why: NO_TSC },
+    };
+    let threads: Option<Vec<ThreadRow>> = v["threads"].as_array().and_then(|ts| ts.iter().map(ThreadRow::parse).collect());
+    let (Some(threads), Some(packets), Some(every), Some(outside_ns)) =
+        (threads, v["packets"].as_u64(), v["every"].as_u64(), v["outside_ns"].as_u64())
+    else {
+        anyhow::bail!("the profile weir's libpcap wrote is not one weir profile reads (threads, packets, every, outside_ns): {line}");
+    };
+    if packets == 0 {
+        return Err(bad_input(anyhow::anyhow!(
+            "{program} read no packets through weir's libpcap (counted when a handle's packets end or it is closed): \
+             there is nothing to profile per packet"
+        )));
     }
+    after.syscalls = v["syscalls"].as_u64();
+    let measured = Measured {
+        ticks,
+        every: u32::try_from(every).unwrap_or(u32::MAX),
+        threads,
+        packets,
+        main: Row { key: "main", label: "program thread outside reads (start, exit)", ticks: outside_ns as f64 * ticks.hz() / 1e9 },
+        total_ns: after.user_ns + after.system_ns,
+    };
+    Profile::gather(measured, &args.command, &before, &after).show(args.json);
     Ok(code)
 }
 
@@ -247,30 +323,70 @@ struct Profile {
     after: Usage,
 }
 
+/// One thread of the run: what its timer counted, and its estimate by stage.
+struct ThreadRow {
+    name: String,
+    counts: Vec<(String, u64)>,
+    mark_ticks: f64,
+    est: [f64; STAGES],
+}
+
+impl ThreadRow {
+    fn of(t: &ThreadProfile, ticks: Ticks) -> ThreadRow {
+        ThreadRow {
+            name: t.name.clone(),
+            counts: t.counts().iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+            mark_ticks: t.mark_ticks(),
+            est: t.estimate(ticks),
+        }
+    }
+
+    /// A thread as weir's libpcap wrote it (`crates/weir-pcap/src/profile.rs`).
+    fn parse(v: &serde_json::Value) -> Option<ThreadRow> {
+        let mut est = [0.0; STAGES];
+        for (key, t) in v["stages"].as_object()? {
+            let stage = Stage::from_key(key)?;
+            est[Stage::ALL.iter().position(|s| *s == stage)?] = t.as_f64()?;
+        }
+        let counts = v.as_object()?.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect();
+        Some(ThreadRow { name: v["thread"].as_str()?.to_string(), counts, mark_ticks: v["mark_ticks"].as_f64()?, est })
+    }
+
+    fn json(&self, hz: f64) -> serde_json::Value {
+        let mut o = serde_json::Map::new();
+        o.insert("thread".into(), json!(self.name));
+        for (k, v) in &self.counts {
+            o.insert(k.clone(), json!(v));
+        }
+        o.insert("mark_ticks".into(), json!(self.mark_ticks));
+        let cpu_ns = self.counts.iter().find(|(k, _)| k == "cpu_ns").map_or(0, |c| c.1);
+        o.insert("cpu_ms".into(), json!(cpu_ns as f64 / 1e6));
+        o.insert("stages_ms".into(), json!(self.est.iter().sum::<f64>() / hz * 1e3));
+        serde_json::Value::Object(o)
+    }
+}
+
+/// What a run measured, in this process or in the program `weir run` ran.
+struct Measured {
+    ticks: Ticks,
+    every: u32,
+    threads: Vec<ThreadRow>,
+    packets: u64,
+    /// The time of the thread that ran no stage: `weir`'s main thread, or the
+    /// program's outside its reads.
+    main: Row,
+    /// CPU time of the process, user and system.
+    total_ns: u64,
+}
+
 impl Profile {
-    fn gather(profiler: &Profiler, command: &[String], packets: u64, main_ns: u64, before: &Usage, after: &Usage) -> Profile {
-        let ticks = profiler.clock();
-        let hz = ticks.hz();
-        let threads = profiler.threads();
-        let mut by_stage = [0.0f64; weir::profile::STAGES];
-        let mut thread_rows = Vec::new();
-        for t in &threads {
-            let est = t.estimate(ticks);
-            for (acc, e) in by_stage.iter_mut().zip(est) {
+    fn gather(m: Measured, command: &[String], before: &Usage, after: &Usage) -> Profile {
+        let hz = m.ticks.hz();
+        let mut by_stage = [0.0f64; STAGES];
+        for t in &m.threads {
+            for (acc, e) in by_stage.iter_mut().zip(t.est) {
                 *acc += e;
             }
-            thread_rows.push(json!({
-                "thread": t.name,
-                "packets": t.packets,
-                "windows": t.windows,
-                "windows_marked": t.marked.windows,
-                "windows_plain": t.plain.windows,
-                "packets_marked": t.marked.packets,
-                "packets_plain": t.plain.packets,
-                "mark_ticks": t.mark_ticks(),
-                "cpu_ms": t.cpu_ns as f64 / 1e6,
-                "stages_ms": est.iter().sum::<f64>() / hz * 1e3,
-            }));
         }
         let mut rows: Vec<Row> = Stage::ALL
             .iter()
@@ -278,16 +394,15 @@ impl Profile {
             .filter(|(_, t)| *t > 0.0)
             .map(|(s, t)| Row { key: s.key(), label: s.label(), ticks: t })
             .collect();
-        rows.push(Row { key: "main", label: "main thread (start-up, status, report)", ticks: main_ns as f64 * hz / 1e9 });
-        let total_ns = (after.user_ns + after.system_ns) as f64;
+        rows.push(m.main);
         Profile {
             command: command.join(" "),
-            packets,
-            ticks,
-            every: profiler.every(),
+            packets: m.packets,
+            ticks: m.ticks,
+            every: m.every,
             rows,
-            total_ticks: total_ns * hz / 1e9,
-            threads: thread_rows,
+            total_ticks: m.total_ns as f64 * hz / 1e9,
+            threads: m.threads.iter().map(|t| t.json(hz)).collect(),
             before: *before,
             after: *after,
         }
@@ -334,6 +449,14 @@ impl Profile {
                 "ns/pkt",
             ),
         ]
+    }
+
+    fn show(&self, json: bool) {
+        if json {
+            out!("{}", self.json());
+        } else {
+            self.print();
+        }
     }
 
     fn print(&self) {

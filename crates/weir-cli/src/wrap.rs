@@ -1,6 +1,8 @@
 //! `weir run`: start an unmodified libpcap program on weir's libpcap, with
 //! weir's options set through the environment, and report weir's own
-//! per-queue counters when it exits.
+//! per-queue counters when it exits. Profiled (`weir profile -- run`), it
+//! also asks weir's libpcap for the program's profile, which the library
+//! writes to a file this module gives it as the program exits.
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -52,12 +54,31 @@ pub struct WrapArgs {
     program: Vec<String>,
 }
 
+impl WrapArgs {
+    /// The program's name, as given.
+    pub fn program(&self) -> &str {
+        &self.program[0]
+    }
+}
+
 fn default_lib() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     Some(exe.parent()?.parent()?.join("weir-pcap"))
 }
 
 pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
+    start(a, None).map(|(code, _)| code)
+}
+
+/// Run the program profiled, one window in `every` timed: its exit code, and
+/// the profile its libpcap wrote at exit (empty if it opened no capture
+/// through weir's libpcap).
+pub fn run_profiled(a: WrapArgs, every: u32) -> anyhow::Result<(ExitCode, String)> {
+    let (code, profile) = start(a, Some(every))?;
+    Ok((code, profile.unwrap_or_default()))
+}
+
+fn start(a: WrapArgs, profile_every: Option<u32>) -> anyhow::Result<(ExitCode, Option<String>)> {
     let lib = a.lib.clone().or_else(default_lib).context("cannot tell where weir's libpcap is; give --lib DIR")?;
     if !lib.join("libpcap.so.0.8").is_file() {
         bail!("no libpcap.so.0.8 in {}: build it with `make pcap-lib`, or give --lib DIR", lib.display());
@@ -76,6 +97,10 @@ pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
         _ => lib.clone().into_os_string(),
     };
     cmd.env("LD_LIBRARY_PATH", path).env("WEIR_SOURCE", &a.source).env("WEIR_STATS_FILE", stats.path());
+    let profile = profile_every.map(|_| tempfile::NamedTempFile::new().context("a file for the program's profile")).transpose()?;
+    if let (Some(f), Some(every)) = (&profile, profile_every) {
+        cmd.env("WEIR_PROFILE_FILE", f.path()).env("WEIR_PROFILE_EVERY", every.to_string());
+    }
     if let Some(b) = a.locality {
         cmd.env("WEIR_LOCALITY", b.to_string());
     }
@@ -118,11 +143,16 @@ pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {
     if !a.quiet {
         report(stats.path());
     }
-    Ok(match status.code() {
+    let profile = match profile {
+        Some(f) => Some(std::fs::read_to_string(f.path()).context("reading the program's profile")?),
+        None => None,
+    };
+    let code = match status.code() {
         Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
         // Killed by a signal: the shell's convention.
         None => ExitCode::from(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0).clamp(0, 127) as u8),
-    })
+    };
+    Ok((code, profile))
 }
 
 /// Print the counters each handle wrote at close, one table row per queue.

@@ -1,8 +1,9 @@
 //! `weir profile` as a user runs it, on a trace `weir synth` makes: every
 //! stage of the path reported, for the trace's packets, the stages summing
 //! to within 10% of the process's CPU time measured apart from them, and
-//! clear errors for a command it cannot run; and, as root, the same on
-//! afpacket and afxdp on the veth test bed.
+//! clear errors for a command it cannot run; tcpdump run with `weir run`,
+//! profiled by weir's libpcap inside it; and, as root, the same on afpacket
+//! and afxdp on the veth test bed.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -144,11 +145,75 @@ fn a_command_it_cannot_profile_is_refused_clearly() {
     let out = run(&["profile", "--", "record", "t.pcap", "-w", "x.pcap"]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert!(err.contains("count, handle, inspect or streams") && err.contains("\"record\""), "{err}");
+    assert!(err.contains("count, handle, inspect or streams, or a libpcap program with run") && err.contains("\"record\""), "{err}");
     let out = run(&["profile", "--", "count", "--no-such-option", "t.pcap"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let out = run(&["profile", "--every", "0", "--", "count", "t.pcap"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// A directory holding this build's libpcap shim as `libpcap.so.0.8`, for
+/// `weir run --lib`: weir-pcap is a dev-dependency, so cargo builds its
+/// cdylib into the tests' directory (`<target>/<profile>/deps`).
+fn shim(dir: &Path) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let deps = exe.parent().expect("the test's directory");
+    let so = [deps.join("libpcap.so"), deps.parent().unwrap().join("libpcap.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no libpcap.so (weir-pcap's) in {} or beside it", deps.display()));
+    let lib = dir.join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    std::os::unix::fs::symlink(so, lib.join("libpcap.so.0.8")).unwrap();
+    lib
+}
+
+#[test]
+fn tcpdump_under_weir_run_is_profiled_with_the_shims_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let lib = shim(dir.path());
+    let (lib, t) = (lib.to_str().unwrap(), t.to_str().unwrap());
+    let p = profile(&["run", "-q", "--lib", lib, "--", "tcpdump", "-n", "-r", t, "-w", "/dev/null"]);
+    // The engine's threads in tcpdump's process, then the shim's stages on
+    // tcpdump's thread: taking each packet, tcpdump's (empty) filter, the
+    // delivery, tcpdump's callback; "main" is its thread outside the reads.
+    check(&p, &["source", "hand_off", "read_ahead", "pcap_take", "pcap_filter", "pcap_deliver", "program", "main"]);
+    assert_eq!(p["command"], format!("run -q --lib {lib} -- tcpdump -n -r {t} -w /dev/null"));
+    let threads = p["threads"].as_array().unwrap();
+    let packets = |name: &str| threads.iter().find(|t| t["thread"] == name).map(|t| t["packets"].as_u64().unwrap());
+    assert_eq!(packets("capture-trace"), Some(PACKETS), "{p:#}");
+    assert_eq!(packets("program-0"), Some(PACKETS), "tcpdump's one reading thread: {p:#}");
+    // The child's own read and write calls, read by its libpcap at exit.
+    assert!(p["kernel"]["syscalls"].as_f64().is_some_and(|s| s > 0.0), "{p:#}");
+
+    // The table, after what tcpdump and weir run print.
+    let out = run(&["profile", "--", "run", "--lib", lib, "--", "tcpdump", "-n", "-r", t, "-w", "/dev/null"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for row in ["pcap: take the next packet", "program: its callback", "program thread outside reads", "sum of the stages"] {
+        assert!(stdout.contains(row), "no {row:?} in {stdout}");
+    }
+    assert!(text(&out.stderr).contains("weir:      0       200000"), "weir run's counters: {}", text(&out.stderr));
+}
+
+#[test]
+fn a_run_that_opens_no_capture_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = shim(dir.path());
+    let lib = lib.to_str().unwrap();
+    // Not a libpcap program: it never opens a handle, and no profile is written.
+    let out = run(&["profile", "--", "run", "-q", "--lib", lib, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("true opened no capture through weir's libpcap") && !err.contains("panick"), "{err}");
+    assert!(out.stdout.is_empty(), "no table: {}", text(&out.stdout));
+    // A libpcap program whose file cannot be opened reads no packet.
+    let missing = dir.path().join("missing.pcap");
+    let out = run(&["profile", "--", "run", "-q", "--lib", lib, "--", "tcpdump", "-r", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("tcpdump read no packets through weir's libpcap"), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "no table: {}", text(&out.stdout));
 }
 
 /// `weir profile -- count` on a live source of the veth test bed, with

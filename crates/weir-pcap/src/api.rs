@@ -13,6 +13,7 @@ use libc::{c_char, c_int, c_uint, FILE};
 use std::ffi::CStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use weir::profile::{Probe, Stage as Timed};
 
 /// The handle behind a `pcap_t *`, or `None` for NULL.
 ///
@@ -199,6 +200,26 @@ pub extern "C-unwind" fn pcap_init(_opts: c_uint, _errbuf: *mut c_char) -> c_int
 
 // ---- reading ----
 
+/// Run a reading function's body with the calling thread's stage timer when
+/// the process is profiled ([`crate::profile`]), untimed otherwise. A body
+/// that reached the end of the handle's packets ends the thread's reads.
+macro_rules! timed {
+    ($h:expr, |$probe:ident| $body:expr) => {
+        match crate::profile::with_timer(|$probe| $body) {
+            Some(rc) => {
+                if $h.is_ended() {
+                    crate::profile::end_reads();
+                }
+                rc
+            }
+            None => {
+                let $probe = &mut ();
+                $body
+            }
+        }
+    };
+}
+
 #[no_mangle]
 pub extern "C-unwind" fn pcap_loop(p: *mut Handle, cnt: c_int, callback: Callback, user: *mut u8) -> c_int {
     let nc = NoCancel::new();
@@ -207,12 +228,26 @@ pub extern "C-unwind" fn pcap_loop(p: *mut Handle, cnt: c_int, callback: Callbac
         h.set_error("pcap_loop: NULL callback");
         return PCAP_ERROR;
     };
+    timed!(h, |probe| loop_on(h, cnt, cb, user, &nc, probe))
+}
+
+/// Deliver each packet read to the program's callback, marking its part: the
+/// callback is the program's; calling it and coming back is the shim's.
+fn deliver(nc: &NoCancel, probe: &mut impl Probe, call: impl FnOnce()) {
+    nc.callback(|| {
+        probe.mark(Timed::Program);
+        call();
+        probe.mark(Timed::PcapDeliver);
+    });
+}
+
+fn loop_on(h: &Handle, cnt: c_int, cb: CallbackFn, user: *mut u8, nc: &NoCancel, probe: &mut impl Probe) -> c_int {
     let mut n = 0;
     loop {
-        match h.read(true, &nc) {
+        match h.read(true, nc, probe) {
             Got::Packet(hdr, data) => {
                 // SAFETY: the caller's callback, with a header and data valid for the call.
-                nc.callback(|| unsafe { cb(user, &hdr, data) });
+                deliver(nc, probe, || unsafe { cb(user, &hdr, data) });
                 n += 1;
                 if cnt > 0 && n >= cnt {
                     return 0;
@@ -233,12 +268,16 @@ pub extern "C-unwind" fn pcap_dispatch(p: *mut Handle, cnt: c_int, callback: Cal
         h.set_error("pcap_dispatch: NULL callback");
         return PCAP_ERROR;
     };
+    timed!(h, |probe| dispatch_on(h, cnt, cb, user, &nc, probe))
+}
+
+fn dispatch_on(h: &Handle, cnt: c_int, cb: CallbackFn, user: *mut u8, nc: &NoCancel, probe: &mut impl Probe) -> c_int {
     let mut n = 0;
     loop {
-        match h.read(n == 0, &nc) {
+        match h.read(n == 0, nc, probe) {
             Got::Packet(hdr, data) => {
                 // SAFETY: as in pcap_loop.
-                nc.callback(|| unsafe { cb(user, &hdr, data) });
+                deliver(nc, probe, || unsafe { cb(user, &hdr, data) });
                 n += 1;
                 if cnt > 0 && n >= cnt {
                     return n;
@@ -259,7 +298,12 @@ pub extern "C-unwind" fn pcap_next_ex(p: *mut Handle, header: *mut *mut PcapPkth
         h.set_error("pcap_next_ex: NULL header or data pointer");
         return PCAP_ERROR;
     }
-    match h.read(true, &nc) {
+    timed!(h, |probe| next_on(h, header, data, &nc, probe))
+}
+
+/// `pcap_next_ex`'s read: from its return to the next read is the program's own time.
+fn next_on(h: &Handle, header: *mut *mut PcapPkthdr, data: *mut *const u8, nc: &NoCancel, probe: &mut impl Probe) -> c_int {
+    match h.read(true, nc, probe) {
         Got::Packet(hdr, bytes) => {
             let kept = h.keep_header(hdr);
             // SAFETY: both out-pointers were checked non-NULL; they are the caller's.
@@ -267,6 +311,7 @@ pub extern "C-unwind" fn pcap_next_ex(p: *mut Handle, header: *mut *mut PcapPkth
                 *header = kept;
                 *data = bytes;
             }
+            probe.mark(Timed::Program);
             1
         }
         other => other.code(),

@@ -10,6 +10,8 @@
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
+//! | `WEIR_PROFILE_FILE=PATH` | profile the program (`weir profile -- run`): the engines' and the reading threads' stages, written to PATH as JSON at exit (see `profile.rs`) | none |
+//! | `WEIR_PROFILE_EVERY=N` | with `WEIR_PROFILE_FILE`: time one window in N | weir's default, 32 |
 //! | `WEIR_FILTER_ENGINE=jit\|interp` | what runs `pcap_setfilter`'s program on the packets weir filters itself: compiled to machine code, or interpreted | jit |
 
 use std::fs::{File, OpenOptions};
@@ -37,6 +39,17 @@ pub struct Settings {
     /// privileges, so the counters can be written at close.
     pub stats_file: Option<(PathBuf, Arc<File>)>,
     pub filter_engine: FilterEngine,
+    /// `WEIR_PROFILE_FILE` and `WEIR_PROFILE_EVERY`.
+    pub profile: Option<ProfileRequest>,
+}
+
+/// Profiling asked for through the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileRequest {
+    /// Where the profile is written at exit.
+    pub path: PathBuf,
+    /// One window in this many is timed.
+    pub every: u32,
 }
 
 impl Default for Settings {
@@ -48,13 +61,20 @@ impl Default for Settings {
             pool: None,
             stats_file: None,
             filter_engine: FilterEngine::default(),
+            profile: None,
         }
     }
 }
 
 impl Settings {
+    /// The settings of this process's environment. The first to ask for
+    /// profiling starts it for the whole process (`profile.rs`).
     pub fn from_env() -> Result<Settings, String> {
-        Settings::from_vars(|name| std::env::var(name).ok())
+        let s = Settings::from_vars(|name| std::env::var(name).ok())?;
+        if let Some(req) = &s.profile {
+            crate::profile::start(req)?;
+        }
+        Ok(s)
     }
 
     /// The settings from variables looked up with `get`: the environment, or a
@@ -87,6 +107,17 @@ impl Settings {
         if let Some(v) = var("WEIR_FILTER_ENGINE") {
             s.filter_engine = v.parse().map_err(|e| format!("WEIR_FILTER_ENGINE={v}: {e}"))?;
         }
+        if let Some(v) = var("WEIR_PROFILE_FILE") {
+            let every = match var("WEIR_PROFILE_EVERY") {
+                Some(e) => e
+                    .parse()
+                    .ok()
+                    .filter(|&n: &u32| n >= 1)
+                    .ok_or_else(|| format!("WEIR_PROFILE_EVERY={e}: expected a whole number, at least 1"))?,
+                None => weir::profile::DEFAULT_EVERY,
+            };
+            s.profile = Some(ProfileRequest { path: PathBuf::from(v), every });
+        }
         if let Some(v) = var("WEIR_STATS_FILE") {
             let path = PathBuf::from(v);
             let f =
@@ -98,7 +129,10 @@ impl Settings {
 
     /// An engine builder for `spec` with these settings.
     pub fn builder(&self, spec: SourceSpec) -> EngineBuilder {
-        let b = weir::Engine::builder().source_spec(spec).locality(self.locality);
+        let mut b = weir::Engine::builder().source_spec(spec).locality(self.locality);
+        if let Some(p) = crate::profile::profiler() {
+            b = b.profile(p);
+        }
         match self.pool {
             Some(p) => b.pool(p),
             None => b,
@@ -107,7 +141,9 @@ impl Settings {
 
     /// Append the counters to `WEIR_STATS_FILE`, one JSON line per queue and
     /// one for the total. Failing to write is said on stderr, once.
+    /// The packets the engine received are also counted for the profile, if one is made.
     pub fn report(&self, stats: &Snapshot) {
+        crate::profile::received(stats.total().received);
         let Some((path, file)) = &self.stats_file else { return };
         let mut out = String::new();
         let line = |q: &weir::stats::QueueStats, name: String| {
@@ -143,5 +179,18 @@ mod tests {
         assert_eq!(with(&[("WEIR_FILTER_ENGINE", "")]).unwrap().filter_engine, FilterEngine::Jit, "empty is unset");
         let err = with(&[("WEIR_FILTER_ENGINE", "bpf")]).unwrap_err();
         assert!(err.starts_with("WEIR_FILTER_ENGINE=bpf: ") && err.contains("jit or interp"), "{err}");
+    }
+
+    #[test]
+    fn profiling_is_asked_for_with_a_file() {
+        assert_eq!(with(&[("WEIR_PROFILE_EVERY", "4")]).unwrap().profile, None, "no file, no profile");
+        let req = with(&[("WEIR_PROFILE_FILE", "/tmp/p.json")]).unwrap().profile.unwrap();
+        assert_eq!(req, ProfileRequest { path: "/tmp/p.json".into(), every: weir::profile::DEFAULT_EVERY });
+        let req = with(&[("WEIR_PROFILE_FILE", "/tmp/p.json"), ("WEIR_PROFILE_EVERY", "4")]).unwrap().profile.unwrap();
+        assert_eq!(req.every, 4);
+        for bad in ["0", "x", "-1"] {
+            let err = with(&[("WEIR_PROFILE_FILE", "/tmp/p.json"), ("WEIR_PROFILE_EVERY", bad)]).unwrap_err();
+            assert!(err.starts_with(&format!("WEIR_PROFILE_EVERY={bad}: ")), "{err}");
+        }
     }
 }

@@ -18,6 +18,10 @@
 //! `extern "C"` function would abort the process instead. Where weir may be
 //! cancelled at all is `cancel.rs`'s business.
 //!
+//! - With `WEIR_PROFILE_FILE` (what `weir profile -- run` sets), the
+//!   program is profiled: the engines' stages and the shim's own, written at
+//!   exit (`profile.rs`).
+//!
 //! The whole crate is the C API, so it may use `unsafe`; every block says why
 //! it holds.
 
@@ -31,6 +35,7 @@ pub mod env;
 mod errors;
 mod getters;
 mod handle;
+mod profile;
 mod read;
 mod savefile;
 mod sys;

@@ -25,6 +25,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use weir::engine::Read;
+use weir::profile::{Probe, Stage as Timed};
 
 /// What one read found.
 pub enum Got {
@@ -122,6 +123,12 @@ impl Handle {
         }
     }
 
+    /// Whether reading is over: the handle's packets reached their end, or
+    /// capture failed for good.
+    pub fn is_ended(&self) -> bool {
+        self.state.try_borrow().is_ok_and(|st| matches!(st.stage, Stage::Ended))
+    }
+
     /// Whether a break was asked for, clearing the request.
     fn take_break(&self) -> bool {
         // Relaxed, as in `request_break`. A plain load first: the swap is a
@@ -131,7 +138,8 @@ impl Handle {
 
     /// Read one packet. `wait` false: a live handle returns `Idle` at once when
     /// nothing is there (for `pcap_dispatch` after its first packet).
-    pub fn read(&self, wait: bool, nc: &NoCancel) -> Got {
+    pub fn read(&self, wait: bool, nc: &NoCancel, probe: &mut impl Probe) -> Got {
+        probe.mark(Timed::PcapTake);
         let Ok(mut st) = self.state.try_borrow_mut() else {
             self.busy();
             return Got::Error;
@@ -193,11 +201,17 @@ impl Handle {
             match reader.next(Duration::ZERO) {
                 Read::Packet(p) => {
                     self.records.set(self.records.get() + 1);
-                    if st.here.as_ref().is_some_and(|f| !f.matches(p.data(), p.wire_len())) {
-                        // The engine counts it filtered, in the queue that captured it.
-                        reader.reject_last();
-                        continue;
+                    if let Some(f) = &st.here {
+                        probe.mark(Timed::PcapFilter);
+                        if !f.matches(p.data(), p.wire_len()) {
+                            // The engine counts it filtered, in the queue that captured it.
+                            reader.reject_last();
+                            probe.mark(Timed::PcapTake);
+                            probe.record(Timed::PcapTake);
+                            continue;
+                        }
                     }
+                    probe.mark(Timed::PcapDeliver);
                     let (sec, frac) = self.timeval(p.ts_ns(), p.ts_carry());
                     let hdr = PcapPkthdr {
                         tv_sec: sec as libc::time_t,
@@ -205,6 +219,7 @@ impl Handle {
                         caplen: p.caplen(),
                         len: p.wire_len(),
                     };
+                    probe.record(Timed::PcapDeliver);
                     return Got::Packet(hdr, p.data().as_ptr());
                 }
                 Read::Idle => {
@@ -236,7 +251,9 @@ impl Handle {
                     if let Some(t) = reader.select_timeout() {
                         sleep = sleep.min(t);
                     }
+                    probe.mark(Timed::PcapWait);
                     nc.wait(fd.as_raw_fd(), sleep);
+                    probe.mark(Timed::PcapTake);
                 }
                 Read::End => {
                     let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!("reading") };

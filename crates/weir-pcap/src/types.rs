@@ -26,8 +26,10 @@ pub struct PcapIf {
     pub flags: u32,
 }
 
-/// `pcap_handler`.
-pub type Callback = Option<unsafe extern "C-unwind" fn(*mut u8, *const PcapPkthdr, *const u8)>;
+/// `pcap_handler`, never NULL.
+pub type CallbackFn = unsafe extern "C-unwind" fn(*mut u8, *const PcapPkthdr, *const u8);
+/// `pcap_handler` as a caller gives it: maybe NULL.
+pub type Callback = Option<CallbackFn>;
 
 /// `PCAP_ERRBUF_SIZE`.
 pub const ERRBUF_SIZE: usize = 256;

@@ -50,6 +50,14 @@
 //!   precision, and a run should not wait the wall clock's 20 ms for it).
 //!   Elsewhere spans are read from [`Instant`] in nanoseconds and no cycles
 //!   are given ([`Profiler::clock`] says which).
+//! - A thread the engine does not run can time its own stages the same way:
+//!   the application's thread pulling packets from a
+//!   [`Reader`](crate::engine::Reader) (libpcap's shim, whose stages are the
+//!   `Pcap*` ones and [`Stage::Program`]) takes a timer with
+//!   [`Profiler::timer`], marks its stages through [`Probe`], counts its
+//!   packets with [`Probe::record`] (windows of [`WINDOW_PACKETS`]), and hands
+//!   the timer in with [`StageTimer::finish`]. Its estimate covers the packets
+//!   it counted; its time outside reading is the caller's to report.
 
 use crate::clock::{invariant_tsc, tsc};
 use std::sync::{Condvar, Mutex};
@@ -102,10 +110,23 @@ pub enum Stage {
     Application,
     /// Worker: give the chunk back to its pool.
     Recycle,
+    /// libpcap's shim, on the program's thread: take the next packet from
+    /// the engine's reader (a chunk off a capture queue, the last one back).
+    PcapTake,
+    /// libpcap's shim: wait for packets (poll on the handle's descriptor).
+    PcapWait,
+    /// libpcap's shim: run the program's filter on a file's record.
+    PcapFilter,
+    /// libpcap's shim: deliver a packet to the program: its header
+    /// (timestamp, lengths), the call of its callback and the return.
+    PcapDeliver,
+    /// The program itself: its packet callback, or its code between two
+    /// reads (`pcap_next_ex`).
+    Program,
 }
 
 /// Number of [`Stage`]s.
-pub const STAGES: usize = 13;
+pub const STAGES: usize = 18;
 
 impl Stage {
     /// Every stage, in the order of the path.
@@ -123,6 +144,11 @@ impl Stage {
         Stage::Locality,
         Stage::Application,
         Stage::Recycle,
+        Stage::PcapTake,
+        Stage::PcapWait,
+        Stage::PcapFilter,
+        Stage::PcapDeliver,
+        Stage::Program,
     ];
 
     fn index(self) -> usize {
@@ -145,7 +171,17 @@ impl Stage {
             Stage::Locality => "locality",
             Stage::Application => "application",
             Stage::Recycle => "recycle",
+            Stage::PcapTake => "pcap_take",
+            Stage::PcapWait => "pcap_wait",
+            Stage::PcapFilter => "pcap_filter",
+            Stage::PcapDeliver => "pcap_deliver",
+            Stage::Program => "program",
         }
+    }
+
+    /// The stage whose [`key`](Self::key) this is.
+    pub fn from_key(key: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| s.key() == key)
     }
 
     /// What the stage is, for people.
@@ -164,15 +200,23 @@ impl Stage {
             Stage::Locality => "worker: locality sort",
             Stage::Application => "worker: application (handler)",
             Stage::Recycle => "worker: recycle",
+            Stage::PcapTake => "pcap: take the next packet from the engine",
+            Stage::PcapWait => "pcap: waiting for packets (poll)",
+            Stage::PcapFilter => "pcap: the program's filter on a record",
+            Stage::PcapDeliver => "pcap: delivery (header, callback call)",
+            Stage::Program => "program: its callback / own code",
         }
     }
 
     /// Whether the thread may sleep in this stage: its off-CPU time is
     /// taken from these stages first.
     fn may_sleep(self) -> bool {
-        matches!(self, Stage::NextBlock | Stage::CaptureWait | Stage::WorkerWait)
+        matches!(self, Stage::NextBlock | Stage::CaptureWait | Stage::WorkerWait | Stage::PcapWait)
     }
 }
+
+/// Why spans are read from `Instant` ([`Ticks::Instant`]).
+pub const NO_TSC: &str = "the TSC is not invariant here (or not an x86-64 CPU): spans are read from Instant, in ns, no cycles";
 
 /// The clock the spans are read from.
 #[derive(Copy, Clone, Debug)]
@@ -258,6 +302,21 @@ impl ThreadProfile {
         }
     }
 
+    /// What the timer counted, by the names reports give them: packets, and
+    /// windows and packets timed (marked, plain), and the thread's CPU time
+    /// in nanoseconds.
+    pub fn counts(&self) -> [(&'static str, u64); 7] {
+        [
+            ("packets", self.packets),
+            ("windows", self.windows),
+            ("windows_marked", self.marked.windows),
+            ("windows_plain", self.plain.windows),
+            ("packets_marked", self.marked.packets),
+            ("packets_plain", self.plain.packets),
+            ("cpu_ns", self.cpu_ns),
+        ]
+    }
+
     /// What one mark cost in this thread's marked windows, in ticks: their
     /// CPU time per packet less the plain windows', over the marks per
     /// packet, held between 0 and what marks cost back to back (0 when
@@ -330,7 +389,7 @@ impl Profiler {
             let (t1, i1) = (tsc(), Instant::now());
             Ticks::Tsc { hz: (t1.wrapping_sub(t0) as f64 / (i1 - i0).as_secs_f64()) as u64 }
         } else {
-            Ticks::Instant { why: "the TSC is not invariant here (or not an x86-64 CPU): spans are read from Instant, in ns, no cycles" }
+            Ticks::Instant { why: NO_TSC }
         };
         let mut p = Profiler {
             every: every.max(1),
@@ -377,9 +436,10 @@ impl Profiler {
         self.ticks
     }
 
-    /// A timer for the calling thread, named `name`; hand it in with
-    /// [`StageTimer::finish`] when the thread ends.
-    pub(crate) fn timer(&self, name: &str, first: Stage) -> StageTimer {
+    /// A timer for the calling thread, named `name`, in `first` stage; hand
+    /// it in with [`StageTimer::finish`] when the thread ends (the report
+    /// waits for it).
+    pub fn timer(&self, name: &str, first: Stage) -> StageTimer {
         self.lock().open += 1;
         StageTimer::new(self, name, first)
     }
@@ -449,7 +509,7 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// Stage marks in a loop that may or may not be timed: the loops are generic
 /// over it, and `()`, the untimed probe, compiles every mark away.
-pub(crate) trait Probe {
+pub trait Probe {
     /// See [`StageTimer::mark`].
     fn mark(&mut self, stage: Stage);
     /// See [`StageTimer::begin`].
@@ -507,7 +567,7 @@ enum Window {
 }
 
 /// One thread's stage timer (see the module's contract). Not shared: plain fields.
-pub(crate) struct StageTimer {
+pub struct StageTimer {
     every: u32,
     tsc: bool,
     hz: f64,
@@ -592,7 +652,7 @@ impl StageTimer {
 
     /// The thread enters `stage` (charged from now on), when a marked window is timed.
     #[inline]
-    pub(crate) fn mark(&mut self, stage: Stage) {
+    pub fn mark(&mut self, stage: Stage) {
         if self.marking {
             let now = self.now();
             self.win[self.stage.index()] += now.wrapping_sub(self.last);
@@ -604,7 +664,7 @@ impl StageTimer {
 
     /// A worker's loop turn starts, in `stage`: the window may be timed.
     #[inline]
-    pub(crate) fn begin(&mut self, stage: Stage) {
+    pub fn begin(&mut self, stage: Stage) {
         self.profile.windows += 1;
         self.left -= 1;
         if self.left == 0 {
@@ -615,7 +675,7 @@ impl StageTimer {
 
     /// A worker's loop turn ends, having handled `packets`.
     #[inline]
-    pub(crate) fn end(&mut self, packets: u64) {
+    pub fn end(&mut self, packets: u64) {
         self.profile.packets += packets;
         if self.window != Window::Off {
             self.win_packets += packets;
@@ -626,7 +686,7 @@ impl StageTimer {
     /// A capture thread read one record, and goes on in `stage`: windows are
     /// [`WINDOW_PACKETS`] records long.
     #[inline]
-    pub(crate) fn record(&mut self, stage: Stage) {
+    pub fn record(&mut self, stage: Stage) {
         self.profile.packets += 1;
         self.win_packets += 1;
         self.in_window -= 1;
@@ -639,7 +699,7 @@ impl StageTimer {
     /// on in `stage`: a window ends at the first batch boundary past
     /// [`WINDOW_PACKETS`] records.
     #[inline]
-    pub(crate) fn records(&mut self, n: u32, stage: Stage) {
+    pub fn records(&mut self, n: u32, stage: Stage) {
         self.profile.packets += u64::from(n);
         self.win_packets += u64::from(n);
         if n >= self.in_window {
@@ -713,7 +773,7 @@ impl StageTimer {
     }
 
     /// Hand the timer in to `p` as the thread ends, with its CPU time.
-    pub(crate) fn finish(mut self, p: &Profiler) {
+    pub fn finish(mut self, p: &Profiler) {
         if self.window != Window::Off {
             self.close();
         }
