@@ -30,6 +30,7 @@ const HANG: Duration = Duration::from_secs(60);
 const TEXT: &[&str] = &[
     "--filter",
     "--filter-engine",
+    "--trace-access",
     "--pool",
     "--cpus",
     "--balance",
