@@ -145,3 +145,55 @@ fn a_mapped_trace_cut_inside_its_last_page_ends_the_run_with_an_error() {
     // No access faults (the last page is still the file's): the size at the end tells.
     cut_while_mapped(|size| size - 10, "cut by 10 bytes");
 }
+
+/// The CPUs a thread named `name` of this process may use, from /proc.
+fn cpus_of_thread(name: &str) -> Option<String> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            return status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string());
+        }
+    }
+    None
+}
+
+/// Looks, at its first packet, at where the read-ahead thread may run.
+#[derive(Default)]
+struct WhereIsReadAhead(Option<Option<String>>);
+
+impl Handler for WhereIsReadAhead {
+    fn packet(&mut self, _: &Packet<'_>) {
+        if self.0.is_none() {
+            self.0 = Some(cpus_of_thread("weir-readahead"));
+        }
+    }
+}
+
+/// With the capture thread pinned to one CPU (`--cpus`), its read-ahead
+/// thread may still run on every CPU the process may use, not share the
+/// capture thread's: it does the copy the capture thread would wait for.
+#[test]
+fn the_read_ahead_thread_is_not_pinned_with_the_capture_thread() {
+    let mine = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mine = mine.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("one CPU only: nothing to tell apart");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.pcap");
+    write(&path, FileFormat::Pcap, 3_000, 3);
+    // Few small blocks: reading waits for the worker, so the thread is alive at its first packet.
+    let reading = ReadConfig { block_bytes: 8 * 1024, headroom: 1_600, blocks: 4, access: TraceAccess::Read };
+    let engine = Engine::builder()
+        .source(&format!("file:{}", path.display()))
+        .unwrap()
+        .trace_reading(reading)
+        .cpus(weir::engine::CpuPlan::List(vec![0, 0]))
+        .build()
+        .unwrap();
+    let report = engine.run(|_| WhereIsReadAhead::default()).unwrap();
+    let seen = report.handlers.into_iter().next().unwrap().1 .0.expect("the worker saw a packet");
+    assert_eq!(seen.as_deref(), Some(mine.as_str()), "the read-ahead thread may run where the process may");
+}

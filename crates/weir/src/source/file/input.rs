@@ -31,6 +31,8 @@ use crate::pool::{BlockArena, BlockId, BlockMut, BlockRef, CaptureSide};
 use crate::profile::{Profiler, Stage};
 use crate::tracefile::MAX_RECORD_BYTES;
 use crate::{Setting, SettingError};
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
@@ -235,6 +237,10 @@ pub(super) struct Input {
     read_total: Arc<AtomicU64>,
     /// A mapped file's lines asked for ahead of the walk; `None` when the file is read.
     ahead: Option<mapped::Ahead>,
+    /// The CPUs the thread that opened the trace may use: the read-ahead thread
+    /// takes them, not the capture thread's, which may be pinned to one CPU
+    /// (`--cpus`) that it would then have to share with its own read-ahead.
+    cpus: Option<CpuSet>,
 }
 
 /// A trace that cannot be opened for what the user named (no such file, no
@@ -298,6 +304,7 @@ impl Input {
             stream,
             read_total: Arc::new(AtomicU64::new(0)),
             ahead,
+            cpus: sched_getaffinity(Pid::from_raw(0)).ok(),
         };
         Ok((input, size))
     }
@@ -358,9 +365,14 @@ impl Input {
         if let Some(p) = &profiler {
             p.expect_thread();
         }
+        let cpus = self.cpus;
         std::thread::Builder::new()
             .name("weir-readahead".into())
             .spawn(move || {
+                if let Some(set) = cpus {
+                    // A refusal (a CPU taken offline since) leaves it where it was made.
+                    let _ = sched_setaffinity(Pid::from_raw(0), &set);
+                }
                 ahead.run();
                 if let Some(p) = profiler {
                     p.whole_thread("read-ahead", Stage::ReadAhead);
