@@ -110,6 +110,39 @@ fn both_filter_engines_give_the_same_verdicts() {
     assert!(text(&out.stderr).contains("jit or interp"), "{}", text(&out.stderr));
 }
 
+/// Where the JIT cannot have executable memory, the filter runs on the
+/// interpreter, the user is told why, and the verdicts are the JIT's. The
+/// kernel's memory-deny-write-execute (prctl PR_SET_MDWE, Linux 6.3+, kept
+/// across execve) refuses the JIT's mprotect to read+execute, as a hardened
+/// system would.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn without_executable_memory_the_filter_is_interpreted_and_the_user_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace(dir.path());
+    let src = format!("{}@0-1", t.display());
+    let expr = "udp and (port 53 or len > 300) or tcp[tcpflags] & tcp-syn != 0";
+    // prctl(PR_SET_MDWE = 65, PR_MDWE_REFUSE_EXEC_GAIN = 1), then become weir.
+    const MDWE: &str = "import ctypes, os, sys\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        if libc.prctl(65, 1, 0, 0, 0) != 0:\n    sys.exit('PR_SET_MDWE refused: errno %d' % ctypes.get_errno())\n\
+        os.execv(sys.argv[1], sys.argv[1:])\n";
+    let out = Command::new("python3")
+        .args(["-c", MDWE, env!("CARGO_BIN_EXE_weir"), "handle", "-x", "2", "--json", "-f", expr, "--filter-engine", "jit", &src])
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("the filter runs on the interpreter") && err.contains("executable"), "the user is told why: {err}");
+    let denied: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(denied["filter_engine"], "interp");
+    let jit = json(&["handle", "-x", "2", "--json", "-f", expr, "--filter-engine", "jit", &src]);
+    assert_eq!(jit["filter_engine"], "jit");
+    assert_eq!(denied["matched"], jit["matched"]);
+    assert!(jit["matched"].as_u64().unwrap() > 0);
+}
+
 #[test]
 fn handle_refuses_a_bad_filter_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
