@@ -160,10 +160,12 @@ pub struct LiveArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 2048, value_parser = clap::value_parser!(u16).range(2048..=4096))]
     pub frame_size: u16,
 
-    /// afxdp: RX and fill ring entries (a power of two up to 16777216; the pool's R×M
-    /// frames must exceed it).
-    #[arg(long, value_name = "N", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
-    pub ring_size: u32,
+    /// afxdp: RX ring entries (a power of two up to 16777216; the pool's R×M frames must
+    /// exceed it), the fill ring twice as many. By default both hold the whole pool (R×M
+    /// rounded up to a power of two), so the kernel can fill every frame of the pool while
+    /// weir's threads do not run: a paused reader loses nothing until the pool is full.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1 << 24))]
+    pub ring_size: Option<u32>,
 
     /// afxdp: zero-copy: auto (where the driver supports it), on, off.
     #[arg(long, value_name = "MODE", default_value = "auto")]

@@ -224,7 +224,7 @@ fn every_packet_once_with_both_directions_of_a_flow_on_one_queue() {
     let traffic = write_traffic(dir.path(), rx_mac(&tb), 20_000, 300, 11);
     let configs = [
         AfXdpOptions::default(),
-        AfXdpOptions { zero_copy: ZeroCopy::Off, need_wakeup: false, ring_size: 512, frame_size: 4096, ..AfXdpOptions::default() },
+        AfXdpOptions { zero_copy: ZeroCopy::Off, need_wakeup: false, ring_size: Some(512), frame_size: 4096, ..AfXdpOptions::default() },
     ];
     for afxdp in configs {
         let engine = Engine::builder()
@@ -294,7 +294,7 @@ fn a_udp_filter_delivers_exactly_the_udp_packets() {
 /// done; returns the totals after everything drained.
 fn overload(tb: &TestBed, traffic: &Traffic, pool: PoolConfig, ring_size: u32, pps: Option<u32>) -> QueueStats {
     let go = Arc::new(AtomicBool::new(false));
-    let afxdp = AfXdpOptions { ring_size, ..AfXdpOptions::default() };
+    let afxdp = AfXdpOptions { ring_size: Some(ring_size), ..AfXdpOptions::default() };
     let running = Engine::builder()
         .source(&format!("afxdp:{}@0-1", tb.rx_if))
         .unwrap()
@@ -371,7 +371,7 @@ fn pacing_zero_copy_on_veth_and_a_pool_no_larger_than_the_rx_ring_are_refused() 
         Engine::builder()
             .source(&format!("afxdp:{}", tb.rx_if))
             .unwrap()
-            .live(live(&tb, AfXdpOptions { ring_size: 64, ..AfXdpOptions::default() }))
+            .live(live(&tb, AfXdpOptions { ring_size: Some(64), ..AfXdpOptions::default() }))
             .pool(pool)
             .pacing(pacing)
             .build()

@@ -118,7 +118,12 @@ fn memory(o: &AfXdpOptions, pool_cells: u64, queues: usize, kernel_flows: u32) -
         format!("AF_XDP UMEM: {pool_cells} frames of {} per queue (a frame per pool cell), x {queues} queues", Bytes(o.frame_size as u64)),
         pool_cells.saturating_mul(o.frame_size as u64).saturating_mul(n),
     );
-    plan.add(format!("AF_XDP rings of {} entries, x {queues} queues", o.ring_size), xsk::ring_bytes(o.ring_size).saturating_mul(n));
+    let frames = usize::try_from(pool_cells).unwrap_or(usize::MAX);
+    let (rx, fill) = xsk::ring_sizes(o.ring_size, frames);
+    plan.add(
+        format!("AF_XDP RX ring of {rx} entries and fill ring of {fill}, x {queues} queues"),
+        xsk::ring_bytes(o.ring_size, frames).saturating_mul(n),
+    );
     if kernel_flows > 0 {
         plan.add(
             format!("kernel cutoff flow map: {kernel_flows} entries"),
@@ -133,8 +138,8 @@ fn check_options(o: &AfXdpOptions) -> Result<(), SourceError> {
     if o.frame_size != 2048 && o.frame_size != 4096 {
         return Err(SourceError::Invalid(format!("AF_XDP frame size {}: must be 2048 or 4096", o.frame_size)));
     }
-    if !o.ring_size.is_power_of_two() {
-        return Err(SourceError::Invalid(format!("AF_XDP ring size {}: must be a power of two", o.ring_size)));
+    if let Some(r) = o.ring_size.filter(|r| !r.is_power_of_two()) {
+        return Err(SourceError::Invalid(format!("AF_XDP ring size {r}: must be a power of two")));
     }
     Ok(())
 }
@@ -188,8 +193,7 @@ impl Source for AfXdpSource {
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
         super::live::refuse_pacing(opts.pacing)?;
         let frames = opts.pool.capacity();
-        let ring = self.opts.ring_size as usize;
-        if frames <= ring {
+        if let Some(ring) = self.opts.ring_size.map(|r| r as usize).filter(|&r| frames <= r) {
             return Err(SourceError::Invalid(format!(
                 "the pool {} has {frames} cells per queue, which must be more than the AF_XDP RX ring's {ring} entries \
                  (each cell is a UMEM frame): raise R or M, or lower the ring size",

@@ -32,10 +32,13 @@ use std::time::Duration;
 /// Bytes the kernel keeps in front of each packet in a frame (XDP_PACKET_HEADROOM).
 pub(crate) const XDP_PACKET_HEADROOM: usize = 256;
 
-/// Fill ring entries per RX ring entry. With a fill ring twice the RX ring, a
-/// stalled capture thread overflows the RX ring (a delivery drop) before the
-/// kernel runs out of frames, so an empty fill ring (a capture drop) means what
-/// it should: the pool had no free frame left to give.
+/// Fill ring entries per RX ring entry, for a ring size the user chose. With
+/// a fill ring twice the RX ring, a stalled capture thread overflows the RX
+/// ring (a delivery drop) before the kernel runs out of frames, so an empty
+/// fill ring (a capture drop) means what it should: the pool had no free frame
+/// left to give. Sized from the pool (the default), both rings hold every
+/// frame: the RX ring never overflows, and the fill ring runs dry exactly when
+/// the pool is full.
 const FILL_PER_RX: u32 = 2;
 
 /// How long a bind keeps retrying a queue the kernel still releases (see `bind`).
@@ -59,10 +62,23 @@ pub(crate) struct Xsk {
     zero_copy: bool,
 }
 
-/// The most memory the RX, fill and completion rings of `ring_size` entries take.
-pub(crate) fn ring_bytes(ring_size: u32) -> u64 {
-    let fill = u64::from(ring_size.saturating_mul(FILL_PER_RX).max(ring_size));
-    u64::from(ring_size) * size_of::<XdpDesc>() as u64 + fill * 8 + u64::from(COMPLETION_RING_ENTRIES) * 8
+/// Entries of the RX and fill rings of a socket whose pool has `frames`
+/// frames: what the user chose (and twice that for the fill ring), or both
+/// the pool's frames rounded up to a power of two (the kernel's rule).
+pub(crate) fn ring_sizes(ring_size: Option<u32>, frames: usize) -> (u32, u32) {
+    match ring_size {
+        Some(r) => (r, r.saturating_mul(FILL_PER_RX).max(r)),
+        None => {
+            let all = u32::try_from(frames.max(1).next_power_of_two()).unwrap_or(1 << 31);
+            (all, all)
+        }
+    }
+}
+
+/// The most memory the RX, fill and completion rings take (see [`ring_sizes`]).
+pub(crate) fn ring_bytes(ring_size: Option<u32>, frames: usize) -> u64 {
+    let (rx, fill) = ring_sizes(ring_size, frames);
+    u64::from(rx) * size_of::<XdpDesc>() as u64 + u64::from(fill) * 8 + u64::from(COMPLETION_RING_ENTRIES) * 8
 }
 
 /// Whose UMEM a socket uses.
@@ -100,8 +116,7 @@ impl Xsk {
         if share.is_none() {
             fd.register_umem(&umem).map_err(|e| umem_error(at("registering the UMEM"), e, umem.len()))?;
         }
-        let ring_size = opts.ring_size;
-        let fill_size = ring_size.saturating_mul(FILL_PER_RX).max(ring_size);
+        let (ring_size, fill_size) = ring_sizes(opts.ring_size, to.frames);
         fd.set_ring_size(RingKind::Fill, fill_size).map_err(|e| io(at("sizing the fill ring"), e))?;
         fd.set_ring_size(RingKind::Completion, COMPLETION_RING_ENTRIES).map_err(|e| io(at("sizing the completion ring"), e))?;
         fd.set_ring_size(RingKind::Rx, ring_size).map_err(|e| io(at("sizing the RX ring"), e))?;

@@ -171,8 +171,12 @@ pub enum ZeroCopy {
 pub struct AfXdpOptions {
     /// UMEM frame size: 2048 or 4096.
     pub frame_size: usize,
-    /// Entries of the RX and fill rings (a power of two).
-    pub ring_size: u32,
+    /// Entries of the RX ring (a power of two), the fill ring twice as many.
+    /// `None` (the default): both hold the whole pool, its R×M frames rounded
+    /// up to a power of two, so the kernel can fill every frame of the pool
+    /// while weir's threads do not run (a paused or descheduled reader loses
+    /// nothing until the pool is full), as a TPACKET ring of the pool's size would.
+    pub ring_size: Option<u32>,
     /// Whether the UMEM is the NIC's receive memory.
     pub zero_copy: ZeroCopy,
     /// XDP_USE_NEED_WAKEUP: the kernel asks for a wake-up only when it needs one.
@@ -183,7 +187,7 @@ pub struct AfXdpOptions {
 
 impl Default for AfXdpOptions {
     fn default() -> Self {
-        AfXdpOptions { frame_size: 2048, ring_size: 2048, zero_copy: ZeroCopy::Auto, need_wakeup: true, replace_foreign: false }
+        AfXdpOptions { frame_size: 2048, ring_size: None, zero_copy: ZeroCopy::Auto, need_wakeup: true, replace_foreign: false }
     }
 }
 
