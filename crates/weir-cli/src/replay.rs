@@ -23,8 +23,8 @@
 //! than -c needs) into memory; [`XdpGenerator`] holds it in the kernel and
 //! sends it, pass after pass in trace order, in test runs of [`XDP_CHUNK`]
 //! packets, between which -c, -d and Ctrl-C are looked at. Packets count as
-//! sent when handed to the device; the device's own drops are reported
-//! beside them. What it cannot do (pacing, -Z, --qdisc-bypass, a packet the
+//! sent when handed to the device: the kernel reports no drops behind that
+//! (the summary says so), so what arrived is the receiver's to count. What it cannot do (pacing, -Z, --qdisc-bypass, a packet the
 //! interface cannot carry) is refused before anything is sent.
 
 use crate::exit::bad_input;
@@ -75,9 +75,10 @@ reports these waits. -c and -d count across all passes.\n\n\
 With --xdp IFACE the trace (at most 65,536 packets, each at most 2048 bytes) is loaded into the \
 kernel and sent by weir's XDP program through the kernel's XDP live-frames test run (Linux 5.18+), \
 65,536 packets a call, at top speed only: pacing, --qdisc-bypass and -Z are refused. \
---vary-ports N moves each IPv4 TCP/UDP source port by the packet's number mod N. A device that \
-cannot take a frame drops it (the summary shows its tx_dropped); a veth transmits XDP frames only \
-when its peer has an XDP program or GRO.\n\n\
+--vary-ports N moves each IPv4 TCP/UDP source port by the packet's number mod N. Packets count \
+as sent when handed to the device: one that cannot take a frame drops it and the kernel does not \
+tell the sender, so count at the receiver; a veth transmits XDP frames only when its peer has an \
+XDP program or GRO on.\n\n\
 Privileges: the packet socket needs CAP_NET_RAW, --netns needs CAP_SYS_ADMIN, -Z needs \
 CAP_SETUID and CAP_SETGID. For replay, --netns is where IFACE is opened, and -Z switches to USER \
 once the TX socket is open: the trace is then opened as USER, so USER must be able to read it.")]
@@ -763,7 +764,6 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
         vary_ports: args.vary_ports,
         sent,
         bytes: bytes_of(sent),
-        device_drops: gen.device_drops(),
         stop,
         error: error.as_ref().map(ToString::to_string),
     };
@@ -798,7 +798,6 @@ struct XdpSummary<'a> {
     vary_ports: Option<u16>,
     sent: u64,
     bytes: u64,
-    device_drops: Option<u64>,
     stop: StopReason,
     error: Option<String>,
 }
@@ -832,11 +831,11 @@ impl XdpSummary<'_> {
         if let Some(v) = self.vary_ports {
             out!("  ports     source ports of IPv4 TCP and UDP packets varied over {v} values");
         }
-        match self.device_drops {
-            Some(0) => out!("  device    dropped none"),
-            Some(d) => out!("  device    dropped {d} (its tx_dropped: a full queue, or a veth peer with neither an XDP program nor GRO)"),
-            None => out!("  device    drops not reported by the kernel"),
-        }
+        out!(
+            "  handed to {} by its XDP transmit; a device that cannot take a frame drops it unreported \
+             (a veth does unless its peer has an XDP program or GRO on): count at the receiver",
+            self.iface
+        );
         out!("  {}", self.stop);
     }
 
@@ -856,7 +855,6 @@ impl XdpSummary<'_> {
             "filtered": self.filtered,
             "truncated": self.truncated,
             "vary_ports": self.vary_ports,
-            "device_drops": self.device_drops,
             "stop": self.stop.to_string(),
             "error": self.error,
         });

@@ -314,7 +314,7 @@ fn replay_xdp_delivers_the_trace_unchanged_or_with_varied_ports() {
     let child = record_afxdp(&tb, &out);
     let v = replay_xdp(&tb, &t, &[]);
     stop(child);
-    assert_eq!((v["packets"].as_u64(), v["passes"].as_u64(), v["device_drops"].as_u64()), (Some(2000), Some(1), Some(0)), "{v}");
+    assert_eq!((v["packets"].as_u64(), v["passes"].as_u64()), (Some(2000), Some(1)), "{v}");
     assert_eq!(recorded(&out), frames, "the same frames, in the order sent");
 
     let out = dir.path().join("varied.pcapng");

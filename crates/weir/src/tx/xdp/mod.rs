@@ -14,10 +14,10 @@
 //!   over the generator's whole life) transmits frame `k mod frames`, so runs
 //!   go through the frames in order, pass after pass. It returns how many runs
 //!   were made: fewer than asked only when a signal cut the call short.
-//! - A run is a frame handed to the device's XDP transmit; a device that cannot
+//! - A run is a frame handed to the device's XDP transmit. A device that cannot
 //!   take it (a full queue, a veth whose peer has neither an XDP program nor
-//!   GRO) drops it and counts it in its own `tx_dropped`, which
-//!   [`XdpGenerator::device_drops`] reads back. Receivers see the rest.
+//!   GRO) drops it, and the kernel tells the sender nothing: only a receiver
+//!   knows what arrived.
 //! - With [`XdpGenOptions::vary_ports`] N above 0, run `k` adds `k mod N` to
 //!   the source port of an untagged IPv4 TCP or UDP frame, with its checksum
 //!   kept right; other frames go as they are.
@@ -158,7 +158,6 @@ pub struct XdpGenerator {
     mtu: u32,
     netns: Option<PathBuf>,
     batch: u32,
-    drops_at_open: Option<u64>,
 }
 
 impl XdpGenerator {
@@ -204,7 +203,7 @@ impl XdpGenerator {
             .map_err(|e| load_error("creating the generator's maps", &e))?;
         let mut table: Array<MapData, sys::Frame> = ebpf
             .take_map(FRAMES_MAP)
-            .ok_or(GenError::Options(format!("the generator's object has no map {FRAMES_MAP}")))?
+            .ok_or_else(|| missing(iface, FRAMES_MAP))?
             .try_into()
             .map_err(|e| load_error("opening the frame map", &e))?;
         let mut slot = sys::Frame { len: 0, data: [0; MAX_FRAME] };
@@ -215,28 +214,18 @@ impl XdpGenerator {
         }
         let mut state: Array<MapData, sys::State> = ebpf
             .take_map(STATE_MAP)
-            .ok_or(GenError::Options(format!("the generator's object has no map {STATE_MAP}")))?
+            .ok_or_else(|| missing(iface, STATE_MAP))?
             .try_into()
             .map_err(|e| load_error("opening the state map", &e))?;
         let initial = sys::State { next: 0, ifindex: index, frames: count, vary_ports: u32::from(opts.vary_ports), pad: 0 };
         state.set(0, initial, 0).map_err(|e| load_error("setting the generator's state", &e))?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
-            .ok_or(GenError::Options(format!("the generator's object has no program {PROGRAM_NAME}")))?
+            .ok_or_else(|| missing(iface, PROGRAM_NAME))?
             .try_into()
             .map_err(|e| load_error("weir's generator program", &e))?;
         prog.load().map_err(|e| load_error("loading weir's generator program", &e))?;
-        let drops_at_open = in_netns(&opts.netns, || Ok::<_, GenError>(tx_dropped(iface)))?;
-        Ok(XdpGenerator {
-            ebpf,
-            state,
-            seed: frames[0].clone(),
-            iface: iface.into(),
-            mtu,
-            netns: opts.netns.clone(),
-            batch: opts.batch,
-            drops_at_open,
-        })
+        Ok(XdpGenerator { ebpf, state, seed: frames[0].clone(), iface: iface.into(), mtu, netns: opts.netns.clone(), batch: opts.batch })
     }
 
     /// The interface's MTU in bytes when the generator was opened.
@@ -255,15 +244,9 @@ impl XdpGenerator {
     /// Run the program `n` times, as the module says; how many runs were made.
     pub fn send(&mut self, n: u32) -> Result<u64, GenError> {
         let before = self.runs()?;
-        let prog: &Xdp = self
-            .ebpf
-            .program(PROGRAM_NAME)
-            .ok_or(GenError::Options(format!("the generator's object has no program {PROGRAM_NAME}")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| GenError::Run {
-                iface: self.iface.clone(),
-                error: io::Error::other(e.to_string()),
-            })?;
+        let prog: &Xdp = self.ebpf.program(PROGRAM_NAME).ok_or_else(|| missing(&self.iface, PROGRAM_NAME))?.try_into().map_err(
+            |e: aya::programs::ProgramError| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) },
+        )?;
         let fd = prog.fd().map_err(|e| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) })?;
         let (seed, batch) = (&self.seed, self.batch);
         let result = in_netns(&self.netns, || Ok::<_, GenError>(sys::test_run_live(fd.as_fd(), seed, n, batch)))?;
@@ -281,12 +264,13 @@ impl XdpGenerator {
         }
         Ok(self.runs()? - before)
     }
+}
 
-    /// Frames the device dropped since the generator was opened (its
-    /// `tx_dropped`), when the kernel reports it.
-    pub fn device_drops(&self) -> Option<u64> {
-        let now = in_netns(&self.netns, || Ok::<_, GenError>(tx_dropped(&self.iface))).ok().flatten()?;
-        Some(now.saturating_sub(self.drops_at_open?))
+fn missing(iface: &str, what: &str) -> GenError {
+    GenError::Load {
+        iface: iface.into(),
+        what: "weir's generator object",
+        detail: format!("it has no {what:?}: ebpf/weir_gen.c and the loader disagree"),
     }
 }
 
@@ -305,17 +289,6 @@ fn device(iface: &str, netns: &Option<PathBuf>) -> Result<(u32, u32), TxError> {
     }
     let index = crate::source::ifindex(iface).map_err(|_| TxError::NoSuchInterface { iface: iface.into(), netns: netns.clone() })?;
     Ok((index, dev.mtu))
-}
-
-/// The `tx_dropped` of `iface` in the calling thread's namespace, from
-/// /proc/thread-self/net/dev (sysfs shows the process's namespace, not the thread's).
-fn tx_dropped(iface: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
-    text.lines().find_map(|line| {
-        let (name, counters) = line.split_once(':')?;
-        // After the name: 8 receive counters, then tx bytes, packets, errs, drop.
-        (name.trim() == iface).then(|| counters.split_whitespace().nth(11)?.parse().ok())?
-    })
 }
 
 #[cfg(test)]
