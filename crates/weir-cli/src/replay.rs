@@ -18,6 +18,14 @@
 //! With `-Z USER` the process becomes USER as soon as the TX socket is open,
 //! before the trace is opened, so the trace is read with USER's rights (as
 //! tcpdump writes files after `-Z`).
+//!
+//! With `--xdp IFACE` the engine only reads the trace (filtered, no further
+//! than -c needs) into memory; [`XdpGenerator`] holds it in the kernel and
+//! sends it, pass after pass in trace order, in test runs of [`XDP_CHUNK`]
+//! packets, between which -c, -d and Ctrl-C are looked at. Packets count as
+//! sent when handed to the device: the kernel reports no drops behind that
+//! (the summary says so), so what arrived is the receiver's to count. What it cannot do (pacing, -Z, --qdisc-bypass, a packet the
+//! interface cannot carry) is refused before anything is sent.
 
 use crate::exit::bad_input;
 use crate::exit::out;
@@ -33,6 +41,7 @@ use weir::engine::{Running, StopHandle, StopReason};
 use weir::privileges::{self, Identity};
 use weir::source::pacing::{self, Pacer};
 use weir::source::{Pacing, SourceSpec, SpecError};
+use weir::tx::xdp::{GenError, XdpGenOptions, XdpGenerator};
 use weir::tx::{TxError, TxKicker, TxOptions, TxRing, TxStats};
 use weir::{Handler, LinkType, Packet};
 
@@ -47,7 +56,8 @@ weir replay t.pcap -o eth1 --pps 10000           10,000 packets a second\n  \
 weir replay t.pcap -o eth1 --mbps 100 --loop 5   100 Mbit/s, five times over\n  \
 weir replay t.pcap -o eth1 --speed 2 --loop 0    twice the recorded speed, until Ctrl-C\n  \
 weir replay t.pcap -o veth0 --netns lab -f 'udp port 53' --json\n  \
-sudo weir replay t.pcap -o eth1 -Z nobody        the socket opened as root, the rest as nobody\n\n\
+sudo weir replay t.pcap -o eth1 -Z nobody        the socket opened as root, the rest as nobody\n  \
+weir replay t.pcap --xdp eth1 --loop 0 -d 10     from kernel context, no system call per packet\n\n\
 Frames go out exactly as recorded, Ethernet header included: rewrite addresses first \
 (tcprewrite, or `weir synth`) if the trace's MACs and IPs do not fit the network. Only \
 Ethernet traces can be sent (pcap link type EN10MB). Packets longer than the interface's \
@@ -62,6 +72,13 @@ for the interface and drops nothing.\n\n\
 How it sends: frames are copied into a PACKET_TX_RING shared with the kernel and handed over \
 in batches with one send() each; when the ring is full weir waits for the device, and \
 reports these waits. -c and -d count across all passes.\n\n\
+With --xdp IFACE the trace (at most 65,536 packets, each at most 2048 bytes) is loaded into the \
+kernel and sent by weir's XDP program through the kernel's XDP live-frames test run (Linux 5.18+), \
+65,536 packets a call, at top speed only: pacing, --qdisc-bypass and -Z are refused. \
+--vary-ports N moves each IPv4 TCP/UDP source port by the packet's number mod N. Packets count \
+as sent when handed to the device: one that cannot take a frame drops it and the kernel does not \
+tell the sender, so count at the receiver; a veth transmits XDP frames only when its peer has an \
+XDP program or GRO on.\n\n\
 Privileges: the packet socket needs CAP_NET_RAW, --netns needs CAP_SYS_ADMIN, -Z needs \
 CAP_SETUID and CAP_SETGID. For replay, --netns is where IFACE is opened, and -Z switches to USER \
 once the TX socket is open: the trace is then opened as USER, so USER must be able to read it.")]
@@ -70,8 +87,25 @@ pub struct ReplayArgs {
     pub src: SourceArgs,
 
     /// The interface to send on (opened inside --netns when given).
-    #[arg(short = 'o', long = "interface", value_name = "IFACE", help_heading = "Sending")]
-    pub iface: String,
+    #[arg(
+        short = 'o',
+        long = "interface",
+        value_name = "IFACE",
+        help_heading = "Sending",
+        required_unless_present = "xdp",
+        conflicts_with = "xdp"
+    )]
+    pub iface: Option<String>,
+
+    /// Send on IFACE from kernel context instead, with no system call per packet:
+    /// the kernel's XDP live-frames test run (Linux 5.18+), at top speed only.
+    #[arg(long, value_name = "IFACE", help_heading = "Sending")]
+    pub xdp: Option<String>,
+
+    /// With --xdp: add (packet number mod N) to the source port of every IPv4
+    /// TCP and UDP packet, checksums kept right, so receivers see up to N times the flows.
+    #[arg(long, value_name = "N", requires = "xdp", value_parser = clap::value_parser!(u16).range(1..), help_heading = "Sending")]
+    pub vary_ports: Option<u16>,
 
     /// Send the trace N times; 0 repeats it until Ctrl-C, -c or -d.
     #[arg(long = "loop", value_name = "N", default_value_t = 1, help_heading = "Sending")]
@@ -335,7 +369,7 @@ fn check_args(args: &ReplayArgs) -> anyhow::Result<()> {
         SourceSpec::Live { .. } => {
             Err(bad_input(anyhow!("source {:?} is a network interface: weir replay sends trace files (pcap or pcapng)", args.src.source)))
         }
-        SourceSpec::File { path: None, .. } if args.loops != 1 => {
+        SourceSpec::File { path: None, .. } if args.loops != 1 && args.xdp.is_none() => {
             Err(bad_input(anyhow!("--loop {} needs a trace file: standard input can be read only once", args.loops)))
         }
         SourceSpec::File { queues, .. } if queues.len() != 1 => Err(bad_input(anyhow!(
@@ -350,6 +384,11 @@ fn check_args(args: &ReplayArgs) -> anyhow::Result<()> {
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     check_args(&args)?;
     let pacing = args.src.pacing()?;
+    let iface = match (&args.iface, &args.xdp) {
+        (_, Some(xdp)) => return run_xdp(&args, xdp, pacing),
+        (Some(iface), None) => iface.clone(),
+        (None, None) => return Err(bad_input(anyhow!("give the interface to send on: -o IFACE or --xdp IFACE"))),
+    };
     let opts = TxOptions {
         netns: args.src.live.netns.clone(),
         qdisc_bypass: args.qdisc_bypass,
@@ -357,7 +396,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         batch: if pacing.is_paced() { 1 } else { TOP_SPEED_BATCH },
         ..TxOptions::default()
     };
-    let mut ring = TxRing::open(&args.iface, &opts).map_err(tx_error)?;
+    let mut ring = TxRing::open(&iface, &opts).map_err(tx_error)?;
     if let Some(user) = &args.src.live.user {
         privileges::drop_to(user).map_err(|e| if e.is_bad_input() { bad_input(e) } else { anyhow::Error::new(e) })?;
     }
@@ -386,7 +425,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 "{} has link type {}: only Ethernet (EN10MB) traces can be sent on {}",
                 info.name,
                 info.link_type,
-                args.iface
+                iface
             )));
         }
         if info.queues.len() != 1 {
@@ -455,7 +494,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     let summary = Summary {
         source: &source_name,
-        iface: &args.iface,
+        iface: &iface,
         mtu: ring.mtu(),
         shape: ring.shape(),
         pacing,
@@ -592,6 +631,230 @@ impl Summary<'_> {
             "uid": self.identity.uid,
             "gid": self.identity.gid,
             "groups": self.identity.groups,
+            "stop": self.stop.to_string(),
+            "error": self.error,
+        });
+        out!("{v}");
+    }
+}
+
+/// Runs per XDP test run: about 20 ms at the generator's speed here, so -d, -c
+/// and Ctrl-C are honoured that closely and status lines come on time.
+const XDP_CHUNK: u32 = 1 << 16;
+
+/// The queue's handler for `--xdp`: keeps a copy of every frame, to be loaded
+/// into the kernel whole.
+#[derive(Default)]
+struct Collector {
+    frames: Vec<Vec<u8>>,
+    truncated: u64,
+}
+
+impl Handler for Collector {
+    fn packet(&mut self, p: &Packet<'_>) {
+        self.truncated += u64::from(p.caplen() < p.wire_len());
+        self.frames.push(p.data().to_vec());
+    }
+}
+
+/// `--xdp IFACE`: read the trace (filtered, and no further than -c or the
+/// generator's limit needs), load it into the kernel, then send runs of
+/// [`XDP_CHUNK`] until the passes, -c, -d or Ctrl-C end it.
+fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<ExitCode> {
+    if pacing.is_paced() {
+        return Err(bad_input(anyhow!(
+            "--xdp sends at the kernel's top speed and cannot pace (--pps, --mbps, --speed): the test run has no timer per \
+             packet; pace with -o IFACE instead"
+        )));
+    }
+    if args.qdisc_bypass {
+        return Err(bad_input(anyhow!("--qdisc-bypass is for -o IFACE: --xdp frames never pass the queueing discipline")));
+    }
+    if args.src.live.user.is_some() {
+        return Err(bad_input(anyhow!("-Z cannot be used with --xdp: every test run is a bpf(2) call that needs root's capabilities")));
+    }
+    let mut src = engine_args(&args.src, &Totals::default()).unwrap_or_else(|| args.src.clone());
+    // One frame more than the generator holds is enough to say the trace is too long.
+    let limit = weir::tx::xdp::MAX_FRAMES as u64 + 1;
+    src.count = Some(src.count.map_or(limit, |c| c.min(limit)));
+    let engine = src.engine()?;
+    let info = engine.info().clone();
+    if info.link_type != LinkType::ETHERNET {
+        return Err(bad_input(anyhow!(
+            "{} has link type {}: only Ethernet (EN10MB) traces can be sent on {iface}",
+            info.name,
+            info.link_type
+        )));
+    }
+    let mut collector = Some(Collector::default());
+    let running = engine.start(move |_q| collector.take().unwrap_or_default())?;
+    let report = running.join();
+    if let Some(e) = report.errors.first() {
+        let e = anyhow!("{e}");
+        return Err(if report.failed_on_bad_input() { bad_input(e) } else { e });
+    }
+    let filtered = report.stats.total().filtered;
+    let collected = report.handlers.into_iter().map(|(_, c)| c).next().unwrap_or_default();
+    let frames = collected.frames;
+    let opts = XdpGenOptions { netns: args.src.live.netns.clone(), vary_ports: args.vary_ports.unwrap_or(0), ..XdpGenOptions::default() };
+    let mut gen = XdpGenerator::open(iface, &frames, &opts).map_err(gen_error)?;
+
+    let n = frames.len() as u64;
+    let lens: Vec<u64> = frames.iter().map(|f| f.len() as u64).collect();
+    let pass_bytes: u64 = lens.iter().sum();
+    let bytes_of = |runs: u64| (runs / n) * pass_bytes + lens[..(runs % n) as usize].iter().sum::<u64>();
+    let per_pass = if args.loops == 0 { None } else { Some(args.loops.saturating_mul(n)) };
+    let total = match (per_pass, args.src.count) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    };
+
+    let shared = Arc::new(Shared::default());
+    let interrupt = Interrupt::install(Arc::clone(&shared))?;
+    let started = Instant::now();
+    let deadline = args.src.duration.map(|d| started + d);
+    let quiet = args.quiet || args.json;
+    let (mut sent, mut last, mut last_at) = (0u64, 0u64, started);
+    let mut stop = StopReason::EndOfInput;
+    let mut error = None;
+    loop {
+        if interrupt.requested() {
+            stop = StopReason::Requested;
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop = StopReason::TimeLimit;
+            break;
+        }
+        let left = total.map_or(u64::MAX, |t| t - sent);
+        if left == 0 {
+            if args.src.count.is_some_and(|c| c == sent) {
+                stop = StopReason::PacketLimit;
+            }
+            break;
+        }
+        match gen.send(left.min(u64::from(XDP_CHUNK)) as u32) {
+            Ok(runs) => sent += runs,
+            Err(e) => {
+                error = Some(e);
+                stop = StopReason::Failed;
+                break;
+            }
+        }
+        if !quiet && last_at.elapsed() >= Duration::from_secs(1) {
+            let dt = last_at.elapsed().as_secs_f64();
+            eprintln!(
+                "[{:>6.1}s] {}pps {}bit/s, {} packets",
+                started.elapsed().as_secs_f64(),
+                human_rate((sent - last) as f64 / dt),
+                human_rate((bytes_of(sent) - bytes_of(last)) as f64 * 8.0 / dt),
+                sent
+            );
+            (last, last_at) = (sent, Instant::now());
+        }
+    }
+    let summary = XdpSummary {
+        source: &info.name,
+        iface,
+        mtu: gen.mtu(),
+        elapsed: started.elapsed(),
+        frames: n,
+        truncated: collected.truncated,
+        filtered,
+        vary_ports: args.vary_ports,
+        sent,
+        bytes: bytes_of(sent),
+        stop,
+        error: error.as_ref().map(ToString::to_string),
+    };
+    if args.json {
+        summary.print_json();
+    } else {
+        summary.print();
+    }
+    match error {
+        Some(e) => Err(gen_error(e)),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn gen_error(e: GenError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad_input(e)
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+struct XdpSummary<'a> {
+    source: &'a str,
+    iface: &'a str,
+    mtu: u32,
+    elapsed: Duration,
+    /// Frames of the trace held in the kernel: one pass.
+    frames: u64,
+    truncated: u64,
+    filtered: u64,
+    vary_ports: Option<u16>,
+    sent: u64,
+    bytes: u64,
+    stop: StopReason,
+    error: Option<String>,
+}
+
+impl XdpSummary<'_> {
+    fn secs(&self) -> f64 {
+        self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn passes(&self) -> u64 {
+        self.sent.div_ceil(self.frames.max(1))
+    }
+
+    fn print(&self) {
+        let passes = if self.passes() == 1 { "1 pass".to_string() } else { format!("{} passes", self.passes()) };
+        out!("weir replay: {} -> {} (MTU {}), XDP live frames, {passes}", self.source, self.iface, self.mtu);
+        out!(
+            "  sent      {} packets, {} bytes in {:.3} s: {}pps, {}bit/s",
+            self.sent,
+            self.bytes,
+            self.secs(),
+            human_rate(self.sent as f64 / self.secs()),
+            human_rate(self.bytes as f64 * 8.0 / self.secs())
+        );
+        out!(
+            "  trace     {} packets held in the kernel ({} filtered out, {} truncated to their captured length)",
+            self.frames,
+            self.filtered,
+            self.truncated
+        );
+        if let Some(v) = self.vary_ports {
+            out!("  ports     source ports of IPv4 TCP and UDP packets varied over {v} values");
+        }
+        out!(
+            "  handed to {} by its XDP transmit; a device that cannot take a frame drops it unreported \
+             (a veth does unless its peer has an XDP program or GRO on): count at the receiver",
+            self.iface
+        );
+        out!("  {}", self.stop);
+    }
+
+    fn print_json(&self) {
+        let v = json!({
+            "source": self.source,
+            "interface": self.iface,
+            "mtu": self.mtu,
+            "mode": "xdp",
+            "passes": self.passes(),
+            "packets": self.sent,
+            "bytes": self.bytes,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "pps": self.sent as f64 / self.secs(),
+            "bits_per_s": self.bytes as f64 * 8.0 / self.secs(),
+            "trace_packets": self.frames,
+            "filtered": self.filtered,
+            "truncated": self.truncated,
+            "vary_ports": self.vary_ports,
             "stop": self.stop.to_string(),
             "error": self.error,
         });

@@ -32,6 +32,7 @@
 //! no copy of our own frames back to us.
 
 mod sys;
+pub mod xdp;
 
 use crate::capture::SourceError;
 use crate::privileges::{self, Operation};
@@ -302,18 +303,7 @@ impl TxRing {
     /// and CAP_SYS_ADMIN for another namespace; the errors are [`TxError`]'s
     /// first seven.
     pub fn open(iface: &str, opts: &TxOptions) -> Result<TxRing, TxError> {
-        let Some(ns) = &opts.netns else { return open_here(iface, opts) };
-        let live = LiveOptions { netns: Some(ns.clone()), ..LiveOptions::default() };
-        live.in_netns(|| Ok(open_here(iface, opts))).map_err(|e| match e {
-            SourceError::Io { error: source, .. } if source.kind() == io::ErrorKind::PermissionDenied => TxError::Netns {
-                detail: format!("network namespace {}: {}", ns.display(), privileges::missing_capability(Operation::EnterNetns)),
-                not_found: false,
-            },
-            SourceError::Io { error: source, .. } => {
-                TxError::Netns { not_found: source.kind() == io::ErrorKind::NotFound, detail: source.to_string() }
-            }
-            other => TxError::Netns { detail: other.to_string(), not_found: false },
-        })?
+        in_netns(&opts.netns, || open_here(iface, opts))
     }
 
     /// The interface's MTU in bytes when the ring was opened (without the
@@ -521,6 +511,25 @@ impl Backoff {
         }
         self.round += 1;
     }
+}
+
+/// Run `f` in network namespace `ns` (the caller's when `None`), with the
+/// errors of entering it as [`TxError::Netns`].
+fn in_netns<T, E: From<TxError>>(ns: &Option<PathBuf>, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let Some(ns) = ns else { return f() };
+    let live = LiveOptions { netns: Some(ns.clone()), ..LiveOptions::default() };
+    live.in_netns(|| Ok(f()))
+        .map_err(|e| match e {
+            SourceError::Io { error: source, .. } if source.kind() == io::ErrorKind::PermissionDenied => TxError::Netns {
+                detail: format!("network namespace {}: {}", ns.display(), privileges::missing_capability(Operation::EnterNetns)),
+                not_found: false,
+            },
+            SourceError::Io { error: source, .. } => {
+                TxError::Netns { not_found: source.kind() == io::ErrorKind::NotFound, detail: source.to_string() }
+            }
+            other => TxError::Netns { detail: other.to_string(), not_found: false },
+        })
+        .map_err(E::from)?
 }
 
 fn open_here(iface: &str, opts: &TxOptions) -> Result<TxRing, TxError> {

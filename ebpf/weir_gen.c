@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0
+/*
+ * weir's traffic generator, run by BPF_PROG_TEST_RUN with
+ * BPF_F_TEST_XDP_LIVE_FRAMES (`weir replay --xdp`).
+ *
+ * The kernel runs this program once per repetition on a fresh frame and
+ * transmits what it redirects. Each run takes the next frame of the trace
+ * held in `weir_gen_frames` (run number modulo the frame count, so passes
+ * follow one another in trace order), makes the kernel's frame that long and
+ * copies the trace's bytes over it, then redirects it to the interface whose
+ * index is in `weir_gen_state`. The run number lives in the state too: user
+ * space sets it to 0 before the first test run and reads it after each, so
+ * one pass can span many test runs and a stopped one says how far it got.
+ *
+ * With `vary_ports` above 0, an untagged IPv4 TCP or UDP frame gets (run
+ * number modulo vary_ports) added to its source port, with its checksum
+ * updated to match (a UDP checksum of 0, none, stays 0), so that a receiver's
+ * RSS and flow tables see many flows even from a one-frame trace. The update
+ * works from the port the frame holds, so it is right whatever the kernel
+ * left in a recycled frame.
+ */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+/* Longest frame held: weir's WEIR_GEN_MAX_FRAME in tx/xdp must agree. */
+#define WEIR_GEN_MAX_FRAME 2048
+
+struct weir_gen_frame {
+	__u32 len;
+	__u8 data[WEIR_GEN_MAX_FRAME];
+};
+
+struct weir_gen_state {
+	__u64 next;
+	__u32 ifindex;
+	__u32 frames;
+	__u32 vary_ports;
+	__u32 pad;
+};
+
+/* max_entries is set by the loader to the trace's frame count. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct weir_gen_frame);
+} weir_gen_frames SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct weir_gen_state);
+} weir_gen_state SEC(".maps");
+
+/* RFC 1624 incremental update of a one's-complement checksum for one 16-bit
+ * word changing from `old` to `new`. */
+static __always_inline __u16 csum_replace(__u16 check, __u16 old, __u16 new)
+{
+	__u32 sum = (__u16)~check + (__u16)~old + new;
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
+}
+
+static __always_inline void vary_port(struct xdp_md *ctx, __u16 offset)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	__u16 *sport, *check;
+	__u32 ihl;
+	void *l4;
+
+	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return;
+	/* A fragment after the first carries no ports. */
+	if (ip->frag_off & bpf_htons(0x1fff))
+		return;
+	ihl = ip->ihl * 4;
+	if (ihl < sizeof(*ip))
+		return;
+	l4 = (void *)ip + ihl;
+	sport = l4;
+	if (ip->protocol == IPPROTO_UDP)
+		check = l4 + 6;
+	else if (ip->protocol == IPPROTO_TCP)
+		check = l4 + 16;
+	else
+		return;
+	if ((void *)(check + 1) > data_end)
+		return;
+	__u16 old = *sport;
+	__u16 new = bpf_htons(bpf_ntohs(old) + offset);
+	*sport = new;
+	if (ip->protocol == IPPROTO_UDP && *check == 0)
+		return;
+	*check = csum_replace(*check, old, new);
+	/* A UDP checksum that comes out as 0 is sent as all ones (RFC 768). */
+	if (ip->protocol == IPPROTO_UDP && *check == 0)
+		*check = 0xffff;
+}
+
+SEC("xdp")
+int weir_gen(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct weir_gen_state *s = bpf_map_lookup_elem(&weir_gen_state, &zero);
+
+	if (!s || s->frames == 0)
+		return XDP_ABORTED;
+	__u64 run = s->next++;
+	__u32 index = run % s->frames;
+	struct weir_gen_frame *f = bpf_map_lookup_elem(&weir_gen_frames, &index);
+
+	if (!f)
+		return XDP_ABORTED;
+	__u32 len = f->len;
+	if (len < ETH_HLEN || len > WEIR_GEN_MAX_FRAME)
+		return XDP_ABORTED;
+	/* The length from the helper: data_end - data compiles to pointer
+	 * arithmetic the verifier refuses. */
+	int have = bpf_xdp_get_buff_len(ctx);
+	if (bpf_xdp_adjust_tail(ctx, (int)len - have))
+		return XDP_ABORTED;
+	if (bpf_xdp_store_bytes(ctx, 0, f->data, len))
+		return XDP_ABORTED;
+	if (s->vary_ports)
+		vary_port(ctx, run % s->vary_ports);
+	return bpf_redirect(s->ifindex, 0);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
