@@ -108,7 +108,12 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             numeric: with_source(&["--file-size", "--rotate-seconds", "--file-packets", "--max-files"]),
             text: &[],
         },
-        Case { cmd: &["replay"], base: engine(&["-o", "weirnosuchif0"]), numeric: with_source(&["--loop"]), text: &[] },
+        Case {
+            cmd: &["replay"],
+            base: engine(&["-o", "weirnosuchif0"]),
+            numeric: with_source(&["--loop", "--vary-ports"]),
+            text: &["--xdp"],
+        },
         Case {
             cmd: &["synth"],
             base: s(&["-o", &out("s.pcap"), "--packets", "300", "--flows", "20"]),
