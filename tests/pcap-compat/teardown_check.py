@@ -22,6 +22,7 @@ so that a read waits for more as on a quiet interface.
 Exit 1 on any difference."""
 import argparse
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -171,17 +172,34 @@ def main():
 
     ends = []
     for _ in range(args.rounds):
+        e = subprocess.Popen(["ettercap", "-T", "-q", "-r", str(ETTERCAP)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, errors="replace", env={**os.environ, "LD_LIBRARY_PATH": str(lib)})
         try:
-            e = subprocess.run(["ettercap", "-T", "-q", "-r", str(ETTERCAP)], capture_output=True, text=True, errors="replace",
-                               env={**os.environ, "LD_LIBRARY_PATH": str(lib)}, timeout=30)
-            ends.append(e.returncode if "End of dump file..." in e.stdout else f"{e.returncode}, no end said")
+            stdout, _ = e.communicate(timeout=30)
+            ends.append(e.returncode if "End of dump file..." in stdout else f"{e.returncode}, no end said")
         except subprocess.TimeoutExpired:
+            print(stacks_of(e.pid), file=sys.stderr)
+            e.kill()
+            e.communicate()
             ends.append("no exit within 30 s")
     good = sum(1 for r in ends if r == 0)
     report(good == len(ends), f"ettercap -T -r {ETTERCAP.relative_to(CORPUS)} on weir: {good} of {len(ends)} runs ended cleanly"
            + ("" if good == len(ends) else f" (exit codes {ends}; -6 is an abort)"))
     print(f"teardown: {'all passed' if not bad else f'{bad} failed'}")
     return 1 if bad else 0
+
+
+def stacks_of(pid):
+    """Every thread's stack of a process that will not exit, for the log: where
+    it hangs is what a rare teardown hang needs to be found (gdb, if installed)."""
+    if not shutil.which("gdb"):
+        return f"(process {pid} hangs; install gdb to see its threads' stacks here)"
+    try:
+        g = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"], capture_output=True, text=True,
+                           errors="replace", timeout=60)
+        return f"stacks of the hanging process {pid}:\n{g.stdout[-20000:]}"
+    except subprocess.TimeoutExpired:
+        return f"(gdb did not finish reading process {pid}'s stacks)"
 
 
 if __name__ == "__main__":
