@@ -84,10 +84,11 @@ pub enum TraceAccess {
 }
 
 impl TraceAccess {
-    /// Whether to map, given how many CPUs this process may use.
-    fn maps(self, cpus: usize) -> bool {
+    /// Whether to map: `Auto` asks how many CPUs this process may use (its
+    /// affinity and its cgroup's quota, read from /proc and /sys).
+    fn maps(self) -> bool {
         match self {
-            TraceAccess::Auto => cpus <= 1,
+            TraceAccess::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()) <= 1,
             TraceAccess::Map => true,
             TraceAccess::Read => false,
         }
@@ -272,9 +273,7 @@ impl Input {
         }
         let size = meta.is_file().then_some(meta.len());
         let stream = !meta.is_file();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let map =
-            if cfg.access.maps(cpus) && meta.is_file() { mapped::map(&file, meta.len(), cfg.block_bytes, cfg.headroom) } else { None };
+        let map = if meta.is_file() && cfg.access.maps() { mapped::map(&file, meta.len(), cfg.block_bytes, cfg.headroom) } else { None };
         let mut ahead = None;
         let (arena, reader) = match map {
             Some(m) => {
