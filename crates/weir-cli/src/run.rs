@@ -175,6 +175,14 @@ pub struct LiveArgs {
     #[arg(long)]
     pub replace_xdp: bool,
 
+    /// afxdp: capture an interface that has an IP address. AF_XDP takes the packets it captures away from
+    /// the host's network stack (an SSH session over the interface would hang, ARP would stop answering), so
+    /// weir refuses such an interface unless told to take them. The filter (-f) runs in the kernel, and what
+    /// it rejects still reaches the host: `-f 'not port 22'` keeps a session alive. afpacket copies packets
+    /// and never needs this.
+    #[arg(long)]
+    pub take_host_traffic: bool,
+
     /// What stamps live packets. afxdp gets no timestamp from the kernel: tsc (the default where the CPU's
     /// time-stamp counter is invariant) reads the TSC for each packet, about 10 ns, calibrated against
     /// CLOCK_REALTIME and kept within microseconds of it; clock reads CLOCK_REALTIME once per batch of up to 64
@@ -214,6 +222,7 @@ impl LiveArgs {
                 zero_copy,
                 need_wakeup: true,
                 replace_foreign: self.replace_xdp,
+                take_host_traffic: self.take_host_traffic,
             },
             kernel_flows: 0,
             timestamps: self.timestamps,

@@ -129,8 +129,23 @@ const LIVE_PACKETS: u64 = 40_000;
 fn start_live(tb: &TestBed, balance: &str, seconds: u32) -> Child {
     let src = format!("afxdp:{}@0-1", tb.rx_if);
     let d = seconds.to_string();
-    let args =
-        ["handle", "-x", "1", "--wait-us", "200", "--flow-order", "--pool", "32,256", "--balance", balance, "-d", &d, "--json", &src];
+    let args = [
+        "handle",
+        "-x",
+        "1",
+        "--wait-us",
+        "200",
+        "--flow-order",
+        "--pool",
+        "32,256",
+        "--balance",
+        balance,
+        "-d",
+        &d,
+        "--json",
+        "--take-host-traffic",
+        &src,
+    ];
     let mut child =
         tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("weir starts");
     let lines = testbed::wait_listening(&mut child, &format!("weir {args:?}"));

@@ -74,7 +74,7 @@ fn flows_of(c: Collector) -> BTreeMap<String, Vec<String>> {
 fn capture(tb: &TestBed, trace: &str, args: &[&str], stats: Option<&Path>) -> (String, Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
-        .args(["--netns", &tb.rx_ns])
+        .args(["--netns", &tb.rx_ns, "--take-host-traffic"])
         .args(stats.iter().flat_map(|s| ["--stats", s.to_str().unwrap()]))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -225,7 +225,7 @@ fn profile_live(kind: &str) {
     let src = format!("{kind}:{}@0-1", tb.rx_if);
     let mut child = tb
         .in_rx(env!("CARGO_BIN_EXE_weir"))
-        .args(["profile", "--json", "--every", "4", "--", "count", "-q", &src])
+        .args(["profile", "--json", "--every", "4", "--", "count", "-q", "--take-host-traffic", &src])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

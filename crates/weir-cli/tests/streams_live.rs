@@ -135,7 +135,11 @@ fn live_rebalancing_is_taken_on_afpacket_and_refused_on_afxdp_saying_why() {
     assert!(s["delivered_bytes"].is_u64(), "{s}");
 
     let afxdp = format!("afxdp:{}@0-1", tb.rx_if);
-    let o = tb.in_rx(env!("CARGO_BIN_EXE_weir")).args(["streams", &afxdp, "-q", "--balance", "rebalance"]).output().unwrap();
+    let o = tb
+        .in_rx(env!("CARGO_BIN_EXE_weir"))
+        .args(["streams", &afxdp, "-q", "--take-host-traffic", "--balance", "rebalance"])
+        .output()
+        .unwrap();
     let said = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{said}");
     assert!(said.contains("afxdp rebalances per RX queue") && said.contains("streams would be split"), "{said}");

@@ -7,6 +7,7 @@
 //! | `WEIR_LOCALITY=B` | locality buffering with batches of B packets (`0` or `off`: none) | off |
 //! | `WEIR_LOCALITY_TIMEOUT_MS=T` | longest a packet waits for its batch | 50 |
 //! | `WEIR_SOURCE=afpacket\|afxdp` | how live interfaces are captured | afpacket |
+//! | `WEIR_TAKE_HOST_TRAFFIC=1` | with `WEIR_SOURCE=afxdp`, capture an interface that has an IP address, whose captured packets AF_XDP then takes from the host's stack (what the filter rejects stays) | refused |
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
@@ -39,6 +40,8 @@ pub struct Settings {
     /// privileges, so the counters can be written at close.
     pub stats_file: Option<(PathBuf, Arc<File>)>,
     pub filter_engine: FilterEngine,
+    /// `WEIR_TAKE_HOST_TRAFFIC`: afxdp may capture an interface the host uses.
+    pub take_host_traffic: bool,
     /// `WEIR_PROFILE_FILE` and `WEIR_PROFILE_EVERY`.
     pub profile: Option<ProfileRequest>,
 }
@@ -61,6 +64,7 @@ impl Default for Settings {
             pool: None,
             stats_file: None,
             filter_engine: FilterEngine::default(),
+            take_host_traffic: false,
             profile: None,
         }
     }
@@ -96,6 +100,13 @@ impl Settings {
                 "afpacket" => LiveKind::AfPacket,
                 "afxdp" => LiveKind::AfXdp,
                 _ => return Err(format!("WEIR_SOURCE={v}: expected afpacket or afxdp")),
+            };
+        }
+        if let Some(v) = var("WEIR_TAKE_HOST_TRAFFIC") {
+            s.take_host_traffic = match v.as_str() {
+                "1" | "yes" => true,
+                "0" | "no" => false,
+                _ => return Err(format!("WEIR_TAKE_HOST_TRAFFIC={v}: expected 1 or 0")),
             };
         }
         if let Some(v) = var("WEIR_QUEUES") {

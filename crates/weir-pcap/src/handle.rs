@@ -386,6 +386,7 @@ impl Handle {
         let snaplen = if cfg.snaplen <= 0 || cfg.snaplen > MAXIMUM_SNAPLEN { MAXIMUM_SNAPLEN } else { cfg.snaplen };
         let spec = SourceSpec::Live { kind: self.settings.source, iface: cfg.device.clone(), queues: self.settings.queues };
         let mut live = weir::source::LiveOptions { snaplen: snaplen as u32, promisc: cfg.promisc, ..Default::default() };
+        live.afxdp.take_host_traffic = self.settings.take_host_traffic;
         let ring = &mut live.afpacket;
         if cfg.buffer_size > 0 {
             ring.block_count = (cfg.buffer_size as usize / ring.block_bytes).max(4);

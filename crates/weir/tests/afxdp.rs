@@ -156,9 +156,10 @@ fn replay(tb: &TestBed, traffic: &Traffic, pps: Option<u32>) {
     assert!(out.status.success(), "tcpreplay: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
-/// Live options to capture in the test bed's receiving namespace.
+/// Live options to capture in the test bed's receiving namespace. Its
+/// interface has an address, which nothing on the host needs: its traffic may be taken.
 fn live(tb: &TestBed, afxdp: AfXdpOptions) -> LiveOptions {
-    LiveOptions { netns: Some(tb.rx_ns.clone().into()), afxdp, ..LiveOptions::default() }
+    LiveOptions { netns: Some(tb.rx_ns.clone().into()), afxdp: AfXdpOptions { take_host_traffic: true, ..afxdp }, ..LiveOptions::default() }
 }
 
 /// What one queue's worker saw, in order; it can be held back until `go` is set.
@@ -511,7 +512,8 @@ fn capture_if_child() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     println!("CAPS {}", status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("no CapEff in /proc/self/status").trim());
     let (ns, iface) = spec.split_once(' ').unwrap();
-    let opts = LiveOptions { netns: (ns != "-").then(|| ns.into()), ..LiveOptions::default() };
+    let afxdp = AfXdpOptions { take_host_traffic: true, ..AfXdpOptions::default() };
+    let opts = LiveOptions { netns: (ns != "-").then(|| ns.into()), afxdp, ..LiveOptions::default() };
     let engine = Engine::builder().source(&format!("afxdp:{iface}")).unwrap().live(opts).pool(PoolConfig::new(64, 64).unwrap()).build();
     let running = match engine.map(|e| e.start(|_| Seen::default())) {
         Ok(Ok(running)) => running,

@@ -17,7 +17,7 @@ use testbed::TestBed;
 use weir::engine::Read;
 use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
-use weir::source::LiveOptions;
+use weir::source::{AfXdpOptions, LiveOptions};
 use weir::{Engine, LinkType};
 
 fn write_trace(path: &Path, packets: u32) {
@@ -245,7 +245,11 @@ fn drain(r: &mut weir::engine::Reader) -> usize {
 fn a_live_readers_descriptor_is_readable_exactly_when_something_waits() {
     let tb = TestBed::new(2);
     for locality in [None, Some(64)] {
-        let live = LiveOptions { netns: Some(tb.rx_ns.clone().into()), ..LiveOptions::default() };
+        let live = LiveOptions {
+            netns: Some(tb.rx_ns.clone().into()),
+            afxdp: AfXdpOptions { take_host_traffic: true, ..AfXdpOptions::default() },
+            ..LiveOptions::default()
+        };
         let mut b = Engine::builder().source(&format!("afpacket:{}@0-1", tb.rx_if)).unwrap().live(live);
         if let Some(batch) = locality {
             let cfg = weir::locality::LocalityConfig::new(weir::locality::BatchSize::new(batch).unwrap());
@@ -334,7 +338,11 @@ fn a_replaced_filter_judges_what_is_captured_after_it() {
         }
     };
     for kind in ["afpacket", "afxdp"] {
-        let live = LiveOptions { netns: Some(tb.rx_ns.clone().into()), ..LiveOptions::default() };
+        let live = LiveOptions {
+            netns: Some(tb.rx_ns.clone().into()),
+            afxdp: AfXdpOptions { take_host_traffic: true, ..AfXdpOptions::default() },
+            ..LiveOptions::default()
+        };
         let b = Engine::builder().source(&format!("{kind}:{}@0-1", tb.rx_if)).unwrap().live(live).filter("icmp");
         let mut r = b.build().unwrap().start_reader().unwrap();
         protocols_until_quiet(&mut r);

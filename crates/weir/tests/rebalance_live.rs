@@ -27,7 +27,7 @@ use weir::pool::PoolConfig;
 use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::afpacket::BucketSteering;
-use weir::source::{AfPacketOptions, Fanout, LiveOptions};
+use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions};
 use weir::{Engine, LinkType, Packet, QueueId};
 
 const MARK: [u8; 6] = [0x02, b'w', b'e', b'i', b'r', 0x02];
@@ -140,6 +140,7 @@ fn rebalance_live(backend: Backend) {
     let live = LiveOptions {
         netns: Some(tb.rx_ns.clone().into()),
         afpacket: AfPacketOptions { fanout: steering.as_ref().map_or(Fanout::Hash, BucketSteering::fanout), ..AfPacketOptions::default() },
+        afxdp: AfXdpOptions { take_host_traffic: true, ..AfXdpOptions::default() },
         ..LiveOptions::default()
     };
     // Queue 1's share before anything moves.

@@ -378,7 +378,7 @@ impl EngineBuilder {
             }
         }
         self.open.budget = self.memory(&raised);
-        let source = source::open(&spec, &self.open)?;
+        let mut source = source::open(&spec, &self.open)?;
         let mut info = source.info().clone();
         info.notes.extend(pool_note);
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
@@ -389,6 +389,7 @@ impl EngineBuilder {
         if let Some(why) = filter.as_ref().and_then(Filter::jit_unavailable) {
             info.notes.push(format!("the filter runs on the interpreter: {why}"));
         }
+        info.notes.extend(source.place_filter(filter.as_ref())?);
         Ok(Engine {
             source,
             info,

@@ -32,10 +32,13 @@
 //! interpreter stays the reference it is tested against, and the engine of
 //! other architectures. When the JIT's executable mapping cannot be made, the
 //! filter runs on the interpreter and [`Filter::jit_unavailable`] says why.
-//! Live sources attach [`Filter::program`] to the kernel socket instead.
+//! AF_PACKET sources attach [`Filter::program`] to the kernel socket instead;
+//! AF_XDP runs it translated to eBPF in its XDP program (`ebpf.rs`), so what
+//! it rejects goes on to the host's stack.
 
 #[cfg(test)]
 mod disasm;
+mod ebpf;
 mod interp;
 #[cfg(target_arch = "x86_64")]
 mod jit;
@@ -49,6 +52,7 @@ mod tests;
 
 use std::sync::Arc;
 
+pub(crate) use ebpf::{asm, helper, Insn as EbpfInsn, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
 pub use libpcap::BpfInsn;
 pub use program::MAX_INSNS;
 pub(crate) use program::{code, SKF_AD_OFF};

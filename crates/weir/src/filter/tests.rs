@@ -673,7 +673,7 @@ const ALL_CODES: [u16; 49] = [
 ];
 
 /// Constants that mostly land inside small packets, with the edges mixed in.
-fn arb_k() -> impl Strategy<Value = u32> {
+pub(super) fn arb_k() -> impl Strategy<Value = u32> {
     prop_oneof![
         6 => 0u32..48,
         2 => any::<u32>(),
@@ -684,13 +684,13 @@ fn arb_k() -> impl Strategy<Value = u32> {
 }
 
 /// Raw material for one instruction: opcode, k, jt, jf.
-fn arb_insn() -> impl Strategy<Value = (u16, u32, u8, u8)> {
+pub(super) fn arb_insn() -> impl Strategy<Value = (u16, u32, u8, u8)> {
     (prop::sample::select(&ALL_CODES[..]), arb_k(), any::<u8>(), any::<u8>())
 }
 
 /// A valid program: every scratch word written first (libpcap leaves them
 /// uninitialised), then `body` made valid in place, then a return.
-fn valid_program(init: &[u32; MEMWORDS], x: u32, body: &[(u16, u32, u8, u8)], ret_a: bool) -> Vec<BpfInsn> {
+pub(super) fn valid_program(init: &[u32; MEMWORDS], x: u32, body: &[(u16, u32, u8, u8)], ret_a: bool) -> Vec<BpfInsn> {
     let mut prog: Vec<BpfInsn> = init.iter().enumerate().flat_map(|(i, &v)| [stmt(LD_IMM, v), stmt(ST, i as u32)]).collect();
     prog.push(stmt(LDX_IMM, x));
     prog.push(stmt(LD_IMM, 0));
@@ -724,7 +724,7 @@ fn arb_packet() -> impl Strategy<Value = (Vec<u8>, u32)> {
 }
 
 /// Expressions for the compiled-program model test, with their link types.
-const EXPRESSIONS: &[(&str, u32)] = &[
+pub(super) const EXPRESSIONS: &[(&str, u32)] = &[
     ("tcp port 80 or udp port 53", 1),
     ("tcp[tcpflags] & (tcp-syn|tcp-fin) != 0", 1),
     ("ip[6:2] & 0x1fff != 0 or ip6 protochain 17", 1),
@@ -807,7 +807,7 @@ proptest! {
 
 /// Header stacks for the damaged-packet test: Ethernet/IPv4/TCP SYN,
 /// Ethernet/802.1Q/IPv6/UDP, and Ethernet/IPv6/hop-by-hop/UDP.
-const TEMPLATES: [&[u8]; 3] = [
+pub(super) const TEMPLATES: [&[u8]; 3] = [
     &[
         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, 0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x30, 0x39, 0,
         80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x20, 0, 0, 0, 0, 0,

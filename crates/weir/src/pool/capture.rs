@@ -242,6 +242,14 @@ impl CaptureSide {
         self.tally.filtered += 1;
     }
 
+    /// Packets (and their bytes on the wire) received and rejected by a filter
+    /// in the kernel, in bulk as it counts them.
+    pub(crate) fn add_filtered(&mut self, packets: u64, bytes: u64) {
+        self.tally.received += packets;
+        self.tally.received_bytes += bytes;
+        self.tally.filtered += packets;
+    }
+
     /// The packet was received but no cell was ready for it.
     #[inline]
     pub(crate) fn drop_capture(&mut self, wire_len: u32) {

@@ -71,6 +71,14 @@ pub(crate) trait Source: Send {
         None
     }
 
+    /// Put `filter` where the source runs it besides user space, before
+    /// capture starts (AF_XDP: in its XDP program, so the host keeps what it
+    /// rejects); a note for the user on what that means for the host, if any.
+    /// Replacements later come through [`CaptureOptions::filter`].
+    fn place_filter(&mut self, _filter: Option<&crate::filter::Filter>) -> Result<Option<String>, SourceError> {
+        Ok(None)
+    }
+
     /// Become the capture units that will run on their own threads.
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError>;
 }

@@ -85,6 +85,6 @@ impl CutoffFilter {
         let prog: &SocketFilter = self.ebpf.program(PROGRAM_NAME).and_then(|p| p.try_into().ok()).expect("loaded");
         let mut framed = frame[..14].to_vec();
         framed.extend_from_slice(frame);
-        super::sys::test_run(prog.fd().map_err(|e| std::io::Error::other(e.to_string()))?.as_fd(), &framed)
+        crate::source::live::sys::test_run(prog.fd().map_err(|e| std::io::Error::other(e.to_string()))?.as_fd(), &framed, 1, 0, 0)
     }
 }

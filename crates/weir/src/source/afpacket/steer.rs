@@ -567,7 +567,7 @@ mod tests {
             let run = {
                 let k = steering.kernel();
                 let program: &SocketFilter = k.ebpf.program(PROGRAM_NAME).unwrap().try_into().unwrap();
-                super::super::sys::test_run(program.fd().unwrap().as_fd(), frame)
+                crate::source::live::sys::test_run(program.fd().unwrap().as_fd(), frame, 1, 0, 0)
             };
             let got = match run {
                 Ok(got) => got,

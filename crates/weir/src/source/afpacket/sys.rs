@@ -165,50 +165,6 @@ pub(super) fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
-/// Run a loaded socket filter program once on `frame` (an Ethernet frame) as the
-/// kernel runs it on a received packet, and return what it returned
-/// (BPF_PROG_TEST_RUN: the kernel builds an skb with `eth_type_trans`, so the
-/// program sees the network header at offset 0 and `protocol` set, as in the
-/// fanout demux on receive). Tests use it to check the fanout program packet by
-/// packet without a network.
-#[cfg(test)]
-pub(super) fn test_run(program: BorrowedFd<'_>, frame: &[u8]) -> io::Result<u32> {
-    const BPF_PROG_TEST_RUN: libc::c_long = 10;
-    /// The `test` member of `union bpf_attr`, up to `batch_size`, padded to 8 bytes.
-    #[repr(C)]
-    #[derive(Default)]
-    struct TestRun {
-        prog_fd: u32,
-        retval: u32,
-        data_size_in: u32,
-        data_size_out: u32,
-        data_in: u64,
-        data_out: u64,
-        repeat: u32,
-        duration: u32,
-        ctx_size_in: u32,
-        ctx_size_out: u32,
-        ctx_in: u64,
-        ctx_out: u64,
-        flags: u32,
-        cpu: u32,
-        batch_size: u32,
-        pad: u32,
-    }
-    const _: () = assert!(size_of::<TestRun>() == 80);
-    let len = u32::try_from(frame.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
-    let mut attr =
-        TestRun { prog_fd: program.as_raw_fd() as u32, data_size_in: len, data_in: frame.as_ptr() as u64, repeat: 1, ..TestRun::default() };
-    // SAFETY: `attr` is a valid, fully initialized (no implicit padding) prefix of
-    // `union bpf_attr` of the size passed; the kernel reads `frame` (live, of the
-    // length given) and writes only `retval`, `data_size_out` and `duration`.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestRun, size_of::<TestRun>()) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(attr.retval)
-}
-
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {
         Err(io::Error::last_os_error())

@@ -17,8 +17,17 @@
 //!   frame the kernel wrote: no copy in weir. Frame accounting is in `xsk.rs`.
 //! - The program steers a packet to the socket of its RX queue, or lets it pass
 //!   up the stack when that queue is not captured.
-//! - The user's filter runs in user space on the capture thread; packets it
-//!   rejects are counted as filtered and their frames reused at once.
+//! - The host's stack: a redirected packet never reaches it. An interface
+//!   with an IP address (but IPv6 link-local ones) is refused unless
+//!   `take_host_traffic`, since capturing it would take the host's own
+//!   sessions away, and the start notes say what is taken.
+//! - The user's filter runs in the XDP program, translated to eBPF
+//!   (`kfilter.rs`): what it rejects goes on up the stack and is counted as
+//!   filtered. It runs again in user space on the capture thread (a filter
+//!   replaced meanwhile judges what waits on the RX ring); packets it rejects
+//!   there are counted as filtered and their frames reused at once. A filter
+//!   that cannot run in the kernel runs in user space only, and the notes say
+//!   that the host then loses every packet of the captured queues.
 //! - Kernel drops are read from XDP_STATISTICS and counted as capture or
 //!   delivery drops (see `unit.rs`); nothing is lost uncounted.
 //! - Detach is the kernel's: the program hangs on a bpf_link whose only
@@ -31,6 +40,7 @@
 //! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
 //!   the kernel's headroom.
 
+mod kfilter;
 mod program;
 mod rebalance;
 mod ring;
@@ -40,9 +50,12 @@ mod xsk;
 
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::clock::{Timestamps, TscClock};
+use crate::filter::Filter;
 use crate::memory::{Budget, Bytes, Plan};
+use crate::source::live;
 use crate::source::{ifindex, rx_queues, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
 use crate::{LinkType, QueueId};
+use kfilter::KernelFilter;
 use program::{denied, XdpProgram};
 use std::sync::Arc;
 use sys::{XdpMode, XskFd};
@@ -61,6 +74,7 @@ pub(crate) fn open(
     check_timestamps(opts.timestamps)?;
     opts.in_netns(|| {
         let index = ifindex(iface)?;
+        check_host_addresses(iface, opts.afxdp.take_host_traffic)?;
         let available = rx_queues(iface)?;
         let queues = match queues {
             Some(q) if q.last() >= available => {
@@ -84,7 +98,8 @@ pub(crate) fn open(
             false => None,
         };
         let native_only = opts.afxdp.zero_copy == ZeroCopy::On;
-        let program = XdpProgram::attach(iface, index, opts.afxdp.replace_foreign, native_only, opts.kernel_flows)?;
+        let mut program = XdpProgram::attach(iface, index, opts.afxdp.replace_foreign, native_only, opts.kernel_flows)?;
+        let kernel_filter = program.take_filter().map(Arc::new);
         let snaplen = opts.snaplen.min((opts.afxdp.frame_size - XDP_PACKET_HEADROOM) as u32);
         let info = SourceInfo {
             name,
@@ -101,6 +116,7 @@ pub(crate) fn open(
             ifindex: index,
             sockets,
             program,
+            kernel_filter,
             promiscuous,
             opts: opts.afxdp.clone(),
             timestamps: opts.timestamps,
@@ -144,6 +160,26 @@ fn check_options(o: &AfXdpOptions) -> Result<(), SourceError> {
     Ok(())
 }
 
+/// Refuse `iface` when it carries an IP address the host may be using, unless
+/// the user said to take its traffic anyway.
+fn check_host_addresses(iface: &str, take_host_traffic: bool) -> Result<(), SourceError> {
+    if take_host_traffic {
+        return Ok(());
+    }
+    let addresses =
+        live::sys::host_addresses(iface).map_err(|error| SourceError::Io { what: format!("{iface}: reading its IP addresses"), error })?;
+    if let Some(first) = addresses.first() {
+        let more = match addresses.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        return Err(SourceError::Invalid(format!(
+            "{iface} has IP address {first}{more}, so this host uses it: AF_XDP capture takes the packets it captures              away from the host's stack (an SSH session over {iface} would hang, ARP would stop answering). A filter              leaves what it rejects to the host. Capture anyway with --take-host-traffic, or use afpacket:{iface}, which              copies packets and takes nothing"
+        )));
+    }
+    Ok(())
+}
+
 fn check_timestamps(t: Option<Timestamps>) -> Result<(), SourceError> {
     if t == Some(Timestamps::Kernel) {
         return Err(SourceError::Invalid(
@@ -162,6 +198,9 @@ struct AfXdpSource {
     ifindex: u32,
     sockets: Vec<(QueueId, XskFd)>,
     program: XdpProgram,
+    /// The filter's slot in the program; the units keep it (and the filter
+    /// in it) for the capture's lifetime.
+    kernel_filter: Option<Arc<KernelFilter>>,
     promiscuous: Option<sys::Promiscuous>,
     opts: AfXdpOptions,
     /// `--timestamps`, checked.
@@ -190,6 +229,29 @@ impl Source for AfXdpSource {
         self.program.flows()
     }
 
+    fn place_filter(&mut self, filter: Option<&Filter>) -> Result<Option<String>, SourceError> {
+        let iface = &self.iface;
+        let Some(kernel) = &self.kernel_filter else {
+            return Ok(None);
+        };
+        let not_in_kernel =
+            kernel.install(filter).map_err(|e| denied(format!("{iface}: putting the filter in the XDP program"), e, "CAP_BPF"))?;
+        Ok(Some(match (filter, not_in_kernel) {
+            (None, _) => format!(
+                "{iface}: every packet of the captured queues is taken from the host's network stack (AF_XDP redirects \
+                 it); a filter would leave what it rejects to the host"
+            ),
+            (Some(_), None) => format!(
+                "{iface}: packets the filter accepts are taken from the host's network stack; the filter runs in the \
+                 XDP program, and what it rejects goes on to the host"
+            ),
+            (Some(_), Some(why)) => format!(
+                "{iface}: every packet of the captured queues is taken from the host's network stack: the filter runs \
+                 in user space only, since {why}"
+            ),
+        }))
+    }
+
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
         super::live::refuse_pacing(opts.pacing)?;
         let frames = opts.pool.capacity();
@@ -200,7 +262,17 @@ impl Source for AfXdpSource {
                 opts.pool
             )));
         }
-        let AfXdpSource { info, iface, ifindex, sockets, mut program, promiscuous, opts: xdp, timestamps } = *self;
+        let AfXdpSource { info, iface, ifindex, sockets, mut program, kernel_filter, promiscuous, opts: xdp, timestamps } = *self;
+        if let Some(kernel) = &kernel_filter {
+            // Again: the filter may have been replaced since `place_filter`.
+            kernel
+                .install(opts.filter.current().as_ref())
+                .map_err(|e| denied(format!("{iface}: putting the filter in the XDP program"), e, "CAP_BPF"))?;
+            let kernel = Arc::clone(kernel);
+            // A replacement that cannot run in the kernel empties the slot, so
+            // every packet is taken and judged in user space: still correct.
+            opts.filter.on_replace(Box::new(move |f| kernel.install(f).map(drop)));
+        }
         // Calibrated once (it takes CALIBRATION), copied to every queue's unit.
         let clock = match timestamps {
             None => TscClock::new().ok(),
@@ -246,7 +318,8 @@ impl Source for AfXdpSource {
             program.register(queue.0, xsk.socket())?;
             xsks.push(xsk);
         }
-        let attachment = Arc::new(Attachment::new(program, promiscuous));
+        let counts = kernel_filter.as_ref().map(|k| Arc::clone(k.counts()));
+        let attachment = Arc::new(Attachment::new(program, kernel_filter, promiscuous));
         let mut links = rebalance.as_ref().map(|_| rebalance::links(n, frames, frames).into_iter());
         let mut units: Vec<Box<dyn CaptureUnit>> = Vec::with_capacity(n + 1);
         for (me, xsk) in xsks.into_iter().enumerate() {
@@ -255,7 +328,7 @@ impl Source for AfXdpSource {
                 _ => None,
             };
             let unit = XskUnit::new(xsk, Arc::clone(&attachment), opts.filter.watch(), info.snaplen, role, &iface, clock);
-            units.push(Box::new(unit.profiled_by(opts.profiler.clone())));
+            units.push(Box::new(unit.kernel_filtered(counts.clone()).profiled_by(opts.profiler.clone())));
         }
         if let Some(r) = rebalance {
             units.push(Box::new(crate::balance::threaded::ControllerUnit::new(r, format!("afxdp:{iface} rebalancer"))));

@@ -14,27 +14,34 @@
 //! - Native (driver) mode where the driver has it, generic mode otherwise.
 //! - The program also runs the kernel cutoff (`ebpf/weir_cutoff.h`) on the
 //!   captured queues; its flow map is handed to the stream layer.
+//! - It tail-calls the capture filter, when one runs in the kernel: its slot
+//!   and counts are handed over as a [`KernelFilter`] (`kfilter.rs`).
 //! - The bpf_link is the only thing that keeps the program on the interface and
 //!   nothing is pinned: when the link's file descriptor closes, on drop, on exit
 //!   or on SIGKILL, the kernel detaches the program.
 
+use super::kfilter::KernelFilter;
 use super::sys::{self, XdpMode};
 use crate::capture::SourceError;
 pub(crate) use crate::source::live::bpf::denied;
 use crate::source::live::bpf::{bpf_error, chain, os_error};
 use crate::source::live::cutoff::{self, FlowMap};
-use aya::maps::{MapData, XskMap};
+use aya::maps::{Map, MapData, PerCpuArray, XskMap};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{loaded_programs, ProgramFd, Xdp, XdpFlags};
 use aya::EbpfLoader;
 use std::error::Error;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The program's name in the kernel: how weir knows a program is its own.
 pub(crate) const PROGRAM_NAME: &str = "weir_xdp";
 /// The XSKMAP: queue index → socket.
 const MAP_NAME: &str = "weir_xsks";
+/// The program array holding the translated filter.
+const FILTER_MAP: &str = "weir_filter";
+/// What the translated filter passed to the stack, per queue.
+const FILTERED_MAP: &str = "weir_filtered";
 
 /// The object built by build.rs; aligned because the ELF reader needs it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_xdp.o"));
@@ -45,6 +52,8 @@ pub(crate) struct XdpProgram {
     /// before its map goes.
     _link: XdpLink,
     xsks: XskMap<MapData>,
+    /// The filter's slot in the program, taken by the capture once.
+    filter: Option<KernelFilter>,
     /// The kernel cutoff's flow map: the program refers to it, so it is
     /// loaded (with one entry, never installed into) also when not asked for.
     flows: FlowMap,
@@ -73,7 +82,17 @@ impl XdpProgram {
             bpf_error(&format!("{iface}: creating the XDP program's socket map"), &e, "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)")
         })?;
         let map = ebpf.take_map(MAP_NAME).ok_or_else(|| missing(MAP_NAME))?;
+        let xsks_fd = duplicate(&map, MAP_NAME)?;
         let xsks = XskMap::try_from(map).map_err(|e| bpf_error("the XDP program's socket map", &e, "CAP_BPF"))?;
+        let filter = {
+            let Map::ProgramArray(slot) = ebpf.take_map(FILTER_MAP).ok_or_else(|| missing(FILTER_MAP))? else {
+                return Err(missing("program array weir_filter"));
+            };
+            let counts = ebpf.take_map(FILTERED_MAP).ok_or_else(|| missing(FILTERED_MAP))?;
+            let counts_fd = duplicate(&counts, FILTERED_MAP)?;
+            let counts = PerCpuArray::try_from(counts).map_err(|e| bpf_error("the XDP program's filter counts", &e, "CAP_BPF"))?;
+            KernelFilter::new(slot, xsks_fd, counts_fd, counts)
+        };
         let flows = FlowMap::take_from(&mut ebpf)?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
@@ -101,12 +120,17 @@ impl XdpProgram {
             Err(e) => return Err(attach_error(iface, &e)),
         };
         let link = prog.take_link(id).map_err(|e| bpf_error("weir's XDP link", &e, "CAP_NET_ADMIN"))?;
-        Ok(XdpProgram { _link: link, xsks, flows, cutoff: kernel_flows > 0, mode, notes })
+        Ok(XdpProgram { _link: link, xsks, filter: Some(filter), flows, cutoff: kernel_flows > 0, mode, notes })
     }
 
     /// What attaching replaced, if anything.
     pub(crate) fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// The filter's slot, for the capture to install its filter in (once).
+    pub(crate) fn take_filter(&mut self) -> Option<KernelFilter> {
+        self.filter.take()
     }
 
     /// The kernel cutoff's flow map, if it was asked for.
@@ -170,6 +194,18 @@ fn program_by_id(id: u32) -> Result<(String, ProgramFd), SourceError> {
         }
     }
     Err(SourceError::Invalid(format!("XDP program id {id} went away while weir looked at it; try again")))
+}
+
+/// A descriptor of `map`'s, which outlives the typed map made from it.
+fn duplicate(map: &Map, name: &str) -> Result<OwnedFd, SourceError> {
+    let data = match map {
+        Map::XskMap(d) | Map::PerCpuArray(d) | Map::ProgramArray(d) => d,
+        _ => return Err(missing(name)),
+    };
+    data.fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| SourceError::Io { what: format!("duplicating the descriptor of map {name}"), error: e })
 }
 
 fn missing(what: &str) -> SourceError {

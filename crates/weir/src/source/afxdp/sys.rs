@@ -87,6 +87,17 @@ pub(crate) struct XdpStatistics {
 }
 const _: () = assert!(size_of::<XdpStatistics>() == 48);
 
+/// `struct weir_filtered` of `ebpf/weir_xdp.c`: what the kernel filter passed
+/// to the stack from one queue, on one CPU.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Filtered {
+    pub(crate) packets: u64,
+    pub(crate) bytes: u64,
+}
+// SAFETY: two u64 fields and no padding: any bytes the kernel copies in are a valid value.
+unsafe impl aya::Pod for Filtered {}
+
 /// `struct xdp_options`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]

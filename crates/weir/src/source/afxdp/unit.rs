@@ -27,9 +27,10 @@
 //! accounts the differences since its last read, at least every
 //! [`STATS_INTERVAL`] and once more before it returns.
 
+use super::kfilter::{FilterCounts, KernelFilter};
 use super::program::XdpProgram;
 use super::rebalance::{QueueRole, Received};
-use super::sys::{Promiscuous, XdpStatistics};
+use super::sys::{Filtered, Promiscuous, XdpStatistics};
 use super::xsk::Xsk;
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::clock::{realtime_ns, TscClock};
@@ -62,16 +63,18 @@ const BALANCE_WAIT: Duration = Duration::from_millis(2);
 const STATS_INTERVAL: Duration = Duration::from_millis(10);
 
 /// What every queue's unit shares and keeps alive until the last one ends:
-/// the attached program and the promiscuous membership. Nothing reads them;
+/// the attached program, its filter slot (whose filter lives as long as the
+/// slot's descriptor) and the promiscuous membership. Nothing reads them;
 /// holding them is the point.
 pub(crate) struct Attachment {
     _program: XdpProgram,
+    _filter: Option<Arc<KernelFilter>>,
     _promiscuous: Option<Promiscuous>,
 }
 
 impl Attachment {
-    pub(crate) fn new(program: XdpProgram, promiscuous: Option<Promiscuous>) -> Attachment {
-        Attachment { _program: program, _promiscuous: promiscuous }
+    pub(crate) fn new(program: XdpProgram, filter: Option<Arc<KernelFilter>>, promiscuous: Option<Promiscuous>) -> Attachment {
+        Attachment { _program: program, _filter: filter, _promiscuous: promiscuous }
     }
 }
 
@@ -83,6 +86,9 @@ pub(crate) struct XskUnit {
     umem: Arc<FrameArena>,
     _attachment: Arc<Attachment>,
     filter: FilterWatch,
+    /// What the filter in the XDP program passed to the stack, and how much
+    /// of it this unit has counted.
+    kernel_filtered: Option<(Arc<FilterCounts>, Filtered)>,
     snaplen: usize,
     drops: KernelDrops,
     balance: Option<QueueRole>,
@@ -112,6 +118,7 @@ impl XskUnit {
             umem,
             _attachment: attachment,
             filter,
+            kernel_filtered: None,
             snaplen: snaplen as usize,
             drops: KernelDrops::new(zero_copy),
             balance,
@@ -119,6 +126,14 @@ impl XskUnit {
             clock,
             profiler: None,
         }
+    }
+
+    /// Account what the filter in the XDP program passes to the stack from
+    /// this queue, as read from `counts`.
+    pub(crate) fn kernel_filtered(mut self, counts: Option<Arc<FilterCounts>>) -> XskUnit {
+        // From zero: what the kernel filtered before the unit ran belongs to this capture.
+        self.kernel_filtered = counts.map(|c| (c, Filtered::default()));
+        self
     }
 
     /// Time the unit's stages for `profiler`, when the run is profiled.
@@ -142,6 +157,25 @@ impl XskUnit {
         if let Some(b) = &mut self.balance {
             b.sync(&mut self.xsk, &self.umem, side);
         }
+    }
+
+    /// Account what the kernel dropped and what its filter passed to the
+    /// stack since the last time.
+    fn account(&mut self, side: &mut CaptureSide) -> Result<(), SourceError> {
+        self.drops.account(self.xsk.statistics()?, side);
+        if let Some((counts, seen)) = &mut self.kernel_filtered {
+            let now = counts.read(self.xsk.queue().0).map_err(|error| SourceError::Io {
+                what: format!("{}: reading what the kernel filter passed to the stack", self.label),
+                error,
+            })?;
+            let packets = now.packets.saturating_sub(seen.packets);
+            if packets > 0 {
+                side.add_filtered(packets, now.bytes.saturating_sub(seen.bytes));
+                side.publish_stats();
+            }
+            *seen = now;
+        }
+        Ok(())
     }
 
     /// The longest sleep: `wait`, or less under rebalancing.
@@ -193,7 +227,7 @@ impl CaptureUnit for XskUnit {
             None => self.capture(&mut side, ctl, &mut ()),
         };
         // Drops the kernel counted up to now belong to this run, even after a failure.
-        let last = self.xsk.statistics().map(|now| self.drops.account(now, &mut side));
+        let last = self.account(&mut side);
         if let Some(b) = &mut self.balance {
             b.end(&mut self.xsk, &self.umem, &mut side);
         }
@@ -235,7 +269,7 @@ impl XskUnit {
                 side.flush();
                 probe.mark(Stage::Source);
                 unpublished_since = None;
-                self.drops.account(self.xsk.statistics()?, side);
+                self.account(side)?;
                 stats_at = Instant::now();
                 // What the worker recycled meanwhile goes on the fill ring before we
                 // sleep, or the kernel might have nowhere to put packets.
@@ -268,7 +302,7 @@ impl XskUnit {
                 Batch::Limit => return Ok(()),
             }
             if stats_at.elapsed() >= STATS_INTERVAL {
-                self.drops.account(self.xsk.statistics()?, side);
+                self.account(side)?;
                 stats_at = Instant::now();
             }
         }

@@ -183,11 +183,22 @@ pub struct AfXdpOptions {
     pub need_wakeup: bool,
     /// Replace an XDP program on the interface that weir did not load.
     pub replace_foreign: bool,
+    /// Capture an interface that has an IP address. AF_XDP takes the packets
+    /// it captures from the host's stack (what the filter rejects stays), so
+    /// an interface the host uses is refused unless this is set.
+    pub take_host_traffic: bool,
 }
 
 impl Default for AfXdpOptions {
     fn default() -> Self {
-        AfXdpOptions { frame_size: 2048, ring_size: None, zero_copy: ZeroCopy::Auto, need_wakeup: true, replace_foreign: false }
+        AfXdpOptions {
+            frame_size: 2048,
+            ring_size: None,
+            zero_copy: ZeroCopy::Auto,
+            need_wakeup: true,
+            replace_foreign: false,
+            take_host_traffic: false,
+        }
     }
 }
 

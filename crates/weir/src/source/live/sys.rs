@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Run `f` with the calling thread inside network namespace `ns` (a name under
@@ -156,4 +156,178 @@ pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec, which `ts` is.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// The `test` member of `union bpf_attr` (linux/bpf.h), to `batch_size`,
+/// padded to 8 bytes.
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    pad: u32,
+}
+const _: () = assert!(size_of::<TestRunAttr>() == 80);
+
+/// BPF_PROG_TEST_RUN's flags.
+pub(crate) mod test_run_flags {
+    /// XDP live frames: what the program redirects is transmitted.
+    pub(crate) const XDP_LIVE_FRAMES: u32 = 1 << 1;
+}
+
+/// Run program `prog` `repeat` times on `data` (BPF_PROG_TEST_RUN) with
+/// `flags`, the live-frames kind flushed every `batch` frames; the last run's
+/// return value. A signal ends a long run early with `EINTR`.
+pub(crate) fn test_run(prog: BorrowedFd<'_>, data: &[u8], repeat: u32, flags: u32, batch: u32) -> io::Result<u32> {
+    const BPF_PROG_TEST_RUN: libc::c_long = 10;
+    let fd = u32::try_from(prog.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let mut attr = TestRunAttr {
+        prog_fd: fd,
+        data_size_in: u32::try_from(data.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
+        data_in: data.as_ptr() as u64,
+        repeat,
+        flags,
+        batch_size: batch,
+        ..TestRunAttr::default()
+    };
+    // SAFETY: `attr` is a valid, fully initialized (no implicit padding) prefix
+    // of `union bpf_attr` of the size passed; the kernel only reads `data` (live,
+    // of the length given; data_out and ctx_out are 0) and writes `attr`'s
+    // retval, data_size_out and duration, all for the call's duration.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestRunAttr, size_of::<TestRunAttr>()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(attr.retval)
+}
+
+/// The `BPF_PROG_LOAD` member of `union bpf_attr`, to `expected_attach_type`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+const _: () = assert!(size_of::<ProgLoadAttr>() == 72);
+
+/// An XDP program (`BPF_PROG_TYPE_XDP`, attach type `BPF_XDP`) loaded from
+/// `insns` under `name`; the verifier's last words are in the error when it
+/// refuses.
+pub(crate) fn load_xdp(name: &str, insns: &[crate::filter::EbpfInsn]) -> io::Result<OwnedFd> {
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_PROG_TYPE_XDP: u32 = 6;
+    const BPF_XDP: u32 = 37;
+    /// The tail of the verifier's log that goes into an error.
+    const LOG_TAIL: usize = 600;
+    let license = c"Dual MIT/GPL";
+    let mut prog_name = [0u8; 16];
+    for (d, s) in prog_name.iter_mut().zip(name.bytes().take(15)) {
+        *d = s;
+    }
+    let load = |log: &mut [u8]| -> io::Result<OwnedFd> {
+        let attr = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_XDP,
+            insn_cnt: u32::try_from(insns.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: u32::from(!log.is_empty()),
+            log_size: u32::try_from(log.len()).unwrap_or(u32::MAX),
+            log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
+            prog_name,
+            expected_attach_type: BPF_XDP,
+            ..ProgLoadAttr::default()
+        };
+        // SAFETY: `attr` is a valid prefix of `union bpf_attr` of the size
+        // passed; the kernel reads `insns` (live, `insn_cnt` instructions of
+        // `struct bpf_insn`'s layout) and the NUL-terminated license, and writes
+        // at most `log_size` bytes to `log`, all during the call.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr as *const ProgLoadAttr, size_of::<ProgLoadAttr>()) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    };
+    match load(&mut []) {
+        Ok(fd) => Ok(fd),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EINVAL) => {
+            // Again with the verifier's log, for the error.
+            let mut log = vec![0u8; 1 << 20];
+            match load(&mut log) {
+                Ok(fd) => Ok(fd),
+                Err(again) => {
+                    let text = String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(log.len())]).into_owned();
+                    let tail = text.trim_end();
+                    let tail = &tail[tail.len().saturating_sub(LOG_TAIL)..];
+                    Err(io::Error::new(again.kind(), format!("{again}; the verifier said: ...{}", tail.replace('\n', " | "))))
+                }
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Put `value` in map `map` at `key` (BPF_MAP_UPDATE_ELEM, BPF_ANY), or with
+/// `None` delete the key, not minding that it was not there.
+pub(crate) fn map_set(map: BorrowedFd<'_>, key: &[u8], value: Option<&[u8]>) -> io::Result<()> {
+    let (cmd, value): (libc::c_long, u64) = match value {
+        Some(v) => (2, v.as_ptr() as u64),
+        None => (3, 0),
+    };
+    let attr = MapElemAttr { map_fd: map.as_raw_fd() as u32, _pad: 0, key: key.as_ptr() as u64, value, flags: 0 };
+    // SAFETY: `attr` is a valid map_elem attribute of the size passed; `key` and
+    // `value` are live buffers of the map's key and value sizes, which the
+    // kernel only reads.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, &attr as *const MapElemAttr, size_of::<MapElemAttr>()) };
+    match rc {
+        0 => Ok(()),
+        _ => match io::Error::last_os_error() {
+            e if cmd == 3 && e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            e => Err(e),
+        },
+    }
+}
+
+/// The IP addresses of `iface` in the calling thread's namespace, but IPv6
+/// link-local ones (the kernel gives every interface one; no session uses it).
+pub(crate) fn host_addresses(iface: &str) -> io::Result<Vec<std::net::IpAddr>> {
+    let mut out = Vec::new();
+    for a in nix::ifaddrs::getifaddrs().map_err(io::Error::from)? {
+        if a.interface_name != iface {
+            continue;
+        }
+        let Some(addr) = a.address else { continue };
+        if let Some(v4) = addr.as_sockaddr_in() {
+            out.push(std::net::IpAddr::V4(v4.ip()));
+        } else if let Some(v6) = addr.as_sockaddr_in6() {
+            let ip = v6.ip();
+            if ip.segments()[0] & 0xffc0 != 0xfe80 {
+                out.push(std::net::IpAddr::V6(ip));
+            }
+        }
+    }
+    Ok(out)
 }

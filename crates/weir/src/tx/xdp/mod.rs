@@ -31,6 +31,7 @@ mod sys;
 use super::{in_netns, sys as tx_sys, TxError, ETH_HLEN, VLAN_HLEN};
 use crate::privileges::Operation;
 use crate::source::live::bpf::{chain, io_error};
+use crate::source::live::sys::{test_run, test_run_flags};
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};
@@ -249,7 +250,8 @@ impl XdpGenerator {
         )?;
         let fd = prog.fd().map_err(|e| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) })?;
         let (seed, batch) = (&self.seed, self.batch);
-        let result = in_netns(&self.netns, || Ok::<_, GenError>(sys::test_run_live(fd.as_fd(), seed, n, batch)))?;
+        let result =
+            in_netns(&self.netns, || Ok::<_, GenError>(test_run(fd.as_fd(), seed, n, test_run_flags::XDP_LIVE_FRAMES, batch).map(drop)))?;
         match result {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}

@@ -1,0 +1,138 @@
+//! The capture filter in weir's XDP program, so that what the filter rejects
+//! stays with the host instead of being taken from its stack.
+//!
+//! The contract:
+//! - [`KernelFilter::install`] translates the filter to eBPF
+//!   ([`Filter::to_xdp`]), loads it, and puts it in the program array that
+//!   `ebpf/weir_xdp.c` tail-calls on every captured queue. The loaded filter
+//!   redirects what it accepts to the queue's socket and passes what it
+//!   rejects up the stack (XDP_PASS), counting packets and bytes per queue.
+//! - With no filter, or one that cannot run in the kernel (a backward jump, a
+//!   verifier's refusal), the slot is emptied: every packet of a captured
+//!   queue is redirected, and the filter runs in user space only. `install`
+//!   then says why, for the user to hear.
+//! - The user-space filter still runs on what the kernel accepted, so a filter
+//!   replaced while packets wait on the RX ring judges them as before.
+//! - [`FilterCounts::read`] gives a queue's packets and bytes passed to the
+//!   stack so far (cumulative, summed over CPUs): the capture unit accounts the
+//!   differences as filtered, so none is lost uncounted.
+//! - The program array's entries live as long as a descriptor of the array is
+//!   open: [`KernelFilter`] holds one for the capture's lifetime.
+
+use super::sys::Filtered;
+use crate::filter::{asm, helper, EbpfInsn, Filter, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
+use crate::source::live::sys::{load_xdp, map_set};
+use aya::maps::{MapData, PerCpuArray};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+/// XDP_PASS, the verdict for what the filter rejects.
+const XDP_PASS: u32 = 2;
+/// The name the kernel shows for a loaded filter.
+const FILTER_NAME: &str = "weir_filter";
+
+/// The filter slot of an attached program.
+pub(crate) struct KernelFilter {
+    /// The program array `weir_filter` (one slot).
+    slot: MapData,
+    /// The socket map, which an installed filter redirects to: a descriptor
+    /// of it is needed while a filter is loaded.
+    xsks: OwnedFd,
+    /// The counts map, which an installed filter writes to.
+    counts_fd: OwnedFd,
+    counts: Arc<FilterCounts>,
+}
+
+/// The per-queue counts of what the kernel filter passed to the stack.
+pub(crate) struct FilterCounts {
+    map: PerCpuArray<MapData, Filtered>,
+}
+
+impl KernelFilter {
+    /// `slot` is the program array, `xsks` and `counts_fd` descriptors of the
+    /// socket map and of `counts`.
+    pub(crate) fn new(slot: MapData, xsks: OwnedFd, counts_fd: OwnedFd, counts: PerCpuArray<MapData, Filtered>) -> KernelFilter {
+        KernelFilter { slot, xsks, counts_fd, counts: Arc::new(FilterCounts { map: counts }) }
+    }
+
+    pub(crate) fn counts(&self) -> &Arc<FilterCounts> {
+        &self.counts
+    }
+
+    /// Put `filter` in the kernel (see the module's contract). `Ok(Some(why))`
+    /// when it cannot run there and every packet is taken instead.
+    pub(crate) fn install(&self, filter: Option<&Filter>) -> io::Result<Option<String>> {
+        let key = 0u32.to_ne_bytes();
+        let Some(filter) = filter else {
+            map_set(self.slot.fd().as_fd(), &key, None)?;
+            return Ok(None);
+        };
+        let program = match filter.to_xdp(&self.accept(), &self.reject()) {
+            Ok(p) => p,
+            Err(why) => {
+                map_set(self.slot.fd().as_fd(), &key, None)?;
+                return Ok(Some(why.0));
+            }
+        };
+        match load_xdp(FILTER_NAME, &program) {
+            Ok(fd) => {
+                let value = u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX).to_ne_bytes();
+                // The array takes its own reference: `fd` may close after this.
+                map_set(self.slot.fd().as_fd(), &key, Some(&value))?;
+                Ok(None)
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error() == Some(libc::EPERM) => Err(e),
+            Err(e) => {
+                map_set(self.slot.fd().as_fd(), &key, None)?;
+                Ok(Some(format!("the kernel refused its eBPF form: {e}")))
+            }
+        }
+    }
+
+    /// Redirect to the queue's socket (passing when it has none, as weir_xdp does).
+    fn accept(&self) -> Vec<EbpfInsn> {
+        let mut out = Vec::with_capacity(6);
+        out.extend(asm::ld_map_fd(Reg::R1, self.xsks.as_raw_fd()));
+        out.push(asm::ldx_w(Reg::R2, CTX, XDP_MD_RX_QUEUE));
+        out.push(asm::mov32_imm(Reg::R3, XDP_PASS));
+        out.push(asm::call(helper::REDIRECT_MAP));
+        out.push(asm::exit());
+        out
+    }
+
+    /// Count the packet for its queue, and pass it up the stack.
+    fn reject(&self) -> Vec<EbpfInsn> {
+        let key_at = BLOCK_STACK - 4;
+        let mut out = Vec::with_capacity(20);
+        out.push(asm::mov64(Reg::R1, CTX));
+        out.push(asm::call(helper::XDP_GET_BUFF_LEN));
+        out.push(asm::mov64(Reg::R9, Reg::R0));
+        out.push(asm::ldx_w(Reg::R2, CTX, XDP_MD_RX_QUEUE));
+        out.push(asm::stx_w(Reg::Fp, key_at, Reg::R2));
+        out.extend(asm::ld_map_fd(Reg::R1, self.counts_fd.as_raw_fd()));
+        out.push(asm::mov64(Reg::R2, Reg::Fp));
+        out.push(asm::add64_imm(Reg::R2, i32::from(key_at)));
+        out.push(asm::call(helper::MAP_LOOKUP_ELEM));
+        // No entry (a queue past the map): pass uncounted is impossible, since
+        // the map has an entry for every queue weir can capture.
+        out.push(asm::jeq_imm(Reg::R0, 0, 6));
+        out.push(asm::ldx_dw(Reg::R1, Reg::R0, 0));
+        out.push(asm::add64_imm(Reg::R1, 1));
+        out.push(asm::stx_dw(Reg::R0, 0, Reg::R1));
+        out.push(asm::ldx_dw(Reg::R1, Reg::R0, 8));
+        out.push(asm::add64(Reg::R1, Reg::R9));
+        out.push(asm::stx_dw(Reg::R0, 8, Reg::R1));
+        out.push(asm::mov32_imm(Reg::R0, XDP_PASS));
+        out.push(asm::exit());
+        out
+    }
+}
+
+impl FilterCounts {
+    /// Packets and bytes the kernel filter passed to the stack from `queue`, so far.
+    pub(crate) fn read(&self, queue: u16) -> io::Result<Filtered> {
+        let per_cpu = self.map.get(&u32::from(queue), 0).map_err(|e| crate::source::live::bpf::io_error(&e))?;
+        Ok(per_cpu.iter().fold(Filtered::default(), |t, c| Filtered { packets: t.packets + c.packets, bytes: t.bytes + c.bytes }))
+    }
+}
