@@ -114,6 +114,11 @@ impl RxRing {
         Ok(RxRing { ring, consumer, producer })
     }
 
+    /// Entries of the ring.
+    pub(crate) fn size(&self) -> u32 {
+        self.ring.size()
+    }
+
     /// Descriptors ready to read, at most `max`; they are `packet(0..n)` until released.
     #[inline]
     pub(crate) fn peek(&mut self, max: u32) -> u32 {

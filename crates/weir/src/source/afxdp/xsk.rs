@@ -193,6 +193,11 @@ impl Xsk {
         &self.umem
     }
 
+    /// Entries of the RX ring.
+    pub(crate) fn rx_entries(&self) -> u32 {
+        self.rx.size()
+    }
+
     /// Descriptors ready on the RX ring, at most `max`.
     #[inline]
     pub(crate) fn peek(&mut self, max: u32) -> u32 {
