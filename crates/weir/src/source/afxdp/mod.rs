@@ -31,12 +31,12 @@
 //! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
 //!   the kernel's headroom.
 
-mod program;
+pub(crate) mod program;
 mod rebalance;
-mod ring;
-mod sys;
+pub(crate) mod ring;
+pub(crate) mod sys;
 mod unit;
-mod xsk;
+pub(crate) mod xsk;
 
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::clock::{Timestamps, TscClock};
