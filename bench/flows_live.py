@@ -154,7 +154,7 @@ def tools():
     nothing = lambda out, err: (0, 0)  # counted by the collector, not by the tool
     t = {}
     for src in ("afpacket", "afxdp"):
-        base = [str(WEIR), "flows", f"{src}:{rx}@0-1", "-q", "--format", "v5", "-n", collector,
+        base = [str(WEIR), "flows", f"{src}:{rx}@0-1", "--take-host-traffic", "-q", "--format", "v5", "-n", collector,
                 "--inactive-timeout", "3600", "--active-timeout", "3600"]
         if weir_kernel_cutoff():
             for cut in ("on", "off"):

@@ -52,7 +52,7 @@ def cpu_by_thread(pid):
 def run(source, cutoff, trace, sink_port, stats, idle=False):
     env = os.environ
     weir = subprocess.Popen(
-        [str(BIN), "flows", f"{source}:{env['TB_RX_IF']}", "--netns", env["TB_RX_NS"], "-q", "-n", f"127.0.0.1:{sink_port}",
+        [str(BIN), "flows", f"{source}:{env['TB_RX_IF']}", "--netns", env["TB_RX_NS"], "--take-host-traffic", "-q", "-n", f"127.0.0.1:{sink_port}",
          "--kernel-cutoff", cutoff, "--stats", stats],
         stderr=subprocess.PIPE, text=True)
     for line in weir.stderr:

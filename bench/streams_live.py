@@ -83,7 +83,7 @@ def tools(nids):
             # --prealloc: the connections libnids' pool holds (3/4 of its -n), which it
             # makes and links at start, before any traffic; weir then makes its own
             # before the first packet too.
-            argv = [str(WEIR), "streams", "--cutoff", "0", f"{src}:{rx}@0-1", "--kernel-cutoff", cut, "--prealloc", "200000",
+            argv = [str(WEIR), "streams", "--cutoff", "0", f"{src}:{rx}@0-1", "--take-host-traffic", "--kernel-cutoff", cut, "--prealloc", "200000",
                     "--stats", str(STATS)]
             t[name] = lambda n=name, a=argv: live.Tool(n, a, weir_counts)
     return t

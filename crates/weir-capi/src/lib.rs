@@ -18,6 +18,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod forward;
 pub mod handler;
 
 use handler::{CHandler, CStream, Callbacks, ClosedCb, CreatedCb, DataCb, StreamInfo, StreamRef, UserPtr};

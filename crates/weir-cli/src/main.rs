@@ -10,6 +10,7 @@ mod count;
 mod exit;
 mod flow_order;
 mod flows;
+mod forward;
 mod handle;
 mod inspect;
 mod profile;
@@ -51,6 +52,8 @@ pub(crate) enum Command {
     Record(record::RecordArgs),
     /// Send the packets of a trace out of a network interface, at top speed or paced (the tcpreplay of weir).
     Replay(replay::ReplayArgs),
+    /// Forward packets from one interface out of another (or back out of the same), inline, through a filter; --bidirectional for a bump in the wire.
+    Forward(forward::ForwardArgs),
     /// Build a large, realistic trace for benchmarks (built-in model, or flows taken from real traces).
     Synth(synth::SynthArgs),
     /// Simulate a multi-queue NIC and its cores in virtual time: WireCAP's burst and imbalance experiments.
@@ -83,6 +86,7 @@ pub(crate) fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Count(a) => count::run(a),
         Command::Record(a) => record::run(a),
         Command::Replay(a) => replay::run(a),
+        Command::Forward(a) => forward::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Handle(a) => handle::run(a),

@@ -55,6 +55,7 @@ const TEXT: &[&str] = &[
     "--mode",
     "--cutoff-class",
     "--class",
+    "--backend",
 ];
 
 struct Case {
@@ -113,6 +114,12 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             base: engine(&["-o", "weirnosuchif0"]),
             numeric: with_source(&["--loop", "--vary-ports"]),
             text: &["--xdp"],
+        },
+        Case {
+            cmd: &["forward"],
+            base: s(&["weirnosuchif0", "weirnosuchif1", "-q", "--duration", "5"]),
+            numeric: vec!["--count", "--duration", "--frame-size", "--frames"],
+            text: &[],
         },
         Case {
             cmd: &["synth"],
@@ -218,16 +225,17 @@ fn run(cmd: &[&str], args: &[String]) -> (Option<i32>, String, bool) {
 
 #[test]
 fn every_numeric_option_refuses_or_survives_extreme_values() {
-    extreme_values(|cmd| cmd != ["replay"]);
+    extreme_values(|cmd| cmd != ["replay"] && cmd != ["forward"]);
 }
 
-/// `weir replay` opens its packet socket before it looks for the interface: without
-/// CAP_NET_RAW every value ends in exit 1 for want of it, so this part needs root.
+/// `weir replay` and `weir forward` open a packet socket before they look for the
+/// interface: without CAP_NET_RAW every value ends in exit 1 for want of it, so
+/// this part needs root.
 #[test]
-#[ignore = "needs root: weir replay opens a packet socket (CAP_NET_RAW) before it finds no interface"]
+#[ignore = "needs root: weir replay and forward open a packet socket (CAP_NET_RAW) before they find no interface"]
 fn every_numeric_replay_option_refuses_or_survives_extreme_values() {
     testbed::require_root();
-    extreme_values(|cmd| cmd == ["replay"]);
+    extreme_values(|cmd| cmd == ["replay"] || cmd == ["forward"]);
 }
 
 /// Every numeric option of the subcommands `which` picks, with every value of

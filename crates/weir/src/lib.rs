@@ -26,6 +26,9 @@
 //! - [`flowtable`]: a flow table of bounded size, aged in packet time.
 //! - [`sink`]: pcap and pcapng writers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
+//! - [`forward`]: inline forwarding from one interface out of another (`weir forward`), each
+//!   packet passed by a filter and the application's [`forward::Verdict`], on AF_XDP (a
+//!   received UMEM frame sent by its address) or AF_PACKET (RX ring to TX ring, one copy).
 //!
 //! # Where a packet goes
 //!
@@ -101,6 +104,7 @@ pub mod clock;
 pub mod engine;
 pub mod filter;
 pub mod flowtable;
+pub mod forward;
 pub mod locality;
 pub mod memory;
 pub mod packet;

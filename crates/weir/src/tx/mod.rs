@@ -532,6 +532,13 @@ fn in_netns<T, E: From<TxError>>(ns: &Option<PathBuf>, f: impl FnOnce() -> Resul
         .map_err(E::from)?
 }
 
+/// Flags, MTU and hardware type of `iface` in the calling thread's namespace
+/// (`ErrorKind::NotFound` when there is none), for `weir forward`'s checks.
+pub(crate) fn device_facts(iface: &str) -> io::Result<sys::DeviceFacts> {
+    let fd = sys::packet_socket()?;
+    sys::device(&fd, iface)
+}
+
 fn open_here(iface: &str, opts: &TxOptions) -> Result<TxRing, TxError> {
     let fd = sys::packet_socket().map_err(|e| TxError::setup(iface, "opening a packet socket", Operation::PacketSocket, e))?;
     let dev = sys::device(&fd, iface).map_err(|e| match e.kind() {

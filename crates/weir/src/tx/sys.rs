@@ -196,11 +196,11 @@ pub(super) fn send_queued(fd: &OwnedFd) -> io::Result<usize> {
 
 /// What the kernel says about a device.
 #[derive(Copy, Clone, Debug)]
-pub(super) struct DeviceFacts {
-    pub(super) up: bool,
-    pub(super) mtu: u32,
+pub(crate) struct DeviceFacts {
+    pub(crate) up: bool,
+    pub(crate) mtu: u32,
     /// ARPHRD_* hardware type.
-    pub(super) hw_type: u16,
+    pub(crate) hw_type: u16,
 }
 
 pub(super) const ARPHRD_ETHER: u16 = 1;

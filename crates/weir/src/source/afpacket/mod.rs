@@ -75,7 +75,7 @@
 pub(crate) mod cutoff;
 mod rebalance;
 mod steer;
-mod sys;
+pub(crate) mod sys;
 mod unit;
 
 pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};

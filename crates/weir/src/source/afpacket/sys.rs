@@ -42,14 +42,15 @@ const PACKET_VERSION: libc::c_int = 10;
 const PACKET_RESERVE: libc::c_int = 12;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_FANOUT_DATA: libc::c_int = 22;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_MR_PROMISC: u16 = 1;
 const TPACKET_V3: libc::c_int = 2;
-pub(super) const PACKET_FANOUT_HASH: u16 = 0;
-pub(super) const PACKET_FANOUT_LB: u16 = 1;
-pub(super) const PACKET_FANOUT_CPU: u16 = 2;
-pub(super) const PACKET_FANOUT_QM: u16 = 5;
-pub(super) const PACKET_FANOUT_EBPF: u16 = 7;
-pub(super) const PACKET_FANOUT_FLAG_ROLLOVER: u16 = 0x1000;
+pub(crate) const PACKET_FANOUT_HASH: u16 = 0;
+pub(crate) const PACKET_FANOUT_LB: u16 = 1;
+pub(crate) const PACKET_FANOUT_CPU: u16 = 2;
+pub(crate) const PACKET_FANOUT_QM: u16 = 5;
+pub(crate) const PACKET_FANOUT_EBPF: u16 = 7;
+pub(crate) const PACKET_FANOUT_FLAG_ROLLOVER: u16 = 0x1000;
 const PACKET_FANOUT_FLAG_UNIQUEID: u16 = 0x2000;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
@@ -57,11 +58,11 @@ const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
 // linux/if_arp.h
-pub(super) const ARPHRD_ETHER: u16 = 1;
-pub(super) const ARPHRD_RAWIP: u16 = 519;
-pub(super) const ARPHRD_LOOPBACK: u16 = 772;
-pub(super) const ARPHRD_IEEE80211_RADIOTAP: u16 = 803;
-pub(super) const ARPHRD_NONE: u16 = 0xfffe;
+pub(crate) const ARPHRD_ETHER: u16 = 1;
+pub(crate) const ARPHRD_RAWIP: u16 = 519;
+pub(crate) const ARPHRD_LOOPBACK: u16 = 772;
+pub(crate) const ARPHRD_IEEE80211_RADIOTAP: u16 = 803;
+pub(crate) const ARPHRD_NONE: u16 = 0xfffe;
 
 /// `struct tpacket_req3`.
 #[repr(C)]
@@ -151,15 +152,15 @@ const _: () = {
 const TPACKET3_HDRLEN: usize = 48 + size_of::<libc::sockaddr_ll>();
 /// Bytes the kernel reserves in front of each packet's link-layer header on top
 /// of its own, so a VLAN tag it took out always fits back in (as libpcap does).
-pub(super) const VLAN_TAG_LEN: u32 = 4;
+pub(crate) const VLAN_TAG_LEN: u32 = 4;
 /// The most a block spends besides packet bytes on one packet: the block header
 /// (48), the packet headers rounded up (`TPACKET_ALIGN(68 + 16)` = 96), the
 /// reserve, and alignment of the next packet (16).
-pub(super) const FRAME_OVERHEAD: usize = 48 + 96 + VLAN_TAG_LEN as usize + 16;
+pub(crate) const FRAME_OVERHEAD: usize = 48 + 96 + VLAN_TAG_LEN as usize + 16;
 /// Ethernet: destination and source addresses, in front of where a tag goes.
 const MAC_ADDRS: usize = 12;
 
-pub(super) fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
@@ -174,7 +175,7 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// One AF_PACKET socket.
-pub(super) struct PacketSocket {
+pub(crate) struct PacketSocket {
     fd: OwnedFd,
 }
 
@@ -188,7 +189,7 @@ impl PacketSocket {
     /// A raw packet socket that receives nothing yet: protocol 0 keeps it out of
     /// the receive path until [`bind`](Self::bind) names the protocol, so no packet
     /// arrives before its filter and its fanout group are in place.
-    pub(super) fn new() -> io::Result<PacketSocket> {
+    pub(crate) fn new() -> io::Result<PacketSocket> {
         // SAFETY: plain socket(2) call; the result is checked.
         let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
@@ -217,17 +218,23 @@ impl PacketSocket {
     }
 
     /// TPACKET_V3: variable-sized packets packed into blocks.
-    pub(super) fn use_tpacket_v3(&self) -> io::Result<()> {
+    pub(crate) fn use_tpacket_v3(&self) -> io::Result<()> {
         self.set(libc::SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
     }
 
+    /// Leave out the packets the host sends on the interface (PACKET_IGNORE_OUTGOING,
+    /// Linux 4.20): a forwarder must not receive what it sends.
+    pub(crate) fn ignore_outgoing(&self) -> io::Result<()> {
+        self.set(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1 as &libc::c_int)
+    }
+
     /// Room the kernel leaves in front of each packet (for VLAN tags put back).
-    pub(super) fn reserve(&self, bytes: u32) -> io::Result<()> {
+    pub(crate) fn reserve(&self, bytes: u32) -> io::Result<()> {
         self.set(libc::SOL_PACKET, PACKET_RESERVE, &bytes)
     }
 
     /// The ARPHRD_ hardware type of `iface` (SIOCGIFHWADDR), in this socket's namespace.
-    pub(super) fn hardware_type(&self, iface: &str) -> io::Result<u16> {
+    pub(crate) fn hardware_type(&self, iface: &str) -> io::Result<u16> {
         // SAFETY: ifreq is plain old data; all zeroes is a valid value.
         let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
         if iface.len() >= req.ifr_name.len() {
@@ -243,13 +250,13 @@ impl PacketSocket {
     }
 
     /// Put the interface in promiscuous mode for as long as this socket lives.
-    pub(super) fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
+    pub(crate) fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
         let mreq = PacketMreq { mr_ifindex: ifindex as libc::c_int, mr_type: PACKET_MR_PROMISC, mr_alen: 0, mr_address: [0; 8] };
         self.set(libc::SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
     }
 
     /// Replace the socket's filter (SO_ATTACH_FILTER swaps it atomically).
-    pub(super) fn attach_filter(&self, program: &[BpfInsn]) -> io::Result<()> {
+    pub(crate) fn attach_filter(&self, program: &[BpfInsn]) -> io::Result<()> {
         let len = u16::try_from(program.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter program too long"))?;
         let prog = SockFprog { len, filter: program.as_ptr() };
         // The kernel copies the instructions during the call; `program` outlives it.
@@ -257,7 +264,7 @@ impl PacketSocket {
     }
 
     /// Receive every protocol on `ifindex`, from now on.
-    pub(super) fn bind(&self, ifindex: u32) -> io::Result<()> {
+    pub(crate) fn bind(&self, ifindex: u32) -> io::Result<()> {
         // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -272,14 +279,14 @@ impl PacketSocket {
 
     /// Found a fanout group with an id the kernel picks, unused in this namespace;
     /// returns the id for the other members.
-    pub(super) fn found_fanout(&self, mode_flags: u16) -> io::Result<u16> {
+    pub(crate) fn found_fanout(&self, mode_flags: u16) -> io::Result<u16> {
         self.join_fanout(0, mode_flags | PACKET_FANOUT_FLAG_UNIQUEID)?;
         let arg: u32 = self.get(libc::SOL_PACKET, PACKET_FANOUT)?;
         Ok(arg as u16)
     }
 
     /// Join fanout group `id` (mode and flags as its founder gave them).
-    pub(super) fn join_fanout(&self, id: u16, mode_flags: u16) -> io::Result<()> {
+    pub(crate) fn join_fanout(&self, id: u16, mode_flags: u16) -> io::Result<()> {
         let arg = u32::from(id) | (u32::from(mode_flags) << 16);
         self.set(libc::SOL_PACKET, PACKET_FANOUT, &arg)
     }
@@ -287,21 +294,21 @@ impl PacketSocket {
     /// Make `program`, a loaded BPF_PROG_TYPE_SOCKET_FILTER program, the demux of
     /// the PACKET_FANOUT_EBPF group this socket is in. The group takes its own
     /// reference to the program, held until the group is gone.
-    pub(super) fn set_fanout_program(&self, program: BorrowedFd<'_>) -> io::Result<()> {
+    pub(crate) fn set_fanout_program(&self, program: BorrowedFd<'_>) -> io::Result<()> {
         let fd = program.as_raw_fd() as u32;
         self.set(libc::SOL_PACKET, PACKET_FANOUT_DATA, &fd)
     }
 
     /// Packets the kernel dropped for this socket's full ring since the last call
     /// (reading resets the kernel's counters).
-    pub(super) fn take_drops(&self) -> io::Result<u32> {
+    pub(crate) fn take_drops(&self) -> io::Result<u32> {
         let st: TpacketStatsV3 = self.get(libc::SOL_PACKET, PACKET_STATISTICS)?;
         Ok(st.tp_drops)
     }
 
     /// Sleep until the kernel hands over a block or `timeout` passes. An error the
     /// socket reports (the interface went down or away) comes back as `Err`.
-    pub(super) fn wait_readable(&self, timeout: Duration) -> io::Result<()> {
+    pub(crate) fn wait_readable(&self, timeout: Duration) -> io::Result<()> {
         let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
         // SAFETY: one valid pollfd, count 1.
@@ -321,7 +328,7 @@ impl PacketSocket {
 
     /// Set up the receive ring of `block_count` blocks of `block_bytes`, handed over
     /// after `timeout_ms` at the latest, and map it.
-    pub(super) fn map_ring(&self, block_bytes: u32, block_count: u32, timeout_ms: u32, snaplen: u32, vlan: bool) -> io::Result<Ring> {
+    pub(crate) fn map_ring(&self, block_bytes: u32, block_count: u32, timeout_ms: u32, snaplen: u32, vlan: bool) -> io::Result<Ring> {
         let req = TpacketReq3 {
             tp_block_size: block_bytes,
             tp_block_nr: block_count,
@@ -376,7 +383,7 @@ const GRACE_FALLBACK: Duration = Duration::from_millis(50);
 /// MEMBARRIER_CMD_GLOBAL waits for every such section in progress to end
 /// (`synchronize_rcu`). So after a table change and this call, no packet steered
 /// by the old entry is still on its way.
-pub(super) fn wait_for_steered_packets() {
+pub(crate) fn wait_for_steered_packets() {
     // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
     let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long, 0 as libc::c_long) };
     if rc != 0 {
@@ -385,7 +392,7 @@ pub(super) fn wait_for_steered_packets() {
 }
 
 /// A socket's TPACKET_V3 receive ring, walked in the kernel's order.
-pub(super) struct Ring {
+pub(crate) struct Ring {
     arena: Arc<BlockArena>,
     /// The block the kernel fills after the last one adopted.
     next: BlockId,
@@ -400,7 +407,7 @@ pub(super) struct Ring {
 }
 
 /// A block the kernel handed over, adopted for reading; only [`Ring::next_block`] makes one.
-pub(super) struct ReadyBlock {
+pub(crate) struct ReadyBlock {
     block: BlockRef,
     packets: u32,
     first: usize,
@@ -408,24 +415,24 @@ pub(super) struct ReadyBlock {
 
 impl ReadyBlock {
     /// The hold that lets cells point into the block.
-    pub(super) fn block(&self) -> &BlockRef {
+    pub(crate) fn block(&self) -> &BlockRef {
         &self.block
     }
 
     /// Packets the kernel put in the block.
-    pub(super) fn packets(&self) -> u32 {
+    pub(crate) fn packets(&self) -> u32 {
         self.packets
     }
 
     /// Offset of the first packet's header in the block.
-    pub(super) fn first(&self) -> usize {
+    pub(crate) fn first(&self) -> usize {
         self.first
     }
 }
 
 /// A block whose packets were all taken; it goes back to the kernel through
 /// [`Ring::give_back`] once no chunk holds it. Not `Clone`: given back once.
-pub(super) struct Walked {
+pub(crate) struct Walked {
     id: BlockId,
     /// The address of the arena the block belongs to: an identity, so a token is
     /// only ever given back to its own ring.
@@ -433,18 +440,18 @@ pub(super) struct Walked {
 }
 
 /// One packet of a block.
-pub(super) struct Frame {
+pub(crate) struct Frame {
     /// Where its captured bytes are in the block.
-    pub(super) data: Range<usize>,
-    pub(super) wire_len: u32,
-    pub(super) ts_ns: u64,
+    pub(crate) data: Range<usize>,
+    pub(crate) wire_len: u32,
+    pub(crate) ts_ns: u64,
     /// Offset of the next packet's header, relative to this one's.
-    pub(super) next: usize,
+    pub(crate) next: usize,
 }
 
 /// The kernel wrote a packet header that does not fit its block.
 #[derive(Debug)]
-pub(super) struct BadFrame(pub(super) String);
+pub(crate) struct BadFrame(pub(crate) String);
 
 impl Ring {
     fn status(&self, id: BlockId) -> &AtomicU32 {
@@ -470,14 +477,14 @@ impl Ring {
     /// if it holds a packet. An empty block being filled is not counted: the kernel
     /// never retires an empty block, and whatever lands in it arrives after this
     /// call.
-    pub(super) fn fill_point(&self) -> u64 {
+    pub(crate) fn fill_point(&self) -> u64 {
         let (ready, _) = self.scan_ahead();
         self.adopted + ready as u64 + u64::from(self.filling(ready) > 0)
     }
 
     /// Packets in the ring not adopted yet: in blocks handed over, and in the
     /// block the kernel is filling (a hint, read while the kernel writes it).
-    pub(super) fn waiting_packets(&self) -> u64 {
+    pub(crate) fn waiting_packets(&self) -> u64 {
         let (ready, packets) = self.scan_ahead();
         packets + u64::from(self.filling(ready))
     }
@@ -514,12 +521,12 @@ impl Ring {
     }
 
     /// Blocks adopted since the ring was mapped.
-    pub(super) fn adopted(&self) -> u64 {
+    pub(crate) fn adopted(&self) -> u64 {
         self.adopted
     }
 
     /// Adopt the next block in ring order if the kernel has handed it over.
-    pub(super) fn next_block(&mut self) -> Result<Option<ReadyBlock>, BadFrame> {
+    pub(crate) fn next_block(&mut self) -> Result<Option<ReadyBlock>, BadFrame> {
         let id = self.next;
         // Acquire: pairs with the kernel's write barrier before it set TP_STATUS_USER,
         // so the block's contents are visible before we read them.
@@ -545,7 +552,7 @@ impl Ring {
     /// on, a tag the kernel took out is written back in front of the EtherType
     /// first, and the header rewritten to say so, so a second call (after waiting for
     /// a cell) finds the same packet.
-    pub(super) fn frame(&self, ready: &ReadyBlock, at: usize) -> Result<Frame, BadFrame> {
+    pub(crate) fn frame(&self, ready: &ReadyBlock, at: usize) -> Result<Frame, BadFrame> {
         let block = &ready.block;
         assert!(Arc::ptr_eq(block.arena(), &self.arena), "a block of another ring");
         let size = self.arena.block_bytes();
@@ -600,7 +607,7 @@ impl Ring {
 
     /// The captured bytes of a packet of `ready` that [`frame`](Self::frame)
     /// returned, to read (hash, copy aside) while the block is held.
-    pub(super) fn packet_bytes<'a>(&'a self, ready: &'a ReadyBlock, f: &Frame) -> &'a [u8] {
+    pub(crate) fn packet_bytes<'a>(&'a self, ready: &'a ReadyBlock, f: &Frame) -> &'a [u8] {
         assert!(Arc::ptr_eq(ready.block.arena(), &self.arena), "a block of another ring");
         assert!(f.data.start <= f.data.end && f.data.end <= self.arena.block_bytes(), "a frame outside its block");
         let at = self.arena.block_ptr(ready.block.id()).wrapping_add(f.data.start);
@@ -611,14 +618,14 @@ impl Ring {
     }
 
     /// Every packet of `block` was taken: stop holding it for reading.
-    pub(super) fn done(&self, ready: ReadyBlock) -> Walked {
+    pub(crate) fn done(&self, ready: ReadyBlock) -> Walked {
         assert!(Arc::ptr_eq(ready.block.arena(), &self.arena), "a block of another ring");
         Walked { id: ready.block.id(), arena: Arc::as_ptr(&self.arena) as usize }
     }
 
     /// Give a walked block back to the kernel if no chunk holds it any more;
     /// otherwise hand the token back.
-    pub(super) fn give_back(&mut self, w: Walked) -> Result<(), Walked> {
+    pub(crate) fn give_back(&mut self, w: Walked) -> Result<(), Walked> {
         assert_eq!(w.arena, Arc::as_ptr(&self.arena) as usize, "a block of another ring");
         if !self.arena.is_unheld(w.id) {
             return Err(w);

@@ -41,12 +41,12 @@
 //!   the kernel's headroom.
 
 mod kfilter;
-mod program;
+pub(crate) mod program;
 mod rebalance;
-mod ring;
-mod sys;
+pub(crate) mod ring;
+pub(crate) mod sys;
 mod unit;
-mod xsk;
+pub(crate) mod xsk;
 
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::clock::{Timestamps, TscClock};

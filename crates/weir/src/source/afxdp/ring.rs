@@ -1,6 +1,9 @@
-//! The two XSK rings a capture socket uses: the RX ring, where the kernel
-//! produces packet descriptors and we consume them, and the fill ring, where we
-//! produce free frame addresses and the kernel consumes them.
+//! The XSK rings: the RX ring, where the kernel produces packet descriptors
+//! and we consume them, and the fill ring, where we produce free frame
+//! addresses and the kernel consumes them (capture uses these two); and, for
+//! sending (`weir forward`), the TX ring, where we produce descriptors of
+//! frames to transmit, and the completion ring, where the kernel gives back
+//! the addresses of frames it has finished transmitting.
 //!
 //! Each ring is a single-producer single-consumer queue in memory shared with
 //! the kernel: a producer index, a consumer index and a power-of-two array of
@@ -225,5 +228,120 @@ impl FillRing {
         // Relaxed: a hint. A flag set just after we looked is seen at the next look,
         // and the idle poll(2) wakes the driver in any case.
         self.ring.flags().load(Ordering::Relaxed) & NEED_WAKEUP != 0
+    }
+}
+
+/// The TX ring: descriptors of frames for the kernel to transmit.
+pub(crate) struct TxRing {
+    ring: Shared<XdpDesc>,
+    /// Our producer index, as last published.
+    producer: u32,
+    /// The kernel's consumer index, as last loaded.
+    consumer: u32,
+}
+
+impl TxRing {
+    pub(crate) fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<TxRing> {
+        let ring = Shared::new(map, off, size)?;
+        // Relaxed: we are the only producer; Acquire on the consumer as in `room`.
+        let producer = ring.producer().load(Ordering::Relaxed);
+        let consumer = ring.consumer().load(Ordering::Acquire);
+        Ok(TxRing { ring, producer, consumer })
+    }
+
+    /// Free slots, at least `want` if there are that many (the kernel's index is
+    /// loaded only when the cached one says fewer).
+    #[inline]
+    pub(crate) fn room(&mut self, want: u32) -> u32 {
+        let size = self.ring.size();
+        let mut room = size - self.producer.wrapping_sub(self.consumer);
+        if room < want {
+            // Acquire: the kernel has read the descriptors up to this index (and
+            // copied or mapped their frames) before it released the slots.
+            self.consumer = self.ring.consumer().load(Ordering::Acquire);
+            room = size - self.producer.wrapping_sub(self.consumer);
+        }
+        room
+    }
+
+    /// Write `desc` into the `i`th free slot, unpublished; `i` must be below
+    /// what [`room`](Self::room) returned since the last [`submit`](Self::submit).
+    #[inline]
+    pub(crate) fn write(&mut self, i: u32, desc: XdpDesc) {
+        assert!(i < self.ring.size() - self.producer.wrapping_sub(self.consumer), "TX slot {i} is not free");
+        // SAFETY: the slot is in the mapping (masked index) and free: the kernel
+        // released it (consumer index acquired in `room`) and does not read it
+        // until our Release store in `submit`.
+        unsafe { self.ring.slot(self.producer.wrapping_add(i)).write(desc) };
+    }
+
+    /// Publish the first `n` written slots to the kernel.
+    #[inline]
+    pub(crate) fn submit(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.producer = self.producer.wrapping_add(n);
+        // Release: the descriptors are written before the kernel sees the new index.
+        self.ring.producer().store(self.producer, Ordering::Release);
+    }
+
+    /// Descriptors published and not yet taken by the kernel (a hint: loads its index).
+    pub(crate) fn pending(&mut self) -> u32 {
+        // Acquire: as in `room`.
+        self.consumer = self.ring.consumer().load(Ordering::Acquire);
+        self.producer.wrapping_sub(self.consumer)
+    }
+
+    /// Whether the kernel asked to be woken (sendto) to transmit (XDP_USE_NEED_WAKEUP).
+    #[inline]
+    pub(crate) fn needs_wakeup(&self) -> bool {
+        // Relaxed: a hint, as for the fill ring; a missed one is caught by the
+        // next batch or the idle loop's kick.
+        self.ring.flags().load(Ordering::Relaxed) & NEED_WAKEUP != 0
+    }
+}
+
+/// The completion ring: addresses of frames the kernel has transmitted (or
+/// given up on), ours again.
+pub(crate) struct CompletionRing {
+    ring: Shared<u64>,
+    /// Our consumer index, as last published.
+    consumer: u32,
+    /// The kernel's producer index, as last loaded.
+    producer: u32,
+}
+
+impl CompletionRing {
+    pub(crate) fn new(map: Region, off: &RingOffset, size: u32) -> io::Result<CompletionRing> {
+        let ring = Shared::new(map, off, size)?;
+        // As for the RX ring.
+        let consumer = ring.consumer().load(Ordering::Relaxed);
+        let producer = ring.producer().load(Ordering::Acquire);
+        Ok(CompletionRing { ring, consumer, producer })
+    }
+
+    /// Take every completed address (at most `max`) into `out`; returns how many.
+    #[inline]
+    pub(crate) fn take(&mut self, out: &mut Vec<u64>, max: u32) -> u32 {
+        let mut ready = self.producer.wrapping_sub(self.consumer);
+        if ready < max {
+            // Acquire: the kernel is done with these frames before its Release
+            // store of this index, so we may give them to the fill ring.
+            self.producer = self.ring.producer().load(Ordering::Acquire);
+            ready = self.producer.wrapping_sub(self.consumer);
+        }
+        let n = ready.min(max);
+        for i in 0..n {
+            // SAFETY: the slot is in the mapping (masked index), published by the
+            // kernel (producer acquired above), and not rewritten before our release.
+            out.push(unsafe { self.ring.slot(self.consumer.wrapping_add(i)).read() });
+        }
+        if n > 0 {
+            self.consumer = self.consumer.wrapping_add(n);
+            // Release: our reads of the entries are done before the kernel reuses the slots.
+            self.ring.consumer().store(self.consumer, Ordering::Release);
+        }
+        n
     }
 }

@@ -48,7 +48,7 @@ pub(crate) struct MmapOffsets {
     pub(crate) rx: RingOffset,
     pub(crate) tx: RingOffset,
     pub(crate) fr: RingOffset,
-    cr: RingOffset,
+    pub(crate) cr: RingOffset,
 }
 const _: () = assert!(size_of::<MmapOffsets>() == 128);
 
@@ -80,10 +80,10 @@ const _: () = assert!(size_of::<SockaddrXdp>() == 16);
 pub(crate) struct XdpStatistics {
     pub(crate) rx_dropped: u64,
     pub(crate) rx_invalid_descs: u64,
-    tx_invalid_descs: u64,
+    pub(crate) tx_invalid_descs: u64,
     pub(crate) rx_ring_full: u64,
     pub(crate) rx_fill_ring_empty_descs: u64,
-    tx_ring_empty_descs: u64,
+    pub(crate) tx_ring_empty_descs: u64,
 }
 const _: () = assert!(size_of::<XdpStatistics>() == 48);
 
@@ -130,6 +130,7 @@ pub(crate) enum RingKind {
     Rx,
     Fill,
     Completion,
+    Tx,
 }
 
 /// An AF_XDP socket.
@@ -202,6 +203,7 @@ impl XskFd {
             RingKind::Rx => libc::XDP_RX_RING,
             RingKind::Fill => libc::XDP_UMEM_FILL_RING,
             RingKind::Completion => libc::XDP_UMEM_COMPLETION_RING,
+            RingKind::Tx => libc::XDP_TX_RING,
         };
         self.setsockopt(name, &entries)
     }
@@ -217,6 +219,7 @@ impl XskFd {
             RingKind::Rx => libc::XDP_PGOFF_RX_RING as u64,
             RingKind::Fill => libc::XDP_UMEM_PGOFF_FILL_RING,
             RingKind::Completion => libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            RingKind::Tx => libc::XDP_PGOFF_TX_RING as u64,
         };
         // SAFETY: a shared mapping of the socket's ring at the offset the kernel
         // defines for it, with no address hint; the result is checked.
@@ -316,6 +319,29 @@ impl XskFd {
         unsafe {
             libc::recvfrom(self.0.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
         };
+    }
+}
+
+impl XskFd {
+    /// Ask the kernel to transmit what the TX ring holds (a non-blocking,
+    /// empty sendto). In copy mode each call sends a bounded batch (32 frames
+    /// in Linux 6.x): `Ok(true)` when it may have left some for another call
+    /// (EAGAIN: the batch limit, a busy device or a full completion ring),
+    /// `Err(EBUSY)` when the device dropped one frame (its address still comes
+    /// back on the completion ring), other errors as the kernel gives them
+    /// (ENETDOWN, ENXIO: the interface went down or away).
+    pub(crate) fn kick_tx(&self) -> io::Result<bool> {
+        // SAFETY: a zero-length, non-blocking sendto with no buffer or address:
+        // the kernel reads and writes no memory of ours.
+        let rc = unsafe { libc::sendto(self.0.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        if rc >= 0 {
+            return Ok(false);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(true),
+            _ => Err(e),
+        }
     }
 }
 

@@ -264,7 +264,7 @@ fn io(what: String, source: io::Error) -> SourceError {
     SourceError::Io { what, error: source }
 }
 
-fn umem_error(what: String, e: io::Error, bytes: usize) -> SourceError {
+pub(crate) fn umem_error(what: String, e: io::Error, bytes: usize) -> SourceError {
     match e.raw_os_error() {
         // The kernel pins the UMEM and charges it to RLIMIT_MEMLOCK unless the
         // caller has CAP_IPC_LOCK: ENOBUFS when over the limit.
@@ -279,7 +279,7 @@ fn umem_error(what: String, e: io::Error, bytes: usize) -> SourceError {
     }
 }
 
-fn bind_error(iface: &str, queue: u16, zero_copy: ZeroCopy, e: io::Error) -> SourceError {
+pub(crate) fn bind_error(iface: &str, queue: u16, zero_copy: ZeroCopy, e: io::Error) -> SourceError {
     let what = format!("{iface} queue {queue}: binding the AF_XDP socket");
     match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) if zero_copy == ZeroCopy::On => {
