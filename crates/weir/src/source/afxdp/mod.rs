@@ -108,7 +108,7 @@ pub(crate) fn open(
             queues: sockets.iter().map(|(q, _)| *q).collect(),
             iface: Some(iface.to_string()),
             trace: None,
-            notes: program.notes().to_vec(),
+            notes: program.notes().iter().cloned().chain(copy_mode_note(iface, index, opts.afxdp.zero_copy, program.mode())).collect(),
         };
         Ok(Box::new(AfXdpSource {
             info,
@@ -178,6 +178,27 @@ fn check_host_addresses(iface: &str, take_host_traffic: bool) -> Result<(), Sour
         )));
     }
     Ok(())
+}
+
+/// Where zero-copy was left to the driver (`auto`) and the driver has none,
+/// the user hears that the kernel will copy every packet into the UMEM.
+/// (With `on` such a driver is refused at bind; with `off` copying was asked.)
+fn copy_mode_note(iface: &str, ifindex: u32, zero_copy: ZeroCopy, mode: XdpMode) -> Option<String> {
+    if zero_copy != ZeroCopy::Auto {
+        return None;
+    }
+    let why = match (mode, sys::xdp_features(ifindex)) {
+        (XdpMode::Skb, _) => "its driver has no native XDP, so weir's program runs in generic mode",
+        (_, Ok(Some(f))) if !f.zero_copy => "its driver has no AF_XDP zero-copy",
+        (_, Ok(Some(_))) => return None,
+        (_, Ok(None)) => {
+            return Some(format!(
+                "{iface}: copy mode unless its driver has AF_XDP zero-copy, which this kernel cannot say (no netdev netlink family)"
+            ))
+        }
+        (_, Err(e)) => return Some(format!("{iface}: copy mode unless its driver has AF_XDP zero-copy; asking failed: {e}")),
+    };
+    Some(format!("{iface}: copy mode: {why}; the kernel copies each packet into the UMEM"))
 }
 
 fn check_timestamps(t: Option<Timestamps>) -> Result<(), SourceError> {

@@ -479,6 +479,20 @@ impl NlRequest {
         r
     }
 
+    /// A generic netlink request: command `cmd` of family `family`.
+    fn generic(family: u16, cmd: u8) -> NlRequest {
+        let mut r = NlRequest(Vec::with_capacity(64));
+        let hdr = NlMsgHdr { len: 0, kind: family, flags: NLM_F_REQUEST, seq: 1, pid: 0 };
+        r.0.extend_from_slice(&hdr.len.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.kind.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.flags.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.seq.to_ne_bytes());
+        r.0.extend_from_slice(&hdr.pid.to_ne_bytes());
+        // struct genlmsghdr: cmd, version, reserved.
+        r.0.extend_from_slice(&[cmd, 1, 0, 0]);
+        r
+    }
+
     fn attr(&mut self, kind: u16, payload: &[u8]) {
         self.0.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
         self.0.extend_from_slice(&kind.to_ne_bytes());
@@ -546,8 +560,13 @@ fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 /// Send one request on a fresh routing netlink socket of the calling thread's
 /// namespace and return the reply datagram.
 fn netlink_call(request: &[u8]) -> io::Result<Vec<u8>> {
+    netlink_call_on(libc::NETLINK_ROUTE, request)
+}
+
+/// [`netlink_call`] on a socket of netlink `protocol`.
+fn netlink_call_on(protocol: libc::c_int, request: &[u8]) -> io::Result<Vec<u8>> {
     // SAFETY: socket(2) has no memory preconditions; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -642,6 +661,67 @@ pub(crate) fn xdp_programs(ifindex: u32) -> io::Result<Vec<(XdpMode, u32)>> {
     Err(io::Error::other("no link in the netlink reply"))
 }
 
+/// `struct genlmsghdr`'s size, in front of a generic netlink message's attributes.
+const GENL_HDRLEN: usize = 4;
+/// The generic netlink controller, which names families' ids.
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+/// The netdev family (kernel 6.3): `NETDEV_CMD_DEV_GET` and its attributes.
+const NETDEV_CMD_DEV_GET: u8 = 1;
+const NETDEV_A_DEV_IFINDEX: u16 = 1;
+const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
+/// `enum netdev_xdp_act`'s bits.
+const NETDEV_XDP_ACT_BASIC: u64 = 1;
+const NETDEV_XDP_ACT_XSK_ZEROCOPY: u64 = 8;
+
+/// What a driver says it offers XDP, as the netdev family reports it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct XdpFeatures {
+    /// Native XDP (XDP_PASS, XDP_DROP, XDP_TX, XDP_ABORTED in the driver).
+    pub(crate) native: bool,
+    /// AF_XDP zero-copy: the UMEM can be the NIC's receive memory.
+    pub(crate) zero_copy: bool,
+}
+
+/// What the driver of `ifindex` (in the calling thread's namespace) offers
+/// XDP; `None` on a kernel without the netdev family (before 6.3).
+pub(crate) fn xdp_features(ifindex: u32) -> io::Result<Option<XdpFeatures>> {
+    let mut ask = NlRequest::generic(GENL_ID_CTRL, CTRL_CMD_GETFAMILY);
+    ask.attr(CTRL_ATTR_FAMILY_NAME, b"netdev\0");
+    let reply = netlink_call_on(libc::NETLINK_GENERIC, &ask.finish())?;
+    let mut family = None;
+    for (kind, flags, payload) in messages(&reply) {
+        match kind {
+            NLMSG_ERROR => match netlink_error(flags, payload) {
+                Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+                Some(e) => return Err(e),
+                None => {}
+            },
+            _ => {
+                let attrs = payload.get(GENL_HDRLEN..).unwrap_or(&[]);
+                family = attributes(attrs).find(|(t, _)| *t == CTRL_ATTR_FAMILY_ID).and_then(|(_, v)| u16_at(v, 0));
+            }
+        }
+    }
+    let Some(family) = family else { return Err(io::Error::other("no netdev family id in the controller's reply")) };
+    let mut get = NlRequest::generic(family, NETDEV_CMD_DEV_GET);
+    get.attr(NETDEV_A_DEV_IFINDEX, &ifindex.to_ne_bytes());
+    let reply = netlink_call_on(libc::NETLINK_GENERIC, &get.finish())?;
+    for (kind, flags, payload) in messages(&reply) {
+        if kind == NLMSG_ERROR {
+            return Err(netlink_error(flags, payload).unwrap_or_else(|| io::Error::other("no device in the netdev reply")));
+        }
+        let attrs = payload.get(GENL_HDRLEN..).unwrap_or(&[]);
+        if let Some((_, v)) = attributes(attrs).find(|(t, _)| *t == NETDEV_A_DEV_XDP_FEATURES) {
+            let bits = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
+            return Ok(Some(XdpFeatures { native: bits & NETDEV_XDP_ACT_BASIC != 0, zero_copy: bits & NETDEV_XDP_ACT_XSK_ZEROCOPY != 0 }));
+        }
+    }
+    Err(io::Error::other("no XDP features in the netdev reply"))
+}
+
 /// Detach the program attached by netlink in `mode` on `ifindex`, only if it is
 /// still the one `expected` names (XDP_FLAGS_REPLACE), so a program attached by
 /// someone else meanwhile is never removed. A program held by a bpf_link cannot
@@ -684,6 +764,21 @@ mod tests {
         assert_eq!(attrs[0].0, IFLA_XDP);
         let inner: Vec<_> = attributes(attrs[0].1).map(|(t, v)| (t, u32_at(v, 0))).collect();
         assert_eq!(inner, vec![(IFLA_XDP_FD, Some(u32::MAX)), (IFLA_XDP_FLAGS, Some(5))]);
+    }
+
+    /// veth has native XDP and no zero-copy; loopback has neither.
+    #[test]
+    #[ignore = "needs root: asks the netdev netlink family about a veth test bed"]
+    fn the_netdev_family_says_what_a_driver_offers() {
+        let tb = testbed::TestBed::new(1);
+        let features = crate::source::live::sys::in_netns(std::path::Path::new(&tb.rx_ns), || {
+            let veth = xdp_features(crate::source::live::sys::ifindex(&tb.rx_if).unwrap()).unwrap();
+            let lo = xdp_features(crate::source::live::sys::ifindex("lo").unwrap()).unwrap();
+            (veth, lo)
+        })
+        .unwrap();
+        assert_eq!(features.0, Some(XdpFeatures { native: true, zero_copy: false }));
+        assert_eq!(features.1, Some(XdpFeatures { native: false, zero_copy: false }));
     }
 
     #[test]
