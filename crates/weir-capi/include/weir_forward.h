@@ -69,7 +69,9 @@ weir_forward_t *weir_forward_create(const char *in, const char *out, char *errbu
  * "filter" (an expression; "" for none), "netns" (a name from `ip netns` or a
  * path), "bidirectional" ("0"/"1"), "count" (packets received, all lanes),
  * "duration_ms", "frames" (afxdp UMEM frames per lane, a power of two),
- * "promisc" ("0"/"1", default 1). Not while a run holds the handle. */
+ * "promisc" ("0"/"1", default 1), "take_host_traffic" ("0"/"1", default 0:
+ * afxdp refuses an interface with an IP address, since what it takes never
+ * reaches the host). Not while a run holds the handle. */
 int weir_forward_set(weir_forward_t *h, const char *key, const char *value);
 
 /* NULL passes every packet the filter passed. */

@@ -152,8 +152,11 @@ pub unsafe extern "C" fn weir_forward_set(h: *mut WeirForward, key: *const c_cha
             "duration_ms" => o.time_limit = Some(Duration::from_millis(number(v)?)).filter(|d| !d.is_zero()),
             "frames" => o.frames = usize::try_from(number(v)?).map_err(|e| e.to_string())?,
             "promisc" => o.promisc = number(v)? != 0,
+            "take_host_traffic" => o.take_host_traffic = number(v)? != 0,
             _ => {
-                return Err(format!("{k:?} is not an option (backend, filter, netns, bidirectional, count, duration_ms, frames, promisc)"))
+                return Err(format!(
+                    "{k:?} is not an option (backend, filter, netns, bidirectional, count, duration_ms, frames, promisc, take_host_traffic)"
+                ))
             }
         }
         Ok(())

@@ -101,6 +101,12 @@ pub struct ForwardArgs {
     #[arg(long)]
     pub replace_xdp: bool,
 
+    /// afxdp: forward from an interface that has an IP address. What weir's XDP program takes from an
+    /// interface never reaches the host's stack (an SSH session over it would hang), so such an interface
+    /// is refused unless told; a bump in the wire has no addresses.
+    #[arg(long)]
+    pub take_host_traffic: bool,
+
     /// Print one JSON object at the end instead of the table (no status lines).
     #[arg(long)]
     pub json: bool,
@@ -132,6 +138,7 @@ pub fn run(a: ForwardArgs) -> anyhow::Result<ExitCode> {
         frames: a.frames as usize,
         zero_copy,
         replace_foreign: a.replace_xdp,
+        take_host_traffic: a.take_host_traffic,
     };
     let fwd = Forwarder::open(opts).map_err(|e| {
         let bad = matches!(e.kind(), weir::SourceErrorKind::BadInput | weir::SourceErrorKind::NoSuchDevice | weir::SourceErrorKind::Memory);

@@ -32,7 +32,8 @@ pub struct SourceArgs {
     pub filter: Option<String>,
 
     /// What runs the -f filter (and the stream classes' filters) on each packet where weir
-    /// filters in user space (traces, afxdp; afpacket filters in the kernel): `jit` compiles
+    /// filters in user space (traces, and afxdp after its XDP program's filter; afpacket filters
+    /// in the kernel): `jit` compiles
     /// the BPF program libpcap makes of the expression to x86-64 machine code once, then runs
     /// it natively, several times faster than `interp`, weir's interpreter of the same
     /// program, which gives the same answer on every packet. Where the JIT cannot be had

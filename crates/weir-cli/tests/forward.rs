@@ -375,6 +375,10 @@ fn forward_refuses_what_it_cannot_do() {
     ip(&["-n", &bed.f_ns, "link", "set", &bed.input, "mtu", "3000"]);
     refused(&[&bed.input, &bed.output], "does not fit a UMEM frame of 2048 bytes");
     ip(&["-n", &bed.f_ns, "link", "set", &bed.input, "mtu", "1500"]);
+    // An interface the host uses: afxdp would take its traffic.
+    ip(&["-n", &bed.f_ns, "addr", "add", "198.18.250.1/24", "dev", &bed.input]);
+    refused(&[&bed.input, &bed.output], "has IP address 198.18.250.1");
+    ip(&["-n", &bed.f_ns, "addr", "flush", "dev", &bed.input]);
     ip(&["-n", &bed.f_ns, "link", "set", &bed.output, "down"]);
     for backend in ["afxdp", "afpacket"] {
         refused(&["--backend", backend, &bed.input, &bed.output], &format!("interface {} is down", bed.output));

@@ -165,6 +165,10 @@ pub struct ForwardOptions {
     pub zero_copy: ZeroCopy,
     /// afxdp: replace an XDP program weir did not load.
     pub replace_foreign: bool,
+    /// afxdp: forward from an interface that has an IP address. What weir's
+    /// XDP program redirects never reaches the host's stack, so such an
+    /// interface is refused unless this is set (as for capture).
+    pub take_host_traffic: bool,
 }
 
 impl Default for ForwardOptions {
@@ -184,6 +188,7 @@ impl Default for ForwardOptions {
             frames: 4096,
             zero_copy: ZeroCopy::Auto,
             replace_foreign: false,
+            take_host_traffic: false,
         }
     }
 }

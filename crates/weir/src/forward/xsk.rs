@@ -23,6 +23,7 @@ use crate::capture::SourceError;
 use crate::filter::Filter;
 use crate::memory::{Bytes, Plan};
 use crate::pool::FrameArena;
+use crate::source::afxdp::check_host_addresses;
 use crate::source::afxdp::program::{denied, XdpProgram};
 use crate::source::afxdp::ring::{CompletionRing, FillRing, RxRing, TxRing};
 use crate::source::afxdp::sys::{self, Promiscuous, RingKind, XdpDesc, XdpMode, XdpStatistics, XskFd};
@@ -82,6 +83,11 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
     plan.add(format!("AF_XDP rings of {frames} entries, 4 per lane, x {lanes} lanes"), (frames * 48 * lanes) as u64);
     plan.check()?;
 
+    // What an XDP program takes from an interface never reaches the host.
+    check_host_addresses(&opts.input, opts.take_host_traffic)?;
+    if opts.bidirectional {
+        check_host_addresses(&opts.output, opts.take_host_traffic)?;
+    }
     let mut notes = Vec::new();
     let native_only = opts.zero_copy == ZeroCopy::On;
     let mut programs = vec![XdpProgram::attach(&opts.input, in_index, opts.replace_foreign, native_only, 0)?];

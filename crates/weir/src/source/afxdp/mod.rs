@@ -162,7 +162,7 @@ fn check_options(o: &AfXdpOptions) -> Result<(), SourceError> {
 
 /// Refuse `iface` when it carries an IP address the host may be using, unless
 /// the user said to take its traffic anyway.
-fn check_host_addresses(iface: &str, take_host_traffic: bool) -> Result<(), SourceError> {
+pub(crate) fn check_host_addresses(iface: &str, take_host_traffic: bool) -> Result<(), SourceError> {
     if take_host_traffic {
         return Ok(());
     }
