@@ -8,7 +8,7 @@
 //!   redirects what it accepts to the queue's socket and passes what it
 //!   rejects up the stack (XDP_PASS), counting packets and bytes per queue.
 //! - With no filter, or one that cannot run in the kernel (a backward jump, a
-//!   verifier's refusal), the slot is emptied: every packet of a captured
+//!   verifier's refusal, or no CAP_BPF left to load it), the slot is emptied: every packet of a captured
 //!   queue is redirected, and the filter runs in user space only. `install`
 //!   then says why, for the user to hear.
 //! - The user-space filter still runs on what the kernel accepted, so a filter
@@ -82,7 +82,9 @@ impl KernelFilter {
                 map_set(self.slot.fd().as_fd(), &key, Some(&value))?;
                 Ok(None)
             }
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error() == Some(libc::EPERM) => Err(e),
+            // Refused, for a program that has dropped its privileges since the
+            // capture opened (tcpdump sets its filter after giving up root) as for
+            // a verifier's refusal: the slot, an open map, can still be emptied.
             Err(e) => {
                 map_set(self.slot.fd().as_fd(), &key, None)?;
                 Ok(Some(format!("the kernel refused its eBPF form: {e}")))

@@ -174,7 +174,10 @@ pub(crate) fn check_host_addresses(iface: &str, take_host_traffic: bool) -> Resu
             n => format!(" and {} more", n - 1),
         };
         return Err(SourceError::Invalid(format!(
-            "{iface} has IP address {first}{more}, so this host uses it: AF_XDP capture takes the packets it captures              away from the host's stack (an SSH session over {iface} would hang, ARP would stop answering). A filter              leaves what it rejects to the host. Capture anyway with --take-host-traffic, or use afpacket:{iface}, which              copies packets and takes nothing"
+            "{iface} has IP address {first}{more}, so this host uses it: AF_XDP capture takes the packets it captures \
+             away from the host's stack (an SSH session over {iface} would hang, ARP would stop answering); a filter \
+             leaves what it rejects to the host. Capture anyway with --take-host-traffic (WEIR_TAKE_HOST_TRAFFIC=1 for \
+             weir's libpcap), or use afpacket:{iface}, which copies packets and takes nothing"
         )));
     }
     Ok(())
@@ -290,9 +293,20 @@ impl Source for AfXdpSource {
                 .install(opts.filter.current().as_ref())
                 .map_err(|e| denied(format!("{iface}: putting the filter in the XDP program"), e, "CAP_BPF"))?;
             let kernel = Arc::clone(kernel);
+            let label = format!("afxdp:{iface}");
             // A replacement that cannot run in the kernel empties the slot, so
-            // every packet is taken and judged in user space: still correct.
-            opts.filter.on_replace(Box::new(move |f| kernel.install(f).map(drop)));
+            // every packet is taken and judged in user space: still correct, but
+            // the host loses what it used to keep, which the user must hear. The
+            // start notes are long printed by then, so this goes to stderr.
+            opts.filter.on_replace(Box::new(move |f| {
+                if let Some(why) = kernel.install(f)? {
+                    eprintln!(
+                        "weir: {label}: the new filter runs in user space only, since {why}: every packet of the captured \
+                         queues is now taken from the host's network stack"
+                    );
+                }
+                Ok(())
+            }));
         }
         // Calibrated once (it takes CALIBRATION), copied to every queue's unit.
         let clock = match timestamps {
