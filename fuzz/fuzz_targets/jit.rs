@@ -10,12 +10,13 @@
 //! or port b or ...` compiles), and a return ends the program. `Filter::from_program` must accept the
 //! result, and the JIT must return the interpreter's exact value on the
 //! packet, on every shorter capture of it down to none, and with wire lengths
-//! below, at and far above the captured one.
+//! below, at and far above the captured one; and both engines' batch entry
+//! (`Filter::run_batch`) must give all those verdicts again in one call.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::filter::{BpfInsn, Filter, FilterEngine, MAX_INSNS};
+use weir::filter::{BatchInput, BpfInsn, Filter, FilterEngine, MAX_INSNS};
 
 /// Every opcode `decode` accepts (`<linux/filter.h>` values).
 const CODES: [u16; 49] = [
@@ -70,11 +71,21 @@ fuzz_target!(|input: &[u8]| {
     let jit = interp.clone().with_engine(FilterEngine::Jit);
     assert_eq!(jit.engine(), FilterEngine::Jit, "{:?}", jit.jit_unavailable());
     let caplens = (0..=packet.len().min(EVERY_CAPLEN_UP_TO)).chain([packet.len() / 2, packet.len()]);
+    // Every run again as one batch on each engine: the same verdicts, in order.
+    let mut inputs = Vec::new();
+    let mut expected = Vec::new();
     for caplen in caplens {
         let data = &packet[..caplen];
         for wire in [caplen as u32, caplen as u32 + 1, u32::MAX, 0] {
-            let expected = interp.run(data, wire);
-            assert_eq!(jit.run(data, wire), expected, "{caplen}/{wire} bytes {data:02x?}\n{insns:?}");
+            let want = interp.run(data, wire);
+            assert_eq!(jit.run(data, wire), want, "{caplen}/{wire} bytes {data:02x?}\n{insns:?}");
+            inputs.push(BatchInput::new(data, wire));
+            expected.push(want);
         }
+    }
+    for engine in [&jit, &interp] {
+        let mut out = vec![u32::MAX; inputs.len()];
+        engine.run_batch(&inputs, &mut out);
+        assert_eq!(out, expected, "{} batch\n{insns:?}", engine.engine());
     }
 });

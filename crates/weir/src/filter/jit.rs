@@ -35,6 +35,12 @@
 //! the stack pointer, in the System V red zone that a leaf function may use
 //! without moving `rsp` (signal handlers on Linux skip it). Nothing is saved
 //! or restored: every register the code touches is caller-saved.
+//!
+//! Beside it in the mapping, a batch function runs the same program on many
+//! packets in one call (`extern "sysv64" fn(inputs, n, out)`, see
+//! [`assemble`]): a call, the loads of its arguments and a return are most
+//! of what a program of a few instructions costs, and a batch pays them once.
+//! It saves and restores the three callee-saved registers its loop keeps.
 
 #![allow(unsafe_code)]
 
@@ -45,14 +51,19 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use iced_x86::code_asm::{
-    ax, byte_ptr, cl, cx, dword_ptr, eax, ecx, edx, r10, r10d, r11, r8d, r9, rdi, rsi, rsp, word_ptr, xmm0, xmm1, xmm2, xmmword_ptr,
-    AsmMemoryOperand, AsmRegister16, AsmRegister32, CodeAssembler, CodeLabel, IcedError,
+    ax, byte_ptr, cl, cx, dword_ptr, eax, ecx, edx, qword_ptr, r10, r10d, r11, r12, r13, r8d, r9, rbx, rdi, rdx, rsi, rsp, word_ptr, xmm0,
+    xmm1, xmm2, xmmword_ptr, AsmMemoryOperand, AsmRegister16, AsmRegister32, CodeAssembler, CodeLabel, IcedError,
 };
+use iced_x86::BlockEncoderOptions;
 
 use super::program::{Op, Slot, Target, MEMWORDS};
+use super::BatchInput;
 
 /// The compiled program's signature; `caplen` is the length of `data`.
 type Entry = unsafe extern "sysv64" fn(data: *const u8, caplen: usize, wire_len: u32) -> u32;
+
+/// The batch function's signature: `out[i]` gets the verdict on `inputs[i]`, for `i < n`.
+type BatchEntry = unsafe extern "sysv64" fn(inputs: *const BatchInput<'_>, n: usize, out: *mut u32);
 
 /// Scratch memory's offset from `rsp`: all of it inside the 128-byte red zone.
 const SCRATCH: i32 = -((MEMWORDS * 4) as i32);
@@ -63,6 +74,7 @@ const SCRATCH: i32 = -((MEMWORDS * 4) as i32);
 #[derive(Clone)]
 pub(super) struct Jit {
     entry: Entry,
+    batch: BatchEntry,
     code: Arc<Mapping>,
 }
 
@@ -106,8 +118,8 @@ impl Jit {
     pub(super) fn compile(ops: &[Op]) -> Result<Jit, String> {
         #[cfg(test)]
         COMPILED.with(|c| c.set(c.get() + 1));
-        let code = assemble(ops).map_err(|e| format!("the x86-64 encoder refused the program: {e}"))?;
-        map_executable(&code).map_err(|e| format!("could not map the compiled filter as executable: {e}"))
+        let (code, batch_at) = assemble(ops).map_err(|e| format!("the x86-64 encoder refused the program: {e}"))?;
+        map_executable(&code, batch_at).map_err(|e| format!("could not map the compiled filter as executable: {e}"))
     }
 
     /// Run on one packet: the interpreter's answer, 0 to reject or the snap length.
@@ -122,6 +134,20 @@ impl Jit {
         // spend a finite budget.
         unsafe { (self.entry)(data.as_ptr(), data.len(), wire_len) }
     }
+
+    /// Run on each of `inputs`, its verdict into the same place of `out`
+    /// (which is at least as long), in one call.
+    #[inline]
+    pub(super) fn run_batch(&self, inputs: &[BatchInput<'_>], out: &mut [u32]) {
+        debug_assert!(out.len() >= inputs.len());
+        let n = inputs.len().min(out.len());
+        // SAFETY: as in `run`, for each input: a `BatchInput` holds the
+        // pointer and length of a live `&[u8]` (its lifetime says so), and the
+        // batch function reads exactly the `n` inputs and writes exactly the
+        // `n` verdicts it is given, both of which the slices hold. Its
+        // callee-saved registers are restored before it returns.
+        unsafe { (self.batch)(inputs.as_ptr(), n, out.as_mut_ptr()) }
+    }
 }
 
 impl Drop for Mapping {
@@ -133,8 +159,12 @@ impl Drop for Mapping {
     }
 }
 
-/// Copy `code` into a fresh anonymous mapping, then make it read+execute.
-fn map_executable(code: &[u8]) -> io::Result<Jit> {
+/// Copy `code` into a fresh anonymous mapping, then make it read+execute;
+/// the batch function starts `batch_at` bytes in.
+fn map_executable(code: &[u8], batch_at: usize) -> io::Result<Jit> {
+    if batch_at >= code.len() {
+        return Err(io::Error::other("the batch function lies outside the code"));
+    }
     // SAFETY: sysconf has no preconditions.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
     let map_len = code.len().div_ceil(page).max(1) * page;
@@ -166,7 +196,10 @@ fn map_executable(code: &[u8]) -> io::Result<Jit> {
     // of the `Entry` ABI (see `assemble`), and is executable. x86 keeps its
     // instruction fetch coherent with earlier stores, so no cache flush is due.
     let entry = unsafe { std::mem::transmute::<*mut c_void, Entry>(map.as_ptr()) };
-    Ok(Jit { entry, code: Arc::new(Mapping { map, map_len, code_len: code.len() }) })
+    // SAFETY: likewise, `batch_at` (inside the code, checked above) is where
+    // `assemble` put the batch function, of the `BatchEntry` ABI.
+    let batch = unsafe { std::mem::transmute::<*mut u8, BatchEntry>(map.as_ptr().cast::<u8>().add(batch_at)) };
+    Ok(Jit { entry, batch, code: Arc::new(Mapping { map, map_len, code_len: code.len() }) })
 }
 
 /// Whether op `at` compiles to nothing, given `rep` filled in for every
@@ -191,6 +224,11 @@ fn elided(op: Op, at: usize, rep: &[usize]) -> bool {
         Op::DivK(k) => k.get() == 1,
         _ => false,
     }
+}
+
+/// Whether the program reads the packet's wire length.
+fn reads_len(ops: &[Op]) -> bool {
+    ops.iter().any(|op| matches!(op, Op::LdLen | Op::LdxLen))
 }
 
 /// Whether `op` uses X's value.
@@ -338,9 +376,97 @@ enum Cond {
     NonZero,
 }
 
-/// The generated code for `ops`, position-independent (branches and table reads are relative).
-fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
+/// How a program's return leaves the code: the one-packet function returns
+/// to its caller; the batch function stores the verdict and goes on with the
+/// next packet (see [`assemble`]).
+#[derive(Copy, Clone)]
+enum Exit {
+    Ret,
+    Next { next: CodeLabel, done: CodeLabel },
+}
+
+impl Exit {
+    /// Leave with the verdict in `eax`. The batch's store and step to the
+    /// next packet are written out at every exit rather than jumped to: a
+    /// taken jump fewer per packet, where a short program takes only two or
+    /// three (the machine runs at most one or two a cycle).
+    fn leave(self, a: &mut CodeAssembler) -> Result<(), IcedError> {
+        match self {
+            Exit::Ret => a.ret(),
+            Exit::Next { next, done } => {
+                a.mov(dword_ptr(r13), eax)?;
+                a.add(rbx, INPUT_SIZE)?;
+                a.add(r13, 4)?;
+                a.sub(r12, 1)?;
+                a.jne(next)?;
+                a.jmp(done)
+            }
+        }
+    }
+}
+
+/// The size of one [`BatchInput`](super::BatchInput) in bytes, as the batch loop steps through them.
+const INPUT_SIZE: i32 = std::mem::size_of::<super::BatchInput<'static>>() as i32;
+
+/// The generated code for `ops`, position-independent (branches and table
+/// reads are relative): the one-packet function at offset 0, then the batch
+/// function, whose offset is returned beside the code.
+///
+/// The batch function, `extern "sysv64" fn(inputs, n, out)`, runs the same
+/// body on each of `n` [`BatchInput`](super::BatchInput)s in turn and stores
+/// each verdict in `out[i]`: the call and the return are paid once per
+/// batch, not per packet, which is most of what a short program costs. It
+/// keeps its place in `rbx` (the input), `r12` (packets left) and `r13` (the
+/// verdict), callee-saved, so pushed and popped around the loop; the body is
+/// the one-packet function's with every return turned into the store and the
+/// step to the next packet (see [`Exit`]), and its scratch memory is still
+/// the red zone below `rsp`, since the loop calls nothing.
+fn assemble(ops: &[Op]) -> Result<(Vec<u8>, usize), IcedError> {
     let mut a = CodeAssembler::new(64)?;
+    let mut tables = Tables::new();
+    body(&mut a, ops, Exit::Ret, &mut tables)?;
+
+    let mut batch = a.create_label();
+    let mut next = a.create_label();
+    let mut done = a.create_label();
+    a.set_label(&mut batch)?;
+    a.push(rbx)?;
+    a.push(r12)?;
+    a.push(r13)?;
+    a.mov(rbx, rdi)?;
+    a.mov(r12, rsi)?;
+    a.mov(r13, rdx)?;
+    a.test(r12, r12)?;
+    a.je(done)?;
+    a.set_label(&mut next)?;
+    // The one-packet function's arguments, from the input's fields; the wire
+    // length only for a program that reads it.
+    a.mov(rdi, qword_ptr(rbx))?;
+    a.mov(rsi, qword_ptr(rbx + 8))?;
+    if reads_len(ops) {
+        a.mov(edx, dword_ptr(rbx + 16))?;
+    }
+    body(&mut a, ops, Exit::Next { next, done }, &mut tables)?;
+    a.set_label(&mut done)?;
+    a.pop(r13)?;
+    a.pop(r12)?;
+    a.pop(rbx)?;
+    a.ret()?;
+
+    for (mut label, lanes) in tables {
+        a.set_label(&mut label)?;
+        a.dd(&lanes)?;
+    }
+    let result = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+    // An offset into code of at most a few hundred KiB: it fits any usize.
+    let at = result.label_ip(&batch)? as usize;
+    Ok((result.inner.code_buffer, at))
+}
+
+/// The code of one run of `ops` on the packet in `rdi`/`rsi` (wire length in
+/// `edx`), leaving by `exit` with the verdict in `eax`. Its labels are its own,
+/// so the body can be emitted more than once in a mapping.
+fn body(a: &mut CodeAssembler, ops: &[Op], exit: Exit, tables: &mut Tables) -> Result<(), IcedError> {
     let n = ops.len();
     let runs = equality_runs(ops);
     // rep[i]: the first instruction at or after i that emits code; a jump to i
@@ -359,7 +485,6 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     let mut labels: Vec<CodeLabel> = (0..n).map(|_| a.create_label()).collect();
     let target = |labels: &[CodeLabel], t: Target| labels[rep[usize::from(t)]];
     let mut reject = a.create_label();
-    let mut tables = Tables::new();
 
     // Prologue: A and X start at 0, like the interpreter's, where that can be
     // seen: A unless the first instruction sets it (or returns a constant),
@@ -370,7 +495,7 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
     if ops.iter().any(|op| reads_x(*op)) {
         a.xor(ecx, ecx)?;
     }
-    if ops.iter().any(|op| matches!(op, Op::LdLen | Op::LdxLen)) {
+    if reads_len(ops) {
         a.mov(r8d, edx)?;
     }
     if ops.iter().any(|op| matches!(op, Op::Loop(_))) {
@@ -391,25 +516,25 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
         }
         a.set_label(&mut labels[i])?;
         if let Run::Head { len, jt, jf } = runs[i] {
-            equality_run(&mut a, &ops[i..i + len], (jt, jf), (&labels, &rep, rep.get(i + len).copied()), &mut tables)?;
+            equality_run(a, &ops[i..i + len], (jt, jf), (&labels, &rep, rep.get(i + len).copied()), tables)?;
             continue;
         }
         let fallthrough = rep.get(i + 1).copied();
         match op {
-            Op::LdAbsW(k) => load_abs(&mut a, eax, Size::Word, k, reject)?,
-            Op::LdAbsH(k) => load_abs(&mut a, eax, Size::Half, k, reject)?,
-            Op::LdAbsB(k) => load_abs(&mut a, eax, Size::Byte, k, reject)?,
-            Op::LdIndW(k) => load_ind(&mut a, Size::Word, k, reject)?,
-            Op::LdIndH(k) => load_ind(&mut a, Size::Half, k, reject)?,
-            Op::LdIndB(k) => load_ind(&mut a, Size::Byte, k, reject)?,
+            Op::LdAbsW(k) => load_abs(a, eax, Size::Word, k, reject)?,
+            Op::LdAbsH(k) => load_abs(a, eax, Size::Half, k, reject)?,
+            Op::LdAbsB(k) => load_abs(a, eax, Size::Byte, k, reject)?,
+            Op::LdIndW(k) => load_ind(a, Size::Word, k, reject)?,
+            Op::LdIndH(k) => load_ind(a, Size::Half, k, reject)?,
+            Op::LdIndB(k) => load_ind(a, Size::Byte, k, reject)?,
             Op::LdLen => a.mov(eax, r8d)?,
-            Op::LdImm(k) => set(&mut a, eax, k)?,
+            Op::LdImm(k) => set(a, eax, k)?,
             Op::LdMem(s) => a.mov(eax, scratch(s))?,
-            Op::LdxImm(k) => set(&mut a, ecx, k)?,
+            Op::LdxImm(k) => set(a, ecx, k)?,
             Op::LdxMem(s) => a.mov(ecx, scratch(s))?,
             Op::LdxLen => a.mov(ecx, r8d)?,
             Op::LdxMsh(k) => {
-                load_abs(&mut a, ecx, Size::Byte, k, reject)?;
+                load_abs(a, ecx, Size::Byte, k, reject)?;
                 a.and(ecx, 0xf)?;
                 a.shl(ecx, 2)?;
             }
@@ -473,53 +598,48 @@ fn assemble(ops: &[Op]) -> Result<Vec<u8>, IcedError> {
             }
             Op::JeqK { k, jt, jf } => {
                 a.cmp(eax, k)?;
-                branch(&mut a, Cond::Eq, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::Eq, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JgtK { k, jt, jf } => {
                 a.cmp(eax, k)?;
-                branch(&mut a, Cond::Above, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::Above, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JgeK { k, jt, jf } => {
                 a.cmp(eax, k)?;
-                branch(&mut a, Cond::AboveEq, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::AboveEq, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JsetK { k, jt, jf } => {
                 a.test(eax, k)?;
-                branch(&mut a, Cond::NonZero, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::NonZero, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JeqX { jt, jf } => {
                 a.cmp(eax, ecx)?;
-                branch(&mut a, Cond::Eq, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::Eq, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JgtX { jt, jf } => {
                 a.cmp(eax, ecx)?;
-                branch(&mut a, Cond::Above, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::Above, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JgeX { jt, jf } => {
                 a.cmp(eax, ecx)?;
-                branch(&mut a, Cond::AboveEq, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::AboveEq, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::JsetX { jt, jf } => {
                 a.test(eax, ecx)?;
-                branch(&mut a, Cond::NonZero, (jt, jf), &labels, &rep, fallthrough)?;
+                branch(a, Cond::NonZero, (jt, jf), &labels, &rep, fallthrough)?;
             }
             Op::RetK(k) => {
-                set(&mut a, eax, k)?;
-                a.ret()?;
+                set(a, eax, k)?;
+                exit.leave(a)?;
             }
-            Op::RetA => a.ret()?,
+            Op::RetA => exit.leave(a)?,
             Op::Tax => a.mov(ecx, eax)?,
             Op::Txa => a.mov(eax, ecx)?,
         }
     }
     a.set_label(&mut reject)?;
     a.xor(eax, eax)?;
-    a.ret()?;
-    for (mut label, lanes) in tables {
-        a.set_label(&mut label)?;
-        a.dd(&lanes)?;
-    }
-    a.assemble(0)
+    exit.leave(a)
 }
 
 /// `reg = k`, with the shorter `xor` for 0.

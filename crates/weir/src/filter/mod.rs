@@ -36,6 +36,7 @@
 //! AF_XDP runs it translated to eBPF in its XDP program (`ebpf.rs`), so what
 //! it rejects goes on to the host's stack.
 
+mod batch;
 #[cfg(test)]
 mod disasm;
 mod ebpf;
@@ -52,6 +53,7 @@ mod tests;
 
 use std::sync::Arc;
 
+pub use batch::BatchInput;
 pub(crate) use ebpf::{asm, helper, Insn as EbpfInsn, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
 pub use libpcap::BpfInsn;
 pub use program::MAX_INSNS;
@@ -233,6 +235,28 @@ impl Filter {
             #[cfg(target_arch = "x86_64")]
             Runner::Jit(jit) => jit.run(data, wire_len),
             Runner::Interp { .. } => interp::run(&self.ops, data, wire_len),
+        }
+    }
+
+    /// Run on every packet of `inputs`, each verdict ([`run`](Self::run)'s)
+    /// into the same place of `out`. The JIT does it in one call, so a short
+    /// program pays its call, argument loads and return once per batch
+    /// instead of once per packet; the interpreter runs them in turn.
+    ///
+    /// # Panics
+    ///
+    /// If `out` is shorter than `inputs`.
+    #[inline]
+    pub fn run_batch(&self, inputs: &[BatchInput<'_>], out: &mut [u32]) {
+        assert!(out.len() >= inputs.len(), "run_batch: {} verdicts asked into {} places", inputs.len(), out.len());
+        match &self.runner {
+            #[cfg(target_arch = "x86_64")]
+            Runner::Jit(jit) => jit.run_batch(inputs, out),
+            Runner::Interp { .. } => {
+                for (input, verdict) in inputs.iter().zip(out.iter_mut()) {
+                    *verdict = interp::run(&self.ops, input.data(), input.wire_len());
+                }
+            }
         }
     }
 

@@ -81,7 +81,28 @@ fn engines(filter: &Filter, data: &[u8], wire_len: u32) -> u32 {
         filter.disassemble()
     );
     assert_eq!(jit.matches(data, wire_len), expected != 0);
+    batches(&[&interp, &jit], data, wire_len, expected);
     got
+}
+
+/// Both engines' batch entry give `expected` for the packet wherever it sits
+/// in a batch: alone, and between a shorter and a longer copy of itself,
+/// whose verdicts must be their own one-packet runs'.
+fn batches(filters: &[&Filter], data: &[u8], wire_len: u32, expected: u32) {
+    let mut longer = data.to_vec();
+    longer.extend_from_slice(&[0xa5; 9]);
+    let shorter = &data[..data.len() / 2];
+    let inputs = [BatchInput::new(shorter, wire_len), BatchInput::new(data, wire_len), BatchInput::new(&longer, wire_len.wrapping_add(9))];
+    for f in filters {
+        let mut one = [u32::MAX];
+        f.run_batch(&inputs[1..2], &mut one);
+        assert_eq!(one[0], expected, "{} batch of one", f.engine());
+        let mut out = [u32::MAX; 4];
+        f.run_batch(&inputs, &mut out);
+        let want = [f.run(shorter, wire_len), expected, f.run(&longer, wire_len.wrapping_add(9)), u32::MAX];
+        assert_eq!(out, want, "{} batch of three (the fourth place untouched)", f.engine());
+        f.run_batch(&[], &mut []);
+    }
 }
 
 /// Run `prog` on the packet with weir (both engines), check libpcap agrees, and return the result.

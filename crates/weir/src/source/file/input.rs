@@ -446,11 +446,12 @@ impl Input {
         Some(format!("{}: mapping the trace was asked for, but {why}: it is read instead", self.label))
     }
 
-    /// True once a mapped file's page vanished under us (it was truncated):
-    /// the walk must stop before it delivers the zeros that replaced it.
+    /// True if a mapped file's page vanished under us at a file offset below
+    /// `end`: bytes before the cut are still the file's, so a record that
+    /// ends by then may be delivered even after a later page was found gone.
     #[inline]
-    pub(crate) fn cut_short(&self) -> bool {
-        matches!(&self.reader, Reader::Mapped(m) if m.watch.lost().is_some())
+    pub(crate) fn cut_before(&self, end: u64) -> bool {
+        matches!(&self.reader, Reader::Mapped(m) if m.watch.lost().is_some_and(|at| at < end))
     }
 
     /// The error to end the run with if a mapped file was truncated under us;

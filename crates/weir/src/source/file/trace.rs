@@ -20,14 +20,14 @@
 use super::input::{Input, ReadConfig};
 use crate::balance::{Route, Steering};
 use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
-use crate::filter::{Filter, FilterWatch};
+use crate::filter::{BatchInput, Filter, FilterWatch};
 use crate::memory::{Budget, Bytes, Plan};
 use crate::pool::{BlockRef, CaptureSide, NoCell};
 use crate::profile::{Probe, Profiler, Stage};
 use crate::rss::Rss;
 use crate::source::pacing::{self, Pacer};
 use crate::source::{CaptureOptions, QueueRange, Source};
-use crate::tracefile::{FormatError, Step, TraceHeader, Walker};
+use crate::tracefile::{FormatError, Record, Step, TraceHeader, Walker};
 use crate::QueueId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +39,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 const STEER_TICK: Duration = Duration::from_millis(10);
 /// Packets between looks at the clock for a controller tick.
 const TICK_CHECK_EVERY: u32 = 64;
+/// Records read and judged by the filter in one call (see `TraceUnit::judge_ahead`).
+const FILTER_BATCH: usize = 32;
 /// A paced wait longer than this publishes partly filled chunks first, so the
 /// worker is not left waiting for packets that already arrived.
 const FLUSH_BEFORE_WAIT: Duration = Duration::from_millis(1);
@@ -266,20 +268,41 @@ impl TraceUnit {
     ) -> Result<(), SourceError> {
         let paced = self.pacer.is_paced();
         let mut since_tick = 0u32;
+        // With a filter, records are read FILTER_BATCH at a time and judged in
+        // one call (see `judge_ahead`): `batch[next..]` are read, judged and
+        // not yet captured, `pending` the step that ended the batch.
+        let mut batch: Vec<(Record, u32)> = Vec::with_capacity(FILTER_BATCH);
+        let mut next = 0;
+        let mut pending: Option<Result<Step, FormatError>> = None;
         loop {
             if ctl.stop_requested() {
                 return Ok(());
             }
-            // One load per record, like the stop check: a replaced filter judges the next record on.
-            self.filter.changed();
+            let (step, verdict) = if let Some((rec, v)) = batch.get(next) {
+                next += 1;
+                (Ok(Step::Packet(rec.clone())), Some(*v))
+            } else if let Some(step) = pending.take() {
+                (step, None)
+            } else {
+                // One load per batch or unfiltered record, like the stop check: a
+                // replaced filter judges the next batch on (FilterWatch's contract).
+                self.filter.changed();
+                let step = self.walker.next(self.input.unread(), self.input.offset(), self.input.eof);
+                match (step, self.filter.get()) {
+                    (Ok(Step::Packet(rec)), Some(f)) => {
+                        pending = judge_ahead(&mut self.walker, &self.input, rec, f, &mut batch, probe);
+                        next = 1;
+                        let (rec, v) = batch[0].clone();
+                        (Ok(Step::Packet(rec)), Some(v))
+                    }
+                    (step, _) => (step, None),
+                }
+            };
             // A mapped file cut under us reads as zeros past the cut: say so, not that it is malformed.
-            let step = self
-                .walker
-                .next(self.input.unread(), self.input.offset(), self.input.eof)
-                .map_err(|e| self.input.changed(true).unwrap_or_else(|| malformed(&self.input.label, e)))?;
+            let step = step.map_err(|e| self.input.changed(true).unwrap_or_else(|| malformed(&self.input.label, e)))?;
             match step {
                 Step::Packet(rec) => {
-                    if self.input.cut_short() {
+                    if self.input.cut_before(self.input.offset() + rec.consumed as u64) {
                         return Err(self.input.changed(true).expect("a cut is a change"));
                     }
                     probe.record(Stage::Source);
@@ -312,13 +335,14 @@ impl TraceUnit {
                         probe.mark(Stage::Steer);
                     }
                     let pkt = Pkt { data, range, wire_len: rec.wire_len, ts_ns: rec.ts_ns, ts_carry: rec.ts_carry, paced };
+                    let judged = Judged { verdict, filter: self.filter.get() };
                     if let (Some(st), Some(b)) = (&mut self.steering, bucket) {
                         since_tick += 1;
                         match st.route(b) {
                             Route::Queue(q) => i = q,
                             Route::Park => {
                                 probe.mark(Stage::HandOff);
-                                if let Fate::Stop = park_one(st, b, sides, &pkt, self.filter.get(), ctl) {
+                                if let Fate::Stop = park_one(st, b, sides, &pkt, judged, ctl) {
                                     return Ok(());
                                 }
                                 probe.mark(Stage::Source);
@@ -327,7 +351,7 @@ impl TraceUnit {
                         }
                     }
                     let block = if paced { None } else { self.input.block() };
-                    if let Fate::Stop = capture_one(&mut sides[i], &pkt, block, self.filter.get(), ctl, probe) {
+                    if let Fate::Stop = capture_one(&mut sides[i], &pkt, block, judged, ctl, probe) {
                         return Ok(());
                     }
                     if since_tick >= TICK_CHECK_EVERY {
@@ -356,6 +380,63 @@ impl TraceUnit {
     }
 }
 
+/// Read the records after `first` that the buffer holds, up to
+/// [`FILTER_BATCH`] in all, and judge them with `filter` in one call:
+/// `batch` gets each with its verdict, in file order. Returns the step that
+/// ended the batch early (a block or record without a packet, the need for
+/// more bytes, the end, or an error), which the caller must act on after
+/// the batch's packets, as if it had just read it. Reading ahead does not
+/// move the input: the caller advances it record by record as it captures.
+///
+/// Why: a short program costs little more than its call, and a batch pays
+/// the call once ([`Filter::run_batch`]). A record read before a mapped
+/// file was cut is still the file's; one after it is caught by the
+/// caller's check of where the cut is.
+#[inline]
+fn judge_ahead(
+    walker: &mut Walker,
+    input: &Input,
+    first: Record,
+    filter: &Filter,
+    batch: &mut Vec<(Record, u32)>,
+    probe: &mut impl Probe,
+) -> Option<Result<Step, FormatError>> {
+    batch.clear();
+    let mut ahead = first.consumed;
+    batch.push((first, 0));
+    let mut stopped = None;
+    while batch.len() < FILTER_BATCH {
+        let unread = &input.unread()[ahead..];
+        match walker.next(unread, input.offset() + ahead as u64, input.eof) {
+            Ok(Step::Packet(rec)) => {
+                ahead += rec.consumed;
+                batch.push((rec, 0));
+            }
+            other => {
+                stopped = Some(other);
+                break;
+            }
+        }
+    }
+    probe.mark(Stage::Filter);
+    let unread = input.unread();
+    let mut inputs = [BatchInput::new(&[], 0); FILTER_BATCH];
+    let mut at = 0;
+    for (slot, (rec, _)) in inputs.iter_mut().zip(batch.iter()) {
+        *slot = BatchInput::new(&unread[at + rec.data.start..at + rec.data.end], rec.wire_len);
+        at += rec.consumed;
+    }
+    let mut verdicts = [0u32; FILTER_BATCH];
+    let n = batch.len();
+    filter.run_batch(&inputs[..n], &mut verdicts[..n]);
+    for ((_, v), verdict) in batch.iter_mut().zip(verdicts) {
+        *v = verdict;
+    }
+    debug_assert_eq!(at, ahead, "the batch's records end where reading ahead stopped");
+    probe.mark(Stage::Source);
+    stopped
+}
+
 /// Wait until `due`, waking every [`WAIT_SLICE`] to see a stop request.
 /// Returns false if a stop was requested.
 fn wait_or_stop(due: std::time::Instant, ctl: &Control) -> bool {
@@ -372,15 +453,36 @@ fn wait_or_stop(due: std::time::Instant, ctl: &Control) -> bool {
     }
 }
 
-/// Filter and take from the budget a packet of a moving bucket, then park it.
-fn park_one(st: &mut Steering, bucket: usize, sides: &mut [CaptureSide], p: &Pkt<'_>, filter: Option<&Filter>, ctl: &Control) -> Fate {
-    if let Some(f) = filter {
-        if !f.matches(p.data, p.wire_len) {
-            // Counted where the bucket is going; it reaches no queue either way.
-            let to = st.destination(bucket).unwrap_or(0);
-            sides[to].drop_filtered(p.wire_len);
-            return Fate::Done;
+/// How a packet is judged: by the verdict its batch was given, or by the
+/// filter now (a record read alone), or not at all (no filter).
+#[derive(Copy, Clone)]
+struct Judged<'f> {
+    verdict: Option<u32>,
+    filter: Option<&'f Filter>,
+}
+
+impl Judged<'_> {
+    /// Whether the packet is filtered out; `mark` runs first when the filter must run now.
+    #[inline(always)]
+    fn rejects(self, p: &Pkt<'_>, mark: impl FnOnce()) -> bool {
+        match (self.verdict, self.filter) {
+            (Some(v), _) => v == 0,
+            (None, Some(f)) => {
+                mark();
+                !f.matches(p.data, p.wire_len)
+            }
+            (None, None) => false,
         }
+    }
+}
+
+/// Filter and take from the budget a packet of a moving bucket, then park it.
+fn park_one(st: &mut Steering, bucket: usize, sides: &mut [CaptureSide], p: &Pkt<'_>, judged: Judged<'_>, ctl: &Control) -> Fate {
+    if judged.rejects(p, || {}) {
+        // Counted where the bucket is going; it reaches no queue either way.
+        let to = st.destination(bucket).unwrap_or(0);
+        sides[to].drop_filtered(p.wire_len);
+        return Fate::Done;
     }
     if !ctl.take_budget() {
         ctl.request_stop(StopReason::PacketLimit);
@@ -409,16 +511,13 @@ fn capture_one(
     side: &mut CaptureSide,
     p: &Pkt<'_>,
     block: Option<&BlockRef>,
-    filter: Option<&Filter>,
+    judged: Judged<'_>,
     ctl: &Control,
     probe: &mut impl Probe,
 ) -> Fate {
-    if let Some(f) = filter {
-        probe.mark(Stage::Filter);
-        if !f.matches(p.data, p.wire_len) {
-            side.drop_filtered(p.wire_len);
-            return Fate::Done;
-        }
+    if judged.rejects(p, || probe.mark(Stage::Filter)) {
+        side.drop_filtered(p.wire_len);
+        return Fate::Done;
     }
     probe.mark(Stage::HandOff);
     if !ctl.take_budget() {
