@@ -226,6 +226,13 @@ fn elided(op: Op, at: usize, rep: &[usize]) -> bool {
     }
 }
 
+/// Whether the program loads packet bytes.
+fn reads_packet(ops: &[Op]) -> bool {
+    ops.iter().any(|op| {
+        matches!(op, Op::LdAbsW(_) | Op::LdAbsH(_) | Op::LdAbsB(_) | Op::LdIndW(_) | Op::LdIndH(_) | Op::LdIndB(_) | Op::LdxMsh(_))
+    })
+}
+
 /// Whether the program reads the packet's wire length.
 fn reads_len(ops: &[Op]) -> bool {
     ops.iter().any(|op| matches!(op, Op::LdLen | Op::LdxLen))
@@ -405,6 +412,9 @@ impl Exit {
     }
 }
 
+/// How many packets ahead of the one it judges the batch loop prefetches.
+const PREFETCH: i32 = 8;
+
 /// The size of one [`BatchInput`](super::BatchInput) in bytes, as the batch loop steps through them.
 const INPUT_SIZE: i32 = std::mem::size_of::<super::BatchInput<'static>>() as i32;
 
@@ -439,6 +449,18 @@ fn assemble(ops: &[Op]) -> Result<(Vec<u8>, usize), IcedError> {
     a.test(r12, r12)?;
     a.je(done)?;
     a.set_label(&mut next)?;
+    // Ask for the first line of the packet PREFETCH inputs ahead, if the batch
+    // has one and the program reads packets at all: a mispredicted verdict
+    // discards the loads issued after it, and a prefetch issued before it
+    // still brings its line in.
+    if reads_packet(ops) {
+        let mut fetched = a.create_label();
+        a.cmp(r12, PREFETCH)?;
+        a.jbe(fetched)?;
+        a.mov(r10, qword_ptr(rbx + PREFETCH * INPUT_SIZE))?;
+        a.prefetcht0(byte_ptr(r10))?;
+        a.set_label(&mut fetched)?;
+    }
     // The one-packet function's arguments, from the input's fields; the wire
     // length only for a program that reads it.
     a.mov(rdi, qword_ptr(rbx))?;
