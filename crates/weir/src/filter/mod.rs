@@ -12,6 +12,8 @@
 //! Contract: for every program `pcap_compile` produces and every packet, `run`
 //! returns exactly what libpcap 1.10.3's `pcap_offline_filter` engine
 //! (`bpf_filter`) returns: 0 to reject, otherwise the number of bytes to keep.
+//! [`Filter::run_batch`] gives each packet of a batch exactly `run`'s answer,
+//! in one call (the JIT's batch entry pays the call once for the batch).
 //! A validated filter cannot panic or run forever on any input. Where libpcap
 //! itself is undefined or does not terminate, weir picks an answer: scratch
 //! memory starts zeroed (libpcap leaves it uninitialised, and compiled programs
