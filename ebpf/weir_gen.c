@@ -4,15 +4,29 @@
  * BPF_F_TEST_XDP_LIVE_FRAMES (`weir replay --xdp`).
  *
  * The kernel runs this program once per repetition on a fresh frame and
- * transmits what it redirects. Each run takes the next frame of the trace
- * held in `weir_gen_frames` (run number modulo the frame count, so passes
- * follow one another in trace order), makes the kernel's frame that long and
- * copies the trace's bytes over it, then redirects it to the interface whose
- * index is in `weir_gen_state`. The run number lives in the state too: user
- * space sets it to 0 before the first test run and reads it after each, so
- * one pass can span many test runs and a stopped one says how far it got.
+ * transmits what it redirects. Each run that sends takes the next frame of
+ * the trace held in `weir_gen_frames` (frame number modulo the frame count,
+ * so passes follow one another in trace order), makes the kernel's frame that
+ * long and copies the trace's bytes over it, then redirects it to the
+ * interface whose index is in `weir_gen_state`. The count of frames sent
+ * lives in the state too (`next`): user space sets it to 0 before the first
+ * test run and reads it after each, so one pass can span many test runs and a
+ * stopped one says how far it got.
  *
- * With `vary_ports` above 0, an untagged IPv4 TCP or UDP frame gets (run
+ * Pacing: with `gap_ps` (a fixed gap between frames, picoseconds) or `bps`
+ * (a bit rate: each frame's gap is its length's worth of bits at that rate)
+ * above 0, a run that finds the next frame not yet due by bpf_ktime_get_ns()
+ * sends nothing (XDP_DROP: the kernel recycles its frame) and does not count;
+ * user space runs the program in a loop, so frames leave at their times, not
+ * in bursts. `due_ns` is when the next frame is due and `rem_ps` the gaps'
+ * fractions of a nanosecond carried so far. A sender that falls more than
+ * WEIR_GEN_SLACK_NS behind (its CPU was busy) starts again from now rather
+ * than catch up in a longer burst. Without pacing every run sends.
+ *
+ * No run sends once `next` has reached `stop_at`, so user space can ask for
+ * exactly the frames it still wants (-c) from a test run of many runs.
+ *
+ * With `vary_ports` above 0, an untagged IPv4 TCP or UDP frame gets (frame
  * number modulo vary_ports) added to its source port, with its checksum
  * updated to match (a UDP checksum of 0, none, stays 0), so that a receiver's
  * RSS and flow tables see many flows even from a one-frame trace. The update
@@ -41,7 +55,19 @@ struct weir_gen_state {
 	__u32 frames;
 	__u32 vary_ports;
 	__u32 pad;
+	__u64 gap_ps;
+	__u64 bps;
+	__u64 due_ns;
+	__u64 rem_ps;
+	__u64 stop_at;
 };
+
+/* How far behind its schedule a paced sender may fall before it starts again
+ * from now: 10 ms. A CPU that also runs the receiver's softirq, or the
+ * kernel's set-up between two test runs, holds the program back for a few
+ * milliseconds at times; within this the frames due meanwhile go at once, so
+ * the rate holds, with a burst no longer than the hold. */
+#define WEIR_GEN_SLACK_NS 10000000ULL
 
 /* max_entries is set by the loader to the trace's frame count. */
 struct {
@@ -116,7 +142,9 @@ int weir_gen(struct xdp_md *ctx)
 
 	if (!s || s->frames == 0)
 		return XDP_ABORTED;
-	__u64 run = s->next++;
+	__u64 run = s->next;
+	if (run >= s->stop_at)
+		return XDP_DROP;
 	__u32 index = run % s->frames;
 	struct weir_gen_frame *f = bpf_map_lookup_elem(&weir_gen_frames, &index);
 
@@ -125,6 +153,23 @@ int weir_gen(struct xdp_md *ctx)
 	__u32 len = f->len;
 	if (len < ETH_HLEN || len > WEIR_GEN_MAX_FRAME)
 		return XDP_ABORTED;
+	if (s->gap_ps || s->bps) {
+		__u64 now = bpf_ktime_get_ns();
+
+		if (s->due_ns == 0 || now > s->due_ns + WEIR_GEN_SLACK_NS) {
+			s->due_ns = now;
+			s->rem_ps = 0;
+		}
+		if (now < s->due_ns)
+			return XDP_DROP;
+		/* len * 8e12 fits 64 bits for frames of up to 2 MB. */
+		__u64 gap = s->gap_ps ? s->gap_ps : (__u64)len * 8000000000000ULL / s->bps;
+		__u64 ps = s->rem_ps + gap;
+
+		s->due_ns += ps / 1000;
+		s->rem_ps = ps % 1000;
+	}
+	s->next = run + 1;
 	/* The length from the helper: data_end - data compiles to pointer
 	 * arithmetic the verifier refuses. */
 	int have = bpf_xdp_get_buff_len(ctx);

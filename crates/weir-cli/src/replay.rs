@@ -21,11 +21,16 @@
 //!
 //! With `--xdp IFACE` the engine only reads the trace (filtered, no further
 //! than -c needs) into memory; [`XdpGenerator`] holds it in the kernel and
-//! sends it, pass after pass in trace order, in test runs of [`XDP_CHUNK`]
-//! packets, between which -c, -d and Ctrl-C are looked at. Packets count as
+//! sends it, pass after pass in trace order, in test runs that last about
+//! [`XDP_CALL`], between which -d is looked at (-c is the program's to keep,
+//! and Ctrl-C interrupts a run). Packets count as
 //! sent when handed to the device: the kernel reports no drops behind that
-//! (the summary says so), so what arrived is the receiver's to count. What it cannot do (pacing, -Z, --qdisc-bypass, a packet the
-//! interface cannot carry) is refused before anything is sent.
+//! (the summary says so), so what arrived is the receiver's to count. Paced
+//! (`--pps`, `--mbps`), the program itself sends each frame at its time by
+//! the kernel's clock and sends nothing in the runs between, so the frames
+//! leave evenly spaced. What it cannot do (recorded timing, -Z,
+//! --qdisc-bypass, a packet the interface cannot carry) is refused before
+//! anything is sent.
 
 use crate::exit::bad_input;
 use crate::exit::out;
@@ -57,7 +62,8 @@ weir replay t.pcap -o eth1 --mbps 100 --loop 5   100 Mbit/s, five times over\n  
 weir replay t.pcap -o eth1 --speed 2 --loop 0    twice the recorded speed, until Ctrl-C\n  \
 weir replay t.pcap -o veth0 --netns lab -f 'udp port 53' --json\n  \
 sudo weir replay t.pcap -o eth1 -Z nobody        the socket opened as root, the rest as nobody\n  \
-weir replay t.pcap --xdp eth1 --loop 0 -d 10     from kernel context, no system call per packet\n\n\
+weir replay t.pcap --xdp eth1 --loop 0 -d 10     from kernel context, no system call per packet\n  \
+weir replay t.pcap --xdp eth1 --loop 0 --pps 500000 -d 5   paced from kernel context\n\n\
 Frames go out exactly as recorded, Ethernet header included: rewrite addresses first \
 (tcprewrite, or `weir synth`) if the trace's MACs and IPs do not fit the network. Only \
 Ethernet traces can be sent (pcap link type EN10MB). Packets longer than the interface's \
@@ -74,7 +80,10 @@ in batches with one send() each; when the ring is full weir waits for the device
 reports these waits. -c and -d count across all passes.\n\n\
 With --xdp IFACE the trace (at most 65,536 packets, each at most 2048 bytes) is loaded into the \
 kernel and sent by weir's XDP program through the kernel's XDP live-frames test run (Linux 5.18+), \
-65,536 packets a call, at top speed only: pacing, --qdisc-bypass and -Z are refused. \
+65,536 runs a call, at top speed or paced with --pps or --mbps: the program sends a frame only \
+when it is due by the kernel's clock, so frames leave evenly spaced, and the sending CPU stays \
+busy running it (a sender that falls more than 1 ms behind goes on from then without a burst); \
+--speed, --qdisc-bypass and -Z are refused. \
 --vary-ports N moves each IPv4 TCP/UDP source port by the packet's number mod N. Packets count \
 as sent when handed to the device: one that cannot take a frame drops it and the kernel does not \
 tell the sender, so count at the receiver; a veth transmits XDP frames only when its peer has an \
@@ -98,7 +107,7 @@ pub struct ReplayArgs {
     pub iface: Option<String>,
 
     /// Send on IFACE from kernel context instead, with no system call per packet:
-    /// the kernel's XDP live-frames test run (Linux 5.18+), at top speed only.
+    /// the kernel's XDP live-frames test run (Linux 5.18+), at top speed or --pps/--mbps.
     #[arg(long, value_name = "IFACE", help_heading = "Sending")]
     pub xdp: Option<String>,
 
@@ -638,9 +647,16 @@ impl Summary<'_> {
     }
 }
 
-/// Runs per XDP test run: about 20 ms at the generator's speed here, so -d, -c
-/// and Ctrl-C are honoured that closely and status lines come on time.
+/// Runs per XDP test run at first: about 20 ms at the generator's top speed here.
 const XDP_CHUNK: u32 = 1 << 16;
+/// Runs per test run at most.
+const XDP_CHUNK_MAX: u32 = 1 << 24;
+/// What a test run should last: each costs the kernel some 20 ms of set-up
+/// here, in which nothing is sent (its XDP dispatcher is changed for the run
+/// and back), so runs are made this long once the generator's speed is known,
+/// and no longer than -d has left; -c is exact whatever the length (the
+/// program stops at the count), and Ctrl-C interrupts a run at once.
+const XDP_CALL: Duration = Duration::from_secs(1);
 
 /// The queue's handler for `--xdp`: keeps a copy of every frame, to be loaded
 /// into the kernel whole.
@@ -659,14 +675,8 @@ impl Handler for Collector {
 
 /// `--xdp IFACE`: read the trace (filtered, and no further than -c or the
 /// generator's limit needs), load it into the kernel, then send runs of
-/// [`XDP_CHUNK`] until the passes, -c, -d or Ctrl-C end it.
+/// test runs (see [`XDP_CALL`]) until the passes, -c, -d or Ctrl-C end it.
 fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<ExitCode> {
-    if pacing.is_paced() {
-        return Err(bad_input(anyhow!(
-            "--xdp sends at the kernel's top speed and cannot pace (--pps, --mbps, --speed): the test run has no timer per \
-             packet; pace with -o IFACE instead"
-        )));
-    }
     if args.qdisc_bypass {
         return Err(bad_input(anyhow!("--qdisc-bypass is for -o IFACE: --xdp frames never pass the queueing discipline")));
     }
@@ -696,7 +706,8 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
     let filtered = report.stats.total().filtered;
     let collected = report.handlers.into_iter().map(|(_, c)| c).next().unwrap_or_default();
     let frames = collected.frames;
-    let opts = XdpGenOptions { netns: args.src.live.netns.clone(), vary_ports: args.vary_ports.unwrap_or(0), ..XdpGenOptions::default() };
+    let opts =
+        XdpGenOptions { netns: args.src.live.netns.clone(), vary_ports: args.vary_ports.unwrap_or(0), pacing, ..XdpGenOptions::default() };
     let mut gen = XdpGenerator::open(iface, &frames, &opts).map_err(gen_error)?;
 
     let n = frames.len() as u64;
@@ -715,6 +726,8 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
     let deadline = args.src.duration.map(|d| started + d);
     let quiet = args.quiet || args.json;
     let (mut sent, mut last, mut last_at) = (0u64, 0u64, started);
+    // The first call makes XDP_CHUNK runs; later ones as many as XDP_CALL takes.
+    let mut runs_per_s = f64::from(XDP_CHUNK) / XDP_CALL.as_secs_f64();
     let mut stop = StopReason::EndOfInput;
     let mut error = None;
     loop {
@@ -733,14 +746,26 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
             }
             break;
         }
-        match gen.send(left.min(u64::from(XDP_CHUNK)) as u32) {
-            Ok(runs) => sent += runs,
+        // Runs sized from the last call's speed, to last XDP_CALL or what -d has left.
+        let mut call = XDP_CALL;
+        if let Some(d) = deadline {
+            call = call.min(d.saturating_duration_since(Instant::now()));
+        }
+        let mut runs = (runs_per_s * call.as_secs_f64()).clamp(1.0, f64::from(XDP_CHUNK_MAX)) as u32;
+        if !pacing.is_paced() {
+            // At top speed every run sends: no more runs than frames wanted.
+            runs = runs.min(u32::try_from(left).unwrap_or(u32::MAX));
+        }
+        let t0 = Instant::now();
+        match gen.send(runs, left) {
+            Ok(n) => sent += n,
             Err(e) => {
                 error = Some(e);
                 stop = StopReason::Failed;
                 break;
             }
         }
+        runs_per_s = (f64::from(runs) / t0.elapsed().as_secs_f64().max(1e-6)).max(f64::from(XDP_CHUNK) / XDP_CALL.as_secs_f64());
         if !quiet && last_at.elapsed() >= Duration::from_secs(1) {
             let dt = last_at.elapsed().as_secs_f64();
             eprintln!(
@@ -762,6 +787,7 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
         truncated: collected.truncated,
         filtered,
         vary_ports: args.vary_ports,
+        pacing,
         sent,
         bytes: bytes_of(sent),
         stop,
@@ -796,6 +822,7 @@ struct XdpSummary<'a> {
     truncated: u64,
     filtered: u64,
     vary_ports: Option<u16>,
+    pacing: Pacing,
     sent: u64,
     bytes: u64,
     stop: StopReason,
@@ -803,6 +830,15 @@ struct XdpSummary<'a> {
 }
 
 impl XdpSummary<'_> {
+    /// The rate asked for, in words; `None` at top speed.
+    fn paced(&self) -> Option<String> {
+        match self.pacing {
+            Pacing::Pps(r) => Some(format!("{}pps", human_rate(r))),
+            Pacing::Mbps(r) => Some(format!("{}bit/s", human_rate(r * 1e6))),
+            Pacing::TopSpeed | Pacing::Speed(_) => None,
+        }
+    }
+
     fn secs(&self) -> f64 {
         self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -831,6 +867,9 @@ impl XdpSummary<'_> {
         if let Some(v) = self.vary_ports {
             out!("  ports     source ports of IPv4 TCP and UDP packets varied over {v} values");
         }
+        if let Some(rate) = self.paced() {
+            out!("  paced     at {rate} by the kernel's clock, each frame sent when due");
+        }
         out!(
             "  handed to {} by its XDP transmit; a device that cannot take a frame drops it unreported \
              (a veth does unless its peer has an XDP program or GRO on): count at the receiver",
@@ -855,6 +894,7 @@ impl XdpSummary<'_> {
             "filtered": self.filtered,
             "truncated": self.truncated,
             "vary_ports": self.vary_ports,
+            "paced": self.paced(),
             "stop": self.stop.to_string(),
             "error": self.error,
         });

@@ -10,10 +10,18 @@
 //!   plus 14 bytes, 18 with a VLAN tag, and at most [`MAX_FRAME`] bytes), then
 //!   loads `ebpf/weir_gen.c` with the frames in a kernel array of their own.
 //!   A frame it cannot send is an error naming the frame; nothing is sent.
-//! - [`XdpGenerator::send`] runs the program `n` times. Run `k` (counted from 0
-//!   over the generator's whole life) transmits frame `k mod frames`, so runs
-//!   go through the frames in order, pass after pass. It returns how many runs
-//!   were made: fewer than asked only when a signal cut the call short.
+//! - [`XdpGenerator::send`] runs the program `n` times, sending at most
+//!   `most` frames. The `k`th frame sent (counted from 0 over the generator's
+//!   whole life) is frame `k mod frames`, so frames go in order, pass after
+//!   pass. It returns how many frames were sent: at top speed every run up to
+//!   `most` sends one, so fewer only when a signal cut the call short.
+//! - Paced ([`XdpGenOptions::pacing`]: packets or megabits per second), a
+//!   run sends only when the next frame is due by the kernel's monotonic clock
+//!   and otherwise sends nothing, so frames leave evenly spaced rather than in
+//!   bursts, and `send` returns how many were due in its call. A sender that
+//!   falls more than a millisecond behind (its CPU was busy) goes on from
+//!   then, at its top speed, without a burst to catch up. The CPU that sends
+//!   stays busy either way: it runs the program until frames are due.
 //! - A run is a frame handed to the device's XDP transmit. A device that cannot
 //!   take it (a full queue, a veth whose peer has neither an XDP program nor
 //!   GRO) drops it, and the kernel tells the sender nothing: only a receiver
@@ -32,6 +40,7 @@ use super::{in_netns, sys as tx_sys, TxError, ETH_HLEN, VLAN_HLEN};
 use crate::privileges::Operation;
 use crate::source::live::bpf::{chain, io_error};
 use crate::source::live::sys::{test_run, test_run_flags};
+use crate::source::pacing::Pacing;
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};
@@ -67,11 +76,15 @@ pub struct XdpGenOptions {
     pub vary_ports: u16,
     /// Frames the kernel builds and transmits per flush, 1 to 256.
     pub batch: u32,
+    /// Top speed, or a rate in packets or megabits (of the frames' bytes) per
+    /// second; a multiple of the recorded timing is refused (the kernel holds
+    /// the frames, not their times).
+    pub pacing: Pacing,
 }
 
 impl Default for XdpGenOptions {
     fn default() -> Self {
-        XdpGenOptions { netns: None, vary_ports: 0, batch: 64 }
+        XdpGenOptions { netns: None, vary_ports: 0, batch: 64, pacing: Pacing::TopSpeed }
     }
 }
 
@@ -169,6 +182,7 @@ impl XdpGenerator {
         if !(1..=MAX_BATCH).contains(&opts.batch) {
             return Err(GenError::Options(format!("batch {} is not 1 to {MAX_BATCH}", opts.batch)));
         }
+        let (gap_ps, bps) = pace(opts.pacing)?;
         if frames.is_empty() {
             return Err(GenError::Empty);
         }
@@ -218,7 +232,18 @@ impl XdpGenerator {
             .ok_or_else(|| missing(iface, STATE_MAP))?
             .try_into()
             .map_err(|e| load_error("opening the state map", &e))?;
-        let initial = sys::State { next: 0, ifindex: index, frames: count, vary_ports: u32::from(opts.vary_ports), pad: 0 };
+        let initial = sys::State {
+            next: 0,
+            ifindex: index,
+            frames: count,
+            vary_ports: u32::from(opts.vary_ports),
+            pad: 0,
+            gap_ps,
+            bps,
+            due_ns: 0,
+            rem_ps: 0,
+            stop_at: u64::MAX,
+        };
         state.set(0, initial, 0).map_err(|e| load_error("setting the generator's state", &e))?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
@@ -234,7 +259,7 @@ impl XdpGenerator {
         self.mtu
     }
 
-    /// Runs made so far, over every [`send`](Self::send).
+    /// Frames sent so far, over every [`send`](Self::send).
     pub fn runs(&self) -> Result<u64, GenError> {
         self.state
             .get(&0, 0)
@@ -242,9 +267,14 @@ impl XdpGenerator {
             .map_err(|e| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) })
     }
 
-    /// Run the program `n` times, as the module says; how many runs were made.
-    pub fn send(&mut self, n: u32) -> Result<u64, GenError> {
-        let before = self.runs()?;
+    /// Run the program `n` times, sending at most `most` frames, as the module
+    /// says; how many frames were sent.
+    pub fn send(&mut self, n: u32, most: u64) -> Result<u64, GenError> {
+        let run_error = |e: aya::maps::MapError| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) };
+        let mut state = self.state.get(&0, 0).map_err(run_error)?;
+        let before = state.next;
+        state.stop_at = before.saturating_add(most);
+        self.state.set(0, state, 0).map_err(run_error)?;
         let prog: &Xdp = self.ebpf.program(PROGRAM_NAME).ok_or_else(|| missing(&self.iface, PROGRAM_NAME))?.try_into().map_err(
             |e: aya::programs::ProgramError| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) },
         )?;
@@ -265,6 +295,24 @@ impl XdpGenerator {
             Err(error) => return Err(GenError::Run { iface: self.iface.clone(), error }),
         }
         Ok(self.runs()? - before)
+    }
+}
+
+/// The program's pacing fields for `pacing`: a gap in picoseconds, or a bit rate.
+fn pace(pacing: Pacing) -> Result<(u64, u64), GenError> {
+    let bad = |what: String| Err(GenError::Options(what));
+    match pacing {
+        Pacing::TopSpeed => Ok((0, 0)),
+        // At most 10^9 packets a second: a gap of at least 1,000 ps.
+        Pacing::Pps(r) if r.is_finite() && (0.001..=1e9).contains(&r) => Ok(((1e12 / r).round() as u64, 0)),
+        Pacing::Mbps(r) if r.is_finite() && (0.001..=1e7).contains(&r) => Ok((0, (r * 1e6).round() as u64)),
+        Pacing::Pps(r) => bad(format!("{r} packets a second is not 0.001 to 10^9")),
+        Pacing::Mbps(r) => bad(format!("{r} Mbit/s is not 0.001 to 10^7")),
+        Pacing::Speed(_) => {
+            bad("--xdp paces at a rate (--pps, --mbps), not at a multiple of the recorded timing (--speed): the kernel holds the \
+             frames, not their times"
+                .into())
+        }
     }
 }
 

@@ -23,13 +23,23 @@ unsafe impl aya::Pod for Frame {}
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub(super) struct State {
-    /// Runs so far: the next run's number.
+    /// Frames sent so far: the next frame's number.
     pub(super) next: u64,
     pub(super) ifindex: u32,
     pub(super) frames: u32,
     pub(super) vary_ports: u32,
     pub(super) pad: u32,
+    /// Paced at a fixed gap between frames, in picoseconds (0: not).
+    pub(super) gap_ps: u64,
+    /// Paced at a bit rate, each frame's gap from its length (0: not).
+    pub(super) bps: u64,
+    /// When the next frame is due (bpf_ktime_get_ns), 0 before the first.
+    pub(super) due_ns: u64,
+    /// The gaps' fractions of a nanosecond carried, in picoseconds.
+    pub(super) rem_ps: u64,
+    /// No frame is sent once `next` reaches this.
+    pub(super) stop_at: u64,
 }
 
-// SAFETY: plain old data, no implicit padding (8 + 4 * 4 bytes), any bit pattern valid.
+// SAFETY: plain old data, no implicit padding (8 + 4 * 4 + 5 * 8 bytes), any bit pattern valid.
 unsafe impl aya::Pod for State {}
