@@ -534,8 +534,9 @@ fn prometheus_scrapes_the_counters_weir_reports() {
         assert!(out.status.success(), "weir replay: {}", text(&out.stderr));
     };
     // Wait until Prometheus scraped the target up, then send; let a few scrapes
-    // pass after the traffic; note the time; let weir exit.
-    let run_and_query = |job: &str, child: Child| -> (BTreeMap<String, f64>, Output) {
+    // pass after the traffic; note the time; stop weir with `signal` (weir run
+    // passes SIGTERM on to its program).
+    let run_and_query = |job: &str, child: Child, signal: &str| -> (BTreeMap<String, f64>, Output) {
         let until = Instant::now() + Duration::from_secs(20);
         while api(&format!("/api/v1/query?query=up%7Bjob%3D%22{job}%22%7D"))["data"]["result"][0]["value"][1] != "1" {
             assert!(Instant::now() < until, "{job}: prometheus never scraped it up");
@@ -544,7 +545,7 @@ fn prometheus_scrapes_the_counters_weir_reports() {
         send();
         std::thread::sleep(Duration::from_secs(4));
         let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-        Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+        Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
         let out = child.wait_with_output().unwrap();
         let v = api(&format!("/api/v1/query?query=weir_packets_received_total&time={at:.3}"));
         assert_eq!(v["status"], "success", "{v}");
@@ -565,7 +566,7 @@ fn prometheus_scrapes_the_counters_weir_reports() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (scraped, out) = run_and_query("count", count);
+    let (scraped, out) = run_and_query("count", count, "-INT");
     assert!(out.status.success());
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["received"], 3_000, "{report}");
@@ -590,7 +591,7 @@ fn prometheus_scrapes_the_counters_weir_reports() {
         let _ = err.read_to_string(&mut rest);
         rest
     });
-    let (scraped, out) = run_and_query("run", child);
+    let (scraped, out) = run_and_query("run", child, "-TERM");
     let table = keep.join().unwrap();
     assert!(out.status.success(), "{said}{table}");
     // weir run's table: "weir:  queue  received  delivered ..." rows.
