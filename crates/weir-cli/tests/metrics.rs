@@ -213,8 +213,7 @@ fn a_scrape_is_well_formed_and_its_counters_are_the_report() {
     let dir = tempfile::tempdir().unwrap();
     let t = synth(dir.path(), 30_000);
     let mut cmd = weir();
-    cmd.args(["count", "--json", "-f", "tcp", "--locality", "300", "--metrics", "127.0.0.1:0", "file:-@0-1"])
-        .stdout(Stdio::piped());
+    cmd.args(["count", "--json", "-f", "tcp", "--locality", "300", "--metrics", "127.0.0.1:0", "file:-@0-1"]).stdout(Stdio::piped());
     let (s, fed) = Served::start_fed(cmd, Some(&t));
     let fed = fed.unwrap();
     let body = scrape_until(&s, "saw the whole trace", |m| all_in(m, 30_000.0));
@@ -257,8 +256,7 @@ fn the_stream_layer_is_served_by_streams() {
     let t = synth(dir.path(), 20_000);
     let stats = dir.path().join("stats.json");
     let mut cmd = weir();
-    cmd.args(["streams", "-q", "--stats", stats.to_str().unwrap(), "--metrics", "127.0.0.1:0", "file:-@0-1"])
-        .stdout(Stdio::null());
+    cmd.args(["streams", "-q", "--stats", stats.to_str().unwrap(), "--metrics", "127.0.0.1:0", "file:-@0-1"]).stdout(Stdio::null());
     let (s, fed) = Served::start_fed(cmd, Some(&t));
     let fed = fed.unwrap();
     // The workers publish their counters when a scrape asks, between runs of packets.
@@ -274,7 +272,8 @@ fn the_stream_layer_is_served_by_streams() {
     // What packets and streams the layers had seen is final once the input is in;
     // streams close (and their bytes are counted) only at the end.
     for (category, field) in [("stream", "to_stream"), ("not_ip", "not_ip"), ("untracked", "untracked"), ("fragment", "fragments")] {
-        let served: f64 = m.iter().filter(|((n, l), _)| n == "weir_stream_packets_total" && l["category"] == category).map(|(_, v)| v).sum();
+        let served: f64 =
+            m.iter().filter(|((n, l), _)| n == "weir_stream_packets_total" && l["category"] == category).map(|(_, v)| v).sum();
         assert_eq!(served, st[field].as_f64().unwrap(), "{category}");
     }
     assert_eq!(total(&m, "weir_streams_created_total"), st["streams"].as_f64().unwrap());
@@ -380,10 +379,14 @@ fn bad_metrics_values_are_refused_before_anything_starts() {
     // weir run: before the program starts.
     let lib = shim(dir.path());
     let touched = dir.path().join("started");
-    let out = weir().args(["run", "--lib", lib.to_str().unwrap(), "--metrics", &busy, "--", "touch", touched.to_str().unwrap()]).output().unwrap();
+    let out = weir()
+        .args(["run", "--lib", lib.to_str().unwrap(), "--metrics", &busy, "--", "touch", touched.to_str().unwrap()])
+        .output()
+        .unwrap();
     check(out, "in use");
     assert!(!touched.exists(), "weir run started the program");
-    let out = weir().args(["run", "--lib", lib.to_str().unwrap(), "--metrics", ":x", "--", "touch", touched.to_str().unwrap()]).output().unwrap();
+    let out =
+        weir().args(["run", "--lib", lib.to_str().unwrap(), "--metrics", ":x", "--", "touch", touched.to_str().unwrap()]).output().unwrap();
     check(out, "port \"x\"");
     // Without weir run, the library refuses the open, naming the variable.
     let out = Command::new("tcpdump")
@@ -613,8 +616,9 @@ fn udp_trace(dir: &Path, tb: &testbed::TestBed, n: u32) -> PathBuf {
     use weir::sink::{FileFormat, TraceWriter, TsPrecision};
     let net: Vec<u8> = tb.tx_ip.split('.').take(3).map(|o| o.parse().unwrap()).collect();
     let path = dir.join("udp.pcap");
-    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, weir::LinkType::ETHERNET, 65535, TsPrecision::Micro)
-        .unwrap();
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, weir::LinkType::ETHERNET, 65535, TsPrecision::Micro)
+            .unwrap();
     for i in 0..n {
         let flow = (i % 61) as u8;
         let mut f = vec![0x02, 0, 0, 0, 0, 0x63, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00];

@@ -132,7 +132,12 @@ impl Scrape for EngineMetrics {
                     ("refused", s.refused),
                 ],
             );
-            by(out, &c::KERNEL_INSTALLS, "result", &[("installed", s.kernel.installed), ("full", s.kernel.full), ("failed", s.kernel.failed)]);
+            by(
+                out,
+                &c::KERNEL_INSTALLS,
+                "result",
+                &[("installed", s.kernel.installed), ("full", s.kernel.full), ("failed", s.kernel.failed)],
+            );
             let l = labels(&q, &[]);
             let l = as_refs(&l);
             out.counter(&c::STREAMS_CREATED, &l, s.streams as f64);

@@ -24,7 +24,7 @@
 //! (the worker's deliveries against the capture thread's cells) is what a test
 //! can check against the application's own count and the pool's chunk states.
 //!
-//! The locality stage counts the batches it delivers here too ([`BatchSizes`]),
+//! The locality stage counts the batches it delivers here too ([`BatchSizeCounts`]),
 //! once per batch, into buckets of a histogram an exporter reads at any time
 //! (`weir --metrics`): a batch is counted whole or not yet, never half.
 

@@ -78,7 +78,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use worker::{BuddyIn, Link};
 // Named by the tests (`use super::*`), which this file no longer uses itself.
-/// How full one queue's pool is, in chunks, as a [`PoolGauge`] read it.
+/// How full one queue's pool is, in chunks, read at one moment (by a
+/// [`Watch`](crate::engine::Watch)).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct PoolUsage {
     /// The queue whose pool it is.
@@ -106,7 +107,12 @@ pub(crate) struct PoolGauge {
 impl PoolGauge {
     pub(crate) fn read(&self) -> PoolUsage {
         let in_use = self.pool.upgrade().map_or(0, |p| p.chunks_in_use());
-        PoolUsage { queue: self.queue, chunks: self.chunks as u64, chunks_in_use: in_use as u64, cells_per_chunk: self.cells_per_chunk as u64 }
+        PoolUsage {
+            queue: self.queue,
+            chunks: self.chunks as u64,
+            chunks_in_use: in_use as u64,
+            cells_per_chunk: self.cells_per_chunk as u64,
+        }
     }
 }
 

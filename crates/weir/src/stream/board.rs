@@ -186,7 +186,11 @@ impl Board {
             )*};
         }
         stream_fields!(load);
-        StreamsNow { stats: s, connections_open: self.words[i].load(Ordering::Relaxed), memory_bytes: self.words[i + 1].load(Ordering::Relaxed) }
+        StreamsNow {
+            stats: s,
+            connections_open: self.words[i].load(Ordering::Relaxed),
+            memory_bytes: self.words[i + 1].load(Ordering::Relaxed),
+        }
     }
 }
 
