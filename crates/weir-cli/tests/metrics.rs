@@ -637,3 +637,46 @@ fn udp_trace(dir: &Path, tb: &testbed::TestBed, n: u32) -> PathBuf {
     w.finish().unwrap();
     path
 }
+
+/// `weir forward --metrics`: its lanes' counters, scraped once the traffic has
+/// passed, are the ones it reports at exit (afpacket, back out of the
+/// interface the packets came in on).
+#[test]
+#[ignore = "needs root: weir forward on a veth test bed"]
+fn forward_serves_its_lanes() {
+    let tb = testbed::TestBed::new(1);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = udp_trace(dir.path(), &tb, 500);
+    let mut cmd = weir();
+    cmd.args(["forward", "--backend", "afpacket", "--json", "-f", "udp", "--netns", &tb.rx_ns, "--metrics", "127.0.0.1:0"])
+        .args([&tb.rx_if, &tb.rx_if])
+        .stdout(Stdio::piped());
+    let s = Served::start(cmd);
+    let out =
+        weir().args(["replay", trace.to_str().unwrap(), "-o", &tb.tx_if, "--netns", &tb.tx_ns, "--pps", "20000", "-q"]).output().unwrap();
+    assert!(out.status.success(), "weir replay: {}", text(&out.stderr));
+    let body = scrape_until(&s, "saw the traffic forwarded", |m| {
+        total(m, "weir_forward_packets_received_total") == 500.0 && total(m, "weir_forward_packets_in_flight") == 0.0
+    });
+    promtool_check(&body);
+    let m = samples(&body);
+    Command::new("kill").args(["-INT", &s.child.id().to_string()]).status().unwrap();
+    let (out, err) = s.wait();
+    assert!(out.status.success(), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lane = &report["lanes"][0];
+    let on = [("lane", lane["lane"].as_str().unwrap())];
+    for (field, name) in [
+        ("received", "weir_forward_packets_received_total"),
+        ("forwarded", "weir_forward_packets_forwarded_total"),
+        ("filtered", "weir_forward_packets_filtered_total"),
+        ("dropped", "weir_forward_packets_dropped_total"),
+        ("tx_failed", "weir_forward_packets_tx_failed_total"),
+        ("kernel_drops", "weir_forward_kernel_drops_total"),
+        ("received_bytes", "weir_forward_received_bytes_total"),
+        ("forwarded_bytes", "weir_forward_forwarded_bytes_total"),
+    ] {
+        assert_eq!(value(&m, name, &on), lane[field].as_f64().unwrap(), "{field}: {report}");
+    }
+    assert_eq!(lane["forwarded"], 500, "{report}");
+}
