@@ -107,9 +107,4 @@ impl Families {
         }
         String::from_utf8(out).unwrap_or_default()
     }
-
-    /// Names of the families gathered, in order.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.list.iter().map(|f| f.name())
-    }
 }

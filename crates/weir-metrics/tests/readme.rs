@@ -1,7 +1,7 @@
 //! The README's "Metrics" section lists every metric of the catalogue, with
 //! its type, and no metric weir does not serve.
 
-use weir_metrics::catalogue::{Kind, ALL};
+use weir_metrics::catalogue::{Kind, When, ALL};
 
 fn section() -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
@@ -12,7 +12,7 @@ fn section() -> String {
 }
 
 #[test]
-fn the_readme_lists_every_metric_with_its_type() {
+fn the_readme_lists_every_metric_with_its_type_labels_and_when() {
     let s = section();
     for d in ALL {
         let kind = match d.kind {
@@ -20,8 +20,17 @@ fn the_readme_lists_every_metric_with_its_type() {
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
         };
-        let row = format!("| `{}` | {kind} |", d.name);
-        assert!(s.contains(&row), "README's Metrics table has no row {row}");
+        let labels = if d.labels.is_empty() { "-".to_string() } else { d.labels.join(", ") };
+        let when = match d.when {
+            When::Always => "always",
+            When::Engine => "engine",
+            When::Locality => "`--locality`",
+            When::Rebalance => "`--balance rebalance`",
+            When::Streams => "stream layer",
+            When::Forward => "`weir forward`",
+        };
+        let row = format!("| `{}` | {kind} | {labels} | {when} | {} |", d.name, d.help);
+        assert!(s.contains(&row), "README's Metrics table has no row\n{row}");
     }
 }
 
