@@ -299,10 +299,16 @@ fn scraping_as_fast_as_possible_does_not_stall_a_paced_capture() {
                 let Ok(mut c) = TcpStream::connect(&addr) else { break };
                 let _ = write!(c, "GET /metrics HTTP/1.0\r\n\r\n");
                 let mut raw = String::new();
-                if c.read_to_string(&mut raw).is_err() || raw.is_empty() {
+                let body = match c.read_to_string(&mut raw).map(|_| raw.split_once("\r\n\r\n")) {
+                    Ok(Some((head, body))) if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") => body,
+                    // weir exited while this request was on its way.
+                    _ => break,
+                };
+                // The process's metrics come last: a body cut short as weir exits has none.
+                if !body.contains("process_cpu_seconds_total") {
                     break;
                 }
-                seen.push(total(&samples(raw.split_once("\r\n\r\n").map_or("", |(_, b)| b)), "weir_packets_received_total"));
+                seen.push(total(&samples(body), "weir_packets_received_total"));
             }
             seen
         })
