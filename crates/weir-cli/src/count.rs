@@ -32,6 +32,8 @@ pub struct CountArgs {
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// What one worker saw, by the queue that captured each packet (with
@@ -55,6 +57,7 @@ impl Handler for Count {
 }
 
 pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
+    let metrics = args.metrics.bind()?;
     let engine = args.src.engine()?;
     let info = engine.info().clone();
     let pool = *engine.pool_config();
@@ -62,7 +65,7 @@ pub fn run(args: CountArgs) -> anyhow::Result<ExitCode> {
     if !placements.is_empty() && !args.json {
         eprintln!("weir count: placement {}", placements.join("; "));
     }
-    let report = run_to_end(engine, "count", &args.src.live, args.quiet || args.json, |_q| Count::default())?;
+    let report = run_to_end(engine, "count", &args.src.live, args.quiet || args.json, metrics, |_q| Count::default())?;
     // The workers' own counts must be what the engine says each queue delivered.
     // A worker that panicked returned no counts; its error is reported below instead.
     let stats = &report.stats;

@@ -114,9 +114,12 @@ pub struct ForwardArgs {
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 pub fn run(a: ForwardArgs) -> anyhow::Result<ExitCode> {
+    let metrics = a.metrics.bind()?;
     let zero_copy = match a.zero_copy.as_str() {
         "auto" => ZeroCopy::Auto,
         "on" => ZeroCopy::On,
@@ -167,6 +170,7 @@ pub fn run(a: ForwardArgs) -> anyhow::Result<ExitCode> {
     })
     .context("cannot install the Ctrl-C handler")?;
     eprintln!("weir forward: listening on {} lane(s): {} ({})", lanes.len(), lanes.join(", "), a.backend);
+    crate::metrics::serve(metrics, weir_metrics::ForwardMetrics::new(running.watch()))?;
     let mut last = LaneStats::sum("total", &running.stats());
     let mut last_at = Instant::now();
     while !running.finished() {

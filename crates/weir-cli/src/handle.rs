@@ -96,6 +96,8 @@ pub struct HandleArgs {
 
     #[command(flatten)]
     pub src: SourceArgs,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// Sample the CPU clock after these many packets and at the powers of two below,
@@ -233,6 +235,7 @@ fn ns_per_packet(spans: impl Iterator<Item = (u64, u64)>) -> Option<f64> {
 }
 
 pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
+    let metrics = args.metrics.bind()?;
     // The filter is the work: take it away from the engine so every packet is delivered.
     let expr = args.src.filter.take().unwrap_or_else(|| DEFAULT_FILTER.to_owned());
     let engine = args.src.engine()?;
@@ -254,7 +257,7 @@ pub fn run(mut args: HandleArgs) -> anyhow::Result<ExitCode> {
     let times = args.times;
     let wait = args.wait_us.map(Duration::from_micros);
     let order = args.flow_order.then(|| Arc::new(FlowOrder::new(info.link_type)));
-    let report = run_to_end(engine, "handle", &args.src.live, args.quiet || args.json, |q| Work {
+    let report = run_to_end(engine, "handle", &args.src.live, args.quiet || args.json, metrics, |q| Work {
         wait,
         order: order.as_ref().map(|o| (Arc::clone(o), q)),
         ..Work::new(filter.clone(), times)

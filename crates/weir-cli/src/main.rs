@@ -13,6 +13,7 @@ mod flows;
 mod forward;
 mod handle;
 mod inspect;
+mod metrics;
 mod profile;
 mod queues;
 mod record;

@@ -86,6 +86,8 @@ pub struct QueuesArgs {
 
     #[command(flatten)]
     pub src: SourceArgs,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// What one queue's packets looked like over time.
@@ -281,6 +283,7 @@ pub fn run(args: QueuesArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
+    let metrics = args.metrics.bind()?;
     let engine = args.src.engine()?;
     let info = engine.info().clone();
     let pool = *engine.pool_config();
@@ -289,7 +292,7 @@ pub fn run(args: QueuesArgs) -> anyhow::Result<ExitCode> {
     let csv_file = File::create(&csv_path).with_context(|| format!("cannot create {}", csv_path.display()))?;
     let bin_ns = args.bin_ms * 1_000_000;
     let origin = Arc::new(AtomicU64::new(trace_origin(&args.src.source).unwrap_or(NO_ORIGIN)));
-    let report = run_to_end(engine, "queues", &args.src.live, args.quiet, |q| Profile::new(q, Arc::clone(&origin), bin_ns))?;
+    let report = run_to_end(engine, "queues", &args.src.live, args.quiet, metrics, |q| Profile::new(q, Arc::clone(&origin), bin_ns))?;
 
     // Merge the workers' bins per arrival queue; every queue of the source gets a column.
     let mut merged: BTreeMap<QueueId, QueueBins> = info.queues.iter().map(|&q| (q, QueueBins::new(q))).collect();

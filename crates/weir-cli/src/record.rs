@@ -111,6 +111,8 @@ pub struct RecordArgs {
     /// No status lines while running.
     #[arg(short, long, help_heading = "Output")]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// The rotating writer shared by the queues' workers, and its first error.
@@ -166,6 +168,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         )));
     }
 
+    let metrics = args.metrics.bind()?;
     let engine = args.src.engine()?;
     let info = engine.info().clone();
     let snaplen = if info.snaplen == 0 { weir::pool::MAX_CAPLEN as u32 } else { info.snaplen };
@@ -217,6 +220,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     stop_on_signal(stop.clone())?;
     announce("record", &running);
+    crate::metrics::serve(metrics, weir_metrics::EngineMetrics::new(running.watch()))?;
     // A write error stops the capture: there is no point capturing what cannot be kept.
     Monitor::new(&running, args.quiet).watch(&running, || {
         let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());

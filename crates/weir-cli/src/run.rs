@@ -16,6 +16,7 @@ use weir::pool::PoolConfig;
 use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, ZeroCopy};
 use weir::stats::{QueueStats, Snapshot};
 use weir::{Engine, Handler};
+use weir_metrics::{EngineMetrics, Listener};
 
 /// Options of every command that captures from a source.
 #[derive(Args, Clone, Debug)]
@@ -384,27 +385,36 @@ pub fn spec_error(source: &str, e: weir::source::SpecError) -> anyhow::Error {
 /// Run the engine to its end as every capturing command does: one handler per
 /// queue from `make`, root dropped (`-Z`) once the sockets are open, Ctrl-C
 /// stopping it, "listening on" for live sources, status lines unless `quiet`.
+/// Metrics are served on `metrics` (bound by `--metrics`) once the engine runs.
 pub fn run_to_end<H: Handler>(
     engine: Engine,
     cmd: &str,
     live: &LiveArgs,
     quiet: bool,
+    metrics: Option<Listener>,
     make: impl FnMut(weir::QueueId) -> H,
 ) -> anyhow::Result<Report<H>> {
-    run_started(engine.start(make)?, cmd, live, quiet)
+    run_started(engine.start(make)?, cmd, live, quiet, metrics)
 }
 
 /// [`run_to_end`] for an engine its caller started (the stream layer's).
-pub fn run_started<H: Handler>(running: Running<H>, cmd: &str, live: &LiveArgs, quiet: bool) -> anyhow::Result<Report<H>> {
+pub fn run_started<H: Handler>(
+    running: Running<H>,
+    cmd: &str,
+    live: &LiveArgs,
+    quiet: bool,
+    metrics: Option<Listener>,
+) -> anyhow::Result<Report<H>> {
     drop_privileges(live)?;
-    watch_started(running, cmd, quiet)
+    watch_started(running, cmd, quiet, metrics)
 }
 
 /// [`run_started`] for a command that dropped privileges itself (to open
 /// its output as the user it runs as, in between).
-pub fn watch_started<H: Handler>(running: Running<H>, cmd: &str, quiet: bool) -> anyhow::Result<Report<H>> {
+pub fn watch_started<H: Handler>(running: Running<H>, cmd: &str, quiet: bool, metrics: Option<Listener>) -> anyhow::Result<Report<H>> {
     stop_on_signal(running.stop_handle())?;
     announce(cmd, &running);
+    crate::metrics::serve(metrics, EngineMetrics::new(running.watch()))?;
     Monitor::new(&running, quiet).watch(&running, || {});
     Ok(running.join())
 }

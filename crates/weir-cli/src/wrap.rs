@@ -16,7 +16,8 @@ use std::process::{Command, ExitCode};
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  weir run -- tcpdump -n -i eth1 -w /tmp/eth1.pcap\n  \
 weir run --locality 8000 -- softflowd -r trace.pcap -n 127.0.0.1:9995\n  \
-weir run --source afxdp --queues 0-3 -- tcpdump -i eth1 -c 1000000 -w /dev/null\n\n\
+weir run --source afxdp --queues 0-3 -- tcpdump -i eth1 -c 1000000 -w /dev/null\n  \
+weir run --metrics 127.0.0.1:9102 -- tcpdump -n -i eth1 -w /tmp/eth1.pcap\n\n\
 The program finds weir's libpcap.so.0.8 first on LD_LIBRARY_PATH. Its filters are compiled by the \
 system libpcap and run by weir; interfaces and files are read by weir's engine.")]
 pub struct WrapArgs {
@@ -48,6 +49,16 @@ pub struct WrapArgs {
     /// Do not print weir's counters when the program exits.
     #[arg(short, long)]
     quiet: bool,
+
+    /// Serve weir's counters of the program's captures as Prometheus metrics at http://ADDR:PORT/metrics,
+    /// as `weir count --metrics` does (README, "Metrics"), from inside the program: weir's libpcap serves
+    /// them, told by WEIR_METRICS=ADDR:PORT, from its first capture until the program exits, each handle's
+    /// samples labelled handle="N". The address is checked here first: a value that does not parse, a port
+    /// in use or one that needs a privilege is an error before the program starts. E.g. `weir run --metrics
+    /// 127.0.0.1:9102 -- tcpdump -i eth1 -w /tmp/eth1.pcap`. A program that daemonizes (forks after opening
+    /// its capture) leaves the server behind: run it in the foreground (softflowd -d).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
 
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
@@ -84,6 +95,10 @@ fn start(a: WrapArgs, profile_every: Option<u32>) -> anyhow::Result<(ExitCode, O
         bail!("no libpcap.so.0.8 in {}: build it with `make pcap-lib`, or give --lib DIR", lib.display());
     }
     let lib = lib.canonicalize().with_context(|| lib.display().to_string())?;
+    if let Some(spec) = &a.metrics {
+        // Bound and let go: the program binds it again as it opens its capture.
+        crate::metrics::MetricsArgs { metrics: Some(spec.clone()) }.bind()?;
+    }
     let stats = tempfile::NamedTempFile::new().context("a file for weir's counters")?;
     let mut cmd = Command::new(&a.program[0]);
     cmd.args(&a.program[1..]);
@@ -103,6 +118,9 @@ fn start(a: WrapArgs, profile_every: Option<u32>) -> anyhow::Result<(ExitCode, O
     }
     if let Some(b) = a.locality {
         cmd.env("WEIR_LOCALITY", b.to_string());
+    }
+    if let Some(spec) = &a.metrics {
+        cmd.env("WEIR_METRICS", spec);
     }
     if let Some(t) = a.locality_timeout_ms {
         cmd.env("WEIR_LOCALITY_TIMEOUT_MS", t.to_string());

@@ -56,6 +56,7 @@ const TEXT: &[&str] = &[
     "--cutoff-class",
     "--class",
     "--backend",
+    "--metrics",
 ];
 
 struct Case {

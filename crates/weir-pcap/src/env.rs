@@ -11,6 +11,7 @@
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
+//! | `WEIR_METRICS=ADDR:PORT` | serve the handles' counters as Prometheus metrics at http://ADDR:PORT/metrics (`metrics.rs`) | none |
 //! | `WEIR_PROFILE_FILE=PATH` | profile the program (`weir profile -- run`): the engines' and the reading threads' stages, written to PATH as JSON at exit (see `profile.rs`) | none |
 //! | `WEIR_PROFILE_EVERY=N` | with `WEIR_PROFILE_FILE`: time one window in N | weir's default, 32 |
 //! | `WEIR_FILTER_ENGINE=jit\|interp` | what runs `pcap_setfilter`'s program on the packets weir filters itself: compiled to machine code, or interpreted | jit |
@@ -44,6 +45,8 @@ pub struct Settings {
     pub take_host_traffic: bool,
     /// `WEIR_PROFILE_FILE` and `WEIR_PROFILE_EVERY`.
     pub profile: Option<ProfileRequest>,
+    /// `WEIR_METRICS`: where the metrics are served.
+    pub metrics: Option<String>,
 }
 
 /// Profiling asked for through the environment.
@@ -66,17 +69,22 @@ impl Default for Settings {
             filter_engine: FilterEngine::default(),
             take_host_traffic: false,
             profile: None,
+            metrics: None,
         }
     }
 }
 
 impl Settings {
     /// The settings of this process's environment. The first to ask for
-    /// profiling starts it for the whole process (`profile.rs`).
+    /// profiling starts it for the whole process (`profile.rs`), and the
+    /// first to ask for metrics their server (`metrics.rs`).
     pub fn from_env() -> Result<Settings, String> {
         let s = Settings::from_vars(|name| std::env::var(name).ok())?;
         if let Some(req) = &s.profile {
             crate::profile::start(req)?;
+        }
+        if let Some(spec) = &s.metrics {
+            crate::metrics::start(spec)?;
         }
         Ok(s)
     }
@@ -128,6 +136,9 @@ impl Settings {
                 None => weir::profile::DEFAULT_EVERY,
             };
             s.profile = Some(ProfileRequest { path: PathBuf::from(v), every });
+        }
+        if let Some(v) = var("WEIR_METRICS") {
+            s.metrics = Some(v);
         }
         if let Some(v) = var("WEIR_STATS_FILE") {
             let path = PathBuf::from(v);

@@ -21,6 +21,8 @@
 //! - With `WEIR_PROFILE_FILE` (what `weir profile -- run` sets), the
 //!   program is profiled: the engines' stages and the shim's own, written at
 //!   exit (`profile.rs`).
+//! - With `WEIR_METRICS=ADDR:PORT` (what `weir run --metrics` sets), the
+//!   handles' counters are served as Prometheus metrics (`metrics.rs`).
 //!
 //! The whole crate is the C API, so it may use `unsafe`; every block says why
 //! it holds.
@@ -35,6 +37,7 @@ pub mod env;
 mod errors;
 mod getters;
 mod handle;
+mod metrics;
 mod profile;
 mod read;
 mod savefile;

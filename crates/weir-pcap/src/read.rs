@@ -148,7 +148,9 @@ impl Handle {
             let Stage::Opened(engine) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!() };
             match self.start_reading(*engine, &st) {
                 Ok(r) => {
-                    let _ = self.stats.set(r.stats_reader());
+                    if self.stats.set(r.stats_reader()).is_ok() {
+                        crate::metrics::serve(r.watch());
+                    }
                     st.stage = Stage::Reading(Box::new(r));
                 }
                 Err(e) => {

@@ -23,6 +23,10 @@
 //! holds at every read, not just at the end; what the stages count separately
 //! (the worker's deliveries against the capture thread's cells) is what a test
 //! can check against the application's own count and the pool's chunk states.
+//!
+//! The locality stage counts the batches it delivers here too ([`BatchSizeCounts`]),
+//! once per batch, into buckets of a histogram an exporter reads at any time
+//! (`weir --metrics`): a batch is counted whole or not yet, never half.
 
 use crate::QueueId;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -159,6 +163,8 @@ pub(crate) struct QueueCounters {
     /// Captured, then turned away by a filter as they were handed out.
     rejected: AtomicU64,
     bad_recycles: AtomicU64,
+    /// The locality batches this queue's worker delivered.
+    batches: BatchSizes,
 }
 
 impl QueueCounters {
@@ -179,6 +185,7 @@ impl QueueCounters {
             unread: z(),
             rejected: z(),
             bad_recycles: z(),
+            batches: BatchSizes::default(),
         }
     }
 
@@ -224,6 +231,20 @@ impl QueueCounters {
 
     pub(crate) fn add_bad_recycle(&self) {
         self.bad_recycles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn queue(&self) -> QueueId {
+        self.queue
+    }
+
+    /// Count a locality batch of `packets` this queue's worker delivered.
+    pub(crate) fn add_batch(&self, packets: usize) {
+        self.batches.record(packets);
+    }
+
+    /// The locality batches this queue's worker delivered so far.
+    pub(crate) fn batches(&self) -> BatchSizeCounts {
+        self.batches.read()
     }
 
     /// A consistent view of this queue's counters.
@@ -286,5 +307,87 @@ impl StatsReader {
     /// Read every queue's counters now.
     pub fn read(&self) -> Snapshot {
         Snapshot { queues: self.0.iter().map(|c| c.read()).collect() }
+    }
+}
+
+/// Upper bounds (inclusive) of the buckets of the locality batch-size
+/// histogram, in packets: powers of four up to
+/// [`MAX_BATCH`](crate::locality::MAX_BATCH). A batch gathers whole chunks,
+/// so it can pass its size by up to M − 1 packets: the last bucket,
+/// [`BatchSizeCounts::counts`]`[BATCH_SIZE_BOUNDS.len()]`, has no bound.
+pub const BATCH_SIZE_BOUNDS: [u64; 12] = [1, 4, 16, 64, 256, 1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22];
+
+/// The sizes of the locality batches one worker (or one reader) delivered:
+/// one bucket per bound of [`BATCH_SIZE_BOUNDS`] and one above them all.
+/// Written once per batch, by the one thread that delivers them; read by anyone.
+#[derive(Debug, Default)]
+pub(crate) struct BatchSizes {
+    counts: [AtomicU64; BATCH_SIZE_BOUNDS.len() + 1],
+    packets: AtomicU64,
+}
+
+impl BatchSizes {
+    /// Count a batch of `packets` (an empty one, as a stage ends, is no batch).
+    pub(crate) fn record(&self, packets: usize) {
+        if packets == 0 {
+            return;
+        }
+        // Bucket i holds sizes up to 4^i: the ceiling of log2, halved up.
+        let log2 = usize::BITS - (packets - 1).leading_zeros();
+        let i = (log2.div_ceil(2) as usize).min(BATCH_SIZE_BOUNDS.len());
+        // Relaxed: counts on their own; nothing else is published through them.
+        self.packets.fetch_add(packets as u64, Ordering::Relaxed);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read(&self) -> BatchSizeCounts {
+        // Relaxed, as in `record`.
+        BatchSizeCounts {
+            counts: std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed)),
+            packets: self.packets.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// How many locality batches were delivered, by size (see [`BATCH_SIZE_BOUNDS`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchSizeCounts {
+    /// Batches of each bucket: `counts[i]` holds those larger than bound
+    /// i − 1 and at most bound i; the last, those larger than every bound.
+    pub counts: [u64; BATCH_SIZE_BOUNDS.len() + 1],
+    /// Packets of every batch counted, together (read apart from `counts`:
+    /// while batches are delivered, it may already hold the latest's packets).
+    pub packets: u64,
+}
+
+impl BatchSizeCounts {
+    /// Batches counted.
+    pub fn batches(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_batch_lands_in_the_first_bucket_that_holds_it() {
+        let sizes = BatchSizes::default();
+        let cases = [0usize, 1, 2, 4, 5, 16, 17, 1 << 22, (1 << 22) + 255];
+        for n in cases {
+            sizes.record(n);
+        }
+        let c = sizes.read();
+        assert_eq!(c.batches(), cases.len() as u64 - 1, "an empty batch is not counted");
+        assert_eq!(c.packets, cases.iter().map(|&n| n as u64).sum::<u64>());
+        let mut want = [0u64; BATCH_SIZE_BOUNDS.len() + 1];
+        for n in cases.into_iter().filter(|&n| n > 0) {
+            let i = BATCH_SIZE_BOUNDS.iter().position(|&b| n as u64 <= b).unwrap_or(BATCH_SIZE_BOUNDS.len());
+            want[i] += 1;
+        }
+        assert_eq!(c.counts, want);
+        assert_eq!(&c.counts[..4], &[1, 2, 2, 1]);
+        assert_eq!(c.counts[BATCH_SIZE_BOUNDS.len()], 1, "past the largest bound");
     }
 }

@@ -150,6 +150,8 @@ pub struct FlowsArgs {
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// How the queues' records reach the collectors.
@@ -363,6 +365,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;
+    let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
     let queues = engine.info().queues.clone();
     let (mut lanes, senders) = lanes(&args, &queues)?;
@@ -409,7 +412,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
             std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, stop))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut report = watch_started(running, "flows", args.quiet)?;
+    let mut report = watch_started(running, "flows", args.quiet, metrics)?;
     let mut total = StreamStats::default();
     for (_, layer) in &report.handlers {
         total.add(&layer.stats());

@@ -162,6 +162,8 @@ pub struct InspectArgs {
 
     #[command(flatten, next_help_heading = "Stream options (with --streams)")]
     pub stream: StreamOptions,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// 1,000,000 flows: about 100 MiB of flow tables.
@@ -470,6 +472,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         );
     }
     // The kernel cutoff needs the stream layer: without --streams, no map.
+    let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(app, if stream_cfg.is_some() { args.kernel.entries() } else { 0 })?;
     let matcher = match layout {
         None => None,
@@ -494,7 +497,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(cfg) = stream_cfg {
         let matcher = matcher.expect("--streams has rules, so a matcher");
-        return stream_mode::run(engine, &cfg, matcher, out, &args);
+        return stream_mode::run(engine, &cfg, matcher, out, &args, metrics);
     }
     let link = engine.info().link_type;
     let queues = engine.info().queues.len().max(1);
@@ -527,7 +530,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let started = Instant::now();
-    let mut report = run_to_end(engine, "inspect", &args.src.live, args.quiet || args.json, |_| {
+    let mut report = run_to_end(engine, "inspect", &args.src.live, args.quiet || args.json, metrics, |_| {
         workers.pop().expect("one inspector was made per queue")
     })?;
     let secs = started.elapsed().as_secs_f64();

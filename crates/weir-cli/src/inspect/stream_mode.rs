@@ -133,6 +133,7 @@ pub(super) fn run(
     matcher: Arc<Matcher>,
     mut out: Box<dyn Write>,
     args: &InspectArgs,
+    metrics: Option<weir_metrics::Listener>,
 ) -> anyhow::Result<ExitCode> {
     let queues = engine.info().queues.len().max(1);
     let mut workers: Vec<StreamInspector> =
@@ -160,7 +161,7 @@ pub(super) fn run(
         RunError::Setting(s) => setting_error(&s),
         other => anyhow::Error::new(other),
     })?;
-    let mut report = run_started(running, "inspect", &args.src.live, args.quiet || args.json)?;
+    let mut report = run_started(running, "inspect", &args.src.live, args.quiet || args.json, metrics)?;
     let secs = report.elapsed.as_secs_f64();
 
     let mut total = StreamStats::default();

@@ -79,6 +79,8 @@ pub struct StreamsArgs {
     /// No status lines while running.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// The stream layer's options that `weir streams` and `weir inspect --streams` share.
@@ -292,6 +294,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     }
     // Without a cutoff no stream is ever installed: no flow map then.
     let cut = cfg.cutoff.is_some() || cfg.classes.iter().any(|c| matches!(c.cutoff, Some(Some(_))));
+    let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(cfg.memory_plan(1), if cut { args.kernel.entries() } else { 0 })?;
     let dir = args.output.clone().map(Arc::new);
     let ethernet = engine.info().link_type == weir::LinkType::ETHERNET;
@@ -309,7 +312,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
             RunError::Setting(s) => setting_error(&s),
             other => anyhow::Error::new(other),
         })?;
-    let report = run_started(running, "streams", &args.src.live, args.quiet || args.json)?;
+    let report = run_started(running, "streams", &args.src.live, args.quiet || args.json, metrics)?;
     let mut total = StreamStats::default();
     let (mut sum, mut files, mut write_errors, mut first_error) = (0u64, 0u64, 0u64, None);
     for (_, layer) in &report.handlers {

@@ -18,11 +18,13 @@
 mod affinity;
 mod reader;
 mod sys;
+mod watch;
 
 pub use crate::capture::control::{StopHandle, StopReason};
 pub use crate::capture::unit::{SourceError, SourceErrorKind, SourceInfo};
 pub use affinity::{CpuPlan, Placement};
 pub use reader::{Read, Reader, ReaderReport};
+pub use watch::Watch;
 
 use crate::balance;
 use crate::capture::{CaptureUnit, Control, Progress};
@@ -30,7 +32,7 @@ use crate::filter::{Filter, FilterEngine, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
 use crate::memory::{Budget, Bytes, Plan};
 use crate::packet::Runs;
-use crate::pool::{self, ChunkCount, Next, PoolConfig, WorkerSide};
+use crate::pool::{self, ChunkCount, Next, PoolConfig, PoolGauge, WorkerSide};
 use crate::profile::{Probe, Profiler, Stage};
 use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
 use crate::stats::{QueueCounters, Snapshot};
@@ -539,8 +541,11 @@ impl Engine {
             }
             layers.push(Some(layer));
         }
+        let boards = self.info.queues.iter().copied().zip(layers.iter().flatten().map(|l| l.board())).collect();
         let mut next = layers.into_iter();
-        self.start(move |_| next.next().flatten().expect("one stream layer per queue, in queue order"))
+        let mut running = self.start(move |_| next.next().flatten().expect("one stream layer per queue, in queue order"))?;
+        running.streams = boards;
+        Ok(running)
     }
 
     /// Start the threads and return at once. `make` is called once per queue,
@@ -583,6 +588,9 @@ impl Engine {
             balance: l.balance,
             info: l.info,
             profiler: l.profiler,
+            pools: l.pools,
+            locality: l.locality.is_some(),
+            streams: Vec::new(),
         })
     }
 
@@ -603,6 +611,7 @@ impl Engine {
         let filter = FilterSwitch::new(self.filter);
         let rebalancing = self.balance.controller().is_some();
         let mut counters = Vec::new();
+        let mut pools = Vec::new();
         let mut caps = Vec::new();
         let mut works = Vec::new();
         for &q in &self.info.queues {
@@ -612,6 +621,7 @@ impl Engine {
             ctl.register(cap.wake_handle());
             ctl.register(work.wake_handle());
             counters.push(c);
+            pools.push(cap.gauge());
             caps.push(cap);
             works.push(work);
         }
@@ -701,6 +711,7 @@ impl Engine {
             filter,
             handovers,
             profiler: self.profiler,
+            pools,
         })
     }
 }
@@ -724,6 +735,8 @@ pub(crate) struct Launched {
     pub(crate) handovers: Option<Arc<balance::Handovers>>,
     /// Stage timing, when the run is profiled.
     pub(crate) profiler: Option<Arc<Profiler>>,
+    /// Each queue's pool, for a [`Watch`].
+    pub(crate) pools: Vec<PoolGauge>,
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since
@@ -882,12 +895,29 @@ pub struct Running<H> {
     balance: Option<Arc<balance::BalanceCounters>>,
     info: SourceInfo,
     profiler: Option<Arc<Profiler>>,
+    pools: Vec<PoolGauge>,
+    /// Whether the workers run the locality stage (and count its batches).
+    locality: bool,
+    /// Each queue's stream layer board, when the workers run the stream layer.
+    streams: Vec<(QueueId, Arc<crate::stream::Board>)>,
 }
 
 impl<H> Running<H> {
     /// What the source is, as [`Engine::info`] said.
     pub fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    /// A handle that reads this run's counters from any thread (see [`Watch`]).
+    pub fn watch(&self) -> Watch {
+        Watch {
+            source: self.info.name.clone(),
+            counters: self.counters.clone(),
+            pools: self.pools.clone(),
+            batches: if self.locality { watch::Batches::PerQueue } else { watch::Batches::Off },
+            balance: self.balance.clone(),
+            streams: self.streams.clone(),
+        }
     }
 
     /// Every queue's counters now (see [`Snapshot`]).

@@ -5,12 +5,14 @@
 //!
 //! The contract is stated on [`Reader`].
 
+use super::watch::{Batches, Watch};
 use super::{Control, Launched, RunError, SourceInfo, StopHandle, StopReason};
+use crate::balance::BalanceCounters;
 use crate::filter::{Filter, FilterSwitch};
 use crate::locality::{Batch, LocalityConfig};
-use crate::pool::{self, ChunkToken, Kept, WorkerSide};
+use crate::pool::{self, ChunkToken, Kept, PoolGauge, WorkerSide};
 use crate::ring::{EventFd, ReadyFd};
-use crate::stats::{QueueCounters, Snapshot, StatsReader};
+use crate::stats::{BatchSizes, QueueCounters, Snapshot, StatsReader};
 use crate::{LinkType, Packet};
 use std::io;
 use std::os::fd::RawFd;
@@ -72,6 +74,8 @@ struct Sorted {
     pos: Option<usize>,
     /// Per chunk of the batch: packets the caller turned away, and their bytes.
     rejected: Vec<(usize, u64)>,
+    /// The batches handed out, by size, for a [`Watch`].
+    sizes: Arc<BatchSizes>,
 }
 
 /// Every queue's packets, pulled on the caller's thread, from
@@ -103,6 +107,8 @@ struct Sorted {
 pub struct Reader {
     ctl: Arc<Control>,
     counters: Vec<Arc<QueueCounters>>,
+    pools: Vec<PoolGauge>,
+    balance: Option<Arc<BalanceCounters>>,
     captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
     sides: Vec<WorkerSide>,
     info: SourceInfo,
@@ -146,10 +152,19 @@ impl Deadline {
 impl Reader {
     pub(super) fn new(mut l: Launched) -> Reader {
         let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
-        let batch = l.locality.map(|cfg| Sorted { cfg, link: l.info.link_type, batch: Batch::new(), pos: None, rejected: Vec::new() });
+        let batch = l.locality.map(|cfg| Sorted {
+            cfg,
+            link: l.info.link_type,
+            batch: Batch::new(),
+            pos: None,
+            rejected: Vec::new(),
+            sizes: Arc::default(),
+        });
         Reader {
             ctl: l.ctl,
             counters: l.counters,
+            pools: l.pools,
+            balance: l.balance,
             captures: l.captures,
             sides,
             info: l.info,
@@ -178,6 +193,21 @@ impl Reader {
     /// Counters readable from anywhere, while packets are borrowed from the reader.
     pub fn stats_reader(&self) -> StatsReader {
         StatsReader(self.counters.clone())
+    }
+
+    /// A handle that reads this reader's counters from any thread (see [`Watch`]).
+    pub fn watch(&self) -> Watch {
+        Watch {
+            source: self.info.name.clone(),
+            counters: self.counters.clone(),
+            pools: self.pools.clone(),
+            batches: match &self.batch {
+                Some(s) => Batches::Reader(Arc::clone(&s.sizes)),
+                None => Batches::Off,
+            },
+            balance: self.balance.clone(),
+            streams: Vec::new(),
+        }
     }
 
     /// A handle that stops capture from any thread; the reader then hands out
@@ -395,7 +425,7 @@ impl Reader {
 
     fn hand_out_batch(&mut self) {
         let s = self.batch.as_mut().expect("batch");
-        s.batch.hand_out();
+        s.sizes.record(s.batch.hand_out().len());
         s.pos = Some(0);
     }
 

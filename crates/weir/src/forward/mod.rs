@@ -451,6 +451,20 @@ struct RunningLane {
     thread: JoinHandle<Result<LaneStats, SourceError>>,
 }
 
+/// Every lane's counters, readable from any thread ([`Running::watch`]):
+/// what an exporter serves (`weir forward --metrics`). A lane publishes its
+/// counters every 10 ms while busy and at every idle wait, so a read lags by
+/// at most that.
+#[derive(Clone)]
+pub struct LaneWatch(Vec<(String, Arc<Counters>)>);
+
+impl LaneWatch {
+    /// Every lane's counters now, in lane order.
+    pub fn stats(&self) -> Vec<LaneStats> {
+        self.0.iter().map(|(name, c)| c.read(name)).collect()
+    }
+}
+
 /// A forwarder at work.
 pub struct Running {
     ctl: Arc<Control>,
@@ -478,6 +492,12 @@ impl Running {
     /// Counters as they stand.
     pub fn stats(&self) -> Vec<LaneStats> {
         self.lanes.iter().map(|l| l.counters.read(&l.name)).collect()
+    }
+
+    /// A handle that reads the counters from any thread, while the lanes run
+    /// and after (each lane publishes its final counts as it ends).
+    pub fn watch(&self) -> LaneWatch {
+        LaneWatch(self.lanes.iter().map(|l| (l.name.clone(), Arc::clone(&l.counters))).collect())
     }
 
     /// Time since it started.

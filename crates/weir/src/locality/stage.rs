@@ -113,6 +113,7 @@ pub(crate) fn run<H: Handler>(
         } else {
             deliver(&mut cur, handler, probe, || {})
         };
+        side.count_batch(delivered as usize);
         probe.end(delivered);
         if closed && next.len() == 0 {
             return;

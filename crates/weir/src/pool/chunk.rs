@@ -167,6 +167,14 @@ impl Pool {
         self.states.len()
     }
 
+    /// Chunks not Free now: attached, captured or being delivered. Read one
+    /// word after another, so a chunk that changes state meanwhile may be
+    /// counted in either.
+    pub(super) fn chunks_in_use(&self) -> usize {
+        // Relaxed: a count for display; no chunk memory is read after it.
+        self.states.iter().filter(|w| ChunkState::from_bits(w.load(Ordering::Relaxed)) != ChunkState::Free).count()
+    }
+
     pub(super) fn state(&self, idx: u32) -> (ChunkState, u32) {
         let (state, gen, _) = self.state_held(idx);
         (state, gen)

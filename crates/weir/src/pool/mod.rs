@@ -5,7 +5,8 @@
 //! ([`PoolConfig`]: `--pool M,R`) and, for buddy groups, the offload threshold
 //! ([`OffloadThreshold`]). A queue holds at most M × R packets between capture
 //! and delivery; past that, packets wait in the source or are dropped there
-//! (counted in [`crate::stats`]). Everything else is the engine's: it makes each
+//! (counted in [`crate::stats`]); [`PoolUsage`] says how many of its chunks are
+//! in use while it runs. Everything else is the engine's: it makes each
 //! queue's `CaptureSide` and `WorkerSide` and hands them to the capture unit
 //! and the worker.
 //!
@@ -77,6 +78,56 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use worker::{BuddyIn, Link};
 // Named by the tests (`use super::*`), which this file no longer uses itself.
+/// How full one queue's pool is, in chunks, read at one moment (by a
+/// [`Watch`](crate::engine::Watch)).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// The queue whose pool it is.
+    pub queue: QueueId,
+    /// R: chunks of the pool.
+    pub chunks: u64,
+    /// Chunks not free: being filled, waiting for the worker, or being delivered.
+    pub chunks_in_use: u64,
+    /// M: cells of each chunk.
+    pub cells_per_chunk: u64,
+}
+
+/// Reads a pool's occupancy from any thread, without touching what the
+/// capture thread and the worker use but the chunks' state words (one load
+/// each). It does not keep the pool alive: once the engine has let go of it,
+/// every chunk reads as free.
+#[derive(Clone, Debug)]
+pub(crate) struct PoolGauge {
+    pool: std::sync::Weak<Pool>,
+    queue: QueueId,
+    chunks: usize,
+    cells_per_chunk: usize,
+}
+
+impl PoolGauge {
+    pub(crate) fn read(&self) -> PoolUsage {
+        let in_use = self.pool.upgrade().map_or(0, |p| p.chunks_in_use());
+        PoolUsage {
+            queue: self.queue,
+            chunks: self.chunks as u64,
+            chunks_in_use: in_use as u64,
+            cells_per_chunk: self.cells_per_chunk as u64,
+        }
+    }
+}
+
+impl CaptureSide {
+    /// A gauge of this side's pool.
+    pub(crate) fn gauge(&self) -> PoolGauge {
+        PoolGauge {
+            pool: Arc::downgrade(&self.pool),
+            queue: self.pool.queue,
+            chunks: self.pool.chunks(),
+            cells_per_chunk: self.pool.cells_per_chunk,
+        }
+    }
+}
+
 #[cfg(test)]
 use {
     crate::Packet,

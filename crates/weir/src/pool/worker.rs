@@ -149,6 +149,11 @@ impl WorkerSide {
         self.own.pool.queue
     }
 
+    /// Count a locality batch of `packets` this worker delivered, in its queue's counters.
+    pub(crate) fn count_batch(&self, packets: usize) {
+        self.own.counters.add_batch(packets);
+    }
+
     /// This worker's mark in the state words of the chunks it holds.
     fn me(&self) -> u16 {
         self.own.pool.queue.0.wrapping_add(1)

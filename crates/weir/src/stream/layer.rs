@@ -13,7 +13,7 @@ use super::config::{Class, Mode, StreamConfig};
 use super::decode::{self, Frame, Transport};
 use super::fragment::{Defrag, Outcome, Whole};
 use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Sink};
-use super::{CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
+use super::{Board, CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats, StreamsNow};
 use crate::filter::Filter;
 use crate::flowtable::{End, Flow, FlowTable, TableLimits};
 use crate::memory::Plan;
@@ -23,6 +23,7 @@ use crate::source::live::cutoff::KernelCutoff;
 use crate::wire::{field, FlowTuple};
 use crate::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, SettingError};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 mod flush;
 mod kernel;
@@ -240,6 +241,10 @@ pub struct Streams<H: StreamHandler> {
     /// Connections the table found idle with a direction in the kernel's
     /// map, to be kept if the kernel saw them (`kernel::revive`).
     revive: Vec<Flow<FlowTuple, Conn<H::State>>>,
+    /// Where readers on other threads ask for the counters (`board.rs`).
+    board: Arc<Board>,
+    /// The last request answered on the board.
+    served: u64,
 }
 
 /// What the per-direction work needs besides the direction itself.
@@ -281,6 +286,8 @@ impl<H: StreamHandler> Streams<H> {
             spare: Spare::preallocated(cfg.prealloc_connections.div_ceil(queues.max(1)).min(conns) * 2),
             kernel: None,
             revive: Vec::new(),
+            board: Arc::default(),
+            served: 0,
         })
     }
 
@@ -297,6 +304,24 @@ impl<H: StreamHandler> Streams<H> {
         s.memory_peak = self.arena.peak();
         s.fragment = self.defrag.counters();
         s
+    }
+
+    /// Where another thread reads this layer's counters while it runs.
+    pub(crate) fn board(&self) -> Arc<Board> {
+        Arc::clone(&self.board)
+    }
+
+    fn now(&self) -> StreamsNow {
+        StreamsNow { stats: self.stats(), connections_open: self.table.len() as u64, memory_bytes: self.arena.used() }
+    }
+
+    /// Publish the counters if a reader asked since the last time.
+    #[inline]
+    fn answer_board(&mut self) {
+        if let Some(n) = self.board.wanted(self.served) {
+            self.board.publish(&self.now(), n);
+            self.served = n;
+        }
     }
 
     /// The application's handler.
@@ -700,6 +725,7 @@ impl<H: StreamHandler> Streams<H> {
 impl<H: StreamHandler> Handler for Streams<H> {
     fn packet(&mut self, packet: &Packet<'_>) {
         self.take_packet(packet);
+        self.answer_board();
     }
 
     fn packets(&mut self, packets: &[Packet<'_>]) {
@@ -709,10 +735,12 @@ impl<H: StreamHandler> Handler for Streams<H> {
             let (frame, keyed) = f.expect("warm decodes every packet of the run");
             self.take_frame(p, frame, keyed);
         }
+        self.answer_board();
     }
 
     fn idle(&mut self) {
         self.idle_tick();
+        self.answer_board();
     }
 
     fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
@@ -728,6 +756,7 @@ impl<H: StreamHandler> Handler for Streams<H> {
         self.defrag.expire(u64::MAX);
         debug_assert!(self.stats.packets_add_up(), "a packet in no category: {:?}", self.stats);
         debug_assert_eq!(self.arena.used(), 0, "arena bytes left after every stream closed");
+        self.board.publish_final(&self.now());
     }
 }
 

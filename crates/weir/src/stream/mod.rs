@@ -51,6 +51,7 @@
 
 mod api;
 mod arena;
+mod board;
 mod config;
 mod decode;
 pub mod fragment;
@@ -59,6 +60,8 @@ mod layer;
 pub mod reassembly;
 
 pub use api::{CloseReason, Direction, KernelStats, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
+pub use board::StreamsNow;
+pub(crate) use board::{read_all as read_boards, Board};
 pub use config::{Class, Mode, StreamConfig, KERNEL_INSTALL_AFTER, MAX_PIECE, PREALLOC_CONNECTIONS, PRIORITIES};
 pub use layer::Streams;
 

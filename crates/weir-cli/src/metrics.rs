@@ -1,0 +1,45 @@
+//! `--metrics ADDR:PORT`, the option every command that runs the engine
+//! shares: the address is bound as the options are read, before anything is
+//! opened, and served from the moment the engine runs until the process exits
+//! (the serving is `weir-metrics`'s).
+
+use crate::exit::bad_input;
+use clap::Args;
+use std::sync::Arc;
+use weir_metrics::{Listener, Scrape};
+
+/// The help text's heading and option, shared by the commands.
+#[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Metrics")]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics while the command runs, and after it until
+    /// weir exits: per-queue packets received, delivered, filtered and dropped, bytes, pool chunks in
+    /// use, locality batch sizes, stream-layer counters, the process's CPU time (README, "Metrics", lists
+    /// them). Scrapes read the counters weir's threads publish anyway and never slow capture. E.g.
+    /// `--metrics 127.0.0.1:9101` (then `curl -s 127.0.0.1:9101/metrics`), `--metrics :9101` on every
+    /// interface, `--metrics 127.0.0.1:0` for a free port, said on standard error. A value that does not
+    /// parse, a port in use or a port that needs a privilege is an error before capture starts.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
+}
+
+impl MetricsArgs {
+    /// Bind the address, if one was given.
+    pub fn bind(&self) -> anyhow::Result<Option<Listener>> {
+        let Some(spec) = &self.metrics else { return Ok(None) };
+        match weir_metrics::listen(spec) {
+            Ok(l) => Ok(Some(l)),
+            Err(e) if e.is_bad_input() => Err(bad_input(anyhow::anyhow!("--metrics {e}"))),
+            Err(e) => Err(anyhow::anyhow!("--metrics {e}")),
+        }
+    }
+}
+
+/// Start answering scrapes of `what` on `listener`, and say where.
+pub fn serve(listener: Option<Listener>, what: impl Scrape) -> anyhow::Result<()> {
+    let Some(l) = listener else { return Ok(()) };
+    let url = l.url();
+    l.serve(Arc::new(what)).map_err(|e| anyhow::anyhow!("--metrics {url}: cannot start serving: {e}"))?;
+    eprintln!("weir: metrics at {url}");
+    Ok(())
+}

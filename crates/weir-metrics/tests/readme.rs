@@ -1,0 +1,48 @@
+//! The README's "Metrics" section lists every metric of the catalogue, with
+//! its type, and no metric weir does not serve.
+
+use weir_metrics::catalogue::{Kind, When, ALL};
+
+fn section() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let start = readme.find("\n## Metrics\n").expect("README has a Metrics section");
+    let rest = &readme[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+    rest[..end].to_string()
+}
+
+#[test]
+fn the_readme_lists_every_metric_with_its_type_labels_and_when() {
+    let s = section();
+    for d in ALL {
+        let kind = match d.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        };
+        let labels = if d.labels.is_empty() { "-".to_string() } else { d.labels.join(", ") };
+        let when = match d.when {
+            When::Always => "always",
+            When::Engine => "engine",
+            When::Locality => "`--locality`",
+            When::Rebalance => "`--balance rebalance`",
+            When::Streams => "stream layer",
+            When::Forward => "`weir forward`",
+        };
+        let row = format!("| `{}` | {kind} | {labels} | {when} | {} |", d.name, d.help);
+        assert!(s.contains(&row), "README's Metrics table has no row\n{row}");
+    }
+}
+
+#[test]
+fn the_readme_names_no_metric_weir_does_not_serve() {
+    let s = section();
+    let known: Vec<&str> = ALL.iter().map(|d| d.name).collect();
+    for word in s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        let metric = (word.starts_with("weir_") || word.starts_with("process_")) && word.len() > 8;
+        if metric {
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|x| word.strip_suffix(x)).unwrap_or(word);
+            assert!(known.contains(&word) || known.contains(&family), "README names {word}, which weir does not serve");
+        }
+    }
+}
