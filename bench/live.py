@@ -10,18 +10,18 @@ Generators, pinned to CPU 0 in the sending namespace (`--generator`):
 - `trafgen` (netsniff-ng's PACKET_TX_RING sender), paced per packet: every
   step of the ladder. Its ceiling here is about 430 kpps, which every tool
   reached without loss, so alone it says nothing of the capture side.
-- `xdp` (the default): trafgen for the paced steps below its ceiling, then a
-  top step sent by `weir replay --xdp` (the kernel's XDP live-frames test
-  run) at its own top speed, which the capture has to keep up with. It
-  cannot be paced finer: each test run (one bpf(2) call) costs tens of
-  milliseconds of set-up here (measured: 200 packets in one call took 64 ms,
-  20,000 packets in calls of 200 took 5.2 s), so pacing by the millisecond
-  would send at a few kpps. The rate of the top step is what the sender
-  counted over its own time. A veth hands XDP-sent frames only to a peer
-  with an XDP program: for every tool but weir on afxdp (which brings its
-  own) the capturing end gets one that passes every frame to the stack, for
-  every step, and the stack's receive work then runs on the generator's CPU
-  (so its ceiling here is below bench/generator.py's, which drops the frames).
+- `xdp` (the default): every step sent by `weir replay --xdp --pps R` (the
+  kernel's XDP live-frames test run, the program sending each frame when it
+  is due), then a top step at its own top speed, which the capture has to
+  keep up with. A step's rate is the one asked for when the sender reached
+  90% of it (it sends at 95-97% here: each test run's set-up sends nothing),
+  else the rate it reached, and the ladder stops there: past that the
+  generator, not the capture, is the limit. A veth hands XDP-sent frames
+  only to a peer with an XDP program: for every tool but weir on afxdp
+  (which brings its own) the capturing end gets one that passes every frame
+  to the stack, and the stack's receive work then runs on the generator's
+  CPU (so its ceiling here is below bench/generator.py's, which drops the
+  frames, and differs from tool to tool).
 
 For each capture tool and each traffic mix it sends at a ladder of rates, three
 runs per step, and reports the highest step at which the median loss is zero
@@ -69,8 +69,8 @@ PASS_OBJ = WORK / "live-xdp-pass.o"
 RUNS = 3
 SECONDS_PER_STEP = 2.0
 RATES_KPPS = [100, 200, 300, 400, 500, 600, 800, 1000, 1200]
-# --quick: one mix, two paced steps, the main tools, paused bursts of weir only.
-QUICK_RATES_KPPS = [200, 400]
+# --quick: one mix, a few paced steps, the main tools, paused bursts of weir only.
+QUICK_RATES_KPPS = [200, 400, 600]
 QUICK_SECONDS_PER_STEP = 2.0
 QUICK_BURSTS = ["weir-afpacket", "weir-afxdp"]
 # The top step of `--generator xdp`: `weir replay --xdp` at its top speed.
@@ -309,9 +309,10 @@ PEER = {"softflowd-on-weir": "softflowd", "softflowd-on-weir-locality": "softflo
 
 def send(mix, packets, kpps=None):
     """Send `packets` frames of a mix at `kpps` (None: trafgen's top speed; TOP:
-    `weir replay --xdp`'s); returns seconds taken (for TOP the sender's own)."""
-    if kpps == TOP:
-        return send_xdp(mix, packets)
+    `weir replay --xdp`'s); returns seconds taken (for the XDP generator its
+    own). With the XDP generator every paced step is its too."""
+    if kpps == TOP or (kpps and GEN["kind"] == "xdp"):
+        return send_xdp(mix, packets, None if kpps == TOP else kpps)
     cfg = WORK / f"live-{os.getpid()}-{mix}.cfg"
     cfg.write_text("\n".join(MIXES[mix]) + "\n")
     argv = ["taskset", "-c", "0"] + ns("TX") + ["trafgen", "-o", ENV["TB_TX_IF"], "-i", str(cfg), "-n", str(packets), "-q", "-C", "-P", "1"]
@@ -322,16 +323,16 @@ def send(mix, packets, kpps=None):
     return time.perf_counter() - t0
 
 
-def send_xdp(mix, packets):
+def send_xdp(mix, packets, kpps=None):
     """`weir replay --xdp` of the mix's frames (the same bytes trafgen sends, by
-    bench/generator.py) at its top speed; returns the sender's own seconds,
-    from its first packet to its last."""
+    bench/generator.py) at `kpps` or its top speed; returns the sender's own
+    seconds, from its first packet to its last."""
     pcap = WORK / f"live-{mix}.pcap"
     if not pcap.exists():
         sizes = generator.MIXES[mix]
         generator.write_pcap(pcap, [generator.frame(size, i) for i, size in enumerate(sizes)])
     argv = ["taskset", "-c", "0", str(WEIR), "replay", "--json", "--netns", ENV["TB_TX_NS"], "--xdp", ENV["TB_TX_IF"], "--vary-ports", "1024",
-            "--loop", "0", "-c", str(packets), str(pcap)]
+            "--loop", "0", "-c", str(packets), str(pcap)] + (["--pps", str(kpps * 1000)] if kpps else [])
     v = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
     if v["packets"] != packets:
         raise RuntimeError(f"weir replay --xdp sent {v['packets']} of {packets} packets: {v['error']}")
@@ -363,7 +364,8 @@ def ladder(tool_factory, mix, ceiling):
     for kpps in rates if QUOTA["pct"] is None else QUOTA_RATES_KPPS:
         if lossy >= LOSSY_STEPS_TO_STOP:
             break
-        if kpps != TOP and kpps * 1000 > ceiling["trafgen"] * 1.05:
+        top = ceiling["xdp"] if GEN["kind"] == "xdp" else ceiling["trafgen"]
+        if kpps != TOP and kpps * 1000 > top * 1.05:
             continue
         runs = []
         for _ in range(RUNS):
@@ -381,9 +383,16 @@ def ladder(tool_factory, mix, ceiling):
         sent_kpps = statistics.median(r["sent_kpps"] for r in runs)
         steps.append({"kpps": kpps, "sent_kpps": sent_kpps, "median_lost": lost, "loss": lost / n, "cpu_ns_per_packet": cpu_ns, "runs": runs})
         lossy = lossy + 1 if lost else 0
-        log(f"  {tool.name:14} {mix:6} {kpps:>5} kpps (sent at {sent_kpps:.0f}): lost {lost}, {cpu_ns:.0f} ns CPU/packet")
-    # The top step's rate is what the XDP generator sent at.
-    loss_free = max((s["sent_kpps"] if s["kpps"] == TOP else s["kpps"] for s in steps if s["median_lost"] == 0), default=0)
+        short = kpps != TOP and sent_kpps < 0.9 * kpps
+        steps[-1]["generator_short"] = short
+        log(f"  {tool.name:14} {mix:6} {kpps:>5} kpps (sent at {sent_kpps:.0f}): lost {lost}, {cpu_ns:.0f} ns CPU/packet"
+            + (" (the generator fell short: the ladder stops)" if short else ""))
+        if short:
+            break
+    # A step's rate is the one asked for, unless the generator fell short of
+    # it or it is the top step: then the rate the generator reached.
+    rate = lambda s: s["sent_kpps"] if s["kpps"] == TOP or s.get("generator_short") else s["kpps"]
+    loss_free = max((rate(s) for s in steps if s["median_lost"] == 0), default=0)
     return {"loss_free_kpps": loss_free, "steps": steps}
 
 
@@ -482,12 +491,12 @@ def plot(result, path):
     for ax, mix in zip(axes[0], mixes):
         for name, per_mix in result["ladder"].items():
             steps = per_mix.get(mix, {}).get("steps", [])
-            ax.plot([s["sent_kpps"] if s["kpps"] == TOP else s["kpps"] for s in steps], [100 * s["loss"] for s in steps], marker="o", label=name)
+            ax.plot([s["sent_kpps"] for s in steps], [100 * s["loss"] for s in steps], marker="o", label=name)
         for (gen, c), style in zip(result["generator"][mix].items(), ("--", ":")):
             ax.axvline(c / 1e3, color="grey", linestyle=style, label=f"{GEN_TITLE[gen]} ceiling {c / 1e3:.0f} kpps")
         ax.set_xlabel(f"sent (kpps, {mix} frames, median of {result['runs_per_step']} runs)")
         ax.set_ylabel("lost (% of sent)")
-        ax.set_title(f"2 queues, {mix}: trafgen steps" + (" + weir replay --xdp top step" if result["generator_kind"] == "xdp" else ""))
+        ax.set_title(f"2 queues, {mix}: " + ("weir replay --xdp --pps steps and its top speed" if result["generator_kind"] == "xdp" else "trafgen steps"))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -535,7 +544,7 @@ def main():
     if args[:1] in (["-h"], ["--help"]):
         sys.exit(f"usage: bench/live.py [--quick] [--generator xdp|trafgen] [--quota PCT] [--passes {','.join(PASSES)}] [TOOL...]\n"
                  f"tools: {' '.join(ALL)}\n--quick (about 8 minutes): {', '.join(QUICK_TOOLS)}; 64-byte frames; steps of "
-                 f"{QUICK_SECONDS_PER_STEP:.0f} s at {QUICK_RATES_KPPS} kpps (trafgen) and the top step; no quota pass; paused bursts of {', '.join(QUICK_BURSTS)} only")
+                 f"{QUICK_SECONDS_PER_STEP:.0f} s at {QUICK_RATES_KPPS} kpps and the top step; no quota pass; paused bursts of {', '.join(QUICK_BURSTS)} only")
     if args[:1] == ["--quick"]:
         quick, passes, args = True, ["ladder", "bursts"], args[1:]
     if args[:1] == ["--generator"]:
