@@ -439,6 +439,12 @@ impl Reader {
         }
     }
 
+    /// Why capture ended (the first reason given wins), once it has been
+    /// asked to or has: the end of input when it ended by itself.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.ctl.reason().or_else(|| self.sides.iter().all(WorkerSide::is_closed).then_some(StopReason::EndOfInput))
+    }
+
     /// The first error of the capture threads, once [`Read::End`] was returned.
     pub fn error(&self) -> Option<&RunError> {
         self.errors.first()
