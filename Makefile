@@ -12,7 +12,7 @@ WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
 .PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
-	nids-streams streams-oracle
+	nids-streams streams-oracle python
 
 setup:
 	@scripts/setup
@@ -129,6 +129,17 @@ streams-oracle: nids-streams build
 	fi
 	python3 tests/streams/compare.py -j 2 --weir $(TARGET_DIR)/release/weir --nids $(TARGET_DIR)/peers/nids_streams \
 		$(STREAMS_ORACLE_ARGS)
+
+# The Python package (crates/weir-py): pip builds it with maturin (from PyPI) and installs it
+# into python3, with numpy, pandas, pyarrow and pytest from PyPI; then its pytest suite,
+# which compares it with the weir CLI built here (about half a minute; the live tests
+# need root and say so when skipped). PIP_BREAK_SYSTEM_PACKAGES lets pip install into
+# a distribution's own Python too (Debian's marks itself externally managed).
+python: setup
+	$(CARGO) build --release -p weir-cli
+	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check numpy pandas pyarrow pytest
+	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./crates/weir-py
+	cd crates/weir-py && WEIR_BIN=$(TARGET_DIR)/release/weir python3 -m pytest -q -p no:cacheprovider tests
 
 test: layers style unit privileged miri fuzz-smoke pcap-suite streams-oracle
 	@echo "make test: all suites passed"

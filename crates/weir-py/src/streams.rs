@@ -27,7 +27,8 @@ use crate::run::TICK;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::time::Duration;
 use weir::engine::{RunError, Running, SourceInfo};
 use weir::stream::{Class, Direction, Mode, Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats, Streams};
 
@@ -305,39 +306,41 @@ impl StreamEvents {
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Event>> {
         loop {
             let Some(rx) = self.rx.take() else { return Ok(None) };
-            let rx = &*self.rx.insert(rx);
+            // Asked before the channel: threads that have ended sent all they
+            // will, so an empty channel then is the end.
+            let ended = self.running.as_ref().is_none_or(|r| r.wait_for(Duration::ZERO));
             match rx.try_recv() {
+                Ok(e) => {
+                    self.rx = Some(rx);
+                    return Event::of(py, e).map(Some);
+                }
+                Err(_) if ended => {
+                    self.rx = Some(rx);
+                    return self.finish(py, false)?.map_or(Ok(None), Err);
+                }
+                Err(_) => {}
+            }
+            if let Err(e) = py.check_signals() {
+                self.rx = Some(rx);
+                self.finish(py, true)?;
+                return Err(e);
+            }
+            // The receiver goes with the waiting thread and comes back.
+            let (rx, got) = py.detach(move || {
+                let got = rx.recv_timeout(TICK);
+                (rx, got)
+            });
+            self.rx = Some(rx);
+            match got {
                 Ok(e) => return Event::of(py, e).map(Some),
-                Err(TryRecvError::Disconnected) => {}
-                Err(TryRecvError::Empty) => {
-                    let done = self.running.as_ref().is_none_or(|r| r.wait_for(std::time::Duration::ZERO));
-                    if !done {
-                        if let Err(e) = py.check_signals() {
-                            self.finish(py, true)?;
-                            return Err(e);
-                        }
-                        // The receiver goes with the waiting thread and comes back.
-                        let Some(rx) = self.rx.take() else { continue };
-                        let (rx, got) = py.detach(move || {
-                            let got = rx.recv_timeout(TICK);
-                            (rx, got)
-                        });
-                        self.rx = Some(rx);
-                        match got {
-                            Ok(e) => return Event::of(py, e).map(Some),
-                            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => continue,
-                        }
-                    }
-                    // Every thread has ended: what they sent is all there.
-                    if let Ok(e) = rx.try_recv() {
-                        return Event::of(py, e).map(Some);
+                Err(RecvTimeoutError::Timeout) => {}
+                // Every worker is gone (their handlers panicked): wait for the rest to end.
+                Err(RecvTimeoutError::Disconnected) => {
+                    if let Some(r) = &self.running {
+                        py.detach(|| r.wait_for(TICK));
                     }
                 }
             }
-            return match self.finish(py, false)? {
-                Some(e) => Err(e),
-                None => Ok(None),
-            };
         }
     }
 

@@ -113,3 +113,4 @@ def test_columns_are_numpy_arrays_built_in_rust(synth):
     # pandas and Arrow take the numeric arrays without a copy.
     arr = f.columns["src2dst_bytes"]
     assert np.shares_memory(pa.array(arr).to_numpy(zero_copy_only=True), arr)
+    assert np.shares_memory(f.to_pandas()["src2dst_bytes"].to_numpy(), arr)
