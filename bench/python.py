@@ -16,17 +16,25 @@ synthesized trace of 1,000,000 packets (`weir synth --packets 1000000 --flows
    scaled to the whole trace (said in the results). Target: weir at least 10
    times dpkt.
 
-Every configuration runs in a fresh process of the benchmark's own virtual
+Every measurement runs in a fresh process of the benchmark's own virtual
 environment (bench/work/python-venv: nfstream, dpkt, scapy, pandas from PyPI,
 and weir built from this checkout with pip; made on first use, about two
 minutes), which times only the work: after `import`, before exit. The trace
-is read once before every run, so that it is in the page cache. Every
-configuration runs once per round, RUNS rounds, each round starting one
-configuration later; a figure is the median of its runs, a ratio the ratio of
-medians. CPU time is the child's (user + system, all threads and processes).
+is read once before every run, so that it is in the page cache. Each part's
+configurations run once per round, each round starting one configuration
+later: the flows part FLOW_ROUNDS rounds (nfstream takes half a minute a run),
+the iteration part ITER_ROUNDS (its runs take seconds); a figure is the median
+of its runs, a ratio the ratio of medians. CPU time is the child's (user +
+system, all threads and processes, its start and imports included); for the
+loops, also the CPU of the loop alone (all threads of the process, weir's
+capture thread included), per packet. The load
+average before each run is kept with it: these machines are shared, and a
+two-thread pipeline (weir's capture thread and the Python thread) suffers
+more than a single thread when another job takes a core.
 
-Results: bench/results/python.json and a table. `--rounds N` sets RUNS
-(default 5), `--quick` runs 2 rounds without the statistical nfstream.
+Results: bench/results/python.json and a table. `--rounds N` sets
+FLOW_ROUNDS (default 5) and ITER_ROUNDS to three times it; `--quick` runs 2
+and 4 rounds without the statistical nfstream.
 """
 import argparse
 import json
@@ -104,9 +112,10 @@ work = {
     "dpkt": dpkt_packets,
     "scapy": scapy_packets,
 }[kind]
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 out = work()
 out["seconds"] = time.perf_counter() - t
+out["work_cpu_s"] = time.process_time() - c
 print(json.dumps(out))
 """
 
@@ -147,6 +156,7 @@ def make_trace():
 def run(py, kind):
     """One measurement in a fresh process: its JSON, with the child's CPU time."""
     warm(TRACE)
+    load = float(open("/proc/loadavg").read().split()[0])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([str(py), "-c", CHILD, kind, str(TRACE), str(SCAPY_PACKETS)], capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -154,7 +164,18 @@ def run(py, kind):
         raise RuntimeError(f"{kind} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    r["load"] = load
     return r
+
+
+def rounds(py, configs, n, runs):
+    """`n` rounds of `configs`, each round starting one configuration later."""
+    for r in range(n):
+        order = configs[r % len(configs) :] + configs[: r % len(configs)]
+        for c in order:
+            res = run(py, c)
+            runs[c].append(res)
+            log(f"round {r + 1}/{n} {c}: {res['seconds']:.3f} s (load {res['load']:.2f})")
 
 
 def main():
@@ -162,7 +183,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 rounds, no statistical nfstream")
     args = ap.parse_args()
-    rounds = 2 if args.quick else args.rounds
+    flow_rounds = 2 if args.quick else args.rounds
+    iter_rounds = 2 * flow_rounds if args.quick else 3 * flow_rounds
     if not WEIR_BIN.exists():
         sys.exit(f"python.py: no weir binary at {WEIR_BIN}: cargo build --release -p weir-cli, or set WEIR_BIN")
     if mem_available() < 6 << 30:
@@ -170,14 +192,11 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     make_trace()
     py = venv_python()
-    configs = [c for c in FLOWS + ITERATION if not (args.quick and c == "nfstream-stats")]
+    flows = [c for c in FLOWS if not (args.quick and c == "nfstream-stats")]
+    configs = flows + ITERATION
     runs = {c: [] for c in configs}
-    for r in range(rounds):
-        order = configs[r % len(configs) :] + configs[: r % len(configs)]
-        for c in order:
-            res = run(py, c)
-            runs[c].append(res)
-            log(f"round {r + 1}/{rounds} {c}: {res['seconds']:.3f} s")
+    rounds(py, ITERATION, iter_rounds, runs)
+    rounds(py, flows, flow_rounds, runs)
     # The same work, or the figures mean nothing.
     flows_rows = {c: {(x["rows"], x["packets"]) for x in runs[c]} for c in configs if c in FLOWS}
     sums = {c: {(x["total"], x["packets"]) for x in runs[c]} for c in ("weir-packets", "dpkt")}
@@ -192,11 +211,14 @@ def main():
             "median_s": med[c],
             "cpu_s": median([x["cpu_s"] for x in runs[c]]) * (scale if c == "scapy" else 1),
             "runs_s": [x["seconds"] for x in runs[c]],
+            "load": [x["load"] for x in runs[c]],
         }
         for c in configs
     }
     for c in ITERATION:
         summary[c]["ns_per_packet"] = med[c] / packets * 1e9
+        # CPU of the loop alone, every thread of the process (weir's capture thread too).
+        summary[c]["cpu_ns_per_packet"] = median([x["work_cpu_s"] / x["packets"] for x in runs[c]]) * 1e9
     for c in FLOWS:
         if c in summary:
             summary[c]["rows_packets"] = sorted(flows_rows[c])
@@ -205,13 +227,14 @@ def main():
         "flows_2q_vs_nfstream": med["nfstream"] / med["weir-flows-2q"],
         "packets_vs_dpkt": med["dpkt"] / med["weir-packets"],
         "packets_vs_scapy": med["scapy"] / med["weir-packets"],
+        "packets_cpu_vs_dpkt": summary["dpkt"]["cpu_ns_per_packet"] / summary["weir-packets"]["cpu_ns_per_packet"],
     }
     if "nfstream-stats" in med:
         ratios["flows_1q_vs_nfstream_stats"] = med["nfstream-stats"] / med["weir-flows-1q"]
         ratios["flows_2q_vs_nfstream_stats"] = med["nfstream-stats"] / med["weir-flows-2q"]
     result = {
         "trace": {"path": str(TRACE.relative_to(ROOT)), "packets": packets, "synth": "--packets 1000000 --flows 100000 --seed 1"},
-        "rounds": rounds,
+        "rounds": {"flows": flow_rounds, "iteration": iter_rounds},
         "scapy": f"run on the first {SCAPY_PACKETS} packets, time scaled by {scale:g} to the whole trace",
         "versions": versions(py),
         "machine": machine(),

@@ -84,6 +84,7 @@ fn keyword(s: Setting) -> &'static str {
         Setting::Balance => "balance",
         Setting::FlowTable => "max_flows",
         Setting::Queues => "queues",
+        Setting::TraceReading => "trace_access",
         // No keyword of its own: the library's words.
         other => other.name(),
     }

@@ -44,3 +44,11 @@ def test_every_stub_keyword_is_taken_at_its_default(synth):
             assert result.packets == 20000
         else:
             assert len(result) > 0
+
+
+def test_every_flow_column_is_documented_in_the_stub_and_the_docstring():
+    tree = ast.parse(STUB.read_text())
+    stub_doc = ast.get_docstring(next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Flows"))
+    for name, pandas, arrow, _ in weir.FLOW_COLUMNS:
+        assert name in stub_doc, name
+        assert f"``{name}``: {pandas} / {arrow}:" in weir.Flows.__doc__, name

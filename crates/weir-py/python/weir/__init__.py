@@ -245,6 +245,11 @@ class Flows:
         return pa.table(arrays)
 
 
+Flows.__doc__ = (Flows.__doc__ or "") + "\n    Columns (name: pandas dtype / Arrow type: meaning):\n\n" + "\n".join(
+    f"    - ``{name}``: {pandas} / {arrow}: {meaning}" for name, pandas, arrow, meaning in FLOW_COLUMNS
+)
+
+
 def flows(source: "str | os.PathLike[str]", **options: Any) -> Flows:
     """Flow records of ``source``, as ``weir flows`` makes them, in a :class:`Flows`.
 

@@ -106,6 +106,20 @@ class Event:
     def stream(self) -> Optional[Dict[str, Any]]: ...
 
 class Flows:
+    """Flow records as columns (numpy arrays built in Rust); to_pandas() and to_arrow().
+
+    Columns (name: pandas dtype / Arrow type):
+    src_ip: str / string; src_port: uint16; dst_ip: str / string; dst_port: uint16;
+    protocol: uint8; ip_version: uint8; queue: uint16;
+    first_seen, last_seen: datetime64[ns, UTC] / timestamp[ns, tz=UTC];
+    duration: timedelta64[ns] / duration[ns];
+    src2dst_packets, src2dst_bytes, src2dst_payload_bytes: uint64; src2dst_tcp_flags: uint8;
+    dst2src_packets, dst2src_bytes, dst2src_payload_bytes: uint64; dst2src_tcp_flags: uint8;
+    bidirectional_packets, bidirectional_bytes: uint64;
+    end_reason: category / dictionary<values=string, indices=uint8> (END_REASONS).
+    weir.FLOW_COLUMNS says what each means.
+    """
+
     columns: Dict[str, numpy.ndarray]
     end_reasons: Tuple[str, ...]
     stats: Dict[str, Any]
