@@ -257,6 +257,11 @@ impl EngineOptions {
         Ok(EngineOptions { spec, filter, filter_engine, packets, duration, pacing, pool, trace_access, cpus, balance, locality, live })
     }
 
+    /// A trace file read at top speed (not paced, not live).
+    pub fn top_speed_trace(&self) -> bool {
+        matches!(self.spec, SourceSpec::File { .. }) && self.pacing == Pacing::TopSpeed
+    }
+
     /// What runs filters in user space (the stream classes' too).
     pub fn filter_engine(&self) -> weir::filter::FilterEngine {
         self.filter_engine
