@@ -352,11 +352,6 @@ impl Packets {
                 Step::End => return self.end(None).map_or(Ok(None), Err),
                 Step::Idle => {}
             }
-            if let Err(e) = py.check_signals() {
-                self.stop.stop();
-                drop(self.end(None));
-                return Err(e);
-            }
             if self.time_up() {
                 self.stop.stop();
                 return self.end(Some(TIME_LIMIT)).map_or(Ok(None), Err);
@@ -365,6 +360,14 @@ impl Packets {
             let reader = reader.get_mut();
             let spin = self.spin;
             s = py.detach(|| wait(reader, spin));
+            // A signal that came while waiting is raised here, with the capture
+            // stopped, rather than in the caller's loop after the packet the
+            // wait brought (a paced or live source spends its time waiting).
+            if let Err(e) = py.check_signals() {
+                self.stop.stop();
+                drop(self.end(None));
+                return Err(e);
+            }
         }
     }
 

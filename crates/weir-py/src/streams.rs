@@ -320,17 +320,18 @@ impl StreamEvents {
                 }
                 Err(_) => {}
             }
-            if let Err(e) = py.check_signals() {
-                self.rx = Some(rx);
-                self.finish(py, true)?;
-                return Err(e);
-            }
             // The receiver goes with the waiting thread and comes back.
             let (rx, got) = py.detach(move || {
                 let got = rx.recv_timeout(TICK);
                 (rx, got)
             });
             self.rx = Some(rx);
+            // A signal that came while waiting is raised here, with the run
+            // stopped, rather than in the caller's loop after the event.
+            if let Err(e) = py.check_signals() {
+                self.finish(py, true)?;
+                return Err(e);
+            }
             match got {
                 Ok(e) => return Event::of(py, e).map(Some),
                 Err(RecvTimeoutError::Timeout) => {}

@@ -11,7 +11,7 @@ import pytest
 
 CHILD = textwrap.dedent(
     """
-    import sys, threading, time, weir
+    import os, sys, threading, time, weir
     what, trace = sys.argv[1], sys.argv[2]
     # Paced at 200 packets/s, the trace would take minutes.
     runs = {
@@ -20,14 +20,23 @@ CHILD = textwrap.dedent(
         "flows": lambda: weir.flows(trace, pps=200, queues=2),
         "streams": lambda: sum(1 for _ in weir.streams(trace, pps=200)),
     }
+    tasks = len(os.listdir("/proc/self/task"))
     print("started", flush=True)
     t = time.monotonic()
     try:
         runs[what]()
         print("finished", flush=True)
     except KeyboardInterrupt:
-        others = [th.name for th in threading.enumerate() if th is not threading.main_thread()]
-        print(f"interrupted {time.monotonic() - t:.2f} {others}", flush=True)
+        took = time.monotonic() - t
+        # weir's capture threads and workers are joined before the exception
+        # comes; a trace's read-ahead thread is told to stop and ends by itself
+        # (it is not joined: on a pipe it may sit in a read), at its next block.
+        for _ in range(100):
+            left = len(os.listdir("/proc/self/task")) - tasks
+            if left == 0:
+                break
+            time.sleep(0.01)
+        print(f"interrupted {took:.2f} {left}", flush=True)
     """
 )
 
@@ -46,6 +55,6 @@ def test_ctrl_c_stops_a_capture_cleanly(synth, what):
     assert child.returncode == 0, err
     words = out.split()
     assert words[0] == "interrupted", out + err
-    assert words[2] == "[]", f"Python threads left running: {out}"
-    assert waited < 2.0, f"{waited:.2f} s from SIGINT to the end"
-    # The child's weir threads are gone too: it exited without waiting on them.
+    assert words[2] == "0", f"threads left running after the interrupt: {out}"
+    # Stopping asks the capture to end within ~50 ms; a loaded machine may take longer.
+    assert waited < 5.0, f"{waited:.2f} s from SIGINT to the end"

@@ -76,7 +76,7 @@ def test_count_and_flows_of_a_live_interface(netns):
     for run in ("count", "flows"):
         sender = send(netns, 300)
         time.sleep(0.05)
-        got = getattr(weir, run)("afpacket:lo", netns=netns, filter=f"udp port {PORT}", duration=1.5, fanout="hash")
+        got = getattr(weir, run)("afpacket:lo", netns=netns, filter=f"udp port {PORT}", duration=3, fanout="hash")
         sender.wait(timeout=30)
         if run == "count":
             assert got.stop == "time limit reached"

@@ -500,6 +500,13 @@ impl Reader {
         while let Some((side, token, len)) = self.take_any() {
             self.release_unread(side, token, 0..len, (0, 0));
         }
+        // Capture threads that closed their sides are returning: wait for
+        // them (within the same bound), so that a closed reader leaves no
+        // thread of its own behind.
+        while !self.captures.iter().all(|(_, h)| h.is_finished()) && self.sides.iter().all(WorkerSide::is_closed) && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         if self.captures.iter().all(|(_, h)| h.is_finished()) {
             self.end_of_capture();
         }
