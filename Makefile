@@ -1,8 +1,8 @@
 # weir: the two entry points of the README, plus the pieces they are made of.
 #   make demo   build a realistic trace with `weir synth` and count it on 2 queues
 #   make test   the whole test suite (module layers, format and clippy, unit, CLI, then as root the live
-#               and corpus tests, Miri, a short fuzz run, the libpcap suite, the streams oracle); run it
-#               as root, with ../shared/corpus present
+#               and corpus tests, the Python package, Miri, a short fuzz run, the libpcap suite, the
+#               streams oracle); run it as root, with ../shared/corpus present
 #   make bench  the benchmarks in bench/ (long; results in bench/results/)
 
 SHELL := /bin/bash
@@ -12,7 +12,7 @@ WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
 .PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
-	nids-streams streams-oracle
+	nids-streams streams-oracle python
 
 setup:
 	@scripts/setup
@@ -130,7 +130,18 @@ streams-oracle: nids-streams build
 	python3 tests/streams/compare.py -j 2 --weir $(TARGET_DIR)/release/weir --nids $(TARGET_DIR)/peers/nids_streams \
 		$(STREAMS_ORACLE_ARGS)
 
-test: layers style unit privileged miri fuzz-smoke pcap-suite streams-oracle
+# The Python package (crates/weir-py): pip builds it with maturin (from PyPI) and installs it
+# into python3, with numpy, pandas, pyarrow and pytest from PyPI; then its pytest suite,
+# which compares it with the weir CLI built here (about half a minute; the live tests
+# need root and say so when skipped). PIP_BREAK_SYSTEM_PACKAGES lets pip install into
+# a distribution's own Python too (Debian's marks itself externally managed).
+python: setup
+	$(CARGO) build --release -p weir-cli
+	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check numpy==2.4.6 pandas==3.1.1 pyarrow==26.0.1 pytest==9.2.0
+	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./crates/weir-py
+	cd crates/weir-py && WEIR_BIN=$(TARGET_DIR)/release/weir python3 -m pytest -q -p no:cacheprovider tests
+
+test: layers style unit privileged python miri fuzz-smoke pcap-suite streams-oracle
 	@echo "make test: all suites passed"
 
 bench: build

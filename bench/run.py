@@ -5,7 +5,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-BENCHES = ["count", "streams", "flows", "jit"]
+BENCHES = ["count", "streams", "flows", "jit", "python"]
 
 failed = []
 for name in sys.argv[1:] or BENCHES:

@@ -49,6 +49,36 @@ fn reader(source: &str, pool: PoolConfig) -> weir::engine::Reader {
 }
 
 #[test]
+fn the_reader_says_why_capture_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    write_trace(&path, 2_000);
+    let drain = |r: &mut weir::engine::Reader| {
+        let mut n = 0;
+        while let Read::Packet(_) = r.next(Duration::from_secs(5)) {
+            n += 1;
+        }
+        n
+    };
+    let mut r = reader(&path.display().to_string(), PoolConfig::new(16, 4).unwrap());
+    assert_eq!(drain(&mut r), 2_000);
+    assert_eq!(r.stop_reason(), Some(weir::StopReason::EndOfInput));
+    let mut r = Engine::builder().source(&path.display().to_string()).unwrap().packet_limit(500).build().unwrap().start_reader().unwrap();
+    assert_eq!(drain(&mut r), 500);
+    assert_eq!(r.stop_reason(), Some(weir::StopReason::PacketLimit));
+    // Stopped while capture runs: the pool (4 chunks of 16) holds it back.
+    let mut r = reader(&path.display().to_string(), PoolConfig::new(16, 4).unwrap());
+    assert!(matches!(r.next(Duration::from_secs(5)), Read::Packet(_)));
+    assert_eq!(r.stop_reason(), None, "capture is still going");
+    r.stop_handle().stop();
+    drain(&mut r);
+    assert_eq!(r.stop_reason(), Some(weir::StopReason::Requested));
+    let report = r.finish();
+    let t = report.stats.total();
+    assert!(t.delivered < 2_000 && t.in_flight == 0 && t.received == t.delivered + t.unread, "{t:?}");
+}
+
+#[test]
 fn every_packet_once_in_capture_order_per_queue() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.pcap");

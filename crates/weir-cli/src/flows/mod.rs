@@ -2,7 +2,7 @@
 //! layer runs in flows mode at cutoff 0 (statistics only: no payload is
 //! kept), and every record it hands out (a direction of a connection at its
 //! close or its active timeout; with `--biflow` joined to the other
-//! direction's first, see `biflow.rs`) travels over a channel to an exporter
+//! direction's first, see [`weir::stream::biflow`]) travels over a channel to an exporter
 //! thread (one for all queues, or with `--export per-queue` one per queue
 //! under its own observation domain), which sends IPFIX, NetFlow v9 or v5
 //! messages to the collectors and writes IPFIX files (`-w`, RFC 5655,
@@ -15,7 +15,6 @@
 //! IP fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
-mod biflow;
 mod encode;
 mod export;
 mod files;
@@ -24,9 +23,8 @@ use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
 use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
-use biflow::Pairer;
 use clap::Args;
-use encode::{EndReason, FlowRecord, Format};
+use encode::{EndReason, FlowRecord, Format, Reverse};
 use export::Ready;
 use export::{ExportStats, Exporter};
 use files::FlowFiles;
@@ -35,7 +33,8 @@ use std::process::ExitCode;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Duration;
 use weir::engine::RunError;
-use weir::stream::{CloseReason, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::stream::biflow::{Biflow, Pairer};
+use weir::stream::{CloseReason, Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::QueueId;
 
 #[derive(Args, Debug)]
@@ -177,7 +176,7 @@ struct ToExporter {
     /// Records its exporter thread was gone for (it panicked): counted.
     orphaned: u64,
     /// With `--biflow`.
-    pairer: Option<Pairer>,
+    pairer: Option<Pairer<FlowRecord>>,
     /// Records sent as another's reverse direction, not by themselves.
     folded: u64,
 }
@@ -211,10 +210,15 @@ impl ToExporter {
             reverse: None,
         };
         let Some(pairer) = self.pairer.as_mut() else { return self.forward(r) };
-        let out = pairer.record(r, s.direction, last);
-        self.folded += u64::from(out.folded);
-        for r in out.send.into_iter().flatten() {
-            self.forward(r);
+        for b in pairer.record(s, r, last).into_iter().flatten() {
+            match b {
+                Biflow::Alone(r) => self.forward(r),
+                Biflow::Pair { initiator, responder, last } => {
+                    self.folded += 1;
+                    let end = if last == Direction::Initiator { initiator.end } else { responder.end };
+                    self.forward(join(&initiator, &responder, end));
+                }
+            }
         }
     }
 
@@ -252,6 +256,14 @@ impl StreamHandler for ToExporter {
         };
         self.send(s, end, true);
     }
+}
+
+/// `fwd` with `rev` as its reverse direction, over the time of both (see
+/// `encode.rs` for why), ended for `end`: the end of the record that
+/// completed the pair (the later one handed out).
+fn join(fwd: &FlowRecord, rev: &FlowRecord, end: EndReason) -> FlowRecord {
+    let reverse = Reverse { tcp_flags: rev.tcp_flags, packets: rev.packets, octets: rev.octets };
+    FlowRecord { start_ms: fwd.start_ms.min(rev.start_ms), end_ms: fwd.end_ms.max(rev.end_ms), end, reverse: Some(reverse), ..*fwd }
 }
 
 /// Resolves each `-n HOST:PORT`, naming the one that fails.
@@ -543,4 +555,45 @@ fn print_stats(
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }
     accounted == handed_out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    #[test]
+    fn a_biflow_is_the_initiator_forward_over_the_time_of_both() {
+        let (client, server) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)));
+        let fwd = FlowRecord {
+            src: client,
+            dst: server,
+            sport: 40000,
+            dport: 443,
+            proto: 6,
+            tcp_flags: 0x02,
+            packets: 3,
+            octets: 300,
+            start_ms: 200,
+            end_ms: 210,
+            ingress: 1,
+            end: EndReason::Idle,
+            reverse: None,
+        };
+        let rev = FlowRecord {
+            src: server,
+            dst: client,
+            sport: 443,
+            dport: 40000,
+            tcp_flags: 0x12,
+            packets: 5,
+            octets: 500,
+            start_ms: 100,
+            end_ms: 205,
+            ..fwd
+        };
+        let joined = join(&fwd, &rev, EndReason::EndOfFlow);
+        let reverse = Reverse { tcp_flags: 0x12, packets: 5, octets: 500 };
+        assert_eq!(joined, FlowRecord { start_ms: 100, end_ms: 210, end: EndReason::EndOfFlow, reverse: Some(reverse), ..fwd });
+    }
 }

@@ -469,6 +469,12 @@ impl Reader {
         }
     }
 
+    /// Why capture ended (the first reason given wins), once it has been
+    /// asked to or has: the end of input when it ended by itself.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.ctl.reason().or_else(|| self.sides.iter().all(WorkerSide::is_closed).then_some(StopReason::EndOfInput))
+    }
+
     /// The first error of the capture threads, once [`Read::End`] was returned.
     pub fn error(&self) -> Option<&RunError> {
         self.errors.first()
@@ -523,6 +529,13 @@ impl Reader {
         }
         while let Some((side, token, len)) = self.take_any() {
             self.release_unread(side, token, 0..len, (0, 0));
+        }
+        // Capture threads that closed their sides are returning: wait for
+        // them (within the same bound), so that a closed reader leaves no
+        // thread of its own behind.
+        while !self.captures.iter().all(|(_, h)| h.is_finished()) && self.sides.iter().all(WorkerSide::is_closed) && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(1));
         }
         if self.captures.iter().all(|(_, h)| h.is_finished()) {
             self.end_of_capture();

@@ -51,6 +51,7 @@
 
 mod api;
 mod arena;
+pub mod biflow;
 mod board;
 mod config;
 mod decode;
