@@ -104,6 +104,36 @@ fn count_sees_every_packet_on_afpacket_and_afxdp() {
     }
 }
 
+/// `-c N` on a live source ends the capture at its Nth packet, as tcpdump's
+/// does: not at the next one, which may never come. Exactly N frames are
+/// sent, then the link is quiet; weir must exit on its own, with N delivered.
+#[test]
+#[ignore = "needs root: weir's live capture on a veth test bed, with tcpreplay"]
+fn a_packet_limit_ends_a_live_capture_at_its_last_packet() {
+    let tb = TestBed::new(2);
+    testbed::require_tools(&["tcpreplay"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (t, frames) = trace(dir.path(), &tb, 300);
+    for kind in ["afpacket", "afxdp"] {
+        let source = format!("{kind}:{}@0-1", tb.rx_if);
+        let mut child = start(&tb, &["count", "--json", "-c", &frames.len().to_string(), &source]);
+        send(&tb, &t);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("{kind}: weir count -c {} still running 10 s after its last packet was sent", frames.len());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{kind}: {}", text(&out.stdout));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["packets"], frames.len(), "{kind}: {v}");
+        assert_eq!(v["stop"], "packet limit reached", "{kind}: {v}");
+    }
+}
+
 #[test]
 #[ignore = "needs root: weir's live capture on a veth test bed, with tcpreplay"]
 fn record_on_a_live_queue_writes_what_was_sent() {
@@ -418,7 +448,7 @@ fn replay_xdp_paced_sends_each_frame_at_its_time() {
     }
     // At top speed the 3,000 frames take a few milliseconds, with hardly a
     // gap of 50 µs. Paced, the span is the rate's, 0.3 s; a sender preempted
-    // on a busy CPU sends what fell due meanwhile at once (up to 10 ms'
+    // on a busy CPU sends what fell due meanwhile at once (up to 50 ms'
     // worth) and past that goes on from then, so on a loaded machine (other
     // tests run beside this one) the span grows and only a share of the gaps
     // is the rate's own.

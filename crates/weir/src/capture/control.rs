@@ -121,6 +121,15 @@ impl Control {
         }
     }
 
+    /// True once a packet limit was set and all of it taken. A live unit looks
+    /// after each packet it captured and stops then: the next packet, the one
+    /// `take_budget` would refuse, may never come.
+    #[inline]
+    pub(crate) fn budget_spent(&self) -> bool {
+        // Relaxed: as in take_budget.
+        self.budget.as_ref().is_some_and(|b| b.load(Ordering::Relaxed) == 0)
+    }
+
     /// Wake `w` when a stop is requested.
     pub(crate) fn register(&self, w: WakeHandle) {
         self.wakers.lock().unwrap_or_else(|e| e.into_inner()).push(w);

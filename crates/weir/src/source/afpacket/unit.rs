@@ -269,6 +269,9 @@ fn walk(
             return Err(BadFrame(format!("block {}: {} packets missing after offset {}", w.block.block().id(), w.left, w.at)));
         }
         w.at += f.next;
+        if ctl.budget_spent() {
+            return Ok(Step::Limit);
+        }
     }
     Ok(Step::Done)
 }

@@ -387,6 +387,12 @@ impl XskUnit {
                         b.took_cell(p);
                     }
                     done += 1;
+                    if ctl.budget_spent() {
+                        // The limit's last packet: stop now, not at the next one.
+                        ctl.request_stop(StopReason::PacketLimit);
+                        outcome = Batch::Limit;
+                        break;
+                    }
                 }
                 Err(NoCell) => {
                     outcome = Batch::NoCell;

@@ -19,8 +19,8 @@
 //!   run sends only when the next frame is due by the kernel's monotonic clock
 //!   and otherwise sends nothing, so frames leave evenly spaced rather than in
 //!   bursts, and `send` returns how many were due in its call. A sender that
-//!   falls more than a millisecond behind (its CPU was busy) goes on from
-//!   then, at its top speed, without a burst to catch up. The CPU that sends
+//!   falls behind (its CPU was busy) sends what fell due meanwhile at once,
+//!   up to 50 ms' worth; further behind, it goes on from then. The CPU that sends
 //!   stays busy either way: it runs the program until frames are due.
 //! - A run is a frame handed to the device's XDP transmit. A device that cannot
 //!   take it (a full queue, a veth whose peer has neither an XDP program nor
