@@ -20,8 +20,8 @@
  * user space runs the program in a loop, so frames leave at their times, not
  * in bursts. `due_ns` is when the next frame is due and `rem_ps` the gaps'
  * fractions of a nanosecond carried so far. A sender that falls more than
- * WEIR_GEN_SLACK_NS behind (its CPU was busy) starts again from now rather
- * than catch up in a longer burst. Without pacing every run sends.
+ * WEIR_GEN_CATCH_UP frames behind (its CPU was busy) starts again from now
+ * rather than catch up in a longer burst. Without pacing every run sends.
  *
  * No run sends once `next` has reached `stop_at`, so user space can ask for
  * exactly the frames it still wants (-c) from a test run of many runs.
@@ -62,14 +62,12 @@ struct weir_gen_state {
 	__u64 stop_at;
 };
 
-/* How far behind its schedule a paced sender may fall before it starts again
- * from now: 50 ms. A CPU that also runs the receiver's softirq (ksoftirqd
- * takes its turns), or the kernel's set-up between two test runs (some 20
- * ms), holds the program back at times; within this the frames due meanwhile
- * go at once, so the rate holds (10 ms kept a veth receiver with a stack
- * behind it at 77% of 100 kpps, 50 ms at 99%), with a burst no longer than
- * the hold. */
-#define WEIR_GEN_SLACK_NS 50000000ULL
+/* How many frames a paced sender that fell behind its schedule (its CPU was
+ * busy) may send at once to catch up; further behind, it starts again from
+ * now. A burst is what a receiver's ring must hold: a veth's takes 256
+ * frames, and catching up on 10 ms (2,000 frames at 200 kpps) overflowed
+ * it. */
+#define WEIR_GEN_CATCH_UP 32
 
 /* max_entries is set by the loader to the trace's frame count. */
 struct {
@@ -158,14 +156,15 @@ int weir_gen(struct xdp_md *ctx)
 	if (s->gap_ps || s->bps) {
 		__u64 now = bpf_ktime_get_ns();
 
-		if (s->due_ns == 0 || now > s->due_ns + WEIR_GEN_SLACK_NS) {
+		/* len * 8e12 fits 64 bits for frames of up to 2 MB. */
+		__u64 gap = s->gap_ps ? s->gap_ps : (__u64)len * 8000000000000ULL / s->bps;
+
+		if (s->due_ns == 0 || now > s->due_ns + gap * WEIR_GEN_CATCH_UP / 1000) {
 			s->due_ns = now;
 			s->rem_ps = 0;
 		}
 		if (now < s->due_ns)
 			return XDP_DROP;
-		/* len * 8e12 fits 64 bits for frames of up to 2 MB. */
-		__u64 gap = s->gap_ps ? s->gap_ps : (__u64)len * 8000000000000ULL / s->bps;
 		__u64 ps = s->rem_ps + gap;
 
 		s->due_ns += ps / 1000;

@@ -82,7 +82,7 @@ With --xdp IFACE the trace (at most 65,536 packets, each at most 2048 bytes) is 
 kernel and sent by weir's XDP program through the kernel's XDP live-frames test run (Linux 5.18+), \
 65,536 runs a call, at top speed or paced with --pps or --mbps: the program sends a frame only \
 when it is due by the kernel's clock, so frames leave evenly spaced, and the sending CPU stays \
-busy running it (a sender held back sends what fell due at once, up to 50 ms' worth); \
+busy running it (a sender held back sends what fell due at once, up to 32 frames); \
 --speed, --qdisc-bypass and -Z are refused. \
 --vary-ports N moves each IPv4 TCP/UDP source port by the packet's number mod N. Packets count \
 as sent when handed to the device: one that cannot take a frame drops it and the kernel does not \

@@ -448,8 +448,8 @@ fn replay_xdp_paced_sends_each_frame_at_its_time() {
     }
     // At top speed the 3,000 frames take a few milliseconds, with hardly a
     // gap of 50 µs. Paced, the span is the rate's, 0.3 s; a sender preempted
-    // on a busy CPU sends what fell due meanwhile at once (up to 50 ms'
-    // worth) and past that goes on from then, so on a loaded machine (other
+    // on a busy CPU sends what fell due meanwhile at once (up to 32 frames)
+    // and past that goes on from then, so on a loaded machine (other
     // tests run beside this one) the span grows and only a share of the gaps
     // is the rate's own.
     let span = (got[2999].ts_ns - got[0].ts_ns) as f64 / 1e9;

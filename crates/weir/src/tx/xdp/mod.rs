@@ -20,8 +20,11 @@
 //!   and otherwise sends nothing, so frames leave evenly spaced rather than in
 //!   bursts, and `send` returns how many were due in its call. A sender that
 //!   falls behind (its CPU was busy) sends what fell due meanwhile at once,
-//!   up to 50 ms' worth; further behind, it goes on from then. The CPU that sends
-//!   stays busy either way: it runs the program until frames are due.
+//!   up to 32 frames (what a receiver's ring must hold: a veth's takes 256);
+//!   further behind, it goes on from then, as it does at the start of each
+//!   test run (the kernel's set-up between two takes some 20 ms). The CPU
+//!   that sends stays busy either way: it runs the program until frames are
+//!   due.
 //! - A run is a frame handed to the device's XDP transmit. A device that cannot
 //!   take it (a full queue, a veth whose peer has neither an XDP program nor
 //!   GRO) drops it, and the kernel tells the sender nothing: only a receiver
@@ -274,6 +277,10 @@ impl XdpGenerator {
         let mut state = self.state.get(&0, 0).map_err(run_error)?;
         let before = state.next;
         state.stop_at = before.saturating_add(most);
+        // A paced schedule starts again with the run: the frames due while the
+        // last run ended and this one was set up (some 20 ms here) are not
+        // sent in a burst at its start, which a receiver's ring would not hold.
+        state.due_ns = 0;
         self.state.set(0, state, 0).map_err(run_error)?;
         let prog: &Xdp = self.ebpf.program(PROGRAM_NAME).ok_or_else(|| missing(&self.iface, PROGRAM_NAME))?.try_into().map_err(
             |e: aya::programs::ProgramError| GenError::Run { iface: self.iface.clone(), error: io::Error::other(e.to_string()) },
