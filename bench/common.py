@@ -55,9 +55,15 @@ def timed(cmd):
     return wall, cpu, p.stdout
 
 
-def warm(path):
-    """Pull a file into the page cache."""
+def warm(path, fresh=False):
+    """Pull a file into the page cache. `fresh` drops it from the cache first
+    and reads it back in order: the state of a trace just written or read for
+    the first time (the kernel's read-ahead puts it in large folios, up to 2 MiB
+    each), rather than whatever the cache's reclaim has left of it since."""
     with open(path, "rb") as f:
+        if fresh:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         while f.read(1 << 24):
             pass
 

@@ -5,17 +5,30 @@ concurrent flows), against a plain libpcap pcap_next_ex loop
 floor of reading it at all), on both CPUs and pinned to one (taskset -c 1).
 
 weir runs twice in each setting: with its default (`--trace-access auto`:
-read ahead on two CPUs, mapped on one) and with the other way of reading the
-trace, so the gain of mapping on one CPU and its loss on two are measured
-side by side. Every round runs every configuration once, in turn, with the
+the trace mapped, its page tables filled ahead on a thread of their own where
+there is a second CPU) and reading the trace ahead with read(2) (the default
+before), so the gain of mapping is measured side by side. Every round runs every configuration once, in turn, with the
 trace read once beforehand so it sits in the page cache; we report medians
-and the median of the per-round ratios. Then `weir profile` of count on one
-CPU, read ahead against mapped: the stage table of each and a stacked-bar PNG.
+and the median of the per-round ratios. Then `weir profile` of count, read
+ahead against mapped, on one CPU and on two: the stage table of each and a
+stacked-bar PNG for each setting.
 
-    python3 bench/main_job.py [--runs N]
+    python3 bench/main_job.py [--runs N] [--cache as-is|fresh|small]
+
+How the page cache holds the trace changes every tool's time: read for the
+first time, it sits in large folios (up to 2 MiB, which a mapping can map
+whole); the cache here is reclaimed within minutes, and what is read back
+later may come in single 4 KiB pages, which makes mapping (a page-table entry
+each) and copying (dd, read(2): a folio at a time) dearer alike. --cache says
+which state the rounds run in: as-is (default: the trace only read so it is
+cached, in whatever state it is), fresh (dropped and read back in order before
+each round: the first-read state) or small (dropped and read back 4 KiB at a
+time with read-ahead off, once, about 20 s: the worst state; each round then
+only reads back what reclaim took meanwhile).
 """
 import argparse
 import json
+import os
 import sys
 
 from common import RESULTS, WEIR, WORK, build_peer, disk_free, gib, log, machine, median, sh, timed, warm, write_result
@@ -25,9 +38,25 @@ FLOWS = 100_000
 ONE_CPU = ["taskset", "-c", "1"]
 
 
+def small_pages(path):
+    """Put `path` in the page cache in single pages: drop it, then read it
+    4 KiB at a time with the kernel's read-ahead off."""
+    log(f"reading {path} back into the page cache 4 KiB at a time ...")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        while os.read(fd, 4096):
+            pass
+    finally:
+        os.close(fd)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=9, help="rounds, every configuration once in each (default 9)")
+    ap.add_argument("--cache", choices=("as-is", "fresh", "small"), default="as-is",
+                    help="the page cache's state for the rounds: as found, freshly read (large folios), or in single pages")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     trace = WORK / f"main-{PACKETS}.pcap"
@@ -42,8 +71,8 @@ def main():
     weir = [str(WEIR), "count", "--json"]
     configs = {
         "two CPUs": {
-            "weir (auto: read ahead)": weir + [t],
-            "weir --trace-access map": weir + ["--trace-access", "map", t],
+            "weir (auto: mapped)": weir + [t],
+            "weir --trace-access read": weir + ["--trace-access", "read", t],
             "libpcap": [str(peer), t],
             "dd": ["dd", f"if={t}", "of=/dev/null", "bs=1M"],
         },
@@ -55,19 +84,24 @@ def main():
         },
     }
     warm(trace)
+    if args.cache == "small":
+        small_pages(trace)
+    fresh = args.cache == "fresh"
     raw = {s: {n: [] for n in c} for s, c in configs.items()}
+    order = [(s, n, cmd) for s, c in configs.items() for n, cmd in c.items()]
     for i in range(args.runs):
         # The page cache here is reclaimed within minutes: read the trace again
         # before each round, so every round's runs find it in memory.
-        warm(trace)
-        for setting, cs in configs.items():
-            for name, cmd in cs.items():
-                wall, cpu, out = timed(cmd)
-                if name != "dd":
-                    got = json.loads(out)["packets"]
-                    assert got == PACKETS, f"{setting} {name}: {got} packets, not {PACKETS}"
-                raw[setting][name].append({"wall_s": wall, "cpu_s": cpu})
-                log(f"round {i + 1}/{args.runs} {setting:8} {name:26} {wall:6.3f} s wall {cpu:6.3f} s CPU")
+        warm(trace, fresh)
+        # The first run after the trace was read is often slower, whichever
+        # it is: each round starts one configuration further on.
+        for setting, name, cmd in order[i % len(order):] + order[:i % len(order)]:
+            wall, cpu, out = timed(cmd)
+            if name != "dd":
+                got = json.loads(out)["packets"]
+                assert got == PACKETS, f"{setting} {name}: {got} packets, not {PACKETS}"
+            raw[setting][name].append({"wall_s": wall, "cpu_s": cpu})
+            log(f"round {i + 1}/{args.runs} {setting:8} {name:26} {wall:6.3f} s wall {cpu:6.3f} s CPU")
 
     summary = {}
     for setting, runs in raw.items():
@@ -87,18 +121,22 @@ def main():
         summary[setting] = s
 
     profiles = {}
-    for access in ("read", "map"):
-        out = sh(ONE_CPU + [str(WEIR), "profile", "--json", "--", "count", "-q", "--trace-access", access, t]).stdout
-        profiles[access] = json.loads(out.strip().splitlines()[-1])
-        (RESULTS / f"main-job-profile-{access}.json").write_text(json.dumps(profiles[access]) + "\n")
-        log(sh(ONE_CPU + [str(WEIR), "profile", "--", "count", "-q", "--trace-access", access, t]).stdout)
-    png = RESULTS / "main-job-profile.png"
-    sh([str(WEIR), "profile", "--compare", str(RESULTS / "main-job-profile-read.json"), str(RESULTS / "main-job-profile-map.json"), "-o", str(png)])
+    warm(trace, fresh)
+    tag0 = "" if args.cache == "as-is" else f"-{args.cache}"
+    for setting, prefix, tag in (("one CPU", ONE_CPU, tag0), ("two CPUs", [], f"{tag0}-2cpu")):
+        for access in ("read", "map"):
+            out = sh(prefix + [str(WEIR), "profile", "--json", "--", "count", "-q", "--trace-access", access, t]).stdout
+            profiles.setdefault(setting, {})[access] = json.loads(out.strip().splitlines()[-1])
+            (RESULTS / f"main-job-profile{tag}-{access}.json").write_text(json.dumps(profiles[setting][access]) + "\n")
+            log(f"{setting}, --trace-access {access}:")
+            log(sh(prefix + [str(WEIR), "profile", "--", "count", "-q", "--trace-access", access, t]).stdout)
+        png = RESULTS / f"main-job-profile{tag}.png"
+        sh([str(WEIR), "profile", "--compare", str(RESULTS / f"main-job-profile{tag}-read.json"), str(RESULTS / f"main-job-profile{tag}-map.json"), "-o", str(png)])
 
-    write_result("main-job", {"trace": {"packets": PACKETS, "flows": FLOWS, "bytes": trace.stat().st_size}, "runs": args.runs,
+    write_result(f"main-job{tag0}", {"trace": {"packets": PACKETS, "flows": FLOWS, "bytes": trace.stat().st_size}, "runs": args.runs, "cache": args.cache,
                               "machine": machine(), "summary": summary, "raw": raw,
-                              "profile_one_cpu_ns_per_packet": {a: {st["stage"]: st["ns_per_packet"] for st in p["stages"]} | {"total": p["total"]["ns_per_packet"]}
-                                                                for a, p in profiles.items()}})
+                              "profile_ns_per_packet": {setting: {a: {st["stage"]: st["ns_per_packet"] for st in p["stages"]} | {"total": p["total"]["ns_per_packet"]}
+                                                                    for a, p in ps.items()} for setting, ps in profiles.items()}})
     for setting, s in summary.items():
         print(f"\n{setting}")
         for name, v in s.items():

@@ -100,6 +100,9 @@ pub enum Stage {
     CaptureThread,
     /// The trace's read-ahead thread: `read(2)` into blocks, whole.
     ReadAhead,
+    /// A mapped trace's populating thread: its page tables filled ahead of
+    /// the walk, whole.
+    Populate,
     /// Worker: wait for a chunk when none is ready.
     WorkerWait,
     /// Worker: take a chunk off the capture queue and hand its packets out.
@@ -126,7 +129,7 @@ pub enum Stage {
 }
 
 /// Number of [`Stage`]s.
-pub const STAGES: usize = 18;
+pub const STAGES: usize = 19;
 
 impl Stage {
     /// Every stage, in the order of the path.
@@ -139,6 +142,7 @@ impl Stage {
         Stage::CaptureWait,
         Stage::CaptureThread,
         Stage::ReadAhead,
+        Stage::Populate,
         Stage::WorkerWait,
         Stage::Delivery,
         Stage::Locality,
@@ -166,6 +170,7 @@ impl Stage {
             Stage::CaptureWait => "capture_wait",
             Stage::CaptureThread => "capture_thread",
             Stage::ReadAhead => "read_ahead",
+            Stage::Populate => "populate",
             Stage::WorkerWait => "worker_wait",
             Stage::Delivery => "delivery",
             Stage::Locality => "locality",
@@ -195,6 +200,7 @@ impl Stage {
             Stage::CaptureWait => "capture: waiting for a cell or pacing",
             Stage::CaptureThread => "capture thread (not broken down)",
             Stage::ReadAhead => "read-ahead thread (read(2) into blocks)",
+            Stage::Populate => "populate thread (page tables of the mapped trace)",
             Stage::WorkerWait => "worker: waiting for a chunk",
             Stage::Delivery => "worker: delivery (take chunk, hand out)",
             Stage::Locality => "worker: locality sort",

@@ -264,8 +264,14 @@ fn a_batch_that_holds_the_sources_memory_is_delivered_when_the_source_stalls() {
     let packets = 6_000u32;
     write_big_trace(&path, packets, 1000);
     let cfg = LocalityConfig { batch: BatchSize::new(packets).unwrap(), timeout: Duration::from_secs(3600), double_buffer: false };
-    // 16 blocks of 64 KiB: a tenth of the 6 MB the batch would hold.
-    let reading = weir::source::file::ReadConfig { block_bytes: 64 * 1024, headroom: 64 * 1024 + 64, blocks: 16, ..Default::default() };
+    // 16 blocks of 64 KiB read ahead: a tenth of the 6 MB the batch would
+    // hold (a mapped file's blocks are the whole file).
+    let reading = weir::source::file::ReadConfig {
+        block_bytes: 64 * 1024,
+        headroom: 64 * 1024 + 64,
+        blocks: 16,
+        access: weir::source::file::TraceAccess::Read,
+    };
     let engine = Engine::builder()
         .source(path.to_str().unwrap())
         .unwrap()
@@ -279,10 +285,11 @@ fn a_batch_that_holds_the_sources_memory_is_delivered_when_the_source_stalls() {
     assert!(batches > 1, "the reading given was used as given, so the batch could not be whole");
 }
 
-/// With the default reading, the trace reader's blocks are raised to hold two
-/// batches of full-size frames, so a batch larger than the default arena
+/// With the default reading, a trace read ahead has its blocks raised to hold
+/// two batches of full-size frames, so a batch larger than the default arena
 /// (64 × 256 KiB; here 20,000 frames of about 1 KB, 21 MB) is delivered whole
-/// rather than cut each time the reader runs short.
+/// rather than cut each time the reader runs short. (A mapped trace's blocks
+/// are the whole file.)
 #[test]
 fn the_trace_reader_holds_two_batches_so_large_batches_are_delivered_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -295,6 +302,7 @@ fn the_trace_reader_holds_two_batches_so_large_batches_are_delivered_whole() {
         .unwrap()
         .pool(PoolConfig::new(256, 128).unwrap())
         .locality(Some(cfg))
+        .trace_access(weir::source::file::TraceAccess::Read)
         .build()
         .unwrap();
     let (delivered, batches) = batches_of(engine);

@@ -1,8 +1,9 @@
 //! A trace read ahead into blocks and the same trace mapped in place give the
 //! packets the file holds, exactly and in order, whatever the block size
 //! (records straddling strides, records longer than the headroom), in pcap
-//! and pcapng; and a mapped trace cut short while it is being read ends the
-//! run with an error naming the file, never a crash.
+//! and pcapng; a mapped trace cut short while it is being read ends the run
+//! with an error naming the file, never a crash; and a mapped trace is
+//! unmapped behind its walk, so a large one is never mapped whole.
 
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::file::{ReadConfig, TraceAccess};
@@ -196,4 +197,56 @@ fn the_read_ahead_thread_is_not_pinned_with_the_capture_thread() {
     let report = engine.run(|_| WhereIsReadAhead::default()).unwrap();
     let seen = report.handlers.into_iter().next().unwrap().1 .0.expect("the worker saw a packet");
     assert_eq!(seen.as_deref(), Some(mine.as_str()), "the read-ahead thread may run where the process may");
+}
+
+/// The file's pages this process has mapped (RssFile), in bytes.
+fn rss_file() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 =
+        status.lines().find_map(|l| l.strip_prefix("RssFile:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap();
+    kb * 1024
+}
+
+/// Looks at RssFile every few thousand packets, and keeps the largest.
+#[derive(Default)]
+struct MaxRssFile(u64, u64);
+
+impl Handler for MaxRssFile {
+    fn packet(&mut self, _: &Packet<'_>) {
+        self.1 += 1;
+        if self.1 % 2_000 == 0 {
+            self.0 = self.0.max(rss_file());
+        }
+    }
+}
+
+/// A mapped trace's page tables are emptied again behind the walk: a 480 MB
+/// trace is walked with at most a few hundred MB of it mapped at once, not the
+/// whole file (which for a trace of 100 GB would be 100 GB of RssFile).
+#[test]
+fn a_mapped_trace_is_unmapped_behind_the_walk() {
+    const PACKETS: u32 = 60_000;
+    const LEN: usize = 8_000;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let available_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(available_kb > 2 * 1024 * 1024, "this test writes a 480 MB trace and needs 2 GiB of memory available, not {available_kb} kB");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.pcap");
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).unwrap(), FileFormat::Pcap, LinkType::ETHERNET, 65_535, TsPrecision::Nano).unwrap();
+    let data = vec![0x5a; LEN];
+    for i in 0..PACKETS {
+        w.write_packet(u64::from(i) * 1_000, &data, LEN as u32).unwrap();
+    }
+    w.finish().unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let reading = ReadConfig { access: TraceAccess::Map, ..ReadConfig::default() };
+    let report = engine(&path, reading).run(|_| MaxRssFile::default()).unwrap();
+    let (max, seen) = report.handlers.iter().fold((0, 0), |(m, n), (_, h)| (m.max(h.0), n + h.1));
+    assert_eq!(seen, u64::from(PACKETS));
+    assert!(max > 0 && max < 320 * 1024 * 1024, "RssFile reached {max} bytes walking a {size}-byte trace");
 }

@@ -19,6 +19,7 @@ use super::buddy::{Offload, WorkerLoad};
 use super::chunk::{key_code, Backing, Cell, ChunkState, Pool, KEYLESS};
 use super::config::MAX_CAPLEN;
 use super::frames::FrameArena;
+use super::prefetch;
 use crate::ring::{Consumer, Producer, WakeHandle};
 use crate::stats::{QueueCounters, Tally};
 use crate::{LinkType, QueueId};
@@ -34,6 +35,9 @@ use std::time::Duration;
 /// the packet's own headers are usually on the next cache line, and waiting
 /// for it cost the capture thread as much again as the rest of its push.
 const KEY_LAG: usize = 8;
+/// How far ahead of the cell being filled its chunk's cells are asked for,
+/// exclusive (four lines of two cells).
+const CELLS_AHEAD: usize = 8;
 
 /// Start fetching the first cache lines of a packet: its link, network and
 /// transport headers for the locality key.
@@ -214,13 +218,20 @@ impl CaptureSide {
     }
 
     /// Write the next cell of the attached chunk `idx` and count the packet.
+    /// See [`CELLS_AHEAD`].
     #[inline]
     fn fill_cell(&mut self, idx: u32, cell: Cell) {
         debug_assert_eq!(self.cur, Some(idx));
         debug_assert!(self.cur_count < self.pool.cells_per_chunk);
-        let slot = self.pool.cells[idx as usize * self.pool.cells_per_chunk + self.cur_count].get();
+        let at = idx as usize * self.pool.cells_per_chunk + self.cur_count;
+        let slot = self.pool.cells[at].get();
         // SAFETY: the chunk is Attached to us, so this cell is ours to write.
         unsafe { *slot = cell };
+        // A recycled chunk's cells were last read by its worker, on another
+        // core: ask for them exclusive a few lines ahead of the writes.
+        if let Some(ahead) = self.pool.cells.get(at + CELLS_AHEAD).filter(|_| self.cur_count + CELLS_AHEAD < self.pool.cells_per_chunk) {
+            prefetch::hint_write(ahead.get().cast_const().cast());
+        }
         if let Some(link) = self.pool.key_link {
             prefetch_headers(&cell);
             if let Some(lagging) = self.cur_count.checked_sub(KEY_LAG) {

@@ -25,6 +25,22 @@ pub(crate) fn hint(at: *const u8) {
     let _ = at;
 }
 
+/// Asks for the cache line holding the byte at `at`, to be written: the line
+/// comes exclusive, so the store that follows need not take it from another
+/// core's cache first.
+#[inline(always)]
+pub(crate) fn hint_write(at: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: PREFETCHW is a hint that never faults and only moves a cache
+    // line; processors without it (PRFCHW) execute its opcode as a NOP. It
+    // touches no register but its operand's, no flags and no stack.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) at, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = at;
+}
+
 /// Asks for the first `lines` cache lines of `bytes`.
 #[inline(always)]
 pub(crate) fn lines(bytes: &[u8], lines: usize) {

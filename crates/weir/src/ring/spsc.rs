@@ -126,8 +126,18 @@ impl<T: Copy + Send> Producer<T> {
         self.tail = self.tail.wrapping_add(1);
         // Release: the slot write above is visible to a consumer that sees this tail.
         self.shared.tail.store(self.tail, Ordering::Release);
-        if self.wake_batch <= 1 || self.tail.wrapping_sub(self.cached_head) >= self.wake_batch {
+        if self.wake_batch <= 1 {
             self.shared.to_consumer.ring();
+        } else if self.tail.wrapping_sub(self.cached_head) >= self.wake_batch {
+            // `cached_head` is refreshed only when the ring looks full, so it may
+            // lag far behind the consumer: without a fresh look every push past
+            // the first batch would ring (a futex wake per chunk on the capture
+            // thread while the worker sleeps between chunks). At most one load
+            // of the consumer's line per batch. Acquire: as in the fullness check.
+            self.cached_head = self.shared.head.load(Ordering::Acquire);
+            if self.tail.wrapping_sub(self.cached_head) >= self.wake_batch {
+                self.shared.to_consumer.ring();
+            }
         }
         Ok(())
     }
@@ -360,6 +370,31 @@ mod tests {
         let (got, took) = t.join().unwrap();
         assert_eq!(got, [0, 1, 2, 3, 4, 5]);
         assert!(took < Duration::from_secs(10), "a wake-up was lost: the consumer slept {took:?}");
+    }
+
+    /// Below the batch a push does not wake a sleeping consumer, also once it
+    /// has taken earlier items (the producer then still remembers an old head).
+    #[test]
+    fn a_push_below_the_batch_lets_a_consumer_that_caught_up_sleep() {
+        let (mut p, mut c) = channel::<u32>(Capacity::at_least(16));
+        p.set_wake_batch(4);
+        for i in 0..4 {
+            p.push(i).unwrap();
+        }
+        let t = std::thread::spawn(move || {
+            let first: Vec<u32> = (0..4).map_while(|_| c.pop_wait(Duration::from_secs(20))).collect();
+            let next = c.pop_wait(Duration::from_secs(20));
+            (first, next, std::time::Instant::now())
+        });
+        // The consumer takes the four and sleeps on the empty ring.
+        std::thread::sleep(Duration::from_millis(100));
+        p.push(4).unwrap();
+        let pushed = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(200));
+        p.notify();
+        let (first, next, woke) = t.join().unwrap();
+        assert_eq!((first, next), (vec![0, 1, 2, 3], Some(4)));
+        assert!(woke.duration_since(pushed) >= Duration::from_millis(150), "a push below the batch woke the consumer");
     }
 
     /// Two threads: every item arrives once, in order, through sleeps on both sides.

@@ -63,18 +63,21 @@ pub struct ReadConfig {
 
 /// How a regular trace file's bytes reach the capture thread.
 ///
-/// Measured on a 1.2 GB, 2M-packet trace in the page cache (bench/count.py,
-/// main-job part): on one CPU, mapping took 0.64x the CPU time of reading,
-/// since the kernel's copy is gone; on two, reading was faster (mapping
-/// 1.15-1.3x the wall time), since the copy runs on the read-ahead thread's
-/// CPU while the capture thread walks bytes the copy left in the cache,
-/// whereas a mapping's bytes come from memory on the walking thread itself,
-/// prefetched or not (a thread that touched them ahead on the other CPU did
-/// not help: the walk still missed).
+/// Measured on a 1.2 GB, 2M-packet trace in the page cache (bench/main_job.py):
+/// reading copies every byte with `read(2)` on a read-ahead thread, and the
+/// walk finds them in the cache the copy left; mapping has no copy, and its
+/// cost is the page tables (filled ahead with MADV_POPULATE_READ, on a thread
+/// of its own where there is a second CPU, with 2 MiB folios mapped whole) and
+/// the walk's misses on bytes that come from memory. At first mapping lost on
+/// two CPUs (1.15-1.3x the wall time of reading: the page faults were the walk's
+/// own); once the page tables were filled ahead (on the other CPU where there
+/// is one) and whole folios mapped, it took 0.62-0.69x the wall time of
+/// reading on two CPUs and 0.50-0.87x on one (large folios - single pages),
+/// so mapping is the default everywhere.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum TraceAccess {
-    /// Map where this process may run on one CPU only (its affinity or its
-    /// cgroup's quota), read ahead where it has more.
+    /// Map a regular file; read anything else (a pipe, a device), and a file
+    /// the system will not map.
     #[default]
     Auto,
     /// Map it (or read it, where mapping is refused).
@@ -84,12 +87,10 @@ pub enum TraceAccess {
 }
 
 impl TraceAccess {
-    /// Whether to map: `Auto` asks how many CPUs this process may use (its
-    /// affinity and its cgroup's quota, read from /proc and /sys).
+    /// Whether to try mapping a regular file.
     fn maps(self) -> bool {
         match self {
-            TraceAccess::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()) <= 1,
-            TraceAccess::Map => true,
+            TraceAccess::Auto | TraceAccess::Map => true,
             TraceAccess::Read => false,
         }
     }
@@ -340,9 +341,15 @@ impl Input {
         }
     }
 
-    /// Start reading ahead on a thread of its own, from where the header ended;
-    /// a profiled run gets the thread's CPU time as it ends.
+    /// Start reading ahead on a thread of its own, from where the header ended
+    /// (a mapped file: filling its page tables ahead, where there is a CPU for
+    /// it); a profiled run gets the thread's CPU time as it ends.
     pub(crate) fn start_read_ahead(&mut self, profiler: Option<Arc<Profiler>>) -> Result<(), SourceError> {
+        if let Some(a) = &mut self.ahead {
+            return a
+                .populate_on_a_thread(self.cpus, profiler)
+                .map_err(|source| SourceError::Io { what: "starting the thread that maps the trace ahead".into(), error: source });
+        }
         if !matches!(self.reader, Reader::Direct(_)) {
             return Ok(());
         }
