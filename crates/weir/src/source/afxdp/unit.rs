@@ -64,8 +64,10 @@ const CELL_WAIT: Duration = Duration::from_millis(50);
 /// a packet may gain before the capture thread takes it (then at most
 /// [`PUBLISH_DELAY`] more in a partly filled chunk; afpacket's block timeout
 /// lets a packet wait up to 100 ms). Measured at 200 kpps per queue: 1 ms
-/// left afxdp about twice afpacket's CPU per packet, mostly wake-ups.
-const GATHER_MAX: Duration = Duration::from_millis(4);
+/// left afxdp about twice afpacket's CPU per packet, mostly wake-ups; at 50
+/// and 200 kpps per queue 4 ms left it 1.2-1.7 times, 10 ms 1.1-1.25 times,
+/// with half the system calls per packet (bench/afxdp_cpu.py).
+const GATHER_MAX: Duration = Duration::from_millis(10);
 /// Shortest such sleep: at rates where a quarter of the RX ring fills faster,
 /// the unit looks this often (a sleep much shorter costs as much as it saves).
 const GATHER_MIN: Duration = Duration::from_micros(20);
