@@ -44,8 +44,10 @@ def test_counts_equal_the_clis_on_a_synthesized_trace(synth, cli_json, options, 
     want = cli_json(*flags, synth + suffix)
     got = weir.count(synth, **options)
     if "offload" in options.get("balance", ""):
-        # Which chunks a busy queue hands to its buddy depends on the threads' timing.
-        assert sum(q.offloaded for q in got.queues) > 0
+        # Whether and which chunks a busy queue hands to its buddy depends on
+        # the threads' timing: a run may hand none (one in a CI run of
+        # 2026-11-29 did). crates/weir-cli/tests/balance.rs shows offloading
+        # itself; here every other counter must match the CLI's.
         for q in want["queues"]:
             del q["offloaded"]
     assert strip(as_cli(got), options) == want["queues"]
