@@ -229,8 +229,8 @@ impl CaptureSide {
         unsafe { *slot = cell };
         // A recycled chunk's cells were last read by its worker, on another
         // core: ask for them exclusive a few lines ahead of the writes.
-        if let Some(ahead) = self.pool.cells.get(at + CELLS_AHEAD).filter(|_| self.cur_count + CELLS_AHEAD < self.pool.cells_per_chunk) {
-            prefetch::hint_write(ahead.get().cast_const().cast());
+        if self.cur_count + CELLS_AHEAD < self.pool.cells_per_chunk {
+            prefetch::hint_write(self.pool.cells[at + CELLS_AHEAD].get().cast_const().cast());
         }
         if let Some(link) = self.pool.key_link {
             prefetch_headers(&cell);

@@ -44,7 +44,7 @@ use nix::unistd::Pid;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A PMD's span on x86-64 and aarch64 with 4 KiB pages: where the file
@@ -312,8 +312,8 @@ const UNMAP_BEHIND: u64 = 2 * POPULATE_LEAD;
 /// How much is unmapped in one call (see [`Behind::follow`]).
 const UNMAP_AT_ONCE: u64 = POPULATE_LEAD / 2;
 
-/// Empties a mapped trace's page tables behind its walk, a step at a time,
-/// with MADV_DONTNEED: a private read-only file mapping then reads the page
+/// Empties a mapped trace's page tables behind its walk, [`UNMAP_AT_ONCE`]
+/// or more at a time, with MADV_DONTNEED: a private read-only file mapping then reads the page
 /// cache again at its next access, so nothing is lost. The process's share of
 /// the file (RssFile) stays under [`UNMAP_BEHIND`] + [`POPULATE_LEAD`] for a
 /// trace of any size, and the work of unmapping is done as the walk goes, by
@@ -365,7 +365,7 @@ enum Populate {
 /// What the walk tells the populating thread.
 struct Told {
     /// The walk's file offset, as of its last step.
-    walk: std::sync::atomic::AtomicU64,
+    walk: AtomicU64,
     /// The walk is over: the thread ends at its next look.
     stop: AtomicBool,
 }
@@ -411,7 +411,7 @@ impl Ahead {
         if from >= self.size || !self.parallel {
             return Ok(());
         }
-        let shared = Arc::new(Told { walk: std::sync::atomic::AtomicU64::new(0), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Told { walk: AtomicU64::new(0), stop: AtomicBool::new(false) });
         let (start, size, arena, told) = (self.start, self.size, Arc::clone(&self.arena), Arc::clone(&shared));
         if let Some(p) = &profiler {
             p.expect_thread();
