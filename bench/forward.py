@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Forwarding rate and CPU per packet of `weir forward` (afxdp and afpacket)
-against a libpcap forwarder (bench/peers/libpcap_forward.c: pcap_next_ex and
+"""Forwarding rate and CPU per packet of `weir forward` (afxdp, afpacket, and
+xdp: in the kernel, with and without a filter translated to eBPF) against a libpcap forwarder (bench/peers/libpcap_forward.c: pcap_next_ex and
 pcap_inject) and the kernel's own XDP redirect (the upper bound: a tiny XDP
 program of this script's that redirects IN to OUT, since `xdp-bench` is not
 installed here).
@@ -22,7 +22,8 @@ forwarders that attach none. Over a window of steady sending, each run reads:
   generator's ceiling for that forwarder, stated next to every rate);
 - forwarded: r's rx_packets per second (the forwarding rate at full offered load);
 - CPU per forwarded packet: the forwarder process's user+system time (where
-  it has one), and the whole machine's busy time (generator, softirqs and
+  it has one; the xdp backend's process only reads counters, its work is
+  softirq time), and the whole machine's busy time (generator, softirqs and
   forwarder together) for context.
 
 Median of RUNS runs each. Results in bench/results/forward.json.
@@ -45,6 +46,9 @@ from common import WEIR, WORK, build_peer, log, machine, sh, write_result  # noq
 from generator import frame, write_pcap  # noqa: E402
 
 RUNS = 3
+# A filter every frame of the generator passes (UDP to port 53), of 13
+# cBPF instructions: the cost of judging in the kernel, not of dropping.
+FILTER = "udp and not port 80 and not ip6"
 SETTLE = 1.5
 WINDOW = 4.0
 ID = f"{os.getpid() % 100000}"
@@ -186,6 +190,8 @@ def main():
         peers = {
             "weir forward afxdp": (fwd + ["--backend", "afxdp"], False),
             "weir forward afpacket": (fwd + ["--backend", "afpacket"], True),
+            "weir forward xdp": (fwd + ["--backend", "xdp"], False),
+            "weir forward xdp, filter": (fwd + ["--backend", "xdp", "-f", FILTER], False),
             "libpcap forwarder": (in_ns("F") + [str(lpf), IF["i"], IF["o"]], True),
             "kernel XDP redirect": (None, False),
         }

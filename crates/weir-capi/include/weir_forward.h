@@ -65,7 +65,9 @@ typedef int (*weir_verdict_cb)(const uint8_t *data, uint32_t caplen, uint32_t wi
 
 weir_forward_t *weir_forward_create(const char *in, const char *out, char *errbuf);
 
-/* Options, by name, as text: "backend" ("afxdp", the default, or "afpacket"),
+/* Options, by name, as text: "backend" ("afxdp", the default, "afpacket", or
+ * "xdp": forwarded inside the kernel by weir's XDP program, no packet reaches
+ * the process, so no verdict callback: a run with one is refused),
  * "filter" (an expression; "" for none), "netns" (a name from `ip netns` or a
  * path), "bidirectional" ("0"/"1"), "count" (packets received, all lanes),
  * "duration_ms", "frames" (afxdp UMEM frames per lane, a power of two),

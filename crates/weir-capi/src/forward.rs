@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
-use weir::forward::{Backend, Direction, ForwardOptions, Forwarder, LaneStats, StopHandle, Verdict};
+use weir::forward::{Backend, Direction, ForwardOptions, Forwarder, Judge, LaneStats, StopHandle, Verdict};
 
 /// `weir_verdict_cb`: the packet's bytes, their length and the length on the
 /// wire, its timestamp, the lane's direction (0: IN to OUT, 1: back) and
@@ -197,26 +197,36 @@ pub unsafe extern "C" fn weir_forward_run(h: *mut WeirForward) -> c_int {
     })
 }
 
+/// A lane's judge: the C callback, or none (pass all, which the in-kernel
+/// backend can run since it needs to see no packet).
+struct CJudge {
+    cb: Option<(VerdictCb, UserPtr)>,
+    lane: c_int,
+    queue: c_int,
+}
+
+impl Judge for CJudge {
+    fn verdict(&mut self, p: &weir::Packet<'_>) -> Verdict {
+        let Some((f, user)) = &self.cb else { return Verdict::Pass };
+        let d = p.data();
+        // SAFETY: the callback's contract (the header): it reads `caplen`
+        // bytes at `data` during the call only.
+        match unsafe { f(d.as_ptr(), d.len() as u32, p.wire_len(), p.ts_ns(), self.lane, self.queue, user.0) } {
+            0 => Verdict::Pass,
+            _ => Verdict::Drop,
+        }
+    }
+
+    fn sees_packets(&self) -> bool {
+        self.cb.is_some()
+    }
+}
+
 fn run(h: &WeirForward) -> Result<(), String> {
     let opts = lock(&h.opts).clone();
     let cb = *lock(&h.verdict);
     let fwd = Forwarder::open(opts).map_err(|e| e.to_string())?;
-    let running = fwd
-        .start(|dir, q| {
-            let lane = c_int::from(dir == Direction::OutToIn);
-            move |p: &weir::Packet<'_>| match cb {
-                None => Verdict::Pass,
-                Some((f, user)) => {
-                    let d = p.data();
-                    // SAFETY: the callback's contract (the header): it reads `caplen`
-                    // bytes at `data` during the call only.
-                    match unsafe { f(d.as_ptr(), d.len() as u32, p.wire_len(), p.ts_ns(), lane, c_int::from(q), user.0) } {
-                        0 => Verdict::Pass,
-                        _ => Verdict::Drop,
-                    }
-                }
-            }
-        })
+    let running = fwd.start(|dir, q| CJudge { cb, lane: c_int::from(dir == Direction::OutToIn), queue: c_int::from(q) })
         .map_err(|e| e.to_string())?;
     *lock(&h.stop) = Some(running.stop_handle());
     // Relaxed: a flag on its own; a stop asked meanwhile finds the handle above.

@@ -139,3 +139,61 @@ fn a_c_verdict_callback_drops_by_verdict_and_the_counts_say_so() {
         unsafe { weir_forward_destroy(h) };
     }
 }
+
+/// The in-kernel backend through the C API: with no callback every frame is
+/// forwarded by XDP and counted; with one, the run is refused (no verdict
+/// can run where no packet reaches the process).
+#[test]
+#[ignore = "needs root: the forwarder's C API on a three-namespace veth bed"]
+fn the_xdp_backend_forwards_without_a_callback_and_refuses_one() {
+    let bed = Bed::new();
+    // XDP frames redirected to a veth need its peer's NAPI: GRO on (UDP is not merged).
+    let st = Command::new("ip").args(["netns", "exec", &bed.ns[2], "ethtool", "-K", &bed.ifs[3], "gro", "on"]).status();
+    assert!(st.unwrap().success());
+    let n = 1000u32;
+    let (i, o) = (CString::new(bed.ifs[1].as_str()).unwrap(), CString::new(bed.ifs[2].as_str()).unwrap());
+    let mut err = [0 as c_char; weirstream::ERRBUF_SIZE];
+    // SAFETY: two C strings and a buffer of ERRBUF_SIZE bytes.
+    let h = unsafe { weir_forward_create(i.as_ptr(), o.as_ptr(), err.as_mut_ptr()) };
+    assert!(!h.is_null());
+    set(h, "backend", "xdp");
+    set(h, "netns", &bed.ns[1]);
+    set(h, "count", &n.to_string());
+    set(h, "duration_ms", "20000");
+    let seen = AtomicU64::new(0);
+    // SAFETY: a live handle; the callback and its counter outlive the run.
+    assert_eq!(unsafe { weir_forward_on_verdict(h, Some(odd_out), &seen as *const AtomicU64 as *mut c_void) }, 0);
+    // SAFETY: a live handle, no run holding it.
+    assert_eq!(unsafe { weir_forward_run(h) }, -1);
+    // SAFETY: the handle keeps its error text.
+    let msg = unsafe { CStr::from_ptr(weir_forward_error(h)) }.to_string_lossy().into_owned();
+    assert!(msg.contains("no application verdict can run"), "{msg}");
+    // SAFETY: as above; NULL passes all.
+    assert_eq!(unsafe { weir_forward_on_verdict(h, None, std::ptr::null_mut()) }, 0);
+    let before = bed.received();
+    let hp = h as usize;
+    let runner = std::thread::spawn(move || {
+        // SAFETY: the handle lives until destroyed below, after this thread is joined.
+        let rc = unsafe { weir_forward_run(hp as *mut WeirForward) };
+        // SAFETY: as above.
+        (rc, unsafe { CStr::from_ptr(weir_forward_error(hp as *mut WeirForward)) }.to_string_lossy().into_owned())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let opts = weir::tx::TxOptions { netns: Some(bed.ns[0].clone().into()), ..weir::tx::TxOptions::default() };
+    let mut tx = weir::tx::TxRing::open(&bed.ifs[0], &opts).unwrap();
+    for k in 0..n {
+        tx.send(&frame(k)).unwrap();
+    }
+    tx.flush().unwrap();
+    let (rc, msg) = runner.join().unwrap();
+    assert_eq!(rc, 0, "{msg}");
+    let mut st = CForwardStats::default();
+    // SAFETY: a live handle and a stats struct.
+    assert_eq!(unsafe { weir_forward_stats(h, &mut st) }, 0);
+    assert_eq!(st, CForwardStats { received: u64::from(n), forwarded: u64::from(n), ..CForwardStats::default() });
+    assert_eq!(seen.load(Ordering::Relaxed), 0, "no packet reached the process");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(bed.received() - before, u64::from(n), "the receiver got every frame");
+    // SAFETY: the run is over; not used again.
+    unsafe { weir_forward_destroy(h) };
+}

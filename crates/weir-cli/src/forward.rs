@@ -30,7 +30,12 @@ veth pair, the peer of an interface that receives must send with XDP only if tha
 (weir's does), and the peer of OUT receives ordinary frames; a veth whose peer has no XDP program drops frames \
 redirected to it with XDP (XDP_TX or a redirect), which is why the generator's interface needs one. Zero-copy where \
 the driver has it; copy mode (veth) has the kernel copy in and out of the UMEM.\n  afpacket  a TPACKET_V3 RX ring on \
-IN and a PACKET_TX_RING on OUT: each packet is copied once, from the RX block into a TX slot.\n\n\
+IN and a PACKET_TX_RING on OUT: each packet is copied once, from the RX block into a TX slot.\n  xdp       in the \
+kernel: weir's XDP program on IN runs the filter (translated to eBPF) and redirects what it passes to OUT through a \
+device map; no packet reaches weir, no copy, no system call per packet. The fastest, where nothing but the filter \
+decides. Needs native XDP on IN (and on OUT with --bidirectional) and a filter the kernel can run (not protochain); \
+OUT must take XDP frames (a veth's peer needs an XDP program or GRO on: ethtool -K PEER gro on). What OUT gives back \
+is counted in tx_failed from the kernel's XDP tracepoints.\n\n\
 Counters, per lane: received (taken off the RX ring) = forwarded (the device took it) + filtered (the -f filter \
 rejected it: dropped by policy) + dropped (the application's verdict) + tx_failed (the kernel or device gave up \
 sending it) + in_flight (handed to TX, not completed when weir stopped); weir checks that sum. kernel_drops: packets \
@@ -40,7 +45,8 @@ traffic. Errors: a missing or down interface, an MTU whose frames do not fit a U
 hold 1792 bytes; --frame-size 4096), IN with more queues than OUT, --bidirectional with IN = OUT, and no root \
 (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF) are refused before anything is attached.\n\n\
 Examples:\n  weir forward eth1 eth2\n  weir forward eth1 eth2 -f 'not port 22' --bidirectional\n  \
-weir forward --backend afpacket eth1 eth2 -d 60 --json\n  weir forward eth1 eth1 -f 'udp'   (back out of eth1)"
+weir forward --backend afpacket eth1 eth2 -d 60 --json\n  weir forward eth1 eth1 -f 'udp'   (back out of eth1)\n  \
+weir forward --backend xdp eth1 eth2 -f 'not udp port 53'   (in the kernel)"
 )]
 pub struct ForwardArgs {
     /// The interface packets come in on.
@@ -55,8 +61,8 @@ pub struct ForwardArgs {
     #[arg(long)]
     pub bidirectional: bool,
 
-    /// afxdp (no copy in weir) or afpacket (one copy).
-    #[arg(long, value_name = "afxdp|afpacket", default_value = "afxdp")]
+    /// afxdp (no copy in weir), afpacket (one copy) or xdp (in the kernel, no packet reaches weir).
+    #[arg(long, value_name = "afxdp|afpacket|xdp", default_value = "afxdp")]
     pub backend: Backend,
 
     /// Forward only packets matching this libpcap filter expression (as in tcpdump); the rest are

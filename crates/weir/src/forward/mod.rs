@@ -26,6 +26,13 @@
 //!   IN, packets sent out of OUT through a PACKET_TX_RING ([`crate::tx`]): one
 //!   copy, from the RX block into the TX slot. The RX socket ignores outgoing
 //!   packets, so what a lane sends out of an interface never comes back to it.
+//! - **xdp** ([`Backend::Xdp`], `kernel.rs`): no packet reaches weir. weir's
+//!   forwarding program (`ebpf/weir_fwd.c`) runs the filter, translated to
+//!   eBPF, on IN and redirects what it passes to OUT through a device map;
+//!   the kernel's XDP tracepoints count what OUT took and gave back. A lane is
+//!   a direction over all queues, and its thread only reads counters. No
+//!   judge that sees packets can run, and a filter the kernel cannot run is
+//!   refused, as is an input without native XDP.
 //! - The **filter** (libpcap's language) runs in user space on each received
 //!   packet; what it rejects is dropped by policy (`filtered`). What it passes
 //!   goes to the application's [`Judge`], whose [`Verdict::Drop`] is counted in
@@ -49,6 +56,7 @@
 //!   headroom). IN and OUT may be the same interface, except with
 //!   `bidirectional`.
 
+mod kernel;
 mod packet;
 mod xsk;
 
@@ -84,6 +92,13 @@ pub enum Verdict {
 pub trait Judge: Send + 'static {
     /// The verdict on one packet.
     fn verdict(&mut self, packet: &Packet<'_>) -> Verdict;
+
+    /// Whether this judge needs to see packets at all. One that passes every
+    /// packet says no, and may then run where no packet reaches weir
+    /// ([`Backend::Xdp`]).
+    fn sees_packets(&self) -> bool {
+        true
+    }
 }
 
 impl<F: FnMut(&Packet<'_>) -> Verdict + Send + 'static> Judge for F {
@@ -101,6 +116,10 @@ impl Judge for PassAll {
     fn verdict(&mut self, _: &Packet<'_>) -> Verdict {
         Verdict::Pass
     }
+
+    fn sees_packets(&self) -> bool {
+        false
+    }
 }
 
 /// How packets are received and sent.
@@ -110,6 +129,10 @@ pub enum Backend {
     AfXdp,
     /// A TPACKET_V3 RX ring and a PACKET_TX_RING: one copy.
     AfPacket,
+    /// In the kernel: weir's XDP program runs the filter and redirects what
+    /// it passes to the other interface; no packet reaches weir, so no
+    /// application verdict (only [`PassAll`]).
+    Xdp,
 }
 
 impl std::str::FromStr for Backend {
@@ -118,7 +141,8 @@ impl std::str::FromStr for Backend {
         match s {
             "afxdp" => Ok(Backend::AfXdp),
             "afpacket" => Ok(Backend::AfPacket),
-            _ => Err(format!("{s:?}: afxdp or afpacket")),
+            "xdp" => Ok(Backend::Xdp),
+            _ => Err(format!("{s:?}: afxdp, afpacket or xdp")),
         }
     }
 }
@@ -128,6 +152,7 @@ impl std::fmt::Display for Backend {
         f.write_str(match self {
             Backend::AfXdp => "afxdp",
             Backend::AfPacket => "afpacket",
+            Backend::Xdp => "xdp",
         })
     }
 }
@@ -397,6 +422,7 @@ impl Forwarder {
         let (lanes, more) = live.in_netns(|| match opts.backend {
             Backend::AfXdp => xsk::open(&opts),
             Backend::AfPacket => packet::open(&opts),
+            Backend::Xdp => kernel::open(&opts, filter.as_ref()),
         })?;
         notes.extend(more);
         Ok(Forwarder { lanes, filter, opts, notes })
@@ -423,11 +449,18 @@ impl Forwarder {
         });
         let filter = self.filter.map(Arc::new);
         let started = Instant::now();
+        let judges: Vec<J> = self.lanes.iter().map(|(dir, q, _)| make(*dir, *q)).collect();
+        if self.opts.backend == Backend::Xdp && judges.iter().any(Judge::sees_packets) {
+            return Err(SourceError::Invalid(
+                "the xdp backend forwards inside the kernel, where no application verdict can run: use afxdp or \
+                 afpacket for a judge that sees packets"
+                    .into(),
+            ));
+        }
         let mut lanes = Vec::with_capacity(self.lanes.len());
-        for (dir, q, work) in self.lanes {
+        for ((dir, q, work), mut judge) in self.lanes.into_iter().zip(judges) {
             let name = work.name();
             let counters = Arc::new(Counters::default());
-            let mut judge = make(dir, q);
             let (ctl2, counters2, filter2) = (Arc::clone(&ctl), Arc::clone(&counters), filter.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("weir-fwd-{q}{}", if dir == Direction::InToOut { "" } else { "r" }))

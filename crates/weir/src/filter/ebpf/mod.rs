@@ -68,6 +68,15 @@ pub(crate) const BLOCK_STACK: i16 = -72;
 const MEM: i16 = -64;
 const LOAD_BUF: i16 = -72;
 
+/// `struct xdp_md`'s `data` and `data_end`.
+const XDP_MD_DATA: i16 = 0;
+const XDP_MD_DATA_END: i16 = 4;
+/// Loads that end at or below this offset are read directly when the bytes
+/// are in the packet's linear part: it fits an instruction's signed 16-bit
+/// offset, and the verifier bounds a packet pointer plus a scalar below
+/// 64 KiB.
+const DIRECT_MAX: u32 = 0x7fff;
+
 /// `struct xdp_md`'s `rx_queue_index`.
 pub(crate) const XDP_MD_RX_QUEUE: i16 = 16;
 
@@ -120,6 +129,15 @@ const JLT: u8 = 0xa0;
 const CALL: u8 = 0x80;
 const EXIT: u8 = 0x90;
 const PSEUDO_MAP_FD: u8 = 1;
+
+/// The load size code for 1, 2 or 4 bytes.
+fn width(size: u8) -> u8 {
+    match size {
+        1 => B,
+        2 => H,
+        _ => W,
+    }
+}
 
 fn insn(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> Insn {
     Insn { code, regs: (dst as u8) | ((src as u8) << 4), off, imm }
@@ -207,7 +225,8 @@ impl Emitter {
         self.jump(insn(JMP | JA, Reg::R0, Reg::R0, 0, 0), to);
     }
 
-    /// Load `size` bytes (1, 2 or 4) at the offset in r2 into A, big-endian, or reject.
+    /// Load `size` bytes (1, 2 or 4) at the offset in r2 into A, big-endian, or
+    /// reject: through the helper, which reads fragments too.
     fn load_at_r2(&mut self, size: u8) {
         self.push(asm::mov64(Reg::R1, CTX));
         self.push(asm::mov64(Reg::R3, Reg::Fp));
@@ -215,23 +234,56 @@ impl Emitter {
         self.push(asm::mov32_imm(Reg::R4, u32::from(size)));
         self.push(asm::call(helper::XDP_LOAD_BYTES));
         self.jump(insn(JMP | JNE | K, Reg::R0, Reg::R0, 0, 0), Label::Reject);
-        let width = match size {
-            1 => B,
-            2 => H,
-            _ => W,
-        };
-        self.push(insn(LDX | width | MEMORY, A, Reg::Fp, LOAD_BUF, 0));
+        self.push(insn(LDX | width(size) | MEMORY, A, Reg::Fp, LOAD_BUF, 0));
+        self.to_big_endian(size);
+    }
+
+    fn to_big_endian(&mut self, size: u8) {
         if size > 1 {
             self.push(insn(ALU | END | TO_BE, A, Reg::R0, 0, i32::from(size) * 8));
         }
     }
 
+    /// Instructions `load_at_r2` emits, which the fast paths jump over.
+    fn helper_load_len(size: u8) -> i16 {
+        7 + i16::from(size > 1)
+    }
+
+    /// The fast path's end, with the loaded bytes in A: swap them and jump
+    /// over the helper's path (`after` instructions more before it).
+    fn direct_done(&mut self, size: u8, after: i16) {
+        self.to_big_endian(size);
+        self.push(insn(JMP | JA, Reg::R0, Reg::R0, Self::helper_load_len(size) + after, 0));
+    }
+
+    /// The packet's start in r1 and end in `end`, as the verifier types them.
+    fn packet_bounds(&mut self, end: Reg) {
+        self.push(asm::ldx_w(Reg::R1, CTX, XDP_MD_DATA));
+        self.push(asm::ldx_w(end, CTX, XDP_MD_DATA_END));
+    }
+
+    /// A constant offset: read directly where the bytes are in the linear
+    /// part (one bounds check, no call: a helper call per load was most of a
+    /// filter's cost), through the helper otherwise.
     fn load_abs(&mut self, k: u32, size: u8) {
+        let end = u64::from(k) + u64::from(size);
+        if end <= u64::from(DIRECT_MAX) {
+            self.packet_bounds(Reg::R2);
+            self.push(asm::mov64(Reg::R3, Reg::R1));
+            self.push(asm::add64_imm(Reg::R3, end as i32));
+            // Past the linear part: the helper's path, which also rejects.
+            let fast = 2 + i16::from(size > 1);
+            self.push(insn(JMP | JGT | SRC_X, Reg::R3, Reg::R2, fast, 0));
+            self.push(insn(LDX | width(size) | MEMORY, A, Reg::R1, k as i16, 0));
+            self.direct_done(size, 1);
+        }
         self.push(asm::mov32_imm(Reg::R2, k));
         self.load_at_r2(size);
     }
 
-    /// X + k, which the interpreter refuses when it passes u32: computed in 64 bits.
+    /// X + k, which the interpreter refuses when it passes u32: computed in
+    /// 64 bits. Read directly as a constant offset is, when it is small
+    /// enough for the verifier to bound the pointer.
     fn load_ind(&mut self, k: u32, size: u8) {
         self.push(insn(ALU | MOV | SRC_X, Reg::R2, X, 0, 0));
         self.push(asm::mov32_imm(Reg::R3, k));
@@ -239,6 +291,15 @@ impl Emitter {
         self.push(asm::mov64(Reg::R3, Reg::R2));
         self.push(insn(ALU64 | RSH | K, Reg::R3, Reg::R0, 0, 32));
         self.jump(insn(JMP | JNE | K, Reg::R3, Reg::R0, 0, 0), Label::Reject);
+        let fast = 8 + i16::from(size > 1);
+        self.push(insn(JMP | JGT | K, Reg::R2, Reg::R0, fast, (DIRECT_MAX - u32::from(size)) as i32));
+        self.packet_bounds(Reg::R4);
+        self.push(asm::add64(Reg::R1, Reg::R2));
+        self.push(asm::mov64(Reg::R3, Reg::R1));
+        self.push(asm::add64_imm(Reg::R3, i32::from(size)));
+        self.push(insn(JMP | JGT | SRC_X, Reg::R3, Reg::R4, 2 + i16::from(size > 1), 0));
+        self.push(insn(LDX | width(size) | MEMORY, A, Reg::R1, 0, 0));
+        self.direct_done(size, 0);
         self.load_at_r2(size);
     }
 

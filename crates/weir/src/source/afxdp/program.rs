@@ -153,7 +153,7 @@ impl XdpProgram {
 
 /// Remove what is attached to `ifindex` if it may be replaced, or say why not.
 /// Returns a note for each program it replaced.
-fn clear_the_way(iface: &str, ifindex: u32, replace_foreign: bool) -> Result<Vec<String>, SourceError> {
+pub(crate) fn clear_the_way(iface: &str, ifindex: u32, replace_foreign: bool) -> Result<Vec<String>, SourceError> {
     let mut notes = Vec::new();
     let attached = sys::xdp_programs(ifindex).map_err(|e| denied(format!("{iface}: reading its XDP programs"), e, "CAP_NET_ADMIN"))?;
     for (mode, id) in attached {
