@@ -226,7 +226,8 @@ fn run(h: &WeirForward) -> Result<(), String> {
     let opts = lock(&h.opts).clone();
     let cb = *lock(&h.verdict);
     let fwd = Forwarder::open(opts).map_err(|e| e.to_string())?;
-    let running = fwd.start(|dir, q| CJudge { cb, lane: c_int::from(dir == Direction::OutToIn), queue: c_int::from(q) })
+    let running = fwd
+        .start(|dir, q| CJudge { cb, lane: c_int::from(dir == Direction::OutToIn), queue: c_int::from(q) })
         .map_err(|e| e.to_string())?;
     *lock(&h.stop) = Some(running.stop_handle());
     // Relaxed: a flag on its own; a stop asked meanwhile finds the handle above.

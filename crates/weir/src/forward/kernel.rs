@@ -27,7 +27,7 @@ use super::{check_interface, Control, Counters, Direction, ForwardOptions, Judge
 use crate::capture::SourceError;
 use crate::filter::{asm, helper, EbpfInsn, Filter, Reg, BLOCK_STACK, CTX};
 use crate::source::afxdp::check_host_addresses;
-use crate::source::afxdp::program::{clear_the_way, denied};
+use crate::source::afxdp::program::{clear_the_way, denied, FORWARD_PROGRAM_NAME};
 use crate::source::afxdp::sys::{self, Promiscuous};
 use crate::source::live::bpf::{bpf_error, os_error};
 use crate::source::live::sys::{load_xdp, map_set};
@@ -47,7 +47,7 @@ const POLL: Duration = Duration::from_millis(10);
 const SETTLE: Duration = Duration::from_millis(20);
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_fwd.o"));
-const PROGRAM: &str = "weir_fwd";
+const PROGRAM: &str = FORWARD_PROGRAM_NAME;
 const COUNTS: &str = "weir_fwd_counts";
 const OUT_MAP: &str = "weir_fwd_out";
 const FILTER_MAP: &str = "weir_fwd_filter";

@@ -5,9 +5,10 @@
 //! The contract:
 //! - One program per interface, never stacked: what is attached already is
 //!   looked at first, in every mode.
-//! - A program named `weir_xdp` is weir's, left by a run that ended without
-//!   detaching it (one that attached by netlink, or `ip link set ... obj`): it
-//!   is replaced, with a message on stderr.
+//! - A program named `weir_xdp` (or `weir_fwd`, the in-kernel forwarder's) is
+//!   weir's, left by a run that ended without detaching it (one that attached
+//!   by netlink, or `ip link set ... obj`): it is replaced, with a message on
+//!   stderr.
 //! - Anyone else's program is an error that names it, unless `replace_foreign`.
 //! - A program held by a bpf_link cannot be replaced at all: its owner is alive
 //!   (for weir's own: another capture on the same interface).
@@ -36,6 +37,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The program's name in the kernel: how weir knows a program is its own.
 pub(crate) const PROGRAM_NAME: &str = "weir_xdp";
+/// Every XDP program weir attaches (capture, and `weir forward --backend xdp`):
+/// one of these left on an interface is weir's to replace.
+const OWN_PROGRAMS: &[&str] = &[PROGRAM_NAME, FORWARD_PROGRAM_NAME];
+/// The in-kernel forwarder's program (`ebpf/weir_fwd.c`).
+pub(crate) const FORWARD_PROGRAM_NAME: &str = "weir_fwd";
 /// The XSKMAP: queue index → socket.
 const MAP_NAME: &str = "weir_xsks";
 /// The program array holding the translated filter.
@@ -158,7 +164,7 @@ pub(crate) fn clear_the_way(iface: &str, ifindex: u32, replace_foreign: bool) ->
     let attached = sys::xdp_programs(ifindex).map_err(|e| denied(format!("{iface}: reading its XDP programs"), e, "CAP_NET_ADMIN"))?;
     for (mode, id) in attached {
         let (name, fd) = program_by_id(id)?;
-        let ours = name == PROGRAM_NAME;
+        let ours = OWN_PROGRAMS.contains(&name.as_str());
         if !ours && !replace_foreign {
             return Err(SourceError::Invalid(format!(
                 "{iface} already has an XDP program weir did not load: {name:?} (id {id}, {mode} mode). \
