@@ -235,10 +235,10 @@ impl Emitter {
         self.push(asm::call(helper::XDP_LOAD_BYTES));
         self.jump(insn(JMP | JNE | K, Reg::R0, Reg::R0, 0, 0), Label::Reject);
         self.push(insn(LDX | width(size) | MEMORY, A, Reg::Fp, LOAD_BUF, 0));
-        self.to_big_endian(size);
+        self.swap_a_to_big_endian(size);
     }
 
-    fn to_big_endian(&mut self, size: u8) {
+    fn swap_a_to_big_endian(&mut self, size: u8) {
         if size > 1 {
             self.push(insn(ALU | END | TO_BE, A, Reg::R0, 0, i32::from(size) * 8));
         }
@@ -252,7 +252,7 @@ impl Emitter {
     /// The fast path's end, with the loaded bytes in A: swap them and jump
     /// over the helper's path (`after` instructions more before it).
     fn direct_done(&mut self, size: u8, after: i16) {
-        self.to_big_endian(size);
+        self.swap_a_to_big_endian(size);
         self.push(insn(JMP | JA, Reg::R0, Reg::R0, Self::helper_load_len(size) + after, 0));
     }
 
