@@ -337,3 +337,21 @@ fn a_refused_setting_is_named_by_its_flag() {
         assert_eq!(err.matches("--").count(), said.matches("--").count(), "weir {args:?} names one flag: {err}");
     }
 }
+
+/// `inbound` asks the kernel's packet metadata, which a trace has not: the
+/// filter rejects every packet, as libpcap's offline filter does, and the
+/// user is told why at the start instead of finding an empty count.
+#[test]
+fn a_filter_on_kernel_metadata_is_explained_where_it_cannot_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = trace(dir.path(), "t.pcap", 30);
+    let p = path.to_str().unwrap();
+    let out = run(&["count", "--json", "-f", "inbound", p]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!((v["filtered"].as_u64(), v["packets"].as_u64()), (Some(30), Some(0)), "{v}");
+    let err = text(&out.stderr);
+    assert!(err.contains("asks the kernel's packet metadata") && err.contains("pcap_offline_filter"), "{err}");
+    let out = run(&["count", "--json", "-f", "udp", p]);
+    assert!(!text(&out.stderr).contains("packet metadata"), "a filter on the packet's bytes says nothing: {}", text(&out.stderr));
+}

@@ -392,6 +392,9 @@ impl EngineBuilder {
             info.notes.push(format!("the filter runs on the interpreter: {why}"));
         }
         info.notes.extend(source.place_filter(filter.as_ref())?);
+        if !matches!(spec, SourceSpec::Live { kind: LiveKind::AfPacket, .. }) {
+            info.notes.extend(filter.as_ref().zip(self.filter.as_deref()).and_then(|(f, e)| f.ancillary_note(e)));
+        }
         Ok(Engine {
             source,
             info,

@@ -220,6 +220,28 @@ impl Filter {
         }
     }
 
+    /// Whether the program loads Linux ancillary data (`inbound`, `outbound`,
+    /// `ifindex`): only a kernel socket filter has it. Run anywhere else (a
+    /// trace, afxdp, user space) those loads fail and the program rejects
+    /// every packet that reaches them, as `pcap_offline_filter` does, which
+    /// a user should be told rather than find out from an empty capture.
+    pub fn reads_linux_ancillary(&self) -> bool {
+        self.ops.iter().any(|op| matches!(*op, Op::LdAbsW(k) | Op::LdAbsH(k) | Op::LdAbsB(k) if k >= SKF_AD_OFF))
+    }
+
+    /// What to tell a user whose filter [reads Linux ancillary
+    /// data](Self::reads_linux_ancillary) where no kernel socket filter runs it.
+    pub fn ancillary_note(&self, expression: &str) -> Option<String> {
+        self.reads_linux_ancillary().then(|| {
+            format!(
+                "the filter {expression:?} asks the kernel's packet metadata (inbound, outbound, ifindex), which only \
+                 a kernel socket filter has (afpacket capture); here it is run without it, so those tests fail and \
+                 reject every packet that reaches them, as libpcap's pcap_offline_filter does. Everything an afxdp \
+                 capture sees is inbound: leave the qualifier out"
+            )
+        })
+    }
+
     /// Why the JIT was asked for and the interpreter runs instead, if it was.
     pub fn jit_unavailable(&self) -> Option<&str> {
         match &self.runner {

@@ -855,3 +855,12 @@ fn a_filter_can_be_shared_between_capture_threads() {
     assert_eq!(f.expression(), Some("udp"));
     assert_eq!(Filter::from_program(f.program()).unwrap().expression(), None);
 }
+
+#[test]
+fn linux_ancillary_loads_are_found_and_explained() {
+    for (expr, reads) in [("inbound", true), ("outbound", true), ("ifindex 3", true), ("tcp port 80", false), ("vlan 7", false)] {
+        let f = Filter::compile(expr, crate::LinkType::ETHERNET, 65535).unwrap();
+        assert_eq!(f.reads_linux_ancillary(), reads, "{expr}\n{}", f.disassemble());
+        assert_eq!(f.ancillary_note(expr).is_some(), reads, "{expr}");
+    }
+}

@@ -418,6 +418,8 @@ impl Forwarder {
         if let Some(why) = filter.as_ref().and_then(Filter::jit_unavailable) {
             notes.push(format!("the filter runs on the interpreter: {why}"));
         }
+        // Every backend runs it without a kernel socket filter's metadata.
+        notes.extend(filter.as_ref().zip(opts.filter.as_deref()).and_then(|(f, e)| f.ancillary_note(e)));
         let live = crate::source::LiveOptions { netns: opts.netns.clone(), ..crate::source::LiveOptions::default() };
         let (lanes, more) = live.in_netns(|| match opts.backend {
             Backend::AfXdp => xsk::open(&opts),
