@@ -33,6 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Chunks a trace's capture thread publishes before it wakes a sleeping
+/// worker (at most half the pool; see `CaptureSide::wake_in_batches_of`).
+const TRACE_WAKE_BATCH: usize = 64;
 /// Longest a waiting reader goes without checking for a stop request.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// The rebalancing controller's tick.
@@ -185,6 +188,14 @@ impl CaptureUnit for TraceUnit {
             // The steering addresses queues by number: every queue is here (checked when opened).
             sides.sort_by_key(|s| s.queue().0);
             slot = (0..sides.len()).map(Some).collect();
+        }
+        // Every packet of a trace is there already: waking the worker every
+        // few chunks cost the capture thread a futex wake-up each (about a
+        // tenth of its samples on the main job), a later start costs nothing.
+        // One queue only: with several, how full a queue is steers offloading
+        // and rebalancing, which a worker left asleep longer would mislead.
+        if let [side] = &mut sides[..] {
+            side.wake_in_batches_of(TRACE_WAKE_BATCH);
         }
         self.input.start_read_ahead(self.profiler.clone())?;
         // Chosen once: the untimed loop carries no marks at all.
