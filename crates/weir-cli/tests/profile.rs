@@ -59,7 +59,8 @@ fn check(p: &Value, stages: &[&str]) {
 /// A mapped trace has no read-ahead thread: the capture thread's stages
 /// take its place and still sum to the total. `auto` maps a regular file; on
 /// one CPU (here: taskset) the capture thread fills the page tables itself,
-/// where there are two a thread of its own does, and is a stage.
+/// where there are two a thread of its own does, and is a stage; so is the
+/// thread that walks the records ahead (`walk`).
 #[test]
 fn a_mapped_trace_is_profiled_without_a_read_ahead_thread() {
     let dir = tempfile::tempdir().unwrap();
@@ -79,10 +80,13 @@ fn a_mapped_trace_is_profiled_without_a_read_ahead_thread() {
         let two = profile(&["count", "-q", t]);
         check(&two, &["source", "populate", "main"]);
         assert_eq!(ns(&two, "read_ahead"), 0.0, "auto maps on two CPUs: {two:#}");
+        // Walked on a thread of its own: a stage, and the capture thread's still sum up.
+        let walked = profile(&["count", "-q", "--trace-access", "walk", t]);
+        check(&walked, &["source", "prewalk", "hand_off", "main"]);
     }
     let out = run(&["count", "--trace-access", "mmap", t]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("auto, map or read"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("auto, map, walk or read"), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -103,6 +103,9 @@ pub enum Stage {
     /// A mapped trace's populating thread: its page tables filled ahead of
     /// the walk, whole.
     Populate,
+    /// A mapped trace's walking thread: its records parsed ahead of the
+    /// capture thread, whole.
+    PreWalk,
     /// Worker: wait for a chunk when none is ready.
     WorkerWait,
     /// Worker: take a chunk off the capture queue and hand its packets out.
@@ -129,7 +132,7 @@ pub enum Stage {
 }
 
 /// Number of [`Stage`]s.
-pub const STAGES: usize = 19;
+pub const STAGES: usize = 20;
 
 impl Stage {
     /// Every stage, in the order of the path.
@@ -143,6 +146,7 @@ impl Stage {
         Stage::CaptureThread,
         Stage::ReadAhead,
         Stage::Populate,
+        Stage::PreWalk,
         Stage::WorkerWait,
         Stage::Delivery,
         Stage::Locality,
@@ -171,6 +175,7 @@ impl Stage {
             Stage::CaptureThread => "capture_thread",
             Stage::ReadAhead => "read_ahead",
             Stage::Populate => "populate",
+            Stage::PreWalk => "prewalk",
             Stage::WorkerWait => "worker_wait",
             Stage::Delivery => "delivery",
             Stage::Locality => "locality",
@@ -201,6 +206,7 @@ impl Stage {
             Stage::CaptureThread => "capture thread (not broken down)",
             Stage::ReadAhead => "read-ahead thread (read(2) into blocks)",
             Stage::Populate => "populate thread (page tables of the mapped trace)",
+            Stage::PreWalk => "walk thread (records of the mapped trace parsed ahead)",
             Stage::WorkerWait => "worker: waiting for a chunk",
             Stage::Delivery => "worker: delivery (take chunk, hand out)",
             Stage::Locality => "worker: locality sort",
@@ -462,6 +468,13 @@ impl Profiler {
     /// report waits for it.
     pub(crate) fn expect_thread(&self) {
         self.lock().open += 1;
+    }
+
+    /// A thread announced with [`expect_thread`](Self::expect_thread) that
+    /// could not be started: the report waits for it no more.
+    pub(crate) fn thread_not_started(&self) {
+        let mut s = self.lock();
+        s.open = s.open.saturating_sub(1);
     }
 
     fn hand_in(&self, t: ThreadProfile) {

@@ -1,7 +1,8 @@
 //! A trace read ahead into blocks and the same trace mapped in place give the
 //! packets the file holds, exactly and in order, whatever the block size
 //! (records straddling strides, records longer than the headroom), in pcap
-//! and pcapng; a mapped trace cut short while it is being read ends the run
+//! and pcapng, and walked on a thread of its own (`TraceAccess::Walk`); a
+//! mapped trace cut short while it is being read ends the run
 //! with an error naming the file, never a crash; and a mapped trace is
 //! unmapped behind its walk, so a large one is never mapped whole.
 
@@ -67,11 +68,13 @@ fn run(engine: Engine) -> (Vec<Pkt>, Option<String>) {
     (report.handlers.into_iter().flat_map(|(_, c)| c.0).collect(), err)
 }
 
-const CONFIGS: [(&str, ReadConfig); 4] = [
+const CONFIGS: [(&str, ReadConfig); 6] = [
     ("read, default blocks", ReadConfig { block_bytes: 256 * 1024, headroom: 64 * 1024 + 64, blocks: 64, access: TraceAccess::Read }),
     ("mapped, default strides", ReadConfig { block_bytes: 256 * 1024, headroom: 64 * 1024 + 64, blocks: 64, access: TraceAccess::Map }),
+    ("walked, default strides", ReadConfig { block_bytes: 256 * 1024, headroom: 64 * 1024 + 64, blocks: 64, access: TraceAccess::Walk }),
     ("read, small blocks", ReadConfig { block_bytes: 3_000, headroom: 1_600, blocks: 8, access: TraceAccess::Read }),
     ("mapped, small strides", ReadConfig { block_bytes: 3_000, headroom: 1_600, blocks: 8, access: TraceAccess::Map }),
+    ("walked, small strides", ReadConfig { block_bytes: 3_000, headroom: 1_600, blocks: 8, access: TraceAccess::Walk }),
 ];
 
 #[test]
@@ -113,11 +116,17 @@ fn an_empty_and_a_header_only_trace_read_the_same_mapped() {
 /// ends with an error naming the file and saying it was truncated, and every
 /// packet delivered wholly before the cut is the file's.
 fn cut_while_mapped(keep: impl Fn(u64) -> u64, what: &str) {
+    for access in [TraceAccess::Map, TraceAccess::Walk] {
+        cut_while_accessed(&keep, access, &format!("{what}, {access}"));
+    }
+}
+
+fn cut_while_accessed(keep: &impl Fn(u64) -> u64, access: TraceAccess, what: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cut.pcap");
     let (model, ends) = write(&path, FileFormat::Pcap, 4_000, 11);
     let size = std::fs::metadata(&path).unwrap().len();
-    let reading = ReadConfig { access: TraceAccess::Map, ..ReadConfig::default() };
+    let reading = ReadConfig { access, ..ReadConfig::default() };
     let e = engine(&path, reading);
     let cut = keep(size);
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(cut).unwrap();

@@ -80,8 +80,14 @@ pub enum TraceAccess {
     /// the system will not map.
     #[default]
     Auto,
-    /// Map it (or read it, where mapping is refused).
+    /// Map it (or read it, where mapping is refused), and walk its records on
+    /// the capture thread.
     Map,
+    /// Map it, and walk its records on a thread of their own ahead of the
+    /// capture thread, whatever the CPUs and the page cache (`auto` does so
+    /// where there is a second CPU and the cache holds the file in large
+    /// folios; see `prewalk.rs`).
+    Walk,
     /// Read it ahead into blocks on a thread of its own.
     Read,
 }
@@ -90,7 +96,7 @@ impl TraceAccess {
     /// Whether to try mapping a regular file.
     fn maps(self) -> bool {
         match self {
-            TraceAccess::Auto | TraceAccess::Map => true,
+            TraceAccess::Auto | TraceAccess::Map | TraceAccess::Walk => true,
             TraceAccess::Read => false,
         }
     }
@@ -103,8 +109,9 @@ impl std::str::FromStr for TraceAccess {
         match s {
             "auto" => Ok(TraceAccess::Auto),
             "map" => Ok(TraceAccess::Map),
+            "walk" => Ok(TraceAccess::Walk),
             "read" => Ok(TraceAccess::Read),
-            _ => Err(SettingError::new(Setting::TraceReading, format!("{s:?}: expected auto, map or read"))),
+            _ => Err(SettingError::new(Setting::TraceReading, format!("{s:?}: expected auto, map, walk or read"))),
         }
     }
 }
@@ -114,6 +121,7 @@ impl std::fmt::Display for TraceAccess {
         f.write_str(match self {
             TraceAccess::Auto => "auto",
             TraceAccess::Map => "map",
+            TraceAccess::Walk => "walk",
             TraceAccess::Read => "read",
         })
     }
@@ -328,6 +336,26 @@ impl Input {
         }
     }
 
+    /// A mapped file's bytes, whole, for a thread of its own to walk its
+    /// records ahead of the capture thread, and the CPUs it may use; `None`
+    /// for a file that is read, for `map`, and for `auto` where the walk
+    /// would not gain (see [`TraceAccess::Walk`]).
+    pub(super) fn hand_to_a_walker(&mut self) -> Option<(mapped::FileBytes, Option<CpuSet>)> {
+        let force = match self.cfg.access {
+            TraceAccess::Auto => false,
+            TraceAccess::Walk => true,
+            TraceAccess::Map | TraceAccess::Read => return None,
+        };
+        Some((self.ahead.as_mut()?.hand_to_a_walker(force)?, self.cpus))
+    }
+
+    /// The walking thread did not start: the walk is the capture thread's again.
+    pub(super) fn walk_here(&mut self) {
+        if let Some(a) = &mut self.ahead {
+            a.walk_here();
+        }
+    }
+
     /// File offset of the first unconsumed byte.
     pub(crate) fn offset(&self) -> u64 {
         self.offset_at_pos
@@ -446,7 +474,7 @@ impl Input {
 
     /// What to tell the user when mapping was asked for and not done.
     pub(crate) fn note(&self) -> Option<String> {
-        if self.cfg.access != TraceAccess::Map || matches!(self.reader, Reader::Mapped(_)) {
+        if !matches!(self.cfg.access, TraceAccess::Map | TraceAccess::Walk) || matches!(self.reader, Reader::Mapped(_)) {
             return None;
         }
         let why = if self.stream { "it is not a regular file" } else { "the system refused to map it" };
@@ -465,10 +493,17 @@ impl Input {
     /// `at_end` also compares its size with the size it had when mapped (a cut
     /// inside its last page shows as zeros, without a fault).
     pub(crate) fn changed(&self, at_end: bool) -> Option<SourceError> {
+        self.changed_before(at_end, u64::MAX)
+    }
+
+    /// As [`changed`](Self::changed), for a cut below file offset `before`
+    /// only: a thread walking ahead (`prewalk.rs`) may find a cut long before
+    /// the capture thread gets there, and what lies before it is still the file's.
+    fn changed_before(&self, at_end: bool, before: u64) -> Option<SourceError> {
         let Reader::Mapped(m) = &self.reader else { return None };
         let now = if at_end { m.file.metadata().ok().map(|md| md.len()) } else { None };
         let lost = match (m.watch.lost(), now) {
-            (Some(at), _) => at,
+            (Some(at), _) if at < before => at,
             (None, Some(len)) if len < m.size => len,
             _ => return None,
         };
@@ -554,7 +589,8 @@ impl Input {
     fn next_window(&mut self) -> Result<Option<Arrived>, SourceError> {
         let Reader::Mapped(m) = &self.reader else { return Ok(None) };
         let (id, at_end) = (m.next, m.next == m.blocks);
-        if let Some(e) = self.changed(at_end) {
+        // A cut inside this window or later is found record by record (`cut_before`).
+        if let Some(e) = self.changed_before(at_end, u64::from(id) * self.cfg.block_bytes as u64) {
             return Err(e);
         }
         let Reader::Mapped(m) = &mut self.reader else { return Ok(None) };

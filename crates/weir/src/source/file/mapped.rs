@@ -262,9 +262,9 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
 /// copy leaves a read block in the cache; a mapping's bytes come from memory,
 /// and a record header read there stalls the walk (41% of a count's samples
 /// without hints). One line at a time as the walk passes, a few records ahead.
-const PREFETCH_AHEAD: u64 = 8 * 1024;
+pub(super) const PREFETCH_AHEAD: u64 = 8 * 1024;
 /// Bytes of a cache line.
-const LINE: u64 = 64;
+pub(super) const LINE: u64 = 64;
 /// A prefetch of a page not yet in the page tables is dropped, and one fault
 /// maps this much around it (the kernel's fault-around), so the first byte of
 /// each such stretch is read for real before its lines are asked for.
@@ -385,6 +385,27 @@ pub(super) struct Ahead {
     parallel: bool,
     /// Keeps the mapping alive for the reads.
     arena: Arc<BlockArena>,
+    /// Whether [`walked`](Self::walked) asks for lines ahead: not while a
+    /// walking thread reads the records (it asks for them itself).
+    prefetch: bool,
+}
+
+/// The bytes of a mapped file, whole, for a thread that walks its records
+/// ahead of the capture thread (`prewalk.rs`). Holds the mapping.
+pub(super) struct FileBytes {
+    start: usize,
+    len: usize,
+    _arena: Arc<BlockArena>,
+}
+
+impl FileBytes {
+    pub(super) fn bytes(&self) -> &[u8] {
+        // SAFETY: `start..start + len` is the file's mapping, readable
+        // (read-only and private) for as long as the arena held here lives;
+        // nobody writes it. A page the file lost by a truncation reads as
+        // zeros through the SIGBUS handler (see the module doc).
+        unsafe { std::slice::from_raw_parts(self.start as *const u8, self.len) }
+    }
 }
 
 impl Ahead {
@@ -401,7 +422,46 @@ impl Ahead {
             behind: Behind { done: 0 },
             parallel,
             arena: Arc::clone(&m.arena),
+            prefetch: true,
         }
+    }
+
+    /// The whole file, for a thread that walks its records ahead: when
+    /// `force`d, or where the opener has a second CPU for it and the file is
+    /// in large folios; from then on the walk asks for no lines (the walking
+    /// thread does, and it reads them first).
+    pub(super) fn hand_to_a_walker(&mut self, force: bool) -> Option<FileBytes> {
+        let len = usize::try_from(self.size).ok()?;
+        if !force && (!self.parallel || !self.in_large_folios()) {
+            return None;
+        }
+        self.prefetch = false;
+        Some(FileBytes { start: self.start, len, _arena: Arc::clone(&self.arena) })
+    }
+
+    /// Whether the page cache holds the file in large folios, judged from a
+    /// few 2 MiB stretches of it whose page tables are filled now (as they
+    /// would be later): one PMD each takes microseconds, 512 single pages a
+    /// hundred or more. A walking thread pays off only then: in single pages
+    /// the page tables cost as much as the walk, and the walking thread
+    /// would take that work to the CPU that also fills them.
+    fn in_large_folios(&self) -> bool {
+        /// Longest a 2 MiB stretch may take to map to count as one folio.
+        const ONE_FOLIO: std::time::Duration = std::time::Duration::from_micros(40);
+        let pmd = PMD as u64;
+        if self.size < 8 * pmd {
+            return false;
+        }
+        [1, 2, 3].iter().all(|quarter| {
+            let from = (self.size / 4 * quarter) & !(pmd - 1);
+            let t = std::time::Instant::now();
+            populate(self.start, from, from + pmd) && t.elapsed() < ONE_FOLIO
+        })
+    }
+
+    /// The walking thread could not start: the walk asks for lines again.
+    pub(super) fn walk_here(&mut self) {
+        self.prefetch = true;
     }
 
     /// Hand the page tables to a thread of their own, on `cpus` (the
@@ -471,6 +531,9 @@ impl Ahead {
                 thread.thread().unpark();
             }
             _ => {}
+        }
+        if !self.prefetch {
+            return;
         }
         // Only when nothing fills the page tables ahead: otherwise the read
         // would wait for memory once per stretch, for a page already mapped.

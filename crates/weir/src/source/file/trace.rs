@@ -18,6 +18,7 @@
 //! offset, after every packet before it was captured.
 
 use super::input::{Input, ReadConfig};
+use super::prewalk::PreWalk;
 use crate::balance::{Route, Steering};
 use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::filter::{BatchInput, Filter, FilterWatch};
@@ -129,6 +130,7 @@ impl Source for TraceSource {
             balance: opts.balance_counters,
             input: self.input,
             walker: self.walker,
+            prewalk: None,
             queues: self.queues,
             rss,
             filter: opts.filter.watch(),
@@ -149,6 +151,9 @@ struct TraceUnit {
     balance: Arc<crate::balance::BalanceCounters>,
     input: Input,
     walker: Walker,
+    /// The records walked on a thread of their own, once started: the
+    /// walker above is then not used again.
+    prewalk: Option<PreWalk>,
     queues: QueueRange,
     rss: Option<Rss>,
     filter: FilterWatch,
@@ -198,6 +203,9 @@ impl CaptureUnit for TraceUnit {
             side.wake_in_batches_of(TRACE_WAKE_BATCH);
         }
         self.input.start_read_ahead(self.profiler.clone())?;
+        if !self.pacer.is_paced() {
+            self.start_prewalk();
+        }
         // Chosen once: the untimed loop carries no marks at all.
         let result = match self.profiler.clone() {
             Some(p) => self.capture_profiled(&mut sides, &slot, ctl, &p),
@@ -214,6 +222,17 @@ impl CaptureUnit for TraceUnit {
 }
 
 impl TraceUnit {
+    /// Walk a mapped trace's records on a thread of their own where there is
+    /// a CPU for it (see `prewalk.rs`), from where the walker stands.
+    fn start_prewalk(&mut self) {
+        let Some((file, cpus)) = self.input.hand_to_a_walker() else { return };
+        match PreWalk::start(self.walker.clone(), file, self.input.offset(), cpus, self.profiler.clone()) {
+            Ok(p) => self.prewalk = Some(p),
+            // No thread: the capture thread walks, as on one CPU.
+            Err(_) => self.input.walk_here(),
+        }
+    }
+
     /// Let every bucket move in progress finish (its old queue's workers are
     /// still running), or give them up if a stop was requested.
     fn finish_moves(&mut self, sides: &mut [CaptureSide], ctl: &Control) {
@@ -298,10 +317,10 @@ impl TraceUnit {
                 // One load per batch or unfiltered record, like the stop check: a
                 // replaced filter judges the next batch on (FilterWatch's contract).
                 self.filter.changed();
-                let step = self.walker.next(self.input.unread(), self.input.offset(), self.input.eof);
+                let step = next_step(&mut self.walker, &mut self.prewalk, self.input.unread(), self.input.offset(), self.input.eof);
                 match (step, self.filter.get()) {
                     (Ok(Step::Packet(rec)), Some(f)) => {
-                        pending = judge_ahead(&mut self.walker, &self.input, rec, f, &mut batch, probe);
+                        pending = judge_ahead(&mut self.walker, &mut self.prewalk, &self.input, rec, f, &mut batch, probe);
                         next = 1;
                         let (rec, v) = batch[0].clone();
                         (Ok(Step::Packet(rec)), Some(v))
@@ -391,6 +410,16 @@ impl TraceUnit {
     }
 }
 
+/// The next step of the trace at `offset`, where `buf` is what the input
+/// holds from there: from the walking thread when one runs, else parsed here.
+#[inline]
+fn next_step(walker: &mut Walker, prewalk: &mut Option<PreWalk>, buf: &[u8], offset: u64, eof: bool) -> Result<Step, FormatError> {
+    match prewalk {
+        Some(p) => p.next(buf.len(), eof),
+        None => walker.next(buf, offset, eof),
+    }
+}
+
 /// Read the records after `first` that the buffer holds, up to
 /// [`FILTER_BATCH`] in all, and judge them with `filter` in one call:
 /// `batch` gets each with its verdict, in file order. Returns the step that
@@ -406,6 +435,7 @@ impl TraceUnit {
 #[inline]
 fn judge_ahead(
     walker: &mut Walker,
+    prewalk: &mut Option<PreWalk>,
     input: &Input,
     first: Record,
     filter: &Filter,
@@ -418,7 +448,7 @@ fn judge_ahead(
     let mut stopped = None;
     while batch.len() < FILTER_BATCH {
         let unread = &input.unread()[ahead..];
-        match walker.next(unread, input.offset() + ahead as u64, input.eof) {
+        match next_step(walker, prewalk, unread, input.offset() + ahead as u64, input.eof) {
             Ok(Step::Packet(rec)) => {
                 ahead += rec.consumed;
                 batch.push((rec, 0));
