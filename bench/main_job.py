@@ -4,14 +4,16 @@ concurrent flows), against a plain libpcap pcap_next_ex loop
 (bench/peers/libpcap_count.c) and `dd` of the same file to /dev/null (the
 floor of reading it at all), on both CPUs and pinned to one (taskset -c 1).
 
-weir runs twice in each setting: with its default (`--trace-access auto`:
-the trace mapped, its page tables filled ahead on a thread of their own where
-there is a second CPU) and reading the trace ahead with read(2) (the default
-before), so the gain of mapping is measured side by side. Every round runs every configuration once, in turn, with the
-trace read once beforehand so it sits in the page cache; we report medians
-and the median of the per-round ratios. Then `weir profile` of count, read
-ahead against mapped, on one CPU and on two: the stage table of each and a
-stacked-bar PNG for each setting.
+weir runs three times in each setting: with its default (`--trace-access
+auto`: the trace mapped, its page tables filled ahead on a thread of their own
+where there is a second CPU, and its records walked on a thread of their own
+where there is one and the cache holds the trace in large folios), mapped and
+walked on the capture thread (`map`), and reading the trace ahead with
+read(2), so each step is measured side by side. Every round runs every
+configuration once, in turn, with the trace read once beforehand so it sits
+in the page cache; we report medians and the median of the per-round ratios.
+Then `weir profile` of count, read, mapped and walked, on one CPU and on two:
+the stage table of each and a stacked-bar PNG for each setting.
 
     python3 bench/main_job.py [--runs N] [--cache as-is|fresh|small]
 
@@ -71,14 +73,16 @@ def main():
     weir = [str(WEIR), "count", "--json"]
     configs = {
         "two CPUs": {
-            "weir (auto: mapped)": weir + [t],
+            "weir (auto)": weir + [t],
             "weir --trace-access read": weir + ["--trace-access", "read", t],
+            "weir --trace-access map": weir + ["--trace-access", "map", t],
             "libpcap": [str(peer), t],
             "dd": ["dd", f"if={t}", "of=/dev/null", "bs=1M"],
         },
         "one CPU": {
-            "weir (auto: mapped)": ONE_CPU + weir + [t],
+            "weir (auto)": ONE_CPU + weir + [t],
             "weir --trace-access read": ONE_CPU + weir + ["--trace-access", "read", t],
+            "weir --trace-access map": ONE_CPU + weir + ["--trace-access", "map", t],
             "libpcap": ONE_CPU + [str(peer), t],
             "dd": ONE_CPU + ["dd", f"if={t}", "of=/dev/null", "bs=1M"],
         },
@@ -93,8 +97,13 @@ def main():
         # The page cache here is reclaimed within minutes: read the trace again
         # before each round, so every round's runs find it in memory.
         warm(trace, fresh)
-        # The first run after the trace was read is often slower, whichever
-        # it is: each round starts one configuration further on.
+        # The first processes after the trace was dropped and read back run
+        # slower, whichever they are (weir's first count after it took
+        # 0.10-0.21 s where the next took 0.08-0.12; dd and libpcap show it
+        # too): one count untimed, and each round starts one configuration
+        # further on.
+        if fresh:
+            sh(weir + [t])
         for setting, name, cmd in order[i % len(order):] + order[:i % len(order)]:
             wall, cpu, out = timed(cmd)
             if name != "dd":
@@ -117,6 +126,7 @@ def main():
             "weir wall / dd wall (x the floor)": paired(weir_default, "dd"),
             f"{weir_other} wall / weir wall": paired(weir_other, weir_default),
             f"libpcap wall / {weir_other} wall": paired("libpcap", weir_other),
+            f"weir --trace-access map wall / weir wall": paired("weir --trace-access map", weir_default),
         }
         summary[setting] = s
 
@@ -124,14 +134,14 @@ def main():
     warm(trace, fresh)
     tag0 = "" if args.cache == "as-is" else f"-{args.cache}"
     for setting, prefix, tag in (("one CPU", ONE_CPU, tag0), ("two CPUs", [], f"{tag0}-2cpu")):
-        for access in ("read", "map"):
+        for access in ("read", "map", "walk"):
             out = sh(prefix + [str(WEIR), "profile", "--json", "--", "count", "-q", "--trace-access", access, t]).stdout
             profiles.setdefault(setting, {})[access] = json.loads(out.strip().splitlines()[-1])
             (RESULTS / f"main-job-profile{tag}-{access}.json").write_text(json.dumps(profiles[setting][access]) + "\n")
             log(f"{setting}, --trace-access {access}:")
             log(sh(prefix + [str(WEIR), "profile", "--", "count", "-q", "--trace-access", access, t]).stdout)
         png = RESULTS / f"main-job-profile{tag}.png"
-        sh([str(WEIR), "profile", "--compare", str(RESULTS / f"main-job-profile{tag}-read.json"), str(RESULTS / f"main-job-profile{tag}-map.json"), "-o", str(png)])
+        sh([str(WEIR), "profile", "--compare"] + [str(RESULTS / f"main-job-profile{tag}-{a}.json") for a in ("read", "map", "walk")] + ["-o", str(png)])
 
     write_result(f"main-job{tag0}", {"trace": {"packets": PACKETS, "flows": FLOWS, "bytes": trace.stat().st_size}, "runs": args.runs, "cache": args.cache,
                               "machine": machine(), "summary": summary, "raw": raw,
