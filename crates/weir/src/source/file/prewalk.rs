@@ -134,9 +134,13 @@ impl PreWalk {
             if let Some(then) = self.then.take() {
                 return then;
             }
-            // The thread ends only after an error or the end, which it sends: a
-            // closed channel before either means it died, which its join reports.
-            let Some(b) = self.rx.as_ref().and_then(|rx| rx.recv().ok()) else { return Ok(Step::End) };
+            // The thread ends only after sending an error or the end (the
+            // walker never panics; see its contract). Were it gone without
+            // either, ending here would deliver part of the trace as if it
+            // were whole: the capture thread's panic is reported as an error.
+            let Some(b) = self.rx.as_ref().and_then(|rx| rx.recv().ok()) else {
+                panic!("the thread walking the trace ended before its end or an error")
+            };
             self.records = b.records.into_iter();
             self.then = b.then;
         }
