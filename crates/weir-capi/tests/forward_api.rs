@@ -15,6 +15,8 @@ fn ip(args: &[&str]) {
     assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
+static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 struct Bed {
     ns: [String; 3],
     ifs: [String; 4],
@@ -23,7 +25,8 @@ struct Bed {
 impl Bed {
     fn new() -> Bed {
         testbed::require_root();
-        let id = std::process::id() % 100_000;
+        // Tests of this binary run at once: each bed has names of its own.
+        let id = format!("{}{}", std::process::id() % 100_000, NEXT.fetch_add(1, Ordering::Relaxed));
         let ns = [format!("wcs-{id}"), format!("wcf-{id}"), format!("wcr-{id}")];
         let ifs = [format!("wcs{id}"), format!("wci{id}"), format!("wco{id}"), format!("wcr{id}")];
         for n in &ns {
