@@ -268,21 +268,9 @@ impl Blocks {
     }
 
     /// Add 1 to counter `packets` and r9 to the next word, for the direction
-    /// stored at `key_at`; leaves r0..r5 changed.
+    /// stored at `key_at` (both directions have an entry).
     fn count(&self, out: &mut Vec<EbpfInsn>, key_at: i16, packets: usize) {
-        out.extend(asm::ld_map_fd(Reg::R1, self.counts));
-        out.push(asm::mov64(Reg::R2, Reg::Fp));
-        out.push(asm::add64_imm(Reg::R2, i32::from(key_at)));
-        out.push(asm::call(helper::MAP_LOOKUP_ELEM));
-        // Both directions have an entry: the lookup finds one.
-        out.push(asm::jeq_imm(Reg::R0, 0, 6));
-        let at = |word: usize| (word * 8) as i16;
-        out.push(asm::ldx_dw(Reg::R1, Reg::R0, at(packets)));
-        out.push(asm::add64_imm(Reg::R1, 1));
-        out.push(asm::stx_dw(Reg::R0, at(packets), Reg::R1));
-        out.push(asm::ldx_dw(Reg::R1, Reg::R0, at(packets + 1)));
-        out.push(asm::add64(Reg::R1, Reg::R9));
-        out.push(asm::stx_dw(Reg::R0, at(packets + 1), Reg::R1));
+        out.extend(asm::count(self.counts, key_at, (packets * 8) as i16));
     }
 
     /// Redirect through the device map; count a refused redirect as failed.

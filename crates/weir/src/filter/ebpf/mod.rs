@@ -183,6 +183,25 @@ pub(crate) mod asm {
     pub(crate) fn call(helper: i32) -> Insn {
         insn(JMP | CALL, Reg::R0, Reg::R0, 0, helper)
     }
+    /// Count a packet in the entry of map `fd` (an array, per CPU or not)
+    /// whose u32 key is at `fp + key_at`: 1 more in its u64 at byte `at`, r9
+    /// (its bytes) more in the u64 after. No entry: nothing counted. r0-r5
+    /// are changed, r6-r9 kept.
+    pub(crate) fn count(fd: i32, key_at: i16, at: i16) -> Vec<Insn> {
+        let mut out = Vec::with_capacity(13);
+        out.extend(ld_map_fd(Reg::R1, fd));
+        out.push(mov64(Reg::R2, Reg::Fp));
+        out.push(add64_imm(Reg::R2, i32::from(key_at)));
+        out.push(call(helper::MAP_LOOKUP_ELEM));
+        out.push(jeq_imm(Reg::R0, 0, 6));
+        out.push(ldx_dw(Reg::R1, Reg::R0, at));
+        out.push(add64_imm(Reg::R1, 1));
+        out.push(stx_dw(Reg::R0, at, Reg::R1));
+        out.push(ldx_dw(Reg::R1, Reg::R0, at + 8));
+        out.push(add64(Reg::R1, Reg::R9));
+        out.push(stx_dw(Reg::R0, at + 8, Reg::R1));
+        out
+    }
     /// `if dst == imm` skip `off` instructions.
     pub(crate) fn jeq_imm(dst: Reg, imm: i32, off: i16) -> Insn {
         insn(JMP | JEQ | K, dst, Reg::R0, off, imm)
