@@ -31,7 +31,7 @@ use crate::pool::{BlockArena, BlockId, BlockMut, BlockRef, CaptureSide};
 use crate::profile::{Profiler, Stage};
 use crate::tracefile::MAX_RECORD_BYTES;
 use crate::{Setting, SettingError};
-use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::sched::{sched_getaffinity, CpuSet};
 use nix::unistd::Pid;
 use std::fs::File;
 use std::io::Read;
@@ -396,22 +396,7 @@ impl Input {
             offset: self.read_offset,
             read_total: Arc::clone(&self.read_total),
         };
-        if let Some(p) = &profiler {
-            p.expect_thread();
-        }
-        let cpus = self.cpus;
-        std::thread::Builder::new()
-            .name("weir-readahead".into())
-            .spawn(move || {
-                if let Some(set) = cpus {
-                    // A refusal (a CPU taken offline since) leaves it where it was made.
-                    let _ = sched_setaffinity(Pid::from_raw(0), &set);
-                }
-                ahead.run();
-                if let Some(p) = profiler {
-                    p.whole_thread("read-ahead", Stage::ReadAhead);
-                }
-            })
+        super::spawn_helper("weir-readahead", self.cpus, profiler, "read-ahead", Stage::ReadAhead, move || ahead.run())
             .map_err(|source| SourceError::Io { what: "starting the read-ahead thread".into(), error: source })?;
         self.reader = Reader::Ahead { rx, stop };
         Ok(())

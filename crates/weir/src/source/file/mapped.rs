@@ -39,8 +39,7 @@
 use crate::pool::sys::Region;
 use crate::pool::{prefetch, BlockArena};
 use crate::profile::{Profiler, Stage};
-use nix::sched::{sched_setaffinity, CpuSet};
-use nix::unistd::Pid;
+use nix::sched::CpuSet;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
@@ -473,14 +472,7 @@ impl Ahead {
         }
         let shared = Arc::new(Told { walk: AtomicU64::new(0), stop: AtomicBool::new(false) });
         let (start, size, arena, told) = (self.start, self.size, Arc::clone(&self.arena), Arc::clone(&shared));
-        if let Some(p) = &profiler {
-            p.expect_thread();
-        }
-        let thread = std::thread::Builder::new().name("weir-populate".into()).spawn(move || {
-            if let Some(set) = cpus {
-                // A refusal (a CPU taken offline since) leaves it where it was made.
-                let _ = sched_setaffinity(Pid::from_raw(0), &set);
-            }
+        let thread = super::spawn_helper("weir-populate", cpus, profiler, "populate", Stage::Populate, move || {
             let _mapping = arena;
             let mut done = from;
             let mut behind = Behind { done: 0 };
@@ -505,9 +497,6 @@ impl Ahead {
                     break;
                 }
                 done = end;
-            }
-            if let Some(p) = profiler {
-                p.whole_thread("populate", Stage::Populate);
             }
         })?;
         self.populate = Populate::Thread { shared, thread, told: 0 };

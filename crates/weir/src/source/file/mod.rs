@@ -14,3 +14,44 @@ mod trace;
 
 pub use input::{ReadConfig, TraceAccess};
 pub(crate) use trace::open;
+
+use crate::profile::{Profiler, Stage};
+use nix::sched::{sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Start one of a trace's helper threads (read-ahead, populate, walk) named
+/// `name`, on `cpus` (the opener's: the capture thread may be pinned to one
+/// CPU it would then share), its CPU time handed to `profiler` as `stage`
+/// when `body` returns; a thread that cannot start is not waited for.
+fn spawn_helper(
+    name: &str,
+    cpus: Option<CpuSet>,
+    profiler: Option<Arc<Profiler>>,
+    label: &'static str,
+    stage: Stage,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    if let Some(p) = &profiler {
+        p.expect_thread();
+    }
+    let theirs = profiler.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if let Some(set) = cpus {
+                // A refusal (a CPU taken offline since) leaves it where it was made.
+                let _ = sched_setaffinity(Pid::from_raw(0), &set);
+            }
+            body();
+            if let Some(p) = theirs {
+                p.whole_thread(label, stage);
+            }
+        })
+        .inspect_err(|_| {
+            if let Some(p) = &profiler {
+                p.thread_not_started();
+            }
+        })
+}

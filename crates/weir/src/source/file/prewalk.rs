@@ -29,8 +29,7 @@ use super::mapped::{FileBytes, LINE, PREFETCH_AHEAD};
 use crate::pool::prefetch;
 use crate::profile::{Profiler, Stage};
 use crate::tracefile::{FormatError, Record, Step, Walker};
-use nix::sched::{sched_setaffinity, CpuSet};
-use nix::unistd::Pid;
+use nix::sched::CpuSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
@@ -75,24 +74,8 @@ impl PreWalk {
         let (tx, rx) = sync_channel::<Batch>(IN_FLIGHT);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
-        if let Some(p) = &profiler {
-            p.expect_thread();
-        }
-        let theirs = profiler.clone();
-        let thread = std::thread::Builder::new().name("weir-walk".into()).spawn(move || {
-            if let Some(set) = cpus {
-                // A refusal (a CPU taken offline since) leaves it where it was made.
-                let _ = sched_setaffinity(Pid::from_raw(0), &set);
-            }
+        let thread = super::spawn_helper("weir-walk", cpus, profiler, "walk", Stage::PreWalk, move || {
             walk(walker, file.bytes(), offset, &stopped, |batch| tx.send(batch).is_ok());
-            if let Some(p) = theirs {
-                p.whole_thread("walk", Stage::PreWalk);
-            }
-        });
-        let thread = thread.inspect_err(|_| {
-            if let Some(p) = &profiler {
-                p.thread_not_started();
-            }
         })?;
         Ok(PreWalk::over(rx, stop, Some(thread)))
     }
