@@ -52,6 +52,43 @@ impl Bed {
         let p = rest.find("\"packets\":").unwrap() + 10;
         rest[p..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
     }
+
+    /// A forwarder from the bed's IN to OUT on `backend`, to stop after `n`
+    /// packets (or 20 s).
+    fn forwarder(&self, backend: &str, n: u32) -> *mut WeirForward {
+        let (i, o) = (CString::new(self.ifs[1].as_str()).unwrap(), CString::new(self.ifs[2].as_str()).unwrap());
+        let mut err = [0 as c_char; weirstream::ERRBUF_SIZE];
+        // SAFETY: two C strings and a buffer of ERRBUF_SIZE bytes.
+        let h = unsafe { weir_forward_create(i.as_ptr(), o.as_ptr(), err.as_mut_ptr()) };
+        assert!(!h.is_null());
+        set(h, "backend", backend);
+        set(h, "netns", &self.ns[1]);
+        set(h, "count", &n.to_string());
+        set(h, "duration_ms", "20000");
+        h
+    }
+
+    /// Run `h` on a thread of its own and send frames 0..n from the sender
+    /// once it listens; its return code and error text.
+    fn run_sending(&self, h: *mut WeirForward, n: u32) -> (c_int, String) {
+        let hp = h as usize;
+        let runner = std::thread::spawn(move || {
+            // SAFETY: the handle lives until the caller destroys it, after this thread is joined.
+            let rc = unsafe { weir_forward_run(hp as *mut WeirForward) };
+            // SAFETY: as above.
+            (rc, unsafe { CStr::from_ptr(weir_forward_error(hp as *mut WeirForward)) }.to_string_lossy().into_owned())
+        });
+        // Sent once the forwarder listens: it counts every frame, so a frame sent
+        // before it listened would show as missing, not pass silently.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let opts = weir::tx::TxOptions { netns: Some(self.ns[0].clone().into()), ..weir::tx::TxOptions::default() };
+        let mut tx = weir::tx::TxRing::open(&self.ifs[0], &opts).unwrap();
+        for k in 0..n {
+            tx.send(&frame(k)).unwrap();
+        }
+        tx.flush().unwrap();
+        runner.join().unwrap()
+    }
 }
 
 impl Drop for Bed {
@@ -99,36 +136,12 @@ fn a_c_verdict_callback_drops_by_verdict_and_the_counts_say_so() {
     let bed = Bed::new();
     let n = 1000u32;
     for backend in ["afxdp", "afpacket"] {
-        let (i, o) = (CString::new(bed.ifs[1].as_str()).unwrap(), CString::new(bed.ifs[2].as_str()).unwrap());
-        let mut err = [0 as c_char; weirstream::ERRBUF_SIZE];
-        // SAFETY: two C strings and a buffer of ERRBUF_SIZE bytes.
-        let h = unsafe { weir_forward_create(i.as_ptr(), o.as_ptr(), err.as_mut_ptr()) };
-        assert!(!h.is_null());
-        set(h, "backend", backend);
-        set(h, "netns", &bed.ns[1]);
-        set(h, "count", &n.to_string());
-        set(h, "duration_ms", "20000");
+        let h = bed.forwarder(backend, n);
         let seen = AtomicU64::new(0);
         // SAFETY: a live handle; the callback and its counter outlive the run.
         assert_eq!(unsafe { weir_forward_on_verdict(h, Some(odd_out), &seen as *const AtomicU64 as *mut c_void) }, 0);
         let before = bed.received();
-        let hp = h as usize;
-        let runner = std::thread::spawn(move || {
-            // SAFETY: the handle lives until destroyed below, after this thread is joined.
-            let rc = unsafe { weir_forward_run(hp as *mut WeirForward) };
-            // SAFETY: as above.
-            (rc, unsafe { CStr::from_ptr(weir_forward_error(hp as *mut WeirForward)) }.to_string_lossy().into_owned())
-        });
-        // Sent once the forwarder listens: it counts every frame, so a frame sent
-        // before it listened would show as missing, not pass silently.
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        let opts = weir::tx::TxOptions { netns: Some(bed.ns[0].clone().into()), ..weir::tx::TxOptions::default() };
-        let mut tx = weir::tx::TxRing::open(&bed.ifs[0], &opts).unwrap();
-        for k in 0..n {
-            tx.send(&frame(k)).unwrap();
-        }
-        tx.flush().unwrap();
-        let (rc, msg) = runner.join().unwrap();
+        let (rc, msg) = bed.run_sending(h, n);
         assert_eq!(rc, 0, "{backend}: {msg}");
         let mut st = CForwardStats::default();
         // SAFETY: a live handle and a stats struct.
@@ -154,15 +167,7 @@ fn the_xdp_backend_forwards_without_a_callback_and_refuses_one() {
     let st = Command::new("ip").args(["netns", "exec", &bed.ns[2], "ethtool", "-K", &bed.ifs[3], "gro", "on"]).status();
     assert!(st.unwrap().success());
     let n = 1000u32;
-    let (i, o) = (CString::new(bed.ifs[1].as_str()).unwrap(), CString::new(bed.ifs[2].as_str()).unwrap());
-    let mut err = [0 as c_char; weirstream::ERRBUF_SIZE];
-    // SAFETY: two C strings and a buffer of ERRBUF_SIZE bytes.
-    let h = unsafe { weir_forward_create(i.as_ptr(), o.as_ptr(), err.as_mut_ptr()) };
-    assert!(!h.is_null());
-    set(h, "backend", "xdp");
-    set(h, "netns", &bed.ns[1]);
-    set(h, "count", &n.to_string());
-    set(h, "duration_ms", "20000");
+    let h = bed.forwarder("xdp", n);
     let seen = AtomicU64::new(0);
     // SAFETY: a live handle; the callback and its counter outlive the run.
     assert_eq!(unsafe { weir_forward_on_verdict(h, Some(odd_out), &seen as *const AtomicU64 as *mut c_void) }, 0);
@@ -174,21 +179,7 @@ fn the_xdp_backend_forwards_without_a_callback_and_refuses_one() {
     // SAFETY: as above; NULL passes all.
     assert_eq!(unsafe { weir_forward_on_verdict(h, None, std::ptr::null_mut()) }, 0);
     let before = bed.received();
-    let hp = h as usize;
-    let runner = std::thread::spawn(move || {
-        // SAFETY: the handle lives until destroyed below, after this thread is joined.
-        let rc = unsafe { weir_forward_run(hp as *mut WeirForward) };
-        // SAFETY: as above.
-        (rc, unsafe { CStr::from_ptr(weir_forward_error(hp as *mut WeirForward)) }.to_string_lossy().into_owned())
-    });
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let opts = weir::tx::TxOptions { netns: Some(bed.ns[0].clone().into()), ..weir::tx::TxOptions::default() };
-    let mut tx = weir::tx::TxRing::open(&bed.ifs[0], &opts).unwrap();
-    for k in 0..n {
-        tx.send(&frame(k)).unwrap();
-    }
-    tx.flush().unwrap();
-    let (rc, msg) = runner.join().unwrap();
+    let (rc, msg) = bed.run_sending(h, n);
     assert_eq!(rc, 0, "{msg}");
     let mut st = CForwardStats::default();
     // SAFETY: a live handle and a stats struct.
