@@ -20,6 +20,7 @@ const PROGRAMS: &[(&str, &str, Option<&str>)] = &[
     ("weir_cutoff_filter.c", "weir_cutoff_filter.o", Some("-mcpu=v3")),
     ("weir_gen.c", "weir_gen.o", Some("-mcpu=v3")),
     ("weir_fwd.c", "weir_fwd.o", Some("-mcpu=v3")),
+    ("weir_xring.c", "weir_xring.o", Some("-mcpu=v3")),
 ];
 /// Headers the programs include: a change rebuilds them all.
 const HEADERS: &[&str] = &["weir_cutoff.h"];

@@ -36,7 +36,9 @@ use std::process::ExitCode;
 by a symmetric RSS hash so both directions of a flow stay together, keeps them in a per-queue \
 pool of chunks that absorbs bursts, and hands them to one worker per queue.\n\n\
 SOURCE names: `trace.pcap` (one queue), `trace.pcap@0-3` (split into 4 queues by RSS), \
-`trace.pcap@2` (queue 2 of 3), `file:PATH[@RANGE]` for paths that contain '@', `-` for stdin.",
+`trace.pcap@2` (queue 2 of 3), `file:PATH[@RANGE]` for paths that contain '@', `-` for stdin; \
+live interfaces: `afpacket:IF[@RANGE]` (or a bare `IF`), `afxdp:IF[@RANGE]` (AF_XDP, a socket per RX queue), \
+`xdp:IF[@RANGE]` (weir's XDP program copies packets into one packed ring buffer; the host keeps them).",
     after_help = "Examples:\n  weir synth -o /tmp/t.pcap --packets 1000000 --flows 100000\n  weir count /tmp/t.pcap@0-1\n  \
 weir count -f 'tcp port 443' --json /tmp/t.pcap\n  weir record /tmp/t.pcap -f udp -w /tmp/udp-%H%M%S.pcapng -G 60"
 )]

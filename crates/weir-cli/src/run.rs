@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use weir::engine::CpuPlan;
 use weir::engine::{Report, Running, StopHandle};
 use weir::pool::PoolConfig;
-use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, ZeroCopy};
+use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, XdpOptions, ZeroCopy};
 use weir::stats::{QueueStats, Snapshot};
 use weir::{Engine, Handler};
 use weir_metrics::{EngineMetrics, Listener};
@@ -117,7 +117,7 @@ pub struct SourceArgs {
     pub live: LiveArgs,
 }
 
-/// Options of live interfaces (`afpacket:IF`, `afxdp:IF`, or a bare interface name).
+/// Options of live interfaces (`afpacket:IF`, `afxdp:IF`, `xdp:IF`, or a bare interface name).
 #[derive(Args, Clone, Debug)]
 #[command(next_help_heading = "Live capture")]
 pub struct LiveArgs {
@@ -177,7 +177,15 @@ pub struct LiveArgs {
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub zero_copy: String,
 
-    /// afxdp: replace an XDP program on the interface that weir did not load.
+    /// xdp: bytes of the ring buffer the XDP program copies packets into, in MiB (a power of two, 1 to
+    /// 2048), one ring for all the captured queues. By default 64 MiB per queue, afpacket's default,
+    /// rounded up to a power of two. A 64-byte frame takes 88 bytes of it (afpacket's ring: 160), and the
+    /// kernel fills it while weir is paused: a stalled reader loses nothing until it is full. Checked
+    /// against the memory available before anything is allocated.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=2048))]
+    pub xdp_ring: Option<u64>,
+
+    /// afxdp, xdp: replace an XDP program on the interface that weir did not load.
     #[arg(long)]
     pub replace_xdp: bool,
 
@@ -185,7 +193,8 @@ pub struct LiveArgs {
     /// the host's network stack (an SSH session over the interface would hang, ARP would stop answering), so
     /// weir refuses such an interface unless told to take them. The filter (-f) runs in the kernel, and what
     /// it rejects still reaches the host: `-f 'not port 22'` keeps a session alive. afpacket copies packets
-    /// and never needs this.
+    /// and never needs this. xdp copies packets and lets them go on to the host; with this it drops what it
+    /// stored, so the host's stack spends nothing on the captured traffic.
     #[arg(long)]
     pub take_host_traffic: bool,
 
@@ -227,6 +236,11 @@ impl LiveArgs {
                 ring_size: self.ring_size,
                 zero_copy,
                 need_wakeup: true,
+                replace_foreign: self.replace_xdp,
+                take_host_traffic: self.take_host_traffic,
+            },
+            xdp: XdpOptions {
+                ring_bytes: self.xdp_ring.map(|m| m << 20),
                 replace_foreign: self.replace_xdp,
                 take_host_traffic: self.take_host_traffic,
             },

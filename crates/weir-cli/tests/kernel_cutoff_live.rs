@@ -208,6 +208,12 @@ fn afxdp_flows_are_the_same_with_the_kernel_cutoff() {
 }
 
 #[test]
+#[ignore = "needs root: weir flows on xdp with and without the kernel cutoff, on a veth test bed with tcpreplay"]
+fn xdp_flows_are_the_same_with_the_kernel_cutoff() {
+    check_flows("xdp");
+}
+
+#[test]
 #[ignore = "needs root: weir streams --cutoff on afpacket with and without the kernel cutoff, on a veth test bed"]
 fn afpacket_streams_past_their_cutoff_are_the_same_with_the_kernel_cutoff() {
     check_streams("afpacket");
@@ -217,6 +223,12 @@ fn afpacket_streams_past_their_cutoff_are_the_same_with_the_kernel_cutoff() {
 #[ignore = "needs root: weir streams --cutoff on afxdp with and without the kernel cutoff, on a veth test bed"]
 fn afxdp_streams_past_their_cutoff_are_the_same_with_the_kernel_cutoff() {
     check_streams("afxdp");
+}
+
+#[test]
+#[ignore = "needs root: weir streams --cutoff on xdp with and without the kernel cutoff, on a veth test bed"]
+fn xdp_streams_past_their_cutoff_are_the_same_with_the_kernel_cutoff() {
+    check_streams("xdp");
 }
 
 /// With a libpcap filter the kernel cutoff is off (a filter may tell apart

@@ -6,8 +6,8 @@
 //! |---|---|---|
 //! | `WEIR_LOCALITY=B` | locality buffering with batches of B packets (`0` or `off`: none) | off |
 //! | `WEIR_LOCALITY_TIMEOUT_MS=T` | longest a packet waits for its batch | 50 |
-//! | `WEIR_SOURCE=afpacket\|afxdp` | how live interfaces are captured | afpacket |
-//! | `WEIR_TAKE_HOST_TRAFFIC=1` | with `WEIR_SOURCE=afxdp`, capture an interface that has an IP address, whose captured packets AF_XDP then takes from the host's stack (what the filter rejects stays) | refused |
+//! | `WEIR_SOURCE=afpacket\|afxdp\|xdp` | how live interfaces are captured (xdp: weir's XDP program copies packets into one packed ring buffer, sized by `pcap_set_buffer_size`) | afpacket |
+//! | `WEIR_TAKE_HOST_TRAFFIC=1` | with `WEIR_SOURCE=afxdp`, capture an interface that has an IP address, whose captured packets AF_XDP then takes from the host's stack (what the filter rejects stays); with `xdp`, drop what was copied so the host's stack spends nothing on it | refused (xdp: passed on) |
 //! | `WEIR_QUEUES=A-B` | the RX queues of a live interface (`2`, `0-3`) | all |
 //! | `WEIR_POOL=M,R` | pool per queue: R chunks of M cells | 256,128, raised to hold two batches |
 //! | `WEIR_STATS_FILE=PATH` | at close, weir's per-queue counters as JSON lines | none |
@@ -107,7 +107,8 @@ impl Settings {
             s.source = match v.as_str() {
                 "afpacket" => LiveKind::AfPacket,
                 "afxdp" => LiveKind::AfXdp,
-                _ => return Err(format!("WEIR_SOURCE={v}: expected afpacket or afxdp")),
+                "xdp" => LiveKind::Xdp,
+                _ => return Err(format!("WEIR_SOURCE={v}: expected afpacket, afxdp or xdp")),
             };
         }
         if let Some(v) = var("WEIR_TAKE_HOST_TRAFFIC") {

@@ -387,6 +387,11 @@ impl Handle {
         let spec = SourceSpec::Live { kind: self.settings.source, iface: cfg.device.clone(), queues: self.settings.queues };
         let mut live = weir::source::LiveOptions { snaplen: snaplen as u32, promisc: cfg.promisc, ..Default::default() };
         live.afxdp.take_host_traffic = self.settings.take_host_traffic;
+        live.xdp.take_host_traffic = self.settings.take_host_traffic;
+        // pcap_set_buffer_size: the ring the kernel fills, for xdp as for afpacket.
+        if cfg.buffer_size > 0 {
+            live.xdp.ring_bytes = Some((cfg.buffer_size as u64).next_power_of_two().clamp(1 << 20, 1 << 31));
+        }
         let ring = &mut live.afpacket;
         if cfg.buffer_size > 0 {
             ring.block_count = (cfg.buffer_size as usize / ring.block_bytes).max(4);

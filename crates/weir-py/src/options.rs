@@ -18,7 +18,7 @@ use std::time::Duration;
 use weir::engine::CpuPlan;
 use weir::locality::{BatchSize, LocalityConfig, MAX_BATCH};
 use weir::source::file::TraceAccess;
-use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, QueueRange, SourceSpec, ZeroCopy};
+use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, QueueRange, SourceSpec, XdpOptions, ZeroCopy};
 use weir::{Engine, EngineBuilder, PoolConfig};
 
 /// The keyword arguments of one call, taken one by one.
@@ -348,6 +348,11 @@ fn live_options(k: &Kwargs<'_>) -> PyResult<LiveOptions> {
             ring_size: k.int("ring_size", 1, 1 << 24)?.map(|n| n as u32).or(d.afxdp.ring_size),
             zero_copy,
             need_wakeup: true,
+            replace_foreign: k.flag("replace_xdp", false)?,
+            take_host_traffic: k.flag("take_host_traffic", false)?,
+        },
+        xdp: XdpOptions {
+            ring_bytes: k.int("xdp_ring_mib", 1, 2048)?.map(|m| m << 20),
             replace_foreign: k.flag("replace_xdp", false)?,
             take_host_traffic: k.flag("take_host_traffic", false)?,
         },

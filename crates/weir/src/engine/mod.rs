@@ -369,6 +369,15 @@ impl EngineBuilder {
                 }
                 // The capture threads steer buckets themselves.
                 SourceSpec::Live { kind: LiveKind::AfXdp, .. } => {}
+                SourceSpec::Live { kind: LiveKind::Xdp, .. } => {
+                    return Err(SettingError::new(
+                        Setting::Balance,
+                        "xdp: sources do not rebalance (their ring buffer is one for all queues, and nothing there \
+                         moves buckets): use afxdp: or afpacket:, or offloading, which works on every source"
+                            .to_string(),
+                    )
+                    .into())
+                }
             }
         }
         let allowed = sys::allowed_cpus();

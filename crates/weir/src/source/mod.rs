@@ -9,6 +9,7 @@
 //! - [`file`](mod@file): pcap and pcapng traces, split into queues by RSS, paced or at top speed.
 //! - [`afpacket`]: TPACKET_V3 rings, one socket per queue in a fanout group.
 //! - `afxdp`: one AF_XDP socket per RX queue over a UMEM that is the pool.
+//! - `xring`: `xdp:` sources, packets copied by an XDP program into one BPF ring buffer.
 
 pub mod afpacket;
 pub(crate) mod afxdp;
@@ -16,9 +17,10 @@ pub mod file;
 pub(crate) mod live;
 pub mod pacing;
 mod spec;
+pub(crate) mod xring;
 
 pub(crate) use live::{ifindex, rx_queues};
-pub use live::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, ZeroCopy};
+pub use live::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, XdpOptions, ZeroCopy};
 
 pub use pacing::Pacing;
 pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError};
@@ -103,5 +105,6 @@ pub(crate) fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Sour
         SourceSpec::Live { kind: LiveKind::AfXdp, iface, queues } => {
             afxdp::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget)
         }
+        SourceSpec::Live { kind: LiveKind::Xdp, iface, queues } => xring::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget),
     }
 }

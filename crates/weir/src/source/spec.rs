@@ -8,6 +8,7 @@
 //! - `-`: a trace on standard input.
 //! - `afpacket:eth1@0-3`: four AF_PACKET sockets on eth1 in one fanout group.
 //! - `afxdp:eth1@0-3`: one AF_XDP socket on each of eth1's RX queues 0 to 3.
+//! - `xdp:eth1`: every RX queue of eth1, copied by weir's XDP program into one ring buffer.
 //! - `eth1`, `eth1@2`: a bare interface name means afpacket.
 //! - An interface without a range means one queue per RX queue of the device.
 //!
@@ -133,6 +134,10 @@ pub enum LiveKind {
     /// `afxdp:`: one AF_XDP socket per RX queue, fed by weir's XDP program
     /// (loading it needs CAP_BPF and CAP_NET_ADMIN, the sockets CAP_NET_RAW).
     AfXdp,
+    /// `xdp:`: weir's XDP program copies each packet of the captured RX
+    /// queues into one BPF ring buffer, packed end to end (CAP_BPF and
+    /// CAP_NET_ADMIN); the host keeps its traffic.
+    Xdp,
 }
 
 impl LiveKind {
@@ -140,6 +145,7 @@ impl LiveKind {
         match self {
             LiveKind::AfPacket => "afpacket",
             LiveKind::AfXdp => "afxdp",
+            LiveKind::Xdp => "xdp",
         }
     }
 }
@@ -200,6 +206,9 @@ impl FromStr for SourceSpec {
         }
         if let Some(rest) = s.strip_prefix("afxdp:") {
             return live(LiveKind::AfXdp, rest);
+        }
+        if let Some(rest) = s.strip_prefix("xdp:") {
+            return live(LiveKind::Xdp, rest);
         }
         let (explicit, rest) = match s.strip_prefix("file:") {
             Some(r) => (true, r),
@@ -287,6 +296,7 @@ mod tests {
                 "afxdp:lo@0-1".into(),
                 Ok(SourceSpec::Live { kind: LiveKind::AfXdp, iface: "lo".into(), queues: Some(QueueRange::new(0, 1).unwrap()) }),
             ),
+            ("xdp:lo".into(), Ok(SourceSpec::Live { kind: LiveKind::Xdp, iface: "lo".into(), queues: None })),
             ("afpacket:inanotherns0".into(), Ok(SourceSpec::Live { kind: LiveKind::AfPacket, iface: "inanotherns0".into(), queues: None })),
             ("afpacket:a/b".into(), Err(SpecError::BadInterface("a/b".into()))),
             ("afpacket:waytoolonginterfacename".into(), Err(SpecError::BadInterface("waytoolonginterfacename".into()))),

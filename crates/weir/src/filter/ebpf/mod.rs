@@ -83,6 +83,7 @@ pub(crate) const XDP_MD_RX_QUEUE: i16 = 16;
 /// Helper function numbers (`enum bpf_func_id`).
 pub(crate) mod helper {
     pub(crate) const MAP_LOOKUP_ELEM: i32 = 1;
+    pub(crate) const TAIL_CALL: i32 = 12;
     pub(crate) const REDIRECT_MAP: i32 = 51;
     pub(crate) const XDP_GET_BUFF_LEN: i32 = 188;
     pub(crate) const XDP_LOAD_BYTES: i32 = 189;

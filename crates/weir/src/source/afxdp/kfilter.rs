@@ -34,14 +34,22 @@ const FILTER_NAME: &str = "weir_filter";
 
 /// The filter slot of an attached program.
 pub(crate) struct KernelFilter {
-    /// The program array `weir_filter` (one slot).
+    /// The program array whose slot 0 holds the filter.
     slot: MapData,
-    /// The socket map, which an installed filter redirects to: a descriptor
-    /// of it is needed while a filter is loaded.
-    xsks: OwnedFd,
+    /// Where an accepted packet goes.
+    accept: Accept,
     /// The counts map, which an installed filter writes to.
     counts_fd: OwnedFd,
     counts: Arc<FilterCounts>,
+}
+
+/// What the translated filter does with a packet it accepts. The descriptor
+/// is of the map its instructions name: it must stay open while it is loaded.
+pub(crate) enum Accept {
+    /// Redirect it to its queue's socket in this XSKMAP (`weir_xdp`).
+    Redirect(OwnedFd),
+    /// Tail-call this slot of this program array (`weir_xring`'s store program).
+    TailCall(OwnedFd, u32),
 }
 
 /// The per-queue counts of what the kernel filter passed to the stack.
@@ -50,10 +58,9 @@ pub(crate) struct FilterCounts {
 }
 
 impl KernelFilter {
-    /// `slot` is the program array, `xsks` and `counts_fd` descriptors of the
-    /// socket map and of `counts`.
-    pub(crate) fn new(slot: MapData, xsks: OwnedFd, counts_fd: OwnedFd, counts: PerCpuArray<MapData, Filtered>) -> KernelFilter {
-        KernelFilter { slot, xsks, counts_fd, counts: Arc::new(FilterCounts { map: counts }) }
+    /// `slot` is the program array, `counts_fd` a descriptor of `counts`.
+    pub(crate) fn new(slot: MapData, accept: Accept, counts_fd: OwnedFd, counts: PerCpuArray<MapData, Filtered>) -> KernelFilter {
+        KernelFilter { slot, accept, counts_fd, counts: Arc::new(FilterCounts { map: counts }) }
     }
 
     pub(crate) fn counts(&self) -> &Arc<FilterCounts> {
@@ -92,13 +99,26 @@ impl KernelFilter {
         }
     }
 
-    /// Redirect to the queue's socket (passing when it has none, as weir_xdp does).
     fn accept(&self) -> Vec<EbpfInsn> {
-        let mut out = Vec::with_capacity(6);
-        out.extend(asm::ld_map_fd(Reg::R1, self.xsks.as_raw_fd()));
-        out.push(asm::ldx_w(Reg::R2, CTX, XDP_MD_RX_QUEUE));
-        out.push(asm::mov32_imm(Reg::R3, XDP_PASS));
-        out.push(asm::call(helper::REDIRECT_MAP));
+        let mut out = Vec::with_capacity(7);
+        match &self.accept {
+            // Passing when the queue has no socket, as weir_xdp does.
+            Accept::Redirect(xsks) => {
+                out.extend(asm::ld_map_fd(Reg::R1, xsks.as_raw_fd()));
+                out.push(asm::ldx_w(Reg::R2, CTX, XDP_MD_RX_QUEUE));
+                out.push(asm::mov32_imm(Reg::R3, XDP_PASS));
+                out.push(asm::call(helper::REDIRECT_MAP));
+            }
+            // A tail call does not return; if the slot were empty, the packet
+            // would go on to the host.
+            Accept::TailCall(slots, index) => {
+                out.push(asm::mov64(Reg::R1, CTX));
+                out.extend(asm::ld_map_fd(Reg::R2, slots.as_raw_fd()));
+                out.push(asm::mov32_imm(Reg::R3, *index));
+                out.push(asm::call(helper::TAIL_CALL));
+                out.push(asm::mov32_imm(Reg::R0, XDP_PASS));
+            }
+        }
         out.push(asm::exit());
         out
     }
@@ -123,7 +143,12 @@ impl KernelFilter {
 impl FilterCounts {
     /// Packets and bytes the kernel filter passed to the stack from `queue`, so far.
     pub(crate) fn read(&self, queue: u16) -> io::Result<Filtered> {
-        let per_cpu = self.map.get(&u32::from(queue), 0).map_err(|e| crate::source::live::bpf::io_error(&e))?;
-        Ok(per_cpu.iter().fold(Filtered::default(), |t, c| Filtered { packets: t.packets + c.packets, bytes: t.bytes + c.bytes }))
+        sum_per_cpu(&self.map, queue)
     }
+}
+
+/// A queue's packets and bytes in a per-CPU count map, summed over CPUs.
+pub(crate) fn sum_per_cpu(map: &PerCpuArray<MapData, Filtered>, queue: u16) -> io::Result<Filtered> {
+    let per_cpu = map.get(&u32::from(queue), 0).map_err(|e| crate::source::live::bpf::io_error(&e))?;
+    Ok(per_cpu.iter().fold(Filtered::default(), |t, c| Filtered { packets: t.packets + c.packets, bytes: t.bytes + c.bytes }))
 }

@@ -40,7 +40,7 @@
 //! - Live sources cannot be paced; `snaplen` is cut to what fits a frame after
 //!   the kernel's headroom.
 
-mod kfilter;
+pub(crate) mod kfilter;
 pub(crate) mod program;
 mod rebalance;
 pub(crate) mod ring;

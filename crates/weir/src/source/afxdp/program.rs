@@ -21,14 +21,14 @@
 //!   nothing is pinned: when the link's file descriptor closes, on drop, on exit
 //!   or on SIGKILL, the kernel detaches the program.
 
-use super::kfilter::KernelFilter;
+use super::kfilter::{Accept, KernelFilter};
 use super::sys::{self, XdpMode};
 use crate::capture::SourceError;
 pub(crate) use crate::source::live::bpf::denied;
 use crate::source::live::bpf::{bpf_error, chain, os_error};
 use crate::source::live::cutoff::{self, FlowMap};
 use aya::maps::{Map, MapData, PerCpuArray, XskMap};
-use aya::programs::xdp::XdpLink;
+use aya::programs::xdp::{XdpLink, XdpLinkId};
 use aya::programs::{loaded_programs, ProgramFd, Xdp, XdpFlags};
 use aya::EbpfLoader;
 use std::error::Error;
@@ -37,9 +37,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The program's name in the kernel: how weir knows a program is its own.
 pub(crate) const PROGRAM_NAME: &str = "weir_xdp";
-/// Every XDP program weir attaches (capture, and `weir forward --backend xdp`):
+/// Every XDP program weir attaches (afxdp and xdp capture, and `weir forward --backend xdp`):
 /// one of these left on an interface is weir's to replace.
-const OWN_PROGRAMS: &[&str] = &[PROGRAM_NAME, FORWARD_PROGRAM_NAME];
+const OWN_PROGRAMS: &[&str] = &[PROGRAM_NAME, FORWARD_PROGRAM_NAME, crate::source::xring::PROGRAM_NAME];
 /// The in-kernel forwarder's program (`ebpf/weir_fwd.c`).
 pub(crate) const FORWARD_PROGRAM_NAME: &str = "weir_fwd";
 /// The XSKMAP: queue index → socket.
@@ -97,7 +97,7 @@ impl XdpProgram {
             let counts = ebpf.take_map(FILTERED_MAP).ok_or_else(|| missing(FILTERED_MAP))?;
             let counts_fd = duplicate(&counts, FILTERED_MAP)?;
             let counts = PerCpuArray::try_from(counts).map_err(|e| bpf_error("the XDP program's filter counts", &e, "CAP_BPF"))?;
-            KernelFilter::new(slot, xsks_fd, counts_fd, counts)
+            KernelFilter::new(slot, Accept::Redirect(xsks_fd), counts_fd, counts)
         };
         let flows = FlowMap::take_from(&mut ebpf)?;
         let prog: &mut Xdp = ebpf
@@ -108,23 +108,7 @@ impl XdpProgram {
         prog.load()
             .map_err(|e| bpf_error(&format!("{iface}: loading weir's XDP program"), &e, "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)"))?;
         let notes = clear_the_way(iface, ifindex, replace_foreign)?;
-        let attach_in = |prog: &mut Xdp, mode: XdpMode| {
-            let flags = if mode == XdpMode::Drv { XdpFlags::DRV_MODE } else { XdpFlags::SKB_MODE };
-            prog.attach_to_if_index(ifindex, flags)
-        };
-        let (id, mode) = match attach_in(prog, XdpMode::Drv) {
-            Ok(id) => (id, XdpMode::Drv),
-            Err(e) if os_error(&e) == Some(libc::EOPNOTSUPP) && !native_only => {
-                let id = attach_in(prog, XdpMode::Skb).map_err(|e| attach_error(iface, &e))?;
-                (id, XdpMode::Skb)
-            }
-            Err(e) if os_error(&e) == Some(libc::EOPNOTSUPP) => {
-                return Err(SourceError::Invalid(format!(
-                    "{iface}: the driver has no native XDP, which zero-copy needs: use zero-copy auto or off"
-                )))
-            }
-            Err(e) => return Err(attach_error(iface, &e)),
-        };
+        let (id, mode) = attach(prog, iface, ifindex, native_only)?;
         let link = prog.take_link(id).map_err(|e| bpf_error("weir's XDP link", &e, "CAP_NET_ADMIN"))?;
         Ok(XdpProgram { _link: link, xsks, filter: Some(filter), flows, cutoff: kernel_flows > 0, mode, notes })
     }
@@ -155,6 +139,29 @@ impl XdpProgram {
             .set(u32::from(queue), socket, 0)
             .map_err(|e| bpf_error(&format!("registering the socket of queue {queue}"), &e, "CAP_BPF"))
     }
+}
+
+/// Attach `prog` to `ifindex` in native mode, or in generic mode where the
+/// driver has none and `native_only` is not asked.
+pub(crate) fn attach(prog: &mut Xdp, iface: &str, ifindex: u32, native_only: bool) -> Result<(XdpLinkId, XdpMode), SourceError> {
+    let attach_in = |prog: &mut Xdp, mode: XdpMode| {
+        let flags = if mode == XdpMode::Drv { XdpFlags::DRV_MODE } else { XdpFlags::SKB_MODE };
+        prog.attach_to_if_index(ifindex, flags)
+    };
+    let r = match attach_in(prog, XdpMode::Drv) {
+        Ok(id) => (id, XdpMode::Drv),
+        Err(e) if os_error(&e) == Some(libc::EOPNOTSUPP) && !native_only => {
+            let id = attach_in(prog, XdpMode::Skb).map_err(|e| attach_error(iface, &e))?;
+            (id, XdpMode::Skb)
+        }
+        Err(e) if os_error(&e) == Some(libc::EOPNOTSUPP) => {
+            return Err(SourceError::Invalid(format!(
+                "{iface}: the driver has no native XDP, which zero-copy needs: use zero-copy auto or off"
+            )))
+        }
+        Err(e) => return Err(attach_error(iface, &e)),
+    };
+    Ok(r)
 }
 
 /// Remove what is attached to `ifindex` if it may be replaced, or say why not.

@@ -25,6 +25,8 @@ pub struct LiveOptions {
     pub afpacket: AfPacketOptions,
     /// Used by `afxdp:` sources only.
     pub afxdp: AfXdpOptions,
+    /// Used by `xdp:` sources only.
+    pub xdp: XdpOptions,
     /// The kernel cutoff: entries of the flow map the source's kernel program
     /// consults (a stream layer installs a stream there once it passed its
     /// cutoff, and the kernel then drops its packets before the pool; see
@@ -47,6 +49,7 @@ impl Default for LiveOptions {
             netns: None,
             afpacket: AfPacketOptions::default(),
             afxdp: AfXdpOptions::default(),
+            xdp: XdpOptions::default(),
             kernel_flows: 0,
             timestamps: None,
         }
@@ -200,6 +203,21 @@ impl Default for AfXdpOptions {
             take_host_traffic: false,
         }
     }
+}
+
+/// Options of `xdp:` capture (weir's XDP program copying packets into a BPF
+/// ring buffer).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct XdpOptions {
+    /// Bytes of the ring buffer, shared by all the captured queues: a power
+    /// of two, at least a page. `None` (the default): 64 MiB per queue, as
+    /// afpacket's default ring, rounded up to a power of two.
+    pub ring_bytes: Option<u64>,
+    /// Replace an XDP program on the interface that weir did not load.
+    pub replace_foreign: bool,
+    /// Drop the captured packets after copying them, so that the host's
+    /// stack spends nothing on them. By default they go on to the host.
+    pub take_host_traffic: bool,
 }
 
 impl LiveOptions {

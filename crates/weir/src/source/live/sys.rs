@@ -67,6 +67,44 @@ pub(crate) fn ifindex(iface: &str) -> io::Result<u32> {
     Ok(unsafe { req.ifr_ifru.ifru_ifindex } as u32)
 }
 
+/// An interface watched from a socket of its namespace, so a thread in any
+/// namespace can ask whether it is still there and up.
+pub(crate) struct LinkWatch {
+    sock: OwnedFd,
+    ifindex: u32,
+}
+
+impl LinkWatch {
+    /// Watch `ifindex` of the calling thread's namespace.
+    pub(crate) fn new(ifindex: u32) -> io::Result<LinkWatch> {
+        Ok(LinkWatch { sock: ioctl_socket()?, ifindex })
+    }
+
+    /// `Err(ENETDOWN)` when the interface is down, `Err(ENXIO)` when it is gone.
+    pub(crate) fn check(&self) -> io::Result<()> {
+        // SAFETY: ifreq is plain old data; zeroed is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        req.ifr_ifru.ifru_ifindex = self.ifindex as libc::c_int;
+        // SAFETY: SIOCGIFNAME reads ifr_ifindex and writes ifr_name of `req`.
+        if unsafe { libc::ioctl(self.sock.as_raw_fd(), libc::SIOCGIFNAME, &mut req) } != 0 {
+            let e = io::Error::last_os_error();
+            // Gone while captured: ENXIO, as an AF_XDP socket says it; ENODEV
+            // is what a device missing at open gets.
+            return Err(if e.raw_os_error() == Some(libc::ENODEV) { io::Error::from_raw_os_error(libc::ENXIO) } else { e });
+        }
+        // SAFETY: SIOCGIFFLAGS reads ifr_name and writes ifr_flags of `req`.
+        if unsafe { libc::ioctl(self.sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel filled the flags member of the union.
+        let flags = unsafe { req.ifr_ifru.ifru_flags };
+        if flags & libc::IFF_UP as libc::c_short == 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENETDOWN));
+        }
+        Ok(())
+    }
+}
+
 /// `struct ethtool_channels`.
 #[repr(C)]
 #[derive(Default)]

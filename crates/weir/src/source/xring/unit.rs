@@ -1,0 +1,405 @@
+//! The capture loop of an `xdp:` source: one thread reads the ring buffer
+//! that weir's XDP program fills for every captured queue, and puts each
+//! record's packet in a cell of its queue's pool.
+//!
+//! - A record goes to the side of the queue it names, so each queue's worker
+//!   sees its queue's packets in the order the kernel stored them.
+//! - The packet is copied into the cell. Ring buffer space is given back
+//!   strictly in order (the consumer position), so a record a worker held
+//!   would hold every record after it: copying frees the ring as fast as the
+//!   unit reads, and the ring alone is what covers a stalled reader. (What
+//!   the copy costs is in the README's figures; the packets are in the cache
+//!   already, the kernel having just written them.)
+//! - When a queue's pool has no cell, the record stays in the ring (not
+//!   consumed), the unit waits for the worker to recycle a chunk and resumes
+//!   there. If the ring fills meanwhile the program counts what it could not
+//!   store, per queue, and the unit adds that to the queue's delivery drops,
+//!   as afpacket's unit does with its ring's overflow.
+//! - The user-space filter runs again on every record (a filter replaced
+//!   meanwhile judges what waits in the ring); what it rejects is counted as
+//!   filtered, as is what the kernel's filter passed to the host.
+//! - Wake-ups: while records flow the unit sleeps between reads for as long
+//!   as a quarter of the ring takes to fill at the rate it saw, between
+//!   [`GATHER_MIN`] and [`GATHER_MAX`], so a read takes many records whatever
+//!   the rate. Only when a read after such a sleep finds the ring empty does
+//!   it publish the partly filled chunks and wait in poll(2): the ring
+//!   wakes it when the kernel stores a record into a ring the unit has
+//!   emptied.
+//! - Timestamps: the program stamps CLOCK_TAI; the unit subtracts the
+//!   TAI - REALTIME offset, read again every [`STATS_EVERY`], so a stamp is
+//!   wall-clock time even across a step of the clock.
+
+use super::program::{XringProgram, RECORD_HEAD};
+use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
+use crate::filter::FilterWatch;
+use crate::pool::CaptureSide;
+use crate::profile::{Probe, Profiler, Stage};
+use crate::source::afxdp::kfilter::{FilterCounts, KernelFilter};
+use crate::source::afxdp::sys::Filtered;
+use crate::source::live::sys::LinkWatch;
+use crate::QueueId;
+use aya::maps::{MapData, RingBuf};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Records read between looks at the stop flag and the filter.
+const BATCH: u32 = 256;
+/// Bounds of the sleep between reads while records flow.
+const GATHER_MIN: Duration = Duration::from_micros(20);
+const GATHER_MAX: Duration = Duration::from_millis(10);
+/// A partly filled chunk is published once it waited this long.
+const PUBLISH_DELAY: Duration = Duration::from_millis(1);
+/// The longest wait in poll(2), so a stop request is seen within it.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// The longest wait for a cell.
+const CELL_WAIT: Duration = Duration::from_millis(50);
+/// How often the program's counts and the clock offset are read.
+const STATS_EVERY: Duration = Duration::from_millis(100);
+/// The smallest record (a 60-byte frame): the rate in bytes a quarter of the
+/// ring is measured against.
+const SMALLEST_RECORD: u64 = 88;
+
+/// What a unit keeps alive while it runs: the program (and its ring), the
+/// filter in it, the promiscuous membership.
+pub(super) struct Attachment {
+    pub(super) program: XringProgram,
+    /// The interface, asked whether it is still up when the ring stays empty.
+    pub(super) link: LinkWatch,
+    pub(super) filter: Option<Arc<KernelFilter>>,
+    pub(super) _promiscuous: Option<crate::source::afxdp::sys::Promiscuous>,
+}
+
+/// The capture of every queue of an `xdp:` source.
+pub(super) struct XringUnit {
+    label: String,
+    queues: Vec<QueueId>,
+    /// Queue number → position in `queues` (and in the sides).
+    position: Vec<Option<usize>>,
+    ring: RingBuf<MapData>,
+    /// A descriptor of the ring's map, to wait on.
+    ring_fd: OwnedFd,
+    ring_bytes: u64,
+    attachment: Arc<Attachment>,
+    filter: FilterWatch,
+    counts: Option<Arc<FilterCounts>>,
+    /// Per queue position: the kernel counts already accounted.
+    seen_filtered: Vec<Filtered>,
+    seen_lost: Vec<Filtered>,
+    /// CLOCK_TAI - CLOCK_REALTIME, in ns.
+    tai_offset: u64,
+    profiler: Option<Arc<Profiler>>,
+}
+
+impl XringUnit {
+    pub(super) fn new(
+        label: String,
+        queues: Vec<QueueId>,
+        (ring, ring_fd): (RingBuf<MapData>, OwnedFd),
+        ring_bytes: u64,
+        attachment: Arc<Attachment>,
+        filter: FilterWatch,
+        profiler: Option<Arc<Profiler>>,
+    ) -> XringUnit {
+        let top = queues.iter().map(|q| usize::from(q.0) + 1).max().unwrap_or(0);
+        let mut position = vec![None; top];
+        for (i, q) in queues.iter().enumerate() {
+            position[usize::from(q.0)] = Some(i);
+        }
+        let counts = attachment.filter.as_ref().map(|f| Arc::clone(f.counts()));
+        let n = queues.len();
+        XringUnit {
+            label,
+            queues,
+            position,
+            ring,
+            ring_fd,
+            ring_bytes,
+            attachment,
+            filter,
+            counts,
+            seen_filtered: vec![Filtered::default(); n],
+            seen_lost: vec![Filtered::default(); n],
+            tai_offset: tai_offset(),
+            profiler,
+        }
+    }
+
+    /// Add what the kernel counted since the last look to each queue's side.
+    fn account(&mut self, sides: &mut [CaptureSide]) -> Result<(), SourceError> {
+        for (i, side) in sides.iter_mut().enumerate() {
+            let q = self.queues[i].0;
+            let mut changed = false;
+            if let Some(c) = &self.counts {
+                let now = c.read(q).map_err(|e| io("reading the kernel filter's counts", e))?;
+                let seen = &mut self.seen_filtered[i];
+                let (p, b) = (now.packets.saturating_sub(seen.packets), now.bytes.saturating_sub(seen.bytes));
+                if p > 0 {
+                    side.add_filtered(p, b);
+                    changed = true;
+                }
+                *seen = now;
+            }
+            let now = self.attachment.program.lost(q).map_err(|e| io("reading the ring's loss counts", e))?;
+            let lost = now.packets.saturating_sub(self.seen_lost[i].packets);
+            if lost > 0 {
+                side.add_delivery_drops(lost);
+                changed = true;
+            }
+            self.seen_lost[i] = now;
+            if changed {
+                side.publish_stats();
+            }
+        }
+        self.tai_offset = tai_offset();
+        Ok(())
+    }
+
+    fn capture(&mut self, sides: &mut [CaptureSide], ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
+        let mut stats_at = Instant::now();
+        let mut unpublished_since: Option<Instant> = None;
+        // Records and bytes read since the last sleep, and when it ended.
+        let mut since = Instant::now();
+        let mut bytes_since = 0u64;
+        let mut flowing = false;
+        loop {
+            if ctl.stop_requested() {
+                return Ok(());
+            }
+            self.filter.changed();
+            let (outcome, read, bytes) = self.read(sides, ctl, probe)?;
+            probe.records(read, Stage::Source);
+            bytes_since += bytes;
+            if read > 0 {
+                unpublished_since.get_or_insert_with(Instant::now);
+                flowing = true;
+            }
+            match outcome {
+                Read::Limit => return Ok(()),
+                Read::NoCell(i) => {
+                    probe.mark(Stage::CaptureWait);
+                    sides[i].wait_for_cell(CELL_WAIT);
+                    probe.mark(Stage::Source);
+                    unpublished_since = None;
+                }
+                Read::More => {}
+                Read::Empty if flowing => {
+                    let now = Instant::now();
+                    if unpublished_since.is_some_and(|t| now.duration_since(t) >= PUBLISH_DELAY) {
+                        probe.mark(Stage::HandOff);
+                        sides.iter_mut().for_each(CaptureSide::flush);
+                        probe.mark(Stage::Source);
+                        unpublished_since = None;
+                    }
+                    let sleep = gather(self.ring_bytes, bytes_since, now.duration_since(since));
+                    flowing = bytes_since > 0;
+                    probe.mark(Stage::CaptureWait);
+                    std::thread::sleep(sleep);
+                    probe.mark(Stage::Source);
+                    since = Instant::now();
+                    bytes_since = 0;
+                }
+                Read::Empty => {
+                    probe.mark(Stage::HandOff);
+                    sides.iter_mut().for_each(CaptureSide::flush);
+                    probe.mark(Stage::Source);
+                    unpublished_since = None;
+                    self.account(sides)?;
+                    stats_at = Instant::now();
+                    probe.mark(Stage::CaptureWait);
+                    if !wait_readable(self.ring_fd.as_fd(), IDLE_WAIT).map_err(|e| io("waiting on the ring buffer", e))? {
+                        // Quiet for a whole wait: is there still an interface?
+                        self.attachment.link.check().map_err(|e| io("the interface went down or away", e))?;
+                    }
+                    probe.mark(Stage::Source);
+                    since = Instant::now();
+                    bytes_since = 0;
+                }
+            }
+            if stats_at.elapsed() >= STATS_EVERY {
+                self.account(sides)?;
+                stats_at = Instant::now();
+            }
+        }
+    }
+
+    /// Read up to [`BATCH`] records into the pools: how it ended, records and
+    /// ring bytes read.
+    #[inline]
+    fn read(&mut self, sides: &mut [CaptureSide], ctl: &Control, probe: &mut impl Probe) -> Result<(Read, u32, u64), SourceError> {
+        let mut read = 0;
+        let mut bytes = 0u64;
+        while read < BATCH {
+            let Some(item) = self.ring.next() else { return Ok((Read::Empty, read, bytes)) };
+            let Some((tai_ns, wire_len, queue, data)) = record(&item) else {
+                return Err(SourceError::Invalid(format!(
+                    "{}: a record of {} bytes in the ring buffer: ebpf/weir_xring.c and weir disagree",
+                    self.label,
+                    item.len()
+                )));
+            };
+            let Some(i) = self.position.get(queue as usize).copied().flatten() else {
+                return Err(SourceError::Invalid(format!(
+                    "{}: the XDP program stored a packet of queue {queue}, which weir does not capture",
+                    self.label
+                )));
+            };
+            let side = &mut sides[i];
+            let ring_len = (item.len() + 8).next_multiple_of(8) as u64;
+            if let Some(f) = self.filter.get() {
+                probe.mark(Stage::Filter);
+                let pass = f.matches(data, wire_len);
+                probe.mark(Stage::Source);
+                if !pass {
+                    side.drop_filtered(wire_len);
+                    read += 1;
+                    bytes += ring_len;
+                    continue;
+                }
+            }
+            if !side.has_cell() {
+                // Left in the ring: read again once a cell is free.
+                std::mem::forget(item);
+                return Ok((Read::NoCell(i), read, bytes));
+            }
+            if !ctl.take_budget() {
+                std::mem::forget(item);
+                ctl.request_stop(StopReason::PacketLimit);
+                return Ok((Read::Limit, read, bytes));
+            }
+            probe.mark(Stage::HandOff);
+            let ts_ns = tai_ns.wrapping_sub(self.tai_offset);
+            let pushed = side.push_copy(data, wire_len, ts_ns);
+            probe.mark(Stage::Source);
+            debug_assert!(pushed.is_ok(), "has_cell said a cell is free");
+            drop(item);
+            read += 1;
+            bytes += ring_len;
+            if ctl.budget_spent() {
+                ctl.request_stop(StopReason::PacketLimit);
+                return Ok((Read::Limit, read, bytes));
+            }
+        }
+        Ok((Read::More, read, bytes))
+    }
+}
+
+/// How a read ended.
+enum Read {
+    /// The ring is empty.
+    Empty,
+    /// A batch was read; there may be more.
+    More,
+    /// The queue at this position has no free cell.
+    NoCell(usize),
+    /// The packet limit was reached.
+    Limit,
+}
+
+impl CaptureUnit for XringUnit {
+    fn queues(&self) -> Vec<QueueId> {
+        self.queues.clone()
+    }
+
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn profiled(&self) -> bool {
+        self.profiler.is_some()
+    }
+
+    fn run(mut self: Box<Self>, mut sides: Vec<CaptureSide>, ctl: &Control) -> Result<(), SourceError> {
+        if sides.len() != self.queues.len() {
+            return Err(SourceError::Invalid(format!("{}: {} queues but {} sides", self.label, self.queues.len(), sides.len())));
+        }
+        let result = match self.profiler.clone() {
+            Some(p) => {
+                let mut timer = p.timer(&format!("capture-{}", self.label), Stage::Source);
+                let r = self.capture(&mut sides, ctl, &mut timer);
+                timer.finish(&p);
+                r
+            }
+            None => self.capture(&mut sides, ctl, &mut ()),
+        };
+        // What the kernel counted up to now belongs to this run, even after a failure.
+        let last = self.account(&mut sides);
+        sides.iter_mut().for_each(CaptureSide::flush);
+        result.and(last)
+    }
+}
+
+/// A record's head and packet bytes: (TAI ns, wire length, queue, bytes).
+#[inline]
+fn record(r: &[u8]) -> Option<(u64, u32, u32, &[u8])> {
+    let (head, data) = r.split_first_chunk::<RECORD_HEAD>()?;
+    let tai = u64::from_ne_bytes(head[0..8].try_into().ok()?);
+    let wire = u32::from_ne_bytes(head[8..12].try_into().ok()?);
+    let queue = u32::from_ne_bytes(head[12..16].try_into().ok()?);
+    Some((tai, wire, queue, data))
+}
+
+/// The sleep after a read emptied the ring: a quarter of the ring at the
+/// rate seen (`bytes` over `elapsed`), within the bounds.
+fn gather(ring_bytes: u64, bytes: u64, elapsed: Duration) -> Duration {
+    let quarter = ring_bytes / 4;
+    if bytes < SMALLEST_RECORD || elapsed.is_zero() {
+        return GATHER_MIN;
+    }
+    let secs = quarter as f64 * elapsed.as_secs_f64() / bytes as f64;
+    Duration::from_secs_f64(secs.min(GATHER_MAX.as_secs_f64())).max(GATHER_MIN)
+}
+
+/// CLOCK_TAI - CLOCK_REALTIME in ns (37 s since 2017, 0 where the kernel's
+/// TAI offset was never set).
+fn tai_offset() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    let ns = |c| clock_gettime(c).map(|t| t.tv_sec() as i128 * 1_000_000_000 + i128::from(t.tv_nsec())).unwrap_or(0);
+    let tai = ns(ClockId::CLOCK_TAI);
+    let real = ns(ClockId::CLOCK_REALTIME);
+    u64::try_from(tai - real).unwrap_or(0)
+}
+
+/// Whether the ring turned readable within `timeout`.
+fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = PollTimeout::try_from(timeout.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+    match poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], ms) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn io(what: &str, error: std::io::Error) -> SourceError {
+    SourceError::Io { what: what.into(), error }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_its_head_and_the_packet() {
+        let mut r = Vec::new();
+        r.extend(7u64.to_ne_bytes());
+        r.extend(60u32.to_ne_bytes());
+        r.extend(3u32.to_ne_bytes());
+        r.extend([1, 2, 3]);
+        assert_eq!(record(&r), Some((7, 60, 3, &[1u8, 2, 3][..])));
+        assert_eq!(record(&r[..15]), None, "shorter than the head");
+    }
+
+    #[test]
+    fn the_gather_sleep_lets_a_quarter_of_the_ring_fill_within_its_bounds() {
+        let ring = 64 << 20;
+        assert_eq!(gather(ring, 0, Duration::from_millis(1)), GATHER_MIN, "no rate yet");
+        // 16 MiB a second: a quarter of 64 MiB is a second, past the bound.
+        assert_eq!(gather(ring, 16 << 20, Duration::from_secs(1)), GATHER_MAX);
+        // 16 GiB a second: a quarter takes 1 ms.
+        let s = gather(ring, 16 << 30, Duration::from_secs(1));
+        assert!((Duration::from_micros(900)..Duration::from_micros(1100)).contains(&s), "{s:?}");
+        // Faster still: not below the floor.
+        assert_eq!(gather(ring, u64::MAX / 2, Duration::from_secs(1)), GATHER_MIN);
+    }
+}
