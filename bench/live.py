@@ -79,7 +79,7 @@ RATES_KPPS = [100, 200, 300, 400, 500, 600, 800, 1000, 1200]
 # --quick: one mix, a few paced steps, the main tools, paused bursts of weir only.
 QUICK_RATES_KPPS = [200, 400, 600]
 QUICK_SECONDS_PER_STEP = 2.0
-QUICK_BURSTS = ["weir-afpacket", "weir-afxdp"]
+QUICK_BURSTS = ["weir-afpacket", "weir-xdp", "weir-afxdp"]
 # The top step of `--generator xdp`: `weir replay --xdp` at its top speed.
 TOP = "top"
 QUICK_TOOLS = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp"]
@@ -87,7 +87,12 @@ QUICK_TOOLS = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "
 QUOTA_RATES_KPPS = [10, 25, 50, 100, 150, 200, 250, 300, 400, 500]
 # A ladder stops after this many lossy steps in a row.
 LOSSY_STEPS_TO_STOP = 2
-BURSTS = [5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 400_000, 800_000]
+# Up to past what 128 MiB holds of 64-byte frames in an xdp: ring (88 bytes each: 1.5 million).
+# Bursts are sent at this rate by `weir replay --xdp` (with the XDP generator):
+# about trafgen's top speed, which they used to be sent at, but trafgen at its
+# top speed now and then gives up (EAGAIN on a full veth queue) mid-burst.
+BURST_KPPS = 400
+BURSTS = [5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 400_000, 800_000, 1_200_000, 1_600_000]
 
 # Ethernet/IPv4/UDP to a MAC and address nobody on the test bed has.
 HEADER = """0x02,0x00,0x00,0x00,0x00,0x63, 0x02,0x00,0x00,0x00,0x00,0x01, 0x08,0x00,
@@ -232,7 +237,7 @@ class Tool:
         mapping a ring is not what is measured); then put it under the quota, if
         any, and note its CPU time so far."""
         if GEN["kind"] == "xdp":
-            pass_program(not self.name.startswith("weir-afxdp"))
+            pass_program(not self.name.startswith(("weir-afxdp", "weir-xdp")))
         self.proc = subprocess.Popen(capture_argv(self.argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)
         if self.proc.poll() is not None:
@@ -318,6 +323,8 @@ def tools():
         "tcpdump -B 131072": lambda b=None: Tool("tcpdump -B 131072", ["tcpdump", "-i", rx, "-n", "-w", "/dev/null", "-B", "131072"], parse_tcpdump),
         "weir-afpacket": lambda b=None: Tool("weir-afpacket", weir + [f"afpacket:{rx}@0-1"], parse_weir),
         "weir-afxdp": lambda b=None: Tool("weir-afxdp", weir + [f"afxdp:{rx}@0-1"], parse_weir),
+        # weir's XDP program copying into one ring buffer of 128 MiB (its default for 2 queues: afpacket's 2 x 64 MiB).
+        "weir-xdp": lambda b=None: Tool("weir-xdp", weir + [f"xdp:{rx}@0-1"], parse_weir),
         # Unmodified tcpdump on weir's libpcap (make pcap-lib), in order and with locality buffering.
         "tcpdump-on-weir": lambda b=None: Tool("tcpdump-on-weir", ["env", f"LD_LIBRARY_PATH={PCAP_LIB}", "tcpdump", "-i", rx, "-n", "-w", "/dev/null"],
                                                parse_tcpdump),
@@ -453,25 +460,81 @@ def burst(tool_factory, paused):
     """Largest burst (of BURSTS) received whole, with the tool paused or running."""
     best, rows = 0, []
     for p in BURSTS:
-        lost = []
+        lost, unseen, dropped_by = [], [], []
         for _ in range(RUNS):
             tool = tool_factory()
             tool.start()
             if paused:
                 tool.signal(signal.SIGSTOP)
-            send("64B", p)
+            send("64B", p, BURST_KPPS if GEN["kind"] == "xdp" else None)
             time.sleep(0.3)
             if paused:
                 tool.signal(signal.SIGCONT)
             time.sleep(1.0)
             received, dropped, _ = tool.stop()
             lost.append(p if received is None else max(p - received, 0) + dropped)
-        rows.append({"burst": p, "median_lost": statistics.median(lost)})
+            # Where they were lost: never seen by the tool (the receive path
+            # before it), or seen and dropped (its buffer was full).
+            unseen.append(p if received is None else max(p - received, 0))
+            dropped_by.append(0 if received is None else dropped)
+        rows.append({"burst": p, "median_lost": statistics.median(lost), "median_not_received": statistics.median(unseen),
+                     "median_dropped": statistics.median(dropped_by)})
         if statistics.median(lost) == 0:
             best = p
         else:
             break
     return {"largest_lossless_burst": best, "rows": rows}
+
+
+# The equal-memory burst pass: every tool given the same 8 MiB for the two
+# queues, so the bursts it holds are set by how it packs packets, and are
+# small enough to pace slowly, below what the veth drops on its own (at 400
+# kpps a few hundred frames of a large burst never reached any tool).
+EQUAL_MIB = 8
+EQUAL_KPPS = 150
+EQUAL_BURSTS = [10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000, 110_000]
+
+
+def equal_memory_tools():
+    rx = ENV["TB_RX_IF"]
+    weir = [str(WEIR), "count", "--json"]
+    per_queue_mib = EQUAL_MIB // 2
+    return {
+        # 1 MiB blocks, 4 a queue.
+        "weir-afpacket": lambda: Tool("weir-afpacket", weir + [f"afpacket:{rx}@0-1", "--blocks", str(per_queue_mib)], parse_weir),
+        # One ring for both queues.
+        "weir-xdp": lambda: Tool("weir-xdp", weir + [f"xdp:{rx}@0-1", "--xdp-ring", str(EQUAL_MIB)], parse_weir),
+        # 2,048 frames of 2 KiB a queue (a pool of 64 chunks of 32 cells; UMEM frame per cell).
+        "weir-afxdp": lambda: Tool("weir-afxdp", weir + [f"afxdp:{rx}@0-1", "--pool", "64,32"], parse_weir),
+        # One socket, -B in KiB.
+        "tcpdump": lambda: Tool("tcpdump", ["tcpdump", "-i", rx, "-n", "-w", "/dev/null", "-B", str(EQUAL_MIB * 1024)], parse_tcpdump),
+    }
+
+
+def burst_equal(tool_factory):
+    """Largest burst (of EQUAL_BURSTS, paced at EQUAL_KPPS) a paused tool keeps whole."""
+    best, rows = 0, []
+    for p in EQUAL_BURSTS:
+        lost, unseen, dropped_by = [], [], []
+        for _ in range(RUNS):
+            tool = tool_factory()
+            tool.start()
+            tool.signal(signal.SIGSTOP)
+            send("64B", p, EQUAL_KPPS)
+            time.sleep(0.3)
+            tool.signal(signal.SIGCONT)
+            time.sleep(1.0)
+            received, dropped, _ = tool.stop()
+            lost.append(p if received is None else max(p - received, 0) + dropped)
+            unseen.append(p if received is None else max(p - received, 0))
+            dropped_by.append(0 if received is None else dropped)
+        rows.append({"burst": p, "median_lost": statistics.median(lost), "median_not_received": statistics.median(unseen),
+                     "median_dropped": statistics.median(dropped_by), "kept": [p - x for x in lost]})
+        if statistics.median(lost) == 0:
+            best = p
+        else:
+            break
+    return {"largest_lossless_burst": best, "memory_mib": EQUAL_MIB, "kpps": EQUAL_KPPS, "rows": rows}
 
 
 def inner(which, quota, passes, gen, quick):
@@ -525,6 +588,16 @@ def run_passes(which, quota, passes, mixes, quick):
             result["bursts"].setdefault(name, {})[key] = burst(factory, paused)
             log(f"  burst {name:18} {key:8}: {result['bursts'][name][key]['largest_lossless_burst']}")
             write_result(result_name(passes, which), result)
+    if "bursts_equal" in passes:
+        if GEN["kind"] != "xdp":
+            raise SystemExit("the bursts_equal pass paces its bursts with the XDP generator: use --generator xdp")
+        eq = equal_memory_tools()
+        result["bursts_equal"] = {}
+        for name in which:
+            if name in eq:
+                result["bursts_equal"][name] = burst_equal(eq[name])
+                log(f"  burst at {EQUAL_MIB} MiB {name:18}: {result['bursts_equal'][name]['largest_lossless_burst']}")
+                write_result(result_name(passes, which), result)
     for key in ("ladder", "ladder_quota"):
         for name, mixes in result[key].items():
             for mix, r in mixes.items():
@@ -565,9 +638,9 @@ GEN_TITLE = {"xdp": "weir replay --xdp", "trafgen": "trafgen"}
 
 
 # "tcpdump -B 131072" is tcpdump given weir's default memory (64 MiB per queue, 2 queues).
-ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp", "tcpdump-on-weir", "tcpdump-on-weir-locality",
+ALL = ["tcpdump", "tcpdump -B 131072", "netsniff-ng", "weir-afpacket", "weir-afxdp", "weir-xdp", "tcpdump-on-weir", "tcpdump-on-weir-locality",
        "softflowd", "softflowd-on-weir", "softflowd-on-weir-locality"]
-PASSES = ["ladder", "ladder_quota", "bursts"]
+PASSES = ["ladder", "ladder_quota", "bursts", "bursts_equal"]
 
 
 def cpu_ratio(r, base):

@@ -39,7 +39,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 pub(crate) const PROGRAM_NAME: &str = "weir_xdp";
 /// Every XDP program weir attaches (afxdp and xdp capture, and `weir forward --backend xdp`):
 /// one of these left on an interface is weir's to replace.
-const OWN_PROGRAMS: &[&str] = &[PROGRAM_NAME, FORWARD_PROGRAM_NAME, crate::source::xring::PROGRAM_NAME];
+const OWN_PROGRAMS: &[&str] = &[PROGRAM_NAME, FORWARD_PROGRAM_NAME, XRING_PROGRAM_NAME];
+/// The `xdp:` capture's program (`ebpf/weir_xring.c`).
+pub(crate) const XRING_PROGRAM_NAME: &str = "weir_xring";
 /// The in-kernel forwarder's program (`ebpf/weir_fwd.c`).
 pub(crate) const FORWARD_PROGRAM_NAME: &str = "weir_fwd";
 /// The XSKMAP: queue index → socket.

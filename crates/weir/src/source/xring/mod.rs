@@ -37,8 +37,6 @@
 mod program;
 mod unit;
 
-pub(crate) use program::PROGRAM_NAME;
-
 use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::clock::Timestamps;
 use crate::filter::Filter;

@@ -30,8 +30,9 @@ use aya::programs::Xdp;
 use aya::EbpfLoader;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-/// The program's name in the kernel: how weir knows a program is its own.
-pub(crate) const PROGRAM_NAME: &str = "weir_xring";
+// The program's name in the kernel: how weir knows a program is its own
+// (`afxdp::program` keeps the list of weir's programs).
+use crate::source::afxdp::program::XRING_PROGRAM_NAME as PROGRAM_NAME;
 const STORE_PROGRAM: &str = "weir_xring_store";
 const RING_MAP: &str = "weir_ring";
 const QUEUES_MAP: &str = "weir_queues";
