@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Where weir's CPU goes on afxdp against afpacket: system calls, context
-switches and CPU time per packet received, at the same rate, in one run.
+"""Where weir's CPU goes on afxdp and xdp against afpacket: system calls,
+context switches and CPU time per packet received, at the same rate, in one run.
 
 Runs itself inside scripts/testbed (two namespaces joined by a 2-queue veth
 pair); the capturing veth end has its address removed (an AF_XDP capture takes
@@ -38,6 +38,9 @@ from common import ROOT, WEIR, WORK, log, machine, sh, write_result  # noqa: E40
 from generator import frame, write_pcap  # noqa: E402
 
 RUNS = 3
+# xdp: weir's XDP program copying into one ring buffer; its packets go on to
+# the host's stack afterwards, as afpacket's do.
+SOURCES = ("afpacket", "afxdp", "xdp")
 RATES_KPPS = [100, 400]
 SECONDS = 2.0
 # Packets `weir replay --xdp` sends at its top speed (about a second's worth).
@@ -68,7 +71,7 @@ def cpu_ns(pid):
 
 def pass_program(on, obj):
     """A veth delivers XDP-sent frames only to a peer with an XDP program: for
-    afpacket an XDP_PASS one; afxdp brings its own (and refuses a foreign one)."""
+    afpacket an XDP_PASS one; afxdp and xdp bring their own (and refuse a foreign one)."""
     dev = ["ip", "-n", ENV["TB_RX_NS"], "link", "set", "dev", ENV["TB_RX_IF"]]
     sh(dev + (["xdpdrv", "obj", str(obj), "sec", "xdp"] if on else ["xdpdrv", "off"]))
 
@@ -144,7 +147,7 @@ def inner(runs, rates, binaries):
     results = {}
     for step, send in steps:
         for name, weir in binaries.items():
-            for source in ("afpacket", "afxdp"):
+            for source in SOURCES:
                 pass_program(source == "afpacket", obj)
                 rs = [one(weir, source, send) for _ in range(runs)]
                 med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
@@ -154,8 +157,10 @@ def inner(runs, rates, binaries):
                     f"{med['context_switches_per_packet']:.4f} switches per packet")
         pass_program(False, obj)
         for name in binaries:
-            a, x = results[step][f"{name} afpacket"]["median"], results[step][f"{name} afxdp"]["median"]
-            results[step][f"{name} afxdp/afpacket cpu"] = x["cpu_ns_per_packet"] / a["cpu_ns_per_packet"] if a["cpu_ns_per_packet"] else None
+            a = results[step][f"{name} afpacket"]["median"]
+            for source in SOURCES[1:]:
+                x = results[step][f"{name} {source}"]["median"]
+                results[step][f"{name} {source}/afpacket cpu"] = x["cpu_ns_per_packet"] / a["cpu_ns_per_packet"] if a["cpu_ns_per_packet"] else None
     write_result("afxdp-cpu", {"machine": machine(), "runs": runs, "seconds_per_step": SECONDS, "binaries": {k: str(v) for k, v in binaries.items()},
                                "results": results})
 

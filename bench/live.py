@@ -456,17 +456,22 @@ def ladder(tool_factory, mix, ceiling):
     return {"loss_free_kpps": loss_free, "steps": steps}
 
 
-def burst(tool_factory, paused):
-    """Largest burst (of BURSTS) received whole, with the tool paused or running."""
+def burst(tool_factory, paused, sizes=BURSTS, kpps=None):
+    """Largest burst (of `sizes`, sent at `kpps` or the default burst rate)
+    received whole, with the tool paused or running; per size the median loss
+    and where it happened (never seen by the tool, or dropped by it), and what
+    each run kept."""
+    if kpps is None:
+        kpps = BURST_KPPS if GEN["kind"] == "xdp" else None
     best, rows = 0, []
-    for p in BURSTS:
+    for p in sizes:
         lost, unseen, dropped_by = [], [], []
         for _ in range(RUNS):
             tool = tool_factory()
             tool.start()
             if paused:
                 tool.signal(signal.SIGSTOP)
-            send("64B", p, BURST_KPPS if GEN["kind"] == "xdp" else None)
+            send("64B", p, kpps)
             time.sleep(0.3)
             if paused:
                 tool.signal(signal.SIGCONT)
@@ -478,12 +483,12 @@ def burst(tool_factory, paused):
             unseen.append(p if received is None else max(p - received, 0))
             dropped_by.append(0 if received is None else dropped)
         rows.append({"burst": p, "median_lost": statistics.median(lost), "median_not_received": statistics.median(unseen),
-                     "median_dropped": statistics.median(dropped_by)})
+                     "median_dropped": statistics.median(dropped_by), "kept": [p - x for x in lost]})
         if statistics.median(lost) == 0:
             best = p
         else:
             break
-    return {"largest_lossless_burst": best, "rows": rows}
+    return {"largest_lossless_burst": best, "kpps": kpps, "rows": rows}
 
 
 # The equal-memory burst pass: every tool given the same 8 MiB for the two
@@ -509,32 +514,6 @@ def equal_memory_tools():
         # One socket, -B in KiB.
         "tcpdump": lambda: Tool("tcpdump", ["tcpdump", "-i", rx, "-n", "-w", "/dev/null", "-B", str(EQUAL_MIB * 1024)], parse_tcpdump),
     }
-
-
-def burst_equal(tool_factory):
-    """Largest burst (of EQUAL_BURSTS, paced at EQUAL_KPPS) a paused tool keeps whole."""
-    best, rows = 0, []
-    for p in EQUAL_BURSTS:
-        lost, unseen, dropped_by = [], [], []
-        for _ in range(RUNS):
-            tool = tool_factory()
-            tool.start()
-            tool.signal(signal.SIGSTOP)
-            send("64B", p, EQUAL_KPPS)
-            time.sleep(0.3)
-            tool.signal(signal.SIGCONT)
-            time.sleep(1.0)
-            received, dropped, _ = tool.stop()
-            lost.append(p if received is None else max(p - received, 0) + dropped)
-            unseen.append(p if received is None else max(p - received, 0))
-            dropped_by.append(0 if received is None else dropped)
-        rows.append({"burst": p, "median_lost": statistics.median(lost), "median_not_received": statistics.median(unseen),
-                     "median_dropped": statistics.median(dropped_by), "kept": [p - x for x in lost]})
-        if statistics.median(lost) == 0:
-            best = p
-        else:
-            break
-    return {"largest_lossless_burst": best, "memory_mib": EQUAL_MIB, "kpps": EQUAL_KPPS, "rows": rows}
 
 
 def inner(which, quota, passes, gen, quick):
@@ -595,7 +574,7 @@ def run_passes(which, quota, passes, mixes, quick):
         result["bursts_equal"] = {}
         for name in which:
             if name in eq:
-                result["bursts_equal"][name] = burst_equal(eq[name])
+                result["bursts_equal"][name] = dict(burst(eq[name], True, EQUAL_BURSTS, EQUAL_KPPS), memory_mib=EQUAL_MIB)
                 log(f"  burst at {EQUAL_MIB} MiB {name:18}: {result['bursts_equal'][name]['largest_lossless_burst']}")
                 write_result(result_name(passes, which), result)
     for key in ("ladder", "ladder_quota"):

@@ -29,8 +29,9 @@ pub struct WrapArgs {
     #[arg(long, value_name = "MS", requires = "locality", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     locality_timeout_ms: Option<u64>,
 
-    /// How live interfaces are captured: afpacket or afxdp.
-    #[arg(long, value_name = "KIND", default_value = "afpacket", value_parser = ["afpacket", "afxdp"])]
+    /// How live interfaces are captured: afpacket, afxdp, or xdp (weir's XDP program copying into one packed
+    /// ring buffer, sized by the program's pcap_set_buffer_size, e.g. tcpdump -B; the host keeps its traffic).
+    #[arg(long, value_name = "KIND", default_value = "afpacket", value_parser = ["afpacket", "afxdp", "xdp"])]
     source: String,
 
     /// RX queues of a live interface to open, e.g. `0-3`; all by default.

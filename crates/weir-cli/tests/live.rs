@@ -294,6 +294,16 @@ fn replay_onto_an_interface_that_goes_away_ends_with_an_error() {
     assert!(err.contains(&format!("sending on {}: the interface went down or away", tb.tx_if)), "{err}");
 }
 
+/// `weir count --json` with `args`, stopped (SIGSTOP) while `trace` is sent,
+/// then let go; its summary.
+fn count_while_paused(tb: &TestBed, args: &[&str], trace: &Path) -> serde_json::Value {
+    let child = start(tb, args);
+    Command::new("kill").args(["-STOP", &child.id().to_string()]).status().unwrap();
+    send(tb, trace);
+    Command::new("kill").args(["-CONT", &child.id().to_string()]).status().unwrap();
+    serde_json::from_str(&stop(child)).unwrap()
+}
+
 /// A paused afxdp reader (SIGSTOP while a burst is sent) keeps the burst whole
 /// up to its pool: the kernel has every free frame on the fill ring and an RX
 /// ring that holds them all, so it fills the pool while weir's threads do not
@@ -313,11 +323,7 @@ fn a_paused_afxdp_reader_keeps_a_burst_up_to_its_pool() {
         if let Some(p) = pool {
             args.extend(["--pool", p]);
         }
-        let child = start(&tb, &args);
-        Command::new("kill").args(["-STOP", &child.id().to_string()]).status().unwrap();
-        send(&tb, &t);
-        Command::new("kill").args(["-CONT", &child.id().to_string()]).status().unwrap();
-        let v: serde_json::Value = serde_json::from_str(&stop(child)).unwrap();
+        let v = count_while_paused(&tb, &args, &t);
         let q = &v["queues"][0];
         assert_eq!(v["received"], frames.len(), "pool {pool:?}: every packet reached the interface: {v}");
         assert_eq!(q["delivered"].as_u64(), Some(holds), "pool {pool:?}: the pool's worth kept: {v}");
@@ -366,11 +372,7 @@ fn a_paused_xdp_reader_keeps_a_burst_up_to_its_ring() {
         if let Some(m) = &mib {
             args.extend(["--xdp-ring", m]);
         }
-        let child = start(&tb, &args);
-        Command::new("kill").args(["-STOP", &child.id().to_string()]).status().unwrap();
-        send(&tb, &t);
-        Command::new("kill").args(["-CONT", &child.id().to_string()]).status().unwrap();
-        let v: serde_json::Value = serde_json::from_str(&stop(child)).unwrap();
+        let v = count_while_paused(&tb, &args, &t);
         let q = &v["queues"][0];
         assert_eq!(v["received"], frames.len(), "ring {ring_mib:?} MiB: every packet reached the interface: {v}");
         assert_eq!(q["delivered"].as_u64(), Some(kept), "ring {ring_mib:?} MiB: what fits the ring is kept: {v}");
@@ -426,6 +428,40 @@ fn record_on_xdp_writes_what_the_filter_accepts_and_the_host_keeps_its_traffic()
     assert_eq!(v["packets"], udp.len(), "{v}");
     assert!(v["filtered"].as_u64().unwrap() >= (frames.len() - udp.len()) as u64, "every TCP frame counted as filtered: {v}");
     assert_eq!(v["received"].as_u64().unwrap(), v["packets"].as_u64().unwrap() + v["filtered"].as_u64().unwrap(), "{v}");
+}
+
+/// Unmodified tcpdump on weir's libpcap over `xdp:` (`weir run --source
+/// xdp`): it captures what its filter asks for, with -B sizing the ring, and
+/// the host keeps answering meanwhile.
+#[test]
+#[ignore = "needs root: tcpdump on weir's libpcap over xdp on a veth test bed"]
+fn tcpdump_on_weirs_libpcap_captures_over_xdp() {
+    let tb = TestBed::new(1);
+    testbed::require_tools(&["tcpdump", "ping"]);
+    let dir = tempfile::tempdir().unwrap();
+    let lib = testbed::pcap_shim(dir.path());
+    let out = dir.path().join("icmp.pcap");
+    let mut child = tb
+        .in_rx(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "--source", "xdp", "--lib", lib.to_str().unwrap(), "--", "tcpdump", "-i", &tb.rx_if, "-n", "-c", "3", "-B", "4096"])
+        .args(["-w", out.to_str().unwrap(), "icmp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = testbed::wait_listening(&mut child, "tcpdump on weir's libpcap over xdp");
+    std::thread::spawn(move || lines.for_each(drop));
+    let ping = tb.in_tx("ping").args(["-c", "3", "-i", "0.2", "-W", "2", &tb.rx_ip]).output().unwrap();
+    assert!(ping.status.success(), "the host answers while tcpdump captures over xdp: {}", text(&ping.stdout));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "tcpdump -c 3 still running 10 s after 3 pings");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(child.wait().unwrap().success());
+    let got = recorded(&out);
+    assert_eq!(got.len(), 3, "three echo requests");
+    assert!(got.iter().all(|f| f[23] == 1 && f[34] == 8), "ICMP echo requests only");
 }
 
 /// The frames of a capture file, in order.

@@ -345,20 +345,8 @@ fn the_server_answers_metrics_only() {
     s.child.wait().unwrap();
 }
 
-/// A directory holding this build's libpcap shim as `libpcap.so.0.8`, for
-/// `weir run --lib` (weir-pcap is a dev-dependency: cargo builds its cdylib
-/// beside the tests).
 fn shim(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = [deps.join("libpcap.so"), deps.parent().unwrap().join("libpcap.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no libpcap.so (weir-pcap's) in {} or beside it", deps.display()));
-    let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    let _ = std::os::unix::fs::symlink(so, lib.join("libpcap.so.0.8"));
-    lib
+    testbed::pcap_shim(dir)
 }
 
 #[test]

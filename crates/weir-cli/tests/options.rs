@@ -84,6 +84,7 @@ const SOURCE_NUMERIC: &[&str] = &[
     "--block-timeout",
     "--frame-size",
     "--ring-size",
+    "--xdp-ring",
 ];
 
 /// The stream layer's numeric options (`weir streams`, `weir inspect --streams`).

@@ -243,12 +243,7 @@ pub(crate) fn open(
             format!("afpacket rings: {} blocks of {} per queue, x {} queues", a.block_count, Bytes(a.block_bytes as u64), queues.len()),
             (a.block_count as u64).saturating_mul(a.block_bytes as u64).saturating_mul(queues.len() as u64),
         );
-        if opts.kernel_flows > 0 {
-            plan.add(
-                format!("kernel cutoff flow map: {} entries", opts.kernel_flows),
-                u64::from(opts.kernel_flows).saturating_mul(crate::source::live::cutoff::ENTRY_BYTES),
-            );
-        }
+        crate::source::live::cutoff::plan_map(&mut plan, opts.kernel_flows);
         budget.check(queues.len(), plan)?;
         let last = queues.last().copied().unwrap_or(0);
         if fanout == Fanout::QueueMapping && last >= device_queues {

@@ -53,7 +53,7 @@ use crate::clock::{Timestamps, TscClock};
 use crate::filter::Filter;
 use crate::memory::{Budget, Bytes, Plan};
 use crate::source::live;
-use crate::source::{ifindex, rx_queues, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
+use crate::source::{ifindex, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
 use crate::{LinkType, QueueId};
 use kfilter::KernelFilter;
 use program::{denied, XdpProgram};
@@ -75,18 +75,7 @@ pub(crate) fn open(
     opts.in_netns(|| {
         let index = ifindex(iface)?;
         check_host_addresses(iface, opts.afxdp.take_host_traffic)?;
-        let available = rx_queues(iface)?;
-        let queues = match queues {
-            Some(q) if q.last() >= available => {
-                return Err(SourceError::Invalid(format!(
-                    "{iface} has {available} RX queue{}: there is no queue {}",
-                    if available == 1 { "" } else { "s" },
-                    q.last()
-                )))
-            }
-            Some(q) => q,
-            None => QueueRange::new(0, available - 1).map_err(|e| SourceError::Invalid(format!("{iface}: {e}")))?,
-        };
+        let queues = live::rx_queue_range(iface, queues)?;
         budget.check(queues.len(), memory(&opts.afxdp, budget.pool_cells(), queues.len(), opts.kernel_flows))?;
         let sockets = queues
             .iter()
@@ -140,12 +129,7 @@ fn memory(o: &AfXdpOptions, pool_cells: u64, queues: usize, kernel_flows: u32) -
         format!("AF_XDP RX ring of {rx} entries and fill ring of {fill}, x {queues} queues"),
         xsk::ring_bytes(o.ring_size, frames).saturating_mul(n),
     );
-    if kernel_flows > 0 {
-        plan.add(
-            format!("kernel cutoff flow map: {kernel_flows} entries"),
-            u64::from(kernel_flows).saturating_mul(crate::source::live::cutoff::ENTRY_BYTES),
-        );
-    }
+    live::cutoff::plan_map(&mut plan, kernel_flows);
     plan
 }
 

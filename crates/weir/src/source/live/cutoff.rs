@@ -42,6 +42,13 @@ const VALUE_LEN: usize = 40;
 /// 64 bytes on 64-bit kernels), rounded up.
 pub(crate) const ENTRY_BYTES: u64 = 160;
 
+/// Add a flow map of `entries` to a source's memory plan, if there is one.
+pub(crate) fn plan_map(plan: &mut crate::memory::Plan, entries: u32) {
+    if entries > 0 {
+        plan.add(format!("kernel cutoff flow map: {entries} entries"), u64::from(entries).saturating_mul(ENTRY_BYTES));
+    }
+}
+
 /// One direction of a stream as the kernel keys it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FlowKey([u8; KEY_LEN]);

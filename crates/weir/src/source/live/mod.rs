@@ -230,6 +230,21 @@ impl LiveOptions {
     }
 }
 
+/// The queues of `iface` a capture takes: those asked for, checked against
+/// the RX queues it has, or all of them.
+pub(crate) fn rx_queue_range(iface: &str, asked: Option<crate::source::QueueRange>) -> Result<crate::source::QueueRange, SourceError> {
+    let available = rx_queues(iface)?;
+    match asked {
+        Some(q) if q.last() >= available => Err(SourceError::Invalid(format!(
+            "{iface} has {available} RX queue{}: there is no queue {}",
+            if available == 1 { "" } else { "s" },
+            q.last()
+        ))),
+        Some(q) => Ok(q),
+        None => crate::source::QueueRange::new(0, available - 1).map_err(|e| SourceError::Invalid(format!("{iface}: {e}"))),
+    }
+}
+
 /// The RX queues of `iface`, asked of the kernel in the calling thread's namespace.
 pub(crate) fn rx_queues(iface: &str) -> Result<u16, SourceError> {
     sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), error: source })

@@ -44,8 +44,9 @@ use crate::memory::{Budget, Plan};
 use crate::source::afxdp::kfilter::KernelFilter;
 use crate::source::afxdp::program::denied;
 use crate::source::afxdp::sys::{self, XdpMode};
+use crate::source::live;
 use crate::source::live::sys::LinkWatch;
-use crate::source::{ifindex, rx_queues, CaptureOptions, LiveOptions, QueueRange, Source};
+use crate::source::{ifindex, CaptureOptions, LiveOptions, QueueRange, Source};
 use crate::{LinkType, QueueId};
 use program::{Setup, XringProgram, MAX_SNAPLEN};
 use std::sync::Arc;
@@ -72,18 +73,7 @@ pub(crate) fn open(
     }
     opts.in_netns(|| {
         let index = ifindex(iface)?;
-        let available = rx_queues(iface)?;
-        let queues = match queues {
-            Some(q) if q.last() >= available => {
-                return Err(SourceError::Invalid(format!(
-                    "{iface} has {available} RX queue{}: there is no queue {}",
-                    if available == 1 { "" } else { "s" },
-                    q.last()
-                )))
-            }
-            Some(q) => q,
-            None => QueueRange::new(0, available - 1).map_err(|e| SourceError::Invalid(format!("{iface}: {e}")))?,
-        };
+        let queues = live::rx_queue_range(iface, queues)?;
         let queue_ids: Vec<QueueId> = queues.iter().map(QueueId).collect();
         let ring_bytes = ring_bytes(opts.xdp.ring_bytes, queue_ids.len())?;
         budget.check(queue_ids.len(), memory(ring_bytes, opts.kernel_flows))?;
@@ -149,12 +139,7 @@ fn ring_bytes(asked: Option<u64>, queues: usize) -> Result<u64, SourceError> {
 fn memory(ring_bytes: u64, kernel_flows: u32) -> Plan {
     let mut plan = Plan::new();
     plan.add(format!("XDP ring buffer of {}", crate::memory::Bytes(ring_bytes)), ring_bytes);
-    if kernel_flows > 0 {
-        plan.add(
-            format!("kernel cutoff flow map: {kernel_flows} entries"),
-            u64::from(kernel_flows).saturating_mul(crate::source::live::cutoff::ENTRY_BYTES),
-        );
-    }
+    live::cutoff::plan_map(&mut plan, kernel_flows);
     plan
 }
 
