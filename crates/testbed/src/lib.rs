@@ -230,6 +230,22 @@ pub fn wait_listening(child: &mut std::process::Child, what: &str) -> std::io::L
     }
 }
 
+/// A directory under `dir` holding this build's libpcap shim (weir-pcap's
+/// cdylib, which cargo builds beside the tests of a crate that has weir-pcap
+/// as a dev-dependency) as `libpcap.so.0.8`, for `weir run --lib`.
+pub fn pcap_shim(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let so = [deps.join("libpcap.so"), deps.parent().unwrap().join("libpcap.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no libpcap.so (weir-pcap's) in {} or beside it", deps.display()));
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let _ = std::os::unix::fs::symlink(so, lib.join("libpcap.so.0.8"));
+    lib
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,20 +261,4 @@ mod tests {
         let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
         assert!(!String::from_utf8_lossy(&list.stdout).contains(&rx_ns), "namespace left behind");
     }
-}
-
-/// A directory under `dir` holding this build's libpcap shim (weir-pcap's
-/// cdylib, which cargo builds beside the tests of a crate that has weir-pcap
-/// as a dev-dependency) as `libpcap.so.0.8`, for `weir run --lib`.
-pub fn pcap_shim(dir: &std::path::Path) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = [deps.join("libpcap.so"), deps.parent().unwrap().join("libpcap.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no libpcap.so (weir-pcap's) in {} or beside it", deps.display()));
-    let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    let _ = std::os::unix::fs::symlink(so, lib.join("libpcap.so.0.8"));
-    lib
 }
