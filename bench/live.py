@@ -324,7 +324,9 @@ def tools():
         "weir-afpacket": lambda b=None: Tool("weir-afpacket", weir + [f"afpacket:{rx}@0-1"], parse_weir),
         "weir-afxdp": lambda b=None: Tool("weir-afxdp", weir + [f"afxdp:{rx}@0-1"], parse_weir),
         # weir's XDP program copying into one ring buffer of 128 MiB (its default for 2 queues: afpacket's 2 x 64 MiB).
-        "weir-xdp": lambda b=None: Tool("weir-xdp", weir + [f"xdp:{rx}@0-1"], parse_weir),
+        # The capturing end has no address and nothing on it needs the traffic (a monitoring port), so what
+        # was copied is dropped there rather than passed to a stack that would drop it later, as afxdp takes it.
+        "weir-xdp": lambda b=None: Tool("weir-xdp", weir + [f"xdp:{rx}@0-1", "--take-host-traffic"], parse_weir),
         # Unmodified tcpdump on weir's libpcap (make pcap-lib), in order and with locality buffering.
         "tcpdump-on-weir": lambda b=None: Tool("tcpdump-on-weir", ["env", f"LD_LIBRARY_PATH={PCAP_LIB}", "tcpdump", "-i", rx, "-n", "-w", "/dev/null"],
                                                parse_tcpdump),
