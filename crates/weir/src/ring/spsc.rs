@@ -375,6 +375,11 @@ mod tests {
     /// Below the batch a push does not wake a sleeping consumer, also once it
     /// has taken earlier items (the producer then still remembers an old head).
     #[test]
+    // Under Miri a park may return before its timeout, and the consumer then
+    // finds the item without being woken: the timing this test measures is
+    // the native scheduler's. (That no wake-up is lost is the other tests'
+    // part, and they run under Miri.)
+    #[cfg_attr(miri, ignore = "measures how long a native park sleeps")]
     fn a_push_below_the_batch_lets_a_consumer_that_caught_up_sleep() {
         let (mut p, mut c) = channel::<u32>(Capacity::at_least(16));
         p.set_wake_batch(4);
