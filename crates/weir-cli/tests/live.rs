@@ -74,6 +74,23 @@ fn send(tb: &TestBed, trace: &Path) {
     assert!(out.status.success(), "tcpreplay: {}", text(&out.stderr));
 }
 
+/// How `child` exited, if it did within `limit`; otherwise it is killed and
+/// reaped, and the answer is `None`.
+fn exited_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn stop(child: Child) -> String {
     std::thread::sleep(Duration::from_millis(500));
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
@@ -118,13 +135,8 @@ fn a_packet_limit_ends_a_live_capture_at_its_last_packet() {
         let source = format!("{kind}:{}@0-1", tb.rx_if);
         let mut child = start(&tb, &["count", "--json", "-c", &frames.len().to_string(), &source]);
         send(&tb, &t);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                child.kill().unwrap();
-                panic!("{kind}: weir count -c {} still running 10 s after its last packet was sent", frames.len());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if exited_within(&mut child, Duration::from_secs(10)).is_none() {
+            panic!("{kind}: weir count -c {} still running 10 s after its last packet was sent", frames.len());
         }
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{kind}: {}", text(&out.stdout));
@@ -252,18 +264,7 @@ fn an_interface_that_goes_away_or_down_ends_the_capture_with_an_error() {
                 _ => Command::new("ip").args(["-n", &tb.rx_ns, "link", "set", &tb.rx_if, "down"]).status(),
             };
             assert!(change.unwrap().success());
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let status = loop {
-                if let Some(s) = child.try_wait().unwrap() {
-                    break Some(s);
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
+            let status = exited_within(&mut child, Duration::from_secs(10));
             let err = rest.join().unwrap();
             let status = status.unwrap_or_else(|| panic!("{kind}, link {action}: still capturing 10 s later: {err}"));
             assert_eq!(status.code(), Some(1), "{kind}, link {action}: {err}");
@@ -453,12 +454,8 @@ fn tcpdump_on_weirs_libpcap_captures_over_xdp() {
     std::thread::spawn(move || lines.for_each(drop));
     let ping = tb.in_tx("ping").args(["-c", "3", "-i", "0.2", "-W", "2", &tb.rx_ip]).output().unwrap();
     assert!(ping.status.success(), "the host answers while tcpdump captures over xdp: {}", text(&ping.stdout));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "tcpdump -c 3 still running 10 s after 3 pings");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(child.wait().unwrap().success());
+    let status = exited_within(&mut child, Duration::from_secs(10)).expect("tcpdump -c 3 still running 10 s after 3 pings");
+    assert!(status.success());
     let got = recorded(&out);
     assert_eq!(got.len(), 3, "three echo requests");
     assert!(got.iter().all(|f| f[23] == 1 && f[34] == 8), "ICMP echo requests only");

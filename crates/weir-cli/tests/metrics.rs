@@ -345,10 +345,6 @@ fn the_server_answers_metrics_only() {
     s.child.wait().unwrap();
 }
 
-fn shim(dir: &Path) -> PathBuf {
-    testbed::pcap_shim(dir)
-}
-
 #[test]
 fn bad_metrics_values_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
@@ -371,7 +367,7 @@ fn bad_metrics_values_are_refused_before_anything_starts() {
     // Refused before the interfaces are looked at.
     check(weir().args(["forward", "--metrics", &busy, "no-such-if0", "no-such-if1"]).output().unwrap(), "in use");
     // weir run: before the program starts.
-    let lib = shim(dir.path());
+    let lib = testbed::pcap_shim(dir.path());
     let touched = dir.path().join("started");
     let out = weir()
         .args(["run", "--lib", lib.to_str().unwrap(), "--metrics", &busy, "--", "touch", touched.to_str().unwrap()])
@@ -405,7 +401,7 @@ fn every_engine_command_documents_the_option_with_an_example() {
 fn weir_run_serves_the_programs_captures() {
     let dir = tempfile::tempdir().unwrap();
     let t = synth(dir.path(), 10_000);
-    let lib = shim(dir.path());
+    let lib = testbed::pcap_shim(dir.path());
     // tcpdump reads the trace from a pipe kept open, so the program (and its
     // server) lives on after the last packet.
     let mut cmd = weir();
@@ -491,7 +487,7 @@ fn prometheus_scrapes_the_counters_weir_reports() {
     let tb = testbed::TestBed::new(2);
     testbed::require_tools(&["prometheus", "curl", "tcpdump"]);
     let dir = tempfile::tempdir().unwrap();
-    let lib = shim(dir.path());
+    let lib = testbed::pcap_shim(dir.path());
     let trace = udp_trace(dir.path(), &tb, 3_000);
     let (count_at, run_at, prom_at) = ("127.0.0.1:9101", "127.0.0.1:9102", "127.0.0.1:9090");
     let config = dir.path().join("prometheus.yml");

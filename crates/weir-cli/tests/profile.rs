@@ -160,27 +160,11 @@ fn a_command_it_cannot_profile_is_refused_clearly() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
 
-/// A directory holding this build's libpcap shim as `libpcap.so.0.8`, for
-/// `weir run --lib`: weir-pcap is a dev-dependency, so cargo builds its
-/// cdylib into the tests' directory (`<target>/<profile>/deps`).
-fn shim(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let deps = exe.parent().expect("the test's directory");
-    let so = [deps.join("libpcap.so"), deps.parent().unwrap().join("libpcap.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no libpcap.so (weir-pcap's) in {} or beside it", deps.display()));
-    let lib = dir.join("lib");
-    std::fs::create_dir(&lib).unwrap();
-    std::os::unix::fs::symlink(so, lib.join("libpcap.so.0.8")).unwrap();
-    lib
-}
-
 #[test]
 fn tcpdump_under_weir_run_is_profiled_with_the_shims_stages() {
     let dir = tempfile::tempdir().unwrap();
     let t = synth(dir.path());
-    let lib = shim(dir.path());
+    let lib = testbed::pcap_shim(dir.path());
     let (lib, t) = (lib.to_str().unwrap(), t.to_str().unwrap());
     let p = profile(&["run", "-q", "--lib", lib, "--", "tcpdump", "-n", "-r", t, "-w", "/dev/null"]);
     // The engine's threads in tcpdump's process, then the shim's stages on
@@ -213,7 +197,7 @@ fn tcpdump_under_weir_run_is_profiled_with_the_shims_stages() {
 #[test]
 fn a_run_that_opens_no_capture_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let lib = shim(dir.path());
+    let lib = testbed::pcap_shim(dir.path());
     let lib = lib.to_str().unwrap();
     // Not a libpcap program: it never opens a handle, and no profile is written.
     let out = run(&["profile", "--", "run", "-q", "--lib", lib, "--", "true"]);

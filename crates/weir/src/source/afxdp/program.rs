@@ -213,10 +213,14 @@ fn program_by_id(id: u32) -> Result<(String, ProgramFd), SourceError> {
 
 /// A descriptor of `map`'s, which outlives the typed map made from it.
 fn duplicate(map: &Map, name: &str) -> Result<OwnedFd, SourceError> {
-    let data = match map {
-        Map::XskMap(d) | Map::PerCpuArray(d) | Map::ProgramArray(d) => d,
-        _ => return Err(missing(name)),
-    };
+    match map {
+        Map::XskMap(d) | Map::PerCpuArray(d) | Map::ProgramArray(d) => duplicate_fd(d, name),
+        _ => Err(missing(name)),
+    }
+}
+
+/// A descriptor of map `name`'s, which outlives the typed map made from it.
+pub(crate) fn duplicate_fd(data: &MapData, name: &str) -> Result<OwnedFd, SourceError> {
     data.fd()
         .as_fd()
         .try_clone_to_owned()

@@ -282,16 +282,7 @@ impl XskFd {
     /// Sleep until the RX ring has packets or `timeout` passes; true if readable.
     /// In zero-copy mode poll(2) also wakes the driver when it asked for it.
     pub(crate) fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // Rounded up: a wait of less than a millisecond must not become a busy loop.
-        let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd, for the duration of the call.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
-        }
-        Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
+        crate::source::live::sys::poll_readable(self.0.as_fd(), timeout)
     }
 
     /// Whether the socket can still receive: an error when its interface was

@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Run `f` with the calling thread inside network namespace `ns` (a name under
 /// /var/run/netns, or a path such as /proc/PID/ns/net), then come back. Sockets
@@ -65,6 +66,21 @@ pub(crate) fn ifindex(iface: &str) -> io::Result<u32> {
     }
     // SAFETY: the kernel filled the ifindex member of the union.
     Ok(unsafe { req.ifr_ifru.ifru_ifindex } as u32)
+}
+
+/// Sleep until `fd` is readable or `timeout` passes; true if readable (false
+/// too when a signal cut the wait short).
+pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // Rounded up: a wait of less than a millisecond must not become a busy loop.
+    let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+    }
+    Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
 }
 
 /// An interface watched from a socket of its namespace, so a thread in any

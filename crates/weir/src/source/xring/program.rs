@@ -18,7 +18,7 @@
 
 use crate::capture::SourceError;
 use crate::source::afxdp::kfilter::{Accept, KernelFilter};
-use crate::source::afxdp::program::{attach, clear_the_way};
+use crate::source::afxdp::program::{attach, clear_the_way, duplicate_fd};
 use crate::source::afxdp::sys::{Filtered, XdpMode};
 use crate::source::live::bpf::bpf_error;
 use crate::source::live::cutoff::{self, FlowMap};
@@ -89,7 +89,7 @@ impl XringProgram {
             .map_err(|e| bpf_error(&format!("{iface}: creating the XDP program's ring buffer and maps"), &e, CAPS))?;
         let ring = match ebpf.take_map(RING_MAP) {
             Some(Map::RingBuf(m)) => {
-                let fd = duplicate(&m, RING_MAP)?;
+                let fd = duplicate_fd(&m, RING_MAP)?;
                 (RingBuf::try_from(Map::RingBuf(m)).map_err(|e| bpf_error("mapping the ring buffer", &e, CAPS))?, fd)
             }
             _ => return Err(missing(RING_MAP)),
@@ -102,10 +102,10 @@ impl XringProgram {
             queues.set(u32::from(q.0), 1, 0).map_err(|e| bpf_error(&format!("marking queue {} as captured", q.0), &e, CAPS))?;
         }
         let Some(Map::ProgramArray(slots)) = ebpf.take_map(SLOTS_MAP) else { return Err(missing(SLOTS_MAP)) };
-        let slots_fd = duplicate(&slots, SLOTS_MAP)?;
+        let slots_fd = duplicate_fd(&slots, SLOTS_MAP)?;
         let filtered = ebpf.take_map(FILTERED_MAP).ok_or_else(|| missing(FILTERED_MAP))?;
         let filtered_fd = match &filtered {
-            Map::PerCpuArray(d) => duplicate(d, FILTERED_MAP)?,
+            Map::PerCpuArray(d) => duplicate_fd(d, FILTERED_MAP)?,
             _ => return Err(missing(FILTERED_MAP)),
         };
         let filtered = PerCpuArray::try_from(filtered).map_err(|e| bpf_error("the filter's counts", &e, CAPS))?;
@@ -170,13 +170,6 @@ const CAPS: &str = "CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)";
 
 /// The object built by build.rs; aligned because the ELF reader needs it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_xring.o"));
-
-fn duplicate(map: &MapData, name: &str) -> Result<OwnedFd, SourceError> {
-    map.fd()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| SourceError::Io { what: format!("duplicating the descriptor of map {name}"), error: e })
-}
 
 fn missing(what: &str) -> SourceError {
     SourceError::Invalid(format!("weir's XDP object has no {what:?}: ebpf/weir_xring.c and the loader disagree"))

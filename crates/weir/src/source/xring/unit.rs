@@ -19,9 +19,9 @@
 //!   meanwhile judges what waits in the ring); what it rejects is counted as
 //!   filtered, as is what the kernel's filter passed to the host.
 //! - Wake-ups: while records flow the unit sleeps between reads for as long
-//!   as a quarter of the ring takes to fill at the rate it saw, between
-//!   [`GATHER_MIN`] and [`GATHER_MAX`], so a read takes many records whatever
-//!   the rate. Only when a read after such a sleep finds the ring empty does
+//!   as a quarter of the ring takes to fill at the rate it saw (the
+//!   `live::gather` rule afxdp's unit follows), so a read takes many records
+//!   whatever the rate. Only when a read after such a sleep finds the ring empty does
 //!   it publish the partly filled chunks and wait in poll(2): the ring
 //!   wakes it when the kernel stores a record into a ring the unit has
 //!   emptied.
@@ -34,20 +34,18 @@ use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::filter::FilterWatch;
 use crate::pool::CaptureSide;
 use crate::profile::{Probe, Profiler, Stage};
-use crate::source::afxdp::kfilter::{FilterCounts, KernelFilter};
+use crate::source::afxdp::kfilter::KernelFilter;
 use crate::source::afxdp::sys::Filtered;
-use crate::source::live::sys::LinkWatch;
+use crate::source::live::gather::Gather;
+use crate::source::live::sys::{poll_readable, LinkWatch};
 use crate::QueueId;
 use aya::maps::{MapData, RingBuf};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Records read between looks at the stop flag and the filter.
 const BATCH: u32 = 256;
-/// Bounds of the sleep between reads while records flow.
-const GATHER_MIN: Duration = Duration::from_micros(20);
-const GATHER_MAX: Duration = Duration::from_millis(10);
 /// A partly filled chunk is published once it waited this long.
 const PUBLISH_DELAY: Duration = Duration::from_millis(1);
 /// The longest wait in poll(2), so a stop request is seen within it.
@@ -56,9 +54,6 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 const CELL_WAIT: Duration = Duration::from_millis(50);
 /// How often the program's counts and the clock offset are read.
 const STATS_EVERY: Duration = Duration::from_millis(100);
-/// The smallest record (a 60-byte frame): the rate in bytes a quarter of the
-/// ring is measured against.
-const SMALLEST_RECORD: u64 = 88;
 
 /// What a unit keeps alive while it runs: the program (and its ring), the
 /// filter in it, the promiscuous membership.
@@ -82,7 +77,6 @@ pub(super) struct XringUnit {
     ring_bytes: u64,
     attachment: Arc<Attachment>,
     filter: FilterWatch,
-    counts: Option<Arc<FilterCounts>>,
     /// Per queue position: the kernel counts already accounted.
     seen_filtered: Vec<Filtered>,
     seen_lost: Vec<Filtered>,
@@ -106,7 +100,6 @@ impl XringUnit {
         for (i, q) in queues.iter().enumerate() {
             position[usize::from(q.0)] = Some(i);
         }
-        let counts = attachment.filter.as_ref().map(|f| Arc::clone(f.counts()));
         let n = queues.len();
         XringUnit {
             label,
@@ -117,7 +110,6 @@ impl XringUnit {
             ring_bytes,
             attachment,
             filter,
-            counts,
             seen_filtered: vec![Filtered::default(); n],
             seen_lost: vec![Filtered::default(); n],
             tai_offset: tai_offset(),
@@ -130,7 +122,7 @@ impl XringUnit {
         for (i, side) in sides.iter_mut().enumerate() {
             let q = self.queues[i].0;
             let mut changed = false;
-            if let Some(c) = &self.counts {
+            if let Some(c) = self.attachment.filter.as_ref().map(|f| f.counts()) {
                 let now = c.read(q).map_err(|e| io("reading the kernel filter's counts", e))?;
                 let seen = &mut self.seen_filtered[i];
                 let (p, b) = (now.packets.saturating_sub(seen.packets), now.bytes.saturating_sub(seen.bytes));
@@ -158,10 +150,8 @@ impl XringUnit {
     fn capture(&mut self, sides: &mut [CaptureSide], ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
         let mut stats_at = Instant::now();
         let mut unpublished_since: Option<Instant> = None;
-        // Records and bytes read since the last sleep, and when it ended.
-        let mut since = Instant::now();
-        let mut bytes_since = 0u64;
-        let mut flowing = false;
+        // In ring bytes: records of any size fill it.
+        let mut gather = Gather::new(self.ring_bytes);
         loop {
             if ctl.stop_requested() {
                 return Ok(());
@@ -169,10 +159,9 @@ impl XringUnit {
             self.filter.changed();
             let (outcome, read, bytes) = self.read(sides, ctl, probe)?;
             probe.records(read, Stage::Source);
-            bytes_since += bytes;
+            gather.took(bytes);
             if read > 0 {
                 unpublished_since.get_or_insert_with(Instant::now);
-                flowing = true;
             }
             match outcome {
                 Read::Limit => return Ok(()),
@@ -183,7 +172,7 @@ impl XringUnit {
                     unpublished_since = None;
                 }
                 Read::More => {}
-                Read::Empty if flowing => {
+                Read::Empty if gather.flowing() => {
                     let now = Instant::now();
                     if unpublished_since.is_some_and(|t| now.duration_since(t) >= PUBLISH_DELAY) {
                         probe.mark(Stage::HandOff);
@@ -191,13 +180,9 @@ impl XringUnit {
                         probe.mark(Stage::Source);
                         unpublished_since = None;
                     }
-                    let sleep = gather(self.ring_bytes, bytes_since, now.duration_since(since));
-                    flowing = bytes_since > 0;
                     probe.mark(Stage::CaptureWait);
-                    std::thread::sleep(sleep);
+                    std::thread::sleep(gather.next(now));
                     probe.mark(Stage::Source);
-                    since = Instant::now();
-                    bytes_since = 0;
                 }
                 Read::Empty => {
                     probe.mark(Stage::HandOff);
@@ -207,13 +192,12 @@ impl XringUnit {
                     self.account(sides)?;
                     stats_at = Instant::now();
                     probe.mark(Stage::CaptureWait);
-                    if !wait_readable(self.ring_fd.as_fd(), IDLE_WAIT).map_err(|e| io("waiting on the ring buffer", e))? {
+                    if !poll_readable(self.ring_fd.as_fd(), IDLE_WAIT).map_err(|e| io("waiting on the ring buffer", e))? {
                         // Quiet for a whole wait: is there still an interface?
                         self.attachment.link.check().map_err(|e| io("the interface went down or away", e))?;
                     }
                     probe.mark(Stage::Source);
-                    since = Instant::now();
-                    bytes_since = 0;
+                    gather.restart();
                 }
             }
             if stats_at.elapsed() >= STATS_EVERY {
@@ -339,17 +323,6 @@ fn record(r: &[u8]) -> Option<(u64, u32, u32, &[u8])> {
     Some((tai, wire, queue, data))
 }
 
-/// The sleep after a read emptied the ring: a quarter of the ring at the
-/// rate seen (`bytes` over `elapsed`), within the bounds.
-fn gather(ring_bytes: u64, bytes: u64, elapsed: Duration) -> Duration {
-    let quarter = ring_bytes / 4;
-    if bytes < SMALLEST_RECORD || elapsed.is_zero() {
-        return GATHER_MIN;
-    }
-    let secs = quarter as f64 * elapsed.as_secs_f64() / bytes as f64;
-    Duration::from_secs_f64(secs.min(GATHER_MAX.as_secs_f64())).max(GATHER_MIN)
-}
-
 /// CLOCK_TAI - CLOCK_REALTIME in ns (37 s since 2017, 0 where the kernel's
 /// TAI offset was never set).
 fn tai_offset() -> u64 {
@@ -358,17 +331,6 @@ fn tai_offset() -> u64 {
     let tai = ns(ClockId::CLOCK_TAI);
     let real = ns(ClockId::CLOCK_REALTIME);
     u64::try_from(tai - real).unwrap_or(0)
-}
-
-/// Whether the ring turned readable within `timeout`.
-fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<bool> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let ms = PollTimeout::try_from(timeout.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
-    match poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], ms) {
-        Ok(n) => Ok(n > 0),
-        Err(nix::errno::Errno::EINTR) => Ok(true),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn io(what: &str, error: std::io::Error) -> SourceError {
@@ -388,18 +350,5 @@ mod tests {
         r.extend([1, 2, 3]);
         assert_eq!(record(&r), Some((7, 60, 3, &[1u8, 2, 3][..])));
         assert_eq!(record(&r[..15]), None, "shorter than the head");
-    }
-
-    #[test]
-    fn the_gather_sleep_lets_a_quarter_of_the_ring_fill_within_its_bounds() {
-        let ring = 64 << 20;
-        assert_eq!(gather(ring, 0, Duration::from_millis(1)), GATHER_MIN, "no rate yet");
-        // 16 MiB a second: a quarter of 64 MiB is a second, past the bound.
-        assert_eq!(gather(ring, 16 << 20, Duration::from_secs(1)), GATHER_MAX);
-        // 16 GiB a second: a quarter takes 1 ms.
-        let s = gather(ring, 16 << 30, Duration::from_secs(1));
-        assert!((Duration::from_micros(900)..Duration::from_micros(1100)).contains(&s), "{s:?}");
-        // Faster still: not below the floor.
-        assert_eq!(gather(ring, u64::MAX / 2, Duration::from_secs(1)), GATHER_MIN);
     }
 }
