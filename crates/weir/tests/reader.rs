@@ -334,6 +334,49 @@ fn a_live_readers_descriptor_is_readable_exactly_when_something_waits() {
     }
 }
 
+/// A stop that keeps what was captured makes each live unit take what its
+/// kernel ring holds; a reader that neither reads nor closes lets no cell
+/// free, so after its patience the unit gives up and counts the rest as
+/// delivery drops. Every frame sent is then accounted for: none is left in
+/// the kernel uncounted.
+#[test]
+#[ignore = "needs root: live capture on a veth test bed, with tcpreplay"]
+fn what_a_stopped_reader_never_takes_is_counted_as_delivery_drops() {
+    let tb = TestBed::new(1);
+    testbed::require_tools(&["tcpreplay"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    let sent = 3000;
+    write_trace(&path, sent);
+    for kind in ["afpacket", "afxdp", "xdp"] {
+        let live = LiveOptions {
+            netns: Some(tb.rx_ns.clone().into()),
+            afxdp: AfXdpOptions { take_host_traffic: true, ..AfXdpOptions::default() },
+            ..LiveOptions::default()
+        };
+        // 512 cells: far fewer than the frames sent, which afpacket's ring and
+        // xdp's ring buffer hold; afxdp's UMEM is the pool, so the excess is
+        // lost before the stop, as capture drops.
+        let engine = Engine::builder().source(&format!("{kind}:{}", tb.rx_if)).unwrap().live(live).pool(PoolConfig::new(64, 8).unwrap());
+        let r = engine.build().unwrap().start_reader().unwrap();
+        let out = tb.in_tx("tcpreplay").args(["-q", "-i", &tb.tx_if, "--pps", "20000"]).arg(&path).output().expect("tcpreplay runs");
+        assert!(out.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_millis(300));
+        r.stop_handle().stop();
+        // Past the units' patience (1 s, plus afpacket's 100 ms block timeout).
+        std::thread::sleep(Duration::from_millis(2500));
+        let t = r.finish().stats.total();
+        assert!(t.balanced(), "{kind}: {t:?}");
+        assert_eq!(t.received, u64::from(sent), "{kind}: every frame sent is accounted for: {t:?}");
+        assert_eq!(t.delivered, 0, "{kind}: {t:?}");
+        if kind == "afxdp" {
+            assert!(t.capture_drops > 0, "{kind}: the pool was the UMEM: {t:?}");
+        } else {
+            assert!(t.delivery_drops > 0 && t.capture_drops == 0, "{kind}: what the ring held beyond the pool: {t:?}");
+        }
+    }
+}
+
 /// IPv4 protocol numbers of the packets read until 300 ms pass without one.
 fn protocols_until_quiet(r: &mut weir::engine::Reader) -> Vec<u8> {
     let mut got = Vec::new();

@@ -5,6 +5,12 @@
 //! stop when their capture queue is closed and drained, so every packet captured
 //! before the stop is delivered and nothing is left in flight. The first reason
 //! given wins and is reported.
+//!
+//! On a stop that [keeps what was captured](Control::keeps_captured) (asked
+//! for, or the time limit) a live unit first takes what the kernel had
+//! already stored in its ring when it saw the stop, and counts as delivery
+//! drops whatever of that it could not take (see `source::live::drain`). A
+//! packet limit or a failure ends the capture at once.
 
 use crate::ring::WakeHandle;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,6 +112,14 @@ impl Control {
         }
     }
 
+    /// Whether the stop asked for keeps the packets the kernel already
+    /// captured: a stop on request or at the time limit does (they arrived
+    /// before it); a packet limit (the rest is not wanted) or a failure does
+    /// not.
+    pub(crate) fn keeps_captured(&self) -> bool {
+        matches!(self.reason(), Some(StopReason::Requested | StopReason::TimeLimit))
+    }
+
     pub(crate) fn reason(&self) -> Option<StopReason> {
         *self.reason.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -143,8 +157,9 @@ pub struct StopHandle(pub(crate) std::sync::Arc<Control>);
 
 impl StopHandle {
     /// Ask the run to stop, with [`StopReason::Requested`] unless another reason
-    /// came first. Returns at once: capture ends within about 50 ms, and what
-    /// was captured before is still delivered (see [`Running::join`](crate::engine::Running::join)).
+    /// came first. Returns at once: capture ends within about 50 ms, once a live
+    /// source has taken what its kernel ring held at the stop, and what was
+    /// captured before is still delivered (see [`Running::join`](crate::engine::Running::join)).
     pub fn stop(&self) {
         self.0.request_stop(StopReason::Requested);
     }

@@ -366,7 +366,8 @@ impl PacketSocket {
         // writes a block only while it is TP_STATUS_KERNEL, and `Ring::give_back`
         // stores that only for a block `is_unheld` reports free (see the module doc).
         let arena = unsafe { BlockArena::over_mapping(region, block_bytes as usize, block_count as usize) };
-        Ok(Ring { walked: vec![false; arena.count()].into(), arena, next: 0, adopted: 0, snaplen, vlan })
+        let timeout = Duration::from_millis(u64::from(timeout_ms));
+        Ok(Ring { walked: vec![false; arena.count()].into(), arena, next: 0, adopted: 0, snaplen, vlan, timeout })
     }
 }
 
@@ -404,6 +405,9 @@ pub(crate) struct Ring {
     snaplen: u32,
     /// Put VLAN tags the kernel took out back in front of the EtherType.
     vlan: bool,
+    /// The block timeout: the kernel hands a block with packets over this
+    /// long after it opened it at the latest.
+    timeout: Duration,
 }
 
 /// A block the kernel handed over, adopted for reading; only [`Ring::next_block`] makes one.
@@ -478,15 +482,29 @@ impl Ring {
     /// never retires an empty block, and whatever lands in it arrives after this
     /// call.
     pub(crate) fn fill_point(&self) -> u64 {
-        let (ready, _) = self.scan_ahead();
+        let (ready, _) = self.scan_ahead(self.arena.count());
         self.adopted + ready as u64 + u64::from(self.filling(ready) > 0)
     }
 
     /// Packets in the ring not adopted yet: in blocks handed over, and in the
     /// block the kernel is filling (a hint, read while the kernel writes it).
     pub(crate) fn waiting_packets(&self) -> u64 {
-        let (ready, packets) = self.scan_ahead();
+        let (ready, packets) = self.scan_ahead(self.arena.count());
         packets + u64::from(self.filling(ready))
+    }
+
+    /// Packets not adopted yet in the blocks below `point`, a
+    /// [`fill_point`](Self::fill_point) read earlier (the block then being
+    /// filled counted as it is now, a hint while the kernel writes it).
+    pub(crate) fn packets_before(&self, point: u64) -> u64 {
+        let blocks = usize::try_from(point.saturating_sub(self.adopted)).unwrap_or(usize::MAX).min(self.arena.count());
+        let (ready, packets) = self.scan_ahead(blocks);
+        packets + if ready < blocks { u64::from(self.filling(ready)) } else { 0 }
+    }
+
+    /// How long after opening a block the kernel hands it over at the latest.
+    pub(crate) fn block_timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Packets in the block the kernel is filling, `ready` blocks after the next
@@ -504,11 +522,11 @@ impl Ring {
     }
 
     /// Blocks handed over and not adopted, counted from the next one in ring
-    /// order, and the packets in them.
-    fn scan_ahead(&self) -> (usize, u64) {
+    /// order up to `most`, and the packets in them.
+    fn scan_ahead(&self, most: usize) -> (usize, u64) {
         let n = self.arena.count();
         let (mut ready, mut packets) = (0, 0u64);
-        while ready < n {
+        while ready < most.min(n) {
             let id = ((self.next as usize + ready) % n) as BlockId;
             // Acquire: as in `next_block`, so the descriptor read below is the kernel's final one.
             if self.walked[id as usize] || self.status(id).load(Ordering::Acquire) & TP_STATUS_USER == 0 {

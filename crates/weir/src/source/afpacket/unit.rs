@@ -26,6 +26,9 @@
 //! cannot see what does end the wait, a recycled chunk letting a block go back.
 //! Every sleep is bounded by [`WAIT_SLICE`], so a stop request is seen within it.
 //!
+//! At a stop that keeps what was captured, the unit first walks every block
+//! the ring held when it saw the stop (see `live::drain`).
+//!
 //! Under rebalancing the unit also does its queue's part of bucket moves (see
 //! the `rebalance` module): it parks packets of buckets moving in, fences its
 //! pool for buckets moving out, and sleeps at most one controller tick.
@@ -36,6 +39,7 @@ use super::Shared;
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::pool::CaptureSide;
 use crate::profile::{Probe, Profiler, Stage};
+use crate::source::live::drain::{Drain, PATIENCE};
 use crate::QueueId;
 use std::collections::VecDeque;
 use std::io;
@@ -80,6 +84,15 @@ struct Walk {
     at: usize,
     /// The next packet already took its share of the packet limit (and waits for a cell).
     budgeted: bool,
+}
+
+/// A drain at a stop: the ring's fill point when it was seen, where the walk
+/// stood at the last look (blocks adopted, packets left in the block), and
+/// when that last moved.
+struct DrainTo {
+    point: u64,
+    at: (u64, u32),
+    drain: Drain,
 }
 
 /// How a walk ended.
@@ -134,8 +147,9 @@ impl QueueUnit {
 
     /// Walk the ring's blocks into the pool, with stage marks on `probe`.
     fn capture(&mut self, side: &mut CaptureSide, ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
+        let mut drain: Option<DrainTo> = None;
         loop {
-            if ctl.stop_requested() {
+            if ctl.stop_requested() && self.stopped(&mut drain, side, ctl) {
                 return Ok(());
             }
             if let Some(w) = &mut self.walk {
@@ -187,6 +201,34 @@ impl QueueUnit {
             }
             probe.mark(Stage::Source);
         }
+    }
+
+    /// Whether the unit is done at a stop. A stop that keeps what was captured
+    /// (see `live::drain`) is done once every block below the ring's fill point
+    /// at the stop is walked: the block the kernel was filling then is handed
+    /// over within the block timeout. What no cell could be had for, or all of
+    /// it under rebalancing, is counted as delivery drops.
+    fn stopped(&mut self, drain: &mut Option<DrainTo>, side: &mut CaptureSide, ctl: &Control) -> bool {
+        let at = (self.ring.adopted(), self.walk.as_ref().map_or(0, |w| w.left));
+        let d = match drain {
+            Some(d) => d,
+            None if !ctl.keeps_captured() => return true,
+            None => drain.insert(DrainTo { point: self.ring.fill_point(), at, drain: Drain::new(PATIENCE + self.ring.block_timeout()) }),
+        };
+        if at != d.at {
+            d.drain.took(1);
+            d.at = at;
+        }
+        if self.walk.is_none() && self.ring.adopted() >= d.point {
+            return true;
+        }
+        if self.balance.is_some() || d.drain.stalled() {
+            let left = at.1 as u64 + self.ring.packets_before(d.point);
+            side.add_delivery_drops(left);
+            side.publish_stats();
+            return true;
+        }
+        false
     }
 
     /// Give back every walked block no chunk holds any more, keeping the others in order.

@@ -34,6 +34,9 @@
 //! queues handed it, and it sleeps at most [`BALANCE_WAIT`], since packets
 //! handed to it do not wake its socket.
 //!
+//! At a stop that keeps what was captured, the unit first takes what the RX
+//! ring held when it saw the stop (see `live::drain`).
+//!
 //! Kernel drops come from XDP_STATISTICS, which is cumulative, so the unit
 //! accounts the differences since its last read, at least every
 //! [`STATS_INTERVAL`] and once more before it returns.
@@ -48,6 +51,7 @@ use crate::clock::{realtime_ns, TscClock};
 use crate::filter::FilterWatch;
 use crate::pool::{CaptureSide, FrameArena, NoCell};
 use crate::profile::{Probe, Profiler, Stage};
+use crate::source::live::drain::{Drain, PATIENCE};
 use crate::source::live::gather::Gather;
 use crate::QueueId;
 use std::sync::Arc;
@@ -250,7 +254,7 @@ impl XskUnit {
         let mut gather = Gather::new(u64::from(self.xsk.rx_entries()));
         loop {
             if ctl.stop_requested() {
-                return Ok(());
+                return self.stopping(side, ctl, probe);
             }
             self.sync(side);
             self.refill(side);
@@ -330,6 +334,41 @@ impl XskUnit {
                 stats_at = Instant::now();
             }
         }
+    }
+
+    /// At a stop: what the RX ring holds now came before it. Take it when the
+    /// stop keeps what was captured (see `live::drain`), counting as delivery
+    /// drops what no cell could be had for; under rebalancing count it at once.
+    fn stopping(&mut self, side: &mut CaptureSide, ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
+        if !ctl.keeps_captured() {
+            return Ok(());
+        }
+        let mut left = self.xsk.peek(u32::MAX);
+        if self.balance.is_none() {
+            let mut drain = Drain::new(PATIENCE);
+            while left > 0 {
+                self.refill(side);
+                // Never 0: the kernel does not take back descriptors it produced.
+                let n = self.xsk.peek(BATCH.min(left));
+                let (outcome, done) = self.consume(n, side, ctl, probe);
+                probe.records(done, Stage::Source);
+                left -= done;
+                drain.took(u64::from(done));
+                match outcome {
+                    Batch::Done if n > 0 => {}
+                    Batch::Limit => return Ok(()),
+                    Batch::NoCell if !drain.stalled() => {
+                        side.wait_for_cell(CELL_WAIT);
+                    }
+                    Batch::Done | Batch::NoCell => break,
+                }
+            }
+        }
+        if left > 0 {
+            side.add_delivery_drops(u64::from(left));
+            side.publish_stats();
+        }
+        Ok(())
     }
 
     /// Consume up to `n` peeked descriptors and release those consumed; returns

@@ -3,6 +3,7 @@
 
 pub(crate) mod bpf;
 pub(crate) mod cutoff;
+pub(crate) mod drain;
 pub(crate) mod gather;
 pub(crate) mod sys;
 

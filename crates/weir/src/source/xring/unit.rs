@@ -25,6 +25,8 @@
 //!   it publish the partly filled chunks and wait in poll(2): the ring
 //!   wakes it when the kernel stores a record into a ring the unit has
 //!   emptied.
+//! - At a stop that keeps what was captured, the unit first takes the
+//!   records stamped before it saw the stop (see `live::drain`).
 //! - Timestamps: the program stamps CLOCK_TAI; the unit subtracts the
 //!   TAI - REALTIME offset, read again every [`STATS_EVERY`], so a stamp is
 //!   wall-clock time even across a step of the clock.
@@ -36,6 +38,7 @@ use crate::pool::CaptureSide;
 use crate::profile::{Probe, Profiler, Stage};
 use crate::source::afxdp::kfilter::KernelFilter;
 use crate::source::afxdp::sys::Filtered;
+use crate::source::live::drain::{Drain, PATIENCE};
 use crate::source::live::gather::Gather;
 use crate::source::live::sys::{poll_readable, LinkWatch};
 use crate::QueueId;
@@ -154,10 +157,10 @@ impl XringUnit {
         let mut gather = Gather::new(self.ring_bytes);
         loop {
             if ctl.stop_requested() {
-                return Ok(());
+                return self.stopping(sides, ctl, probe);
             }
             self.filter.changed();
-            let (outcome, read, bytes) = self.read(sides, ctl, probe)?;
+            let (outcome, read, bytes) = self.read(sides, ctl, None, probe)?;
             probe.records(read, Stage::Source);
             gather.took(bytes);
             if read > 0 {
@@ -207,27 +210,66 @@ impl XringUnit {
         }
     }
 
-    /// Read up to [`BATCH`] records into the pools: how it ended, records and
-    /// ring bytes read.
+    /// At a stop: the records in the ring stamped before the unit saw it came
+    /// before it. Take them when the stop keeps what was captured (see
+    /// `live::drain`), counting as delivery drops of their queues those no
+    /// cell could be had for.
+    fn stopping(&mut self, sides: &mut [CaptureSide], ctl: &Control, probe: &mut impl Probe) -> Result<(), SourceError> {
+        if !ctl.keeps_captured() {
+            return Ok(());
+        }
+        let until = tai_now();
+        let mut drain = Drain::new(PATIENCE);
+        loop {
+            let (outcome, read, _) = self.read(sides, ctl, Some(until), probe)?;
+            probe.records(read, Stage::Source);
+            drain.took(u64::from(read));
+            match outcome {
+                Read::More => {}
+                Read::Empty | Read::Limit => return Ok(()),
+                Read::NoCell(i) if !drain.stalled() => {
+                    sides[i].wait_for_cell(CELL_WAIT);
+                }
+                Read::NoCell(_) => break,
+            }
+        }
+        let mut left = vec![0u64; sides.len()];
+        while let Some(item) = self.ring.next() {
+            let (tai_ns, _, queue, _) = parse(&self.label, &item)?;
+            if tai_ns > until {
+                std::mem::forget(item);
+                break;
+            }
+            left[side_of(&self.label, &self.position, queue)?] += 1;
+        }
+        for (side, n) in sides.iter_mut().zip(left).filter(|(_, n)| *n > 0) {
+            side.add_delivery_drops(n);
+            side.publish_stats();
+        }
+        Ok(())
+    }
+
+    /// Read up to [`BATCH`] records into the pools, up to one stamped after
+    /// `until` (TAI ns) if given: how it ended, records and ring bytes read.
     #[inline]
-    fn read(&mut self, sides: &mut [CaptureSide], ctl: &Control, probe: &mut impl Probe) -> Result<(Read, u32, u64), SourceError> {
+    fn read(
+        &mut self,
+        sides: &mut [CaptureSide],
+        ctl: &Control,
+        until: Option<u64>,
+        probe: &mut impl Probe,
+    ) -> Result<(Read, u32, u64), SourceError> {
         let mut read = 0;
         let mut bytes = 0u64;
         while read < BATCH {
             let Some(item) = self.ring.next() else { return Ok((Read::Empty, read, bytes)) };
-            let Some((tai_ns, wire_len, queue, data)) = record(&item) else {
-                return Err(SourceError::Invalid(format!(
-                    "{}: a record of {} bytes in the ring buffer: ebpf/weir_xring.c and weir disagree",
-                    self.label,
-                    item.len()
-                )));
-            };
-            let Some(i) = self.position.get(queue as usize).copied().flatten() else {
-                return Err(SourceError::Invalid(format!(
-                    "{}: the XDP program stored a packet of queue {queue}, which weir does not capture",
-                    self.label
-                )));
-            };
+            let (tai_ns, wire_len, queue, data) = parse(&self.label, &item)?;
+            if until.is_some_and(|t| tai_ns > t) {
+                // After the stop: left to the kernel.
+                std::mem::forget(item);
+                return Ok((Read::Empty, read, bytes));
+            }
+            let i = side_of(&self.label, &self.position, queue)?;
             let side = &mut sides[i];
             let ring_len = (item.len() + 8).next_multiple_of(8) as u64;
             if let Some(f) = self.filter.get() {
@@ -313,6 +355,22 @@ impl CaptureUnit for XringUnit {
     }
 }
 
+/// A record's head and packet, or why weir cannot read it.
+#[inline]
+fn parse<'a>(label: &str, item: &'a [u8]) -> Result<(u64, u32, u32, &'a [u8]), SourceError> {
+    record(item).ok_or_else(|| {
+        SourceError::Invalid(format!("{label}: a record of {} bytes in the ring buffer: ebpf/weir_xring.c and weir disagree", item.len()))
+    })
+}
+
+/// The position among the sides of a record's queue.
+#[inline]
+fn side_of(label: &str, position: &[Option<usize>], queue: u32) -> Result<usize, SourceError> {
+    position.get(queue as usize).copied().flatten().ok_or_else(|| {
+        SourceError::Invalid(format!("{label}: the XDP program stored a packet of queue {queue}, which weir does not capture"))
+    })
+}
+
 /// A record's head and packet bytes: (TAI ns, wire length, queue, bytes).
 #[inline]
 fn record(r: &[u8]) -> Option<(u64, u32, u32, &[u8])> {
@@ -321,6 +379,12 @@ fn record(r: &[u8]) -> Option<(u64, u32, u32, &[u8])> {
     let wire = u32::from_ne_bytes(head[8..12].try_into().ok()?);
     let queue = u32::from_ne_bytes(head[12..16].try_into().ok()?);
     Some((tai, wire, queue, data))
+}
+
+/// CLOCK_TAI now, in ns: what the program stamps records with.
+fn tai_now() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_TAI).map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
 }
 
 /// CLOCK_TAI - CLOCK_REALTIME in ns (37 s since 2017, 0 where the kernel's
