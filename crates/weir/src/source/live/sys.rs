@@ -296,6 +296,8 @@ pub(crate) fn load_xdp(name: &str, insns: &[crate::filter::EbpfInsn]) -> io::Res
     const BPF_XDP: u32 = 37;
     /// The tail of the verifier's log that goes into an error.
     const LOG_TAIL: usize = 600;
+    /// Loads tried while the kernel answers EAGAIN.
+    const LOAD_TRIES: usize = 5;
     let license = c"Dual MIT/GPL";
     let mut prog_name = [0u8; 16];
     for (d, s) in prog_name.iter_mut().zip(name.bytes().take(15)) {
@@ -325,7 +327,17 @@ pub(crate) fn load_xdp(name: &str, insns: &[crate::filter::EbpfInsn]) -> io::Res
         // SAFETY: the kernel returned a new descriptor that nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     };
-    match load(&mut []) {
+    // The kernel may answer EAGAIN to a load that would pass (the verifier
+    // stops when a signal is pending): load again, as libbpf does (5 tries).
+    // The clone CI of 397acb1 failed once on it in the random-program test.
+    let mut first = load(&mut []);
+    for _ in 1..LOAD_TRIES {
+        match &first {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => first = load(&mut []),
+            _ => break,
+        }
+    }
+    match first {
         Ok(fd) => Ok(fd),
         Err(e) if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EINVAL) => {
             // Again with the verifier's log, for the error.
