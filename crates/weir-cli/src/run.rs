@@ -185,6 +185,13 @@ pub struct LiveArgs {
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=2048))]
     pub xdp_ring: Option<u64>,
 
+    /// xdp: how the capture thread spreads packets over the queues: hash (weir's symmetric RSS hash, as a
+    /// trace is split: both directions of a flow on one queue, and the queues share the work even when the
+    /// NIC puts every flow on one RX queue; rebalancing moves its buckets) or queue (by the RX queue the NIC
+    /// chose, as afxdp).
+    #[arg(long, value_name = "hash|queue", default_value = "hash")]
+    pub xdp_spread: weir::source::XdpSpread,
+
     /// afxdp, xdp: replace an XDP program on the interface that weir did not load.
     #[arg(long)]
     pub replace_xdp: bool,
@@ -241,6 +248,7 @@ impl LiveArgs {
             },
             xdp: XdpOptions {
                 ring_bytes: self.xdp_ring.map(|m| m << 20),
+                spread: self.xdp_spread,
                 replace_foreign: self.replace_xdp,
                 take_host_traffic: self.take_host_traffic,
             },

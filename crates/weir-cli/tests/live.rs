@@ -337,6 +337,34 @@ fn a_stop_takes_what_the_kernel_already_holds() {
     }
 }
 
+/// An `xdp:` capture spreads packets over its queues by weir's symmetric
+/// hash, whatever RX queue the NIC chose: with every frame on RX queue 0 (the
+/// sender's XPS), each queue gets exactly what a split of the same trace
+/// over two queues gives it, both directions of every flow together. Spread
+/// by RX queue, queue 0 gets them all.
+#[test]
+#[ignore = "needs root: weir's live capture on a veth test bed, with tcpreplay"]
+fn xdp_spreads_by_weirs_hash_whatever_rx_queue_the_frames_came_on() {
+    let tb = TestBed::new(2);
+    testbed::require_tools(&["tcpreplay"]);
+    tb.all_on_queue_zero().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (t, frames) = trace(dir.path(), &tb, 3000);
+    let delivered =
+        |v: &serde_json::Value| -> Vec<u64> { v["queues"].as_array().unwrap().iter().map(|q| q["delivered"].as_u64().unwrap()).collect() };
+    let out = Command::new(env!("CARGO_BIN_EXE_weir")).args(["count", "--json"]).arg(format!("{}@0-1", t.display())).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let split = delivered(&serde_json::from_slice(&out.stdout).unwrap());
+    assert!(split.iter().all(|&n| n > 0) && split.iter().sum::<u64>() == frames.len() as u64, "{split:?}");
+    let source = format!("xdp:{}@0-1", tb.rx_if);
+    for (spread, want) in [("hash", split.clone()), ("queue", vec![frames.len() as u64, 0])] {
+        let child = start(&tb, &["count", "--json", &source, "--xdp-spread", spread]);
+        send(&tb, &t);
+        let v: serde_json::Value = serde_json::from_str(&stop(child)).unwrap();
+        assert_eq!(delivered(&v), want, "--xdp-spread {spread}: {v}");
+    }
+}
+
 /// A paused afxdp reader (SIGSTOP while a burst is sent) keeps the burst whole
 /// up to its pool: the kernel has every free frame on the fill ring and an RX
 /// ring that holds them all, so it fills the pool while weir's threads do not

@@ -37,6 +37,7 @@ const TEXT: &[&str] = &[
     "--netns",
     "--fanout",
     "--zero-copy",
+    "--xdp-spread",
     "--timestamps",
     "--user",
     "--write",

@@ -353,6 +353,10 @@ fn live_options(k: &Kwargs<'_>) -> PyResult<LiveOptions> {
         },
         xdp: XdpOptions {
             ring_bytes: k.int("xdp_ring_mib", 1, 2048)?.map(|m| m << 20),
+            spread: match k.string("xdp_spread")? {
+                Some(s) => s.parse().map_err(|e| setting_error(&e))?,
+                None => d.xdp.spread,
+            },
             replace_foreign: k.flag("replace_xdp", false)?,
             take_host_traffic: k.flag("take_host_traffic", false)?,
         },

@@ -1,9 +1,10 @@
 //! Rebalancing on a live capture, the controller moving buckets while traffic
 //! flows: on AF_PACKET in the kernel's table (weir's eBPF fanout), on AF_XDP in
-//! the capture threads' tables (over one shared UMEM).
+//! the capture threads' tables (over one shared UMEM), on `xdp:` in the table
+//! of the one thread that spreads its ring's packets by weir's hash.
 //!
-//! The test bed sends UDP flows at a steady rate. On AF_PACKET three quarters of
-//! the packets are in flows whose buckets start on queue 0; on AF_XDP the
+//! The test bed sends UDP flows at a steady rate. On AF_PACKET and `xdp:` three
+//! quarters of the packets are in flows whose buckets start on queue 0; on AF_XDP the
 //! sender's XPS puts every packet on TX queue 0, so they all arrive on RX queue
 //! 0, whose thread starts with every bucket it receives. Each worker spends a fixed time per
 //! packet (sleeping to a schedule, as `weir handle --wait-us` does), so queue 0 gets more than
@@ -27,7 +28,7 @@ use weir::pool::PoolConfig;
 use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::afpacket::BucketSteering;
-use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions};
+use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, XdpOptions};
 use weir::{Engine, LinkType, Packet, QueueId};
 
 const MARK: [u8; 6] = [0x02, b'w', b'e', b'i', b'r', 0x02];
@@ -111,6 +112,7 @@ struct Flows {
 enum Backend {
     AfPacket,
     AfXdp,
+    Xdp,
 }
 
 #[test]
@@ -123,6 +125,12 @@ fn the_controller_moves_buckets_of_a_live_afpacket_capture_keeping_every_flow_wh
 #[ignore = "needs root: live capture on a veth test bed, with tcpreplay"]
 fn the_capture_threads_move_buckets_of_a_live_afxdp_capture_keeping_every_flow_whole() {
     rebalance_live(Backend::AfXdp);
+}
+
+#[test]
+#[ignore = "needs root: live capture on a veth test bed, with tcpreplay"]
+fn the_capture_thread_moves_buckets_of_a_live_xdp_capture_keeping_every_flow_whole() {
+    rebalance_live(Backend::Xdp);
 }
 
 fn rebalance_live(backend: Backend) {
@@ -141,17 +149,28 @@ fn rebalance_live(backend: Backend) {
         netns: Some(tb.rx_ns.clone().into()),
         afpacket: AfPacketOptions { fanout: steering.as_ref().map_or(Fanout::Hash, BucketSteering::fanout), ..AfPacketOptions::default() },
         afxdp: AfXdpOptions { take_host_traffic: true, ..AfXdpOptions::default() },
+        xdp: XdpOptions { take_host_traffic: true, ..XdpOptions::default() },
         ..LiveOptions::default()
     };
     // Queue 1's share before anything moves.
     let initial_share = match backend {
         Backend::AfPacket => 1.0 - HOT_SHARE,
+        // Spread by weir's hash, whatever RX queue: as afpacket's buckets, with
+        // every frame on RX queue 0 to show that the RX queue plays no part.
+        Backend::Xdp => {
+            tb.all_on_queue_zero().unwrap();
+            1.0 - HOT_SHARE
+        }
         Backend::AfXdp => {
             tb.all_on_queue_zero().unwrap();
             0.0
         }
     };
-    let kind = if backend == Backend::AfPacket { "afpacket" } else { "afxdp" };
+    let kind = match backend {
+        Backend::AfPacket => "afpacket",
+        Backend::AfXdp => "afxdp",
+        Backend::Xdp => "xdp",
+    };
     let engine = Engine::builder()
         .source(&format!("{kind}:{}@0-1", tb.rx_if))
         .unwrap()
@@ -229,7 +248,7 @@ fn rebalance_live(backend: Backend) {
     assert_eq!(total.capture_drops + total.delivery_drops, 0, "packets lost: {total:?}");
     assert_eq!((f.seen.len(), f.doubles), (PACKETS as usize, 0), "every packet exactly once");
     assert_eq!(total.delivered, u64::from(PACKETS), "the engine's count and the workers' agree");
-    let hot = if backend == Backend::AfPacket { HOT_SHARE } else { 1.0 };
+    let hot = if backend == Backend::AfXdp { 1.0 } else { HOT_SHARE };
     assert!(
         b.buckets_moved > 0,
         "queue 0 at {:.0}% of its worker and nothing moved",

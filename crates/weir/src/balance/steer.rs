@@ -144,6 +144,14 @@ impl Steering {
         }
     }
 
+    /// Take back the count of a packet [`route`](Self::route) sent to queue
+    /// `q` that the queue did not take (no cell): it will be routed again.
+    #[inline]
+    pub(crate) fn unroute(&mut self, bucket: usize, q: usize) {
+        self.bucket_arrivals[bucket] = self.bucket_arrivals[bucket].saturating_sub(1);
+        self.queue_arrivals[q] = self.queue_arrivals[q].saturating_sub(1);
+    }
+
     /// Keep a packet of a moving bucket until the hand-over. When the parking
     /// area is full the packet is dropped, as a capture drop of the queue it was
     /// going to.

@@ -34,7 +34,7 @@ use crate::memory::{Budget, Bytes, Plan};
 use crate::packet::Runs;
 use crate::pool::{self, ChunkCount, Next, PoolConfig, PoolGauge, WorkerSide};
 use crate::profile::{Probe, Profiler, Stage};
-use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError};
+use crate::source::{self, Fanout, LiveKind, Pacing, SourceSpec, SpecError, XdpSpread};
 use crate::stats::{QueueCounters, Snapshot};
 use crate::{Handler, LinkType, QueueId, Setting, SettingError};
 use std::sync::Arc;
@@ -369,11 +369,13 @@ impl EngineBuilder {
                 }
                 // The capture threads steer buckets themselves.
                 SourceSpec::Live { kind: LiveKind::AfXdp, .. } => {}
+                // The capture thread steers buckets of weir's hash, as a trace's does.
+                SourceSpec::Live { kind: LiveKind::Xdp, .. } if self.open.live.xdp.spread == XdpSpread::Hash => {}
                 SourceSpec::Live { kind: LiveKind::Xdp, .. } => {
                     return Err(SettingError::new(
                         Setting::Balance,
-                        "xdp: sources do not rebalance (their ring buffer is one for all queues, and nothing there \
-                         moves buckets): use afxdp: or afpacket:, or offloading, which works on every source"
+                        "rebalancing moves buckets of weir's hash between queues, and an xdp: source spread by RX \
+                         queue (--xdp-spread queue) has none: spread by hash (the default), or use offloading"
                             .to_string(),
                     )
                     .into())

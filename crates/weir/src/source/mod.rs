@@ -20,7 +20,7 @@ mod spec;
 pub(crate) mod xring;
 
 pub(crate) use live::{ifindex, rx_queues};
-pub use live::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, XdpOptions, ZeroCopy};
+pub use live::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, XdpOptions, XdpSpread, ZeroCopy};
 
 pub use pacing::Pacing;
 pub use spec::{LiveKind, QueueRange, SourceSpec, SpecError};

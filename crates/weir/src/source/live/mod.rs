@@ -220,6 +220,45 @@ pub struct XdpOptions {
     /// Drop the captured packets after copying them, so that the host's
     /// stack spends nothing on them. By default they go on to the host.
     pub take_host_traffic: bool,
+    /// How the capture thread spreads packets over the queues.
+    pub spread: XdpSpread,
+}
+
+/// How an `xdp:` source's capture thread, which reads every captured RX
+/// queue's packets from one ring, spreads them over the capture's queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpSpread {
+    /// By weir's own symmetric RSS hash ([`crate::rss`]), whatever RX queue
+    /// the NIC put a packet on: both directions of a flow go to one queue
+    /// (a NIC's RSS key need not be symmetric), the queues share the work
+    /// even when the NIC piles every flow on one RX queue, and a trace split
+    /// over as many queues puts every flow where this does. Rebalancing moves
+    /// its buckets.
+    #[default]
+    Hash,
+    /// By the RX queue the NIC put the packet on, as afxdp's sockets are.
+    Queue,
+}
+
+impl std::str::FromStr for XdpSpread {
+    type Err = SettingError;
+
+    fn from_str(s: &str) -> Result<Self, SettingError> {
+        match s {
+            "hash" => Ok(XdpSpread::Hash),
+            "queue" => Ok(XdpSpread::Queue),
+            _ => Err(SettingError::new(Setting::Fanout, format!("xdp spread {s:?}: expected hash or queue"))),
+        }
+    }
+}
+
+impl std::fmt::Display for XdpSpread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            XdpSpread::Hash => "hash",
+            XdpSpread::Queue => "queue",
+        })
+    }
 }
 
 impl LiveOptions {

@@ -22,9 +22,11 @@
 //!   rejects is not stored, goes on to the host and is counted as filtered.
 //!   A filter the kernel cannot run runs in user space only (every packet is
 //!   stored), and the notes say so.
-//! - The ring is one for all the queues; the unit (`unit.rs`) sorts the
-//!   records back into per-queue pools. Rebalancing is refused (the engine
-//!   says so); offloading works, as on every source.
+//! - The ring is one for all the queues; the unit (`unit.rs`) spreads the
+//!   records over the queues' pools: by weir's symmetric RSS hash, the
+//!   default, whatever RX queue a packet came on (so rebalancing moves its
+//!   buckets, as on a trace), or by RX queue (`XdpSpread::Queue`, where the
+//!   engine refuses rebalancing). Offloading works, as on every source.
 //! - Every packet the ring could not take is counted per queue as a
 //!   delivery drop; nothing is lost uncounted.
 //! - Timestamps are the kernel's (the program's CLOCK_TAI, made wall-clock
@@ -41,16 +43,17 @@ use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::clock::Timestamps;
 use crate::filter::Filter;
 use crate::memory::{Budget, Plan};
+use crate::rss::Rss;
 use crate::source::afxdp::kfilter::KernelFilter;
 use crate::source::afxdp::program::denied;
 use crate::source::afxdp::sys::{self, XdpMode};
 use crate::source::live;
 use crate::source::live::sys::LinkWatch;
-use crate::source::{ifindex, CaptureOptions, LiveOptions, QueueRange, Source};
+use crate::source::{ifindex, CaptureOptions, LiveOptions, QueueRange, Source, XdpSpread};
 use crate::{LinkType, QueueId};
 use program::{Setup, XringProgram, MAX_SNAPLEN};
 use std::sync::Arc;
-use unit::{Attachment, XringUnit};
+use unit::{Attachment, Routing, XringUnit};
 
 /// The default ring: afpacket's default memory per queue.
 const DEFAULT_BYTES_PER_QUEUE: u64 = 64 << 20;
@@ -118,6 +121,7 @@ pub(crate) fn open(
             promiscuous,
             link,
             take: opts.xdp.take_host_traffic,
+            spread: opts.xdp.spread,
         }) as Box<dyn Source>)
     })
 }
@@ -153,6 +157,7 @@ struct XringSource {
     promiscuous: Option<sys::Promiscuous>,
     link: LinkWatch,
     take: bool,
+    spread: XdpSpread,
 }
 
 impl Source for XringSource {
@@ -189,7 +194,7 @@ impl Source for XringSource {
 
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
         super::live::refuse_pacing(opts.pacing)?;
-        let XringSource { info, iface, ring_bytes, mut program, kernel_filter, promiscuous, link, take: _ } = *self;
+        let XringSource { info, iface, ring_bytes, mut program, kernel_filter, promiscuous, link, take: _, spread } = *self;
         if let Some(kernel) = &kernel_filter {
             // Again: the filter may have been replaced since `place_filter`.
             kernel
@@ -204,6 +209,13 @@ impl Source for XringSource {
                 Ok(())
             }));
         }
+        let n = u16::try_from(info.queues.len()).map_err(|_| SourceError::Invalid(format!("{}: too many queues", info.name)))?;
+        let routing = match (spread, opts.balance.controller()) {
+            (XdpSpread::Hash, Some(cfg)) if n > 1 => Routing::steered(n, cfg, opts.handovers.clone(), Arc::clone(&opts.balance_counters)),
+            (XdpSpread::Hash, _) if n > 1 => Routing::Hash(Rss::new(LinkType::ETHERNET, n)),
+            // The engine refuses rebalancing by RX queue before this.
+            _ => Routing::Queue,
+        };
         let ring = program.take_ring().ok_or_else(|| SourceError::Invalid("xdp: the ring buffer was taken twice".into()))?;
         let attachment = Arc::new(Attachment { program, link, filter: kernel_filter, _promiscuous: promiscuous });
         let unit = XringUnit::new(
@@ -214,7 +226,8 @@ impl Source for XringSource {
             attachment,
             opts.filter.watch(),
             opts.profiler.clone(),
-        );
+        )
+        .routed(routing);
         Ok(vec![Box::new(unit)])
     }
 }

@@ -32,10 +32,12 @@
 //!   wall-clock time even across a step of the clock.
 
 use super::program::{XringProgram, RECORD_HEAD};
+use crate::balance::{BalanceCounters, Route, Steering};
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::filter::FilterWatch;
 use crate::pool::CaptureSide;
 use crate::profile::{Probe, Profiler, Stage};
+use crate::rss::Rss;
 use crate::source::afxdp::kfilter::KernelFilter;
 use crate::source::afxdp::sys::Filtered;
 use crate::source::live::drain::{Drain, PATIENCE};
@@ -57,6 +59,51 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 const CELL_WAIT: Duration = Duration::from_millis(50);
 /// How often the program's counts and the clock offset are read.
 const STATS_EVERY: Duration = Duration::from_millis(100);
+/// The rebalancing controller's tick, and the longest sleep while it runs
+/// (moves are handed over on ticks).
+const STEER_TICK: Duration = Duration::from_millis(10);
+
+/// Where the unit puts each record's packet (`XdpSpread`).
+pub(super) enum Routing {
+    /// In the side of the RX queue the record names.
+    Queue,
+    /// In the side weir's symmetric RSS hash gives, over the capture's queues.
+    Hash(Rss),
+    /// By the hash's bucket, through the rebalancing's table.
+    Steered(Box<Steered>),
+}
+
+/// Rebalancing's state in the unit: the hash, the table and its moves, where
+/// its counts go, and when the controller looks next.
+pub(super) struct Steered {
+    rss: Rss,
+    steering: Steering,
+    counters: Arc<BalanceCounters>,
+    next_tick: Instant,
+}
+
+impl Routing {
+    /// Rebalancing over `queues` queues with the controller `cfg`, its
+    /// counts published to `counters`.
+    pub(super) fn steered(
+        queues: u16,
+        cfg: crate::balance::ControllerConfig,
+        handovers: Option<Arc<crate::balance::Handovers>>,
+        counters: Arc<BalanceCounters>,
+    ) -> Routing {
+        let rss = Rss::new(crate::LinkType::ETHERNET, queues);
+        let steering = Steering::new(rss.table().clone(), usize::from(queues), cfg).with_handovers(handovers);
+        Routing::Steered(Box::new(Steered { rss, steering, counters, next_tick: Instant::now() + STEER_TICK }))
+    }
+}
+
+/// Where one record's packet goes: a side, and, when steered, its bucket and
+/// whether it is parked (its bucket is moving; the side is then where it goes).
+struct Dest {
+    side: usize,
+    bucket: Option<usize>,
+    park: bool,
+}
 
 /// What a unit keeps alive while it runs: the program (and its ring), the
 /// filter in it, the promiscuous membership.
@@ -85,6 +132,7 @@ pub(super) struct XringUnit {
     seen_lost: Vec<Filtered>,
     /// CLOCK_TAI - CLOCK_REALTIME, in ns.
     tai_offset: u64,
+    routing: Routing,
     profiler: Option<Arc<Profiler>>,
 }
 
@@ -98,6 +146,7 @@ impl XringUnit {
         filter: FilterWatch,
         profiler: Option<Arc<Profiler>>,
     ) -> XringUnit {
+        debug_assert!(queues.is_sorted(), "positions follow queue order, as the steering's and the hash's do");
         let top = queues.iter().map(|q| usize::from(q.0) + 1).max().unwrap_or(0);
         let mut position = vec![None; top];
         for (i, q) in queues.iter().enumerate() {
@@ -116,8 +165,15 @@ impl XringUnit {
             seen_filtered: vec![Filtered::default(); n],
             seen_lost: vec![Filtered::default(); n],
             tai_offset: tai_offset(),
+            routing: Routing::Queue,
             profiler,
         }
+    }
+
+    /// Spread records by `routing` rather than by RX queue.
+    pub(super) fn routed(mut self, routing: Routing) -> XringUnit {
+        self.routing = routing;
+        self
     }
 
     /// Add what the kernel counted since the last look to each queue's side.
@@ -170,7 +226,7 @@ impl XringUnit {
                 Read::Limit => return Ok(()),
                 Read::NoCell(i) => {
                     probe.mark(Stage::CaptureWait);
-                    sides[i].wait_for_cell(CELL_WAIT);
+                    sides[i].wait_for_cell(self.at_most(CELL_WAIT));
                     probe.mark(Stage::Source);
                     unpublished_since = None;
                 }
@@ -184,7 +240,7 @@ impl XringUnit {
                         unpublished_since = None;
                     }
                     probe.mark(Stage::CaptureWait);
-                    std::thread::sleep(gather.next(now));
+                    std::thread::sleep(self.at_most(gather.next(now)));
                     probe.mark(Stage::Source);
                 }
                 Read::Empty => {
@@ -195,7 +251,7 @@ impl XringUnit {
                     self.account(sides)?;
                     stats_at = Instant::now();
                     probe.mark(Stage::CaptureWait);
-                    if !poll_readable(self.ring_fd.as_fd(), IDLE_WAIT).map_err(|e| io("waiting on the ring buffer", e))? {
+                    if !poll_readable(self.ring_fd.as_fd(), self.at_most(IDLE_WAIT)).map_err(|e| io("waiting on the ring buffer", e))? {
                         // Quiet for a whole wait: is there still an interface?
                         self.attachment.link.check().map_err(|e| io("the interface went down or away", e))?;
                     }
@@ -207,7 +263,53 @@ impl XringUnit {
                 self.account(sides)?;
                 stats_at = Instant::now();
             }
+            self.steer_tick(sides);
         }
+    }
+
+    /// A rebalancing controller tick, when steered and one is due.
+    fn steer_tick(&mut self, sides: &mut [CaptureSide]) {
+        if let Routing::Steered(st) = &mut self.routing {
+            let now = Instant::now();
+            if now >= st.next_tick {
+                st.next_tick = now + STEER_TICK;
+                st.steering.tick(sides);
+                st.counters.publish(&st.steering.stats());
+            }
+        }
+    }
+
+    /// The longest sleep: `wait`, or a controller tick when steered.
+    fn at_most(&self, wait: Duration) -> Duration {
+        match self.routing {
+            Routing::Steered(_) => wait.min(STEER_TICK),
+            _ => wait,
+        }
+    }
+
+    /// At the end: let the bucket moves in progress finish while the old
+    /// queues' workers still run (they do until the unit returns), for at most
+    /// the drain's patience; then give up the rest, whose parked packets are
+    /// counted as capture drops.
+    fn finish_moves(&mut self, sides: &mut [CaptureSide]) {
+        let Routing::Steered(st) = &mut self.routing else { return };
+        let Steered { steering, counters, .. } = &mut **st;
+        let until = Instant::now() + PATIENCE;
+        loop {
+            sides.iter_mut().for_each(CaptureSide::flush);
+            steering.hand_over(sides);
+            if !steering.busy() {
+                break;
+            }
+            if Instant::now() >= until {
+                steering.abandon(sides);
+                break;
+            }
+            if let Some(s) = sides.first_mut() {
+                s.wait_recycled(STEER_TICK);
+            }
+        }
+        counters.publish(&steering.stats());
     }
 
     /// At a stop: the records in the ring stamped before the unit saw it came
@@ -269,22 +371,55 @@ impl XringUnit {
                 std::mem::forget(item);
                 return Ok((Read::Empty, read, bytes));
             }
-            let i = side_of(&self.label, &self.position, queue)?;
-            let side = &mut sides[i];
+            probe.mark(Stage::Steer);
+            let dest = match &mut self.routing {
+                Routing::Queue => Dest { side: side_of(&self.label, &self.position, queue)?, bucket: None, park: false },
+                Routing::Hash(rss) => Dest { side: usize::from(rss.queue(data).0), bucket: None, park: false },
+                Routing::Steered(st) => {
+                    let b = st.rss.bucket(data);
+                    match st.steering.route(b) {
+                        Route::Queue(q) => Dest { side: q, bucket: Some(b), park: false },
+                        // Counted, if filtered, where the bucket is going.
+                        Route::Park => Dest { side: st.steering.destination(b).unwrap_or(0), bucket: Some(b), park: true },
+                    }
+                }
+            };
+            probe.mark(Stage::Source);
+            let i = dest.side;
             let ring_len = (item.len() + 8).next_multiple_of(8) as u64;
             if let Some(f) = self.filter.get() {
                 probe.mark(Stage::Filter);
                 let pass = f.matches(data, wire_len);
                 probe.mark(Stage::Source);
                 if !pass {
-                    side.drop_filtered(wire_len);
+                    sides[i].drop_filtered(wire_len);
                     read += 1;
                     bytes += ring_len;
                     continue;
                 }
             }
+            if let (true, Some(b), Routing::Steered(st)) = (dest.park, dest.bucket, &mut self.routing) {
+                if !ctl.take_budget() {
+                    std::mem::forget(item);
+                    ctl.request_stop(StopReason::PacketLimit);
+                    return Ok((Read::Limit, read, bytes));
+                }
+                st.steering.park(b, data, wire_len, tai_ns.wrapping_sub(self.tai_offset), sides);
+                drop(item);
+                read += 1;
+                bytes += ring_len;
+                if ctl.budget_spent() {
+                    ctl.request_stop(StopReason::PacketLimit);
+                    return Ok((Read::Limit, read, bytes));
+                }
+                continue;
+            }
+            let side = &mut sides[i];
             if !side.has_cell() {
-                // Left in the ring: read again once a cell is free.
+                if let (Some(b), Routing::Steered(st)) = (dest.bucket, &mut self.routing) {
+                    st.steering.unroute(b, i);
+                }
+                // Left in the ring: read again (and routed again) once a cell is free.
                 std::mem::forget(item);
                 return Ok((Read::NoCell(i), read, bytes));
             }
@@ -339,6 +474,8 @@ impl CaptureUnit for XringUnit {
         if sides.len() != self.queues.len() {
             return Err(SourceError::Invalid(format!("{}: {} queues but {} sides", self.label, self.queues.len(), sides.len())));
         }
+        // Positions are queue order (the hash's and the steering's numbering).
+        sides.sort_by_key(|s| s.queue().0);
         let result = match self.profiler.clone() {
             Some(p) => {
                 let mut timer = p.timer(&format!("capture-{}", self.label), Stage::Source);
@@ -348,6 +485,7 @@ impl CaptureUnit for XringUnit {
             }
             None => self.capture(&mut sides, ctl, &mut ()),
         };
+        self.finish_moves(&mut sides);
         // What the kernel counted up to now belongs to this run, even after a failure.
         let last = self.account(&mut sides);
         sides.iter_mut().for_each(CaptureSide::flush);
