@@ -92,7 +92,12 @@ fn exited_within(child: &mut Child, limit: Duration) -> Option<std::process::Exi
 }
 
 fn stop(child: Child) -> String {
-    std::thread::sleep(Duration::from_millis(500));
+    stop_after(child, Duration::from_millis(500))
+}
+
+/// Ctrl-C to `child` after `settle`; its standard output once it exited well.
+fn stop_after(child: Child, settle: Duration) -> String {
+    std::thread::sleep(settle);
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "weir failed: {}", text(&out.stdout));
@@ -297,12 +302,14 @@ fn replay_onto_an_interface_that_goes_away_ends_with_an_error() {
 
 /// `weir count --json` with `args`, stopped (SIGSTOP) while `trace` is sent,
 /// then let go; its summary.
-fn count_while_paused(tb: &TestBed, args: &[&str], trace: &Path) -> serde_json::Value {
+/// `weir` with `args`, stopped (SIGSTOP) while `trace` is sent, continued, and
+/// told to stop (Ctrl-C) `settle` later: its JSON report.
+fn count_while_paused(tb: &TestBed, args: &[&str], trace: &Path, settle: Duration) -> serde_json::Value {
     let child = start(tb, args);
     Command::new("kill").args(["-STOP", &child.id().to_string()]).status().unwrap();
     send(tb, trace);
     Command::new("kill").args(["-CONT", &child.id().to_string()]).status().unwrap();
-    serde_json::from_str(&stop(child)).unwrap()
+    serde_json::from_str(&stop_after(child, settle)).unwrap()
 }
 
 /// Ctrl-C takes what the kernel already holds for weir: frames sent while weir
@@ -320,17 +327,7 @@ fn a_stop_takes_what_the_kernel_already_holds() {
     let (t, frames) = trace(dir.path(), &tb, 3000);
     for kind in ["afpacket", "afxdp", "xdp"] {
         let source = format!("{kind}:{}@0-1", tb.rx_if);
-        let mut child = start(&tb, &["count", "--json", &source]);
-        let pid = child.id().to_string();
-        Command::new("kill").args(["-STOP", &pid]).status().unwrap();
-        send(&tb, &t);
-        Command::new("kill").args(["-CONT", &pid]).status().unwrap();
-        Command::new("kill").args(["-INT", &pid]).status().unwrap();
-        let status = exited_within(&mut child, Duration::from_secs(10));
-        assert!(status.is_some_and(|s| s.success()), "{kind}: weir did not end well after Ctrl-C: {status:?}");
-        let mut out = String::new();
-        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let v = count_while_paused(&tb, &["count", "--json", &source], &t, Duration::ZERO);
         assert_eq!(v["received"], frames.len(), "{kind}: {v}");
         assert_eq!(v["packets"], frames.len(), "{kind}: every frame held at the stop delivered: {v}");
         assert!(v["queues"].as_array().unwrap().iter().all(|q| q["delivery_drops"] == 0 && q["capture_drops"] == 0), "{kind}: {v}");
@@ -384,7 +381,7 @@ fn a_paused_afxdp_reader_keeps_a_burst_up_to_its_pool() {
         if let Some(p) = pool {
             args.extend(["--pool", p]);
         }
-        let v = count_while_paused(&tb, &args, &t);
+        let v = count_while_paused(&tb, &args, &t, Duration::from_millis(500));
         let q = &v["queues"][0];
         assert_eq!(v["received"], frames.len(), "pool {pool:?}: every packet reached the interface: {v}");
         assert_eq!(q["delivered"].as_u64(), Some(holds), "pool {pool:?}: the pool's worth kept: {v}");
@@ -433,7 +430,7 @@ fn a_paused_xdp_reader_keeps_a_burst_up_to_its_ring() {
         if let Some(m) = &mib {
             args.extend(["--xdp-ring", m]);
         }
-        let v = count_while_paused(&tb, &args, &t);
+        let v = count_while_paused(&tb, &args, &t, Duration::from_millis(500));
         let q = &v["queues"][0];
         assert_eq!(v["received"], frames.len(), "ring {ring_mib:?} MiB: every packet reached the interface: {v}");
         assert_eq!(q["delivered"].as_u64(), Some(kept), "ring {ring_mib:?} MiB: what fits the ring is kept: {v}");

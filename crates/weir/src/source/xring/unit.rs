@@ -398,24 +398,7 @@ impl XringUnit {
                     continue;
                 }
             }
-            if let (true, Some(b), Routing::Steered(st)) = (dest.park, dest.bucket, &mut self.routing) {
-                if !ctl.take_budget() {
-                    std::mem::forget(item);
-                    ctl.request_stop(StopReason::PacketLimit);
-                    return Ok((Read::Limit, read, bytes));
-                }
-                st.steering.park(b, data, wire_len, tai_ns.wrapping_sub(self.tai_offset), sides);
-                drop(item);
-                read += 1;
-                bytes += ring_len;
-                if ctl.budget_spent() {
-                    ctl.request_stop(StopReason::PacketLimit);
-                    return Ok((Read::Limit, read, bytes));
-                }
-                continue;
-            }
-            let side = &mut sides[i];
-            if !side.has_cell() {
+            if !dest.park && !sides[i].has_cell() {
                 if let (Some(b), Routing::Steered(st)) = (dest.bucket, &mut self.routing) {
                     st.steering.unroute(b, i);
                 }
@@ -430,9 +413,15 @@ impl XringUnit {
             }
             probe.mark(Stage::HandOff);
             let ts_ns = tai_ns.wrapping_sub(self.tai_offset);
-            let pushed = side.push_copy(data, wire_len, ts_ns);
+            match (&mut self.routing, dest.bucket) {
+                // Its bucket is moving: kept (copied) until the hand-over.
+                (Routing::Steered(st), Some(b)) if dest.park => st.steering.park(b, data, wire_len, ts_ns, sides),
+                _ => {
+                    let pushed = sides[i].push_copy(data, wire_len, ts_ns);
+                    debug_assert!(pushed.is_ok(), "has_cell said a cell is free");
+                }
+            }
             probe.mark(Stage::Source);
-            debug_assert!(pushed.is_ok(), "has_cell said a cell is free");
             drop(item);
             read += 1;
             bytes += ring_len;
