@@ -36,6 +36,7 @@ fn flag(s: Setting) -> &'static str {
         Setting::Cpus => "--cpus",
         Setting::Pacing => "--pps/--mbps/--speed",
         Setting::Fanout => "--fanout",
+        Setting::XdpSpread => "--xdp-spread",
         Setting::Locality => "--locality",
         Setting::Balance => "--balance",
         Setting::FlowTable => "--max-flows",

@@ -80,6 +80,7 @@ fn keyword(s: Setting) -> &'static str {
         Setting::Cpus => "cpus",
         Setting::Pacing => "pps/mbps/speed",
         Setting::Fanout => "fanout",
+        Setting::XdpSpread => "xdp_spread",
         Setting::Locality => "locality",
         Setting::Balance => "balance",
         Setting::FlowTable => "max_flows",

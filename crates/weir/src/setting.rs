@@ -22,6 +22,8 @@ pub enum Setting {
     Pacing,
     /// How an AF_PACKET fanout group spreads packets over its sockets.
     Fanout,
+    /// How an `xdp:` source's capture thread spreads packets over its queues.
+    XdpSpread,
     /// Locality buffering: the batch and its timeout.
     Locality,
     /// Offloading between the queues of a buddy group, and rebalancing.
@@ -47,6 +49,7 @@ impl Setting {
             Setting::Cpus => "CPU list",
             Setting::Pacing => "pacing",
             Setting::Fanout => "fanout",
+            Setting::XdpSpread => "xdp spread",
             Setting::Locality => "locality buffering",
             Setting::Balance => "balancing",
             Setting::TraceReading => "trace reading",

@@ -247,7 +247,7 @@ impl std::str::FromStr for XdpSpread {
         match s {
             "hash" => Ok(XdpSpread::Hash),
             "queue" => Ok(XdpSpread::Queue),
-            _ => Err(SettingError::new(Setting::Fanout, format!("xdp spread {s:?}: expected hash or queue"))),
+            _ => Err(SettingError::new(Setting::XdpSpread, format!("{s:?}: expected hash or queue"))),
         }
     }
 }
@@ -314,5 +314,16 @@ mod tests {
         let err = "rr".parse::<Fanout>().unwrap_err();
         assert_eq!(err.setting, crate::Setting::Fanout);
         assert!(err.problem.contains("expected hash, cpu, qm, lb or buckets"), "{err}");
+    }
+
+    #[test]
+    fn xdp_spreads_parse_and_print_by_name_and_hash_is_the_default() {
+        for name in ["hash", "queue"] {
+            assert_eq!(name.parse::<XdpSpread>().unwrap().to_string(), name);
+        }
+        assert_eq!(XdpOptions::default().spread, XdpSpread::Hash);
+        let err = "qm".parse::<XdpSpread>().unwrap_err();
+        assert_eq!(err.setting, crate::Setting::XdpSpread);
+        assert_eq!(err.to_string(), "xdp spread: \"qm\": expected hash or queue");
     }
 }
