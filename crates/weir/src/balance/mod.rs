@@ -39,7 +39,7 @@ pub(crate) use controller::{Controller, Move, QueueSample};
 pub(crate) use handover::{Desk, Handovers};
 pub(crate) use park::{Parked, ParkingLot};
 pub use steer::SteeringStats;
-pub(crate) use steer::{Route, Steering};
+pub(crate) use steer::{Route, Steering, STEER_TICK};
 
 use crate::pool::OffloadThreshold;
 use crate::{Setting, SettingError};

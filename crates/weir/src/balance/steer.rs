@@ -35,6 +35,11 @@ use crate::rss::IndirectionTable;
 use crate::FlowBucket;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The controller's tick in a capture thread that steers (a trace's, an
+/// `xdp:` source's), and its longest wait for a move to finish.
+pub(crate) const STEER_TICK: Duration = Duration::from_millis(10);
 
 /// Where a packet of a bucket goes now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -231,6 +236,26 @@ impl Steering {
             self.in_transit[t.mv.bucket] = None;
         }
         self.lot.clear();
+    }
+
+    /// At the end of a capture: hand over the moves in progress as their old
+    /// queues' workers (still running) pass the fences, until none is left or
+    /// `give_up` says to stop waiting; the rest are [abandoned](Self::abandon).
+    pub(crate) fn finish(&mut self, sides: &mut [CaptureSide], mut give_up: impl FnMut() -> bool) {
+        loop {
+            sides.iter_mut().for_each(CaptureSide::flush);
+            self.hand_over(sides);
+            if !self.busy() {
+                return;
+            }
+            if give_up() {
+                self.abandon(sides);
+                return;
+            }
+            if let Some(s) = sides.first_mut() {
+                s.wait_recycled(STEER_TICK);
+            }
+        }
     }
 
     /// Hand over every move whose fence is passed, in the order they started.

@@ -223,7 +223,7 @@ impl QueueUnit {
             return true;
         }
         if self.balance.is_some() || d.drain.stalled() {
-            let left = at.1 as u64 + self.ring.packets_before(d.point);
+            let left = u64::from(at.1) + self.ring.packets_before(d.point);
             side.add_delivery_drops(left);
             side.publish_stats();
             return true;

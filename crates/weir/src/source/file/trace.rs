@@ -19,7 +19,7 @@
 
 use super::input::{Input, ReadConfig};
 use super::prewalk::PreWalk;
-use crate::balance::{Route, Steering};
+use crate::balance::{Route, Steering, STEER_TICK};
 use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::filter::{BatchInput, Filter, FilterWatch};
 use crate::memory::{Budget, Bytes, Plan};
@@ -39,8 +39,6 @@ use std::time::{Duration, Instant};
 const TRACE_WAKE_BATCH: usize = 64;
 /// Longest a waiting reader goes without checking for a stop request.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
-/// The rebalancing controller's tick.
-const STEER_TICK: Duration = Duration::from_millis(10);
 /// Packets between looks at the clock for a controller tick.
 const TICK_CHECK_EVERY: u32 = 64;
 /// Records read and judged by the filter in one call (see `TraceUnit::judge_ahead`).
@@ -237,20 +235,7 @@ impl TraceUnit {
     /// still running), or give them up if a stop was requested.
     fn finish_moves(&mut self, sides: &mut [CaptureSide], ctl: &Control) {
         let Some(st) = &mut self.steering else { return };
-        loop {
-            sides.iter_mut().for_each(CaptureSide::flush);
-            st.hand_over(sides);
-            if !st.busy() {
-                break;
-            }
-            if ctl.stop_requested() {
-                st.abandon(sides);
-                break;
-            }
-            if let Some(s) = sides.first_mut() {
-                s.wait_recycled(STEER_TICK);
-            }
-        }
+        st.finish(sides, || ctl.stop_requested());
         self.balance.publish(&st.stats());
     }
 

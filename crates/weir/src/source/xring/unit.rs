@@ -32,7 +32,7 @@
 //!   wall-clock time even across a step of the clock.
 
 use super::program::{XringProgram, RECORD_HEAD};
-use crate::balance::{BalanceCounters, Route, Steering};
+use crate::balance::{BalanceCounters, Route, Steering, STEER_TICK};
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::filter::FilterWatch;
 use crate::pool::CaptureSide;
@@ -59,9 +59,6 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 const CELL_WAIT: Duration = Duration::from_millis(50);
 /// How often the program's counts and the clock offset are read.
 const STATS_EVERY: Duration = Duration::from_millis(100);
-/// The rebalancing controller's tick, and the longest sleep while it runs
-/// (moves are handed over on ticks).
-const STEER_TICK: Duration = Duration::from_millis(10);
 
 /// Where the unit puts each record's packet (`XdpSpread`).
 pub(super) enum Routing {
@@ -293,23 +290,9 @@ impl XringUnit {
     /// counted as capture drops.
     fn finish_moves(&mut self, sides: &mut [CaptureSide]) {
         let Routing::Steered(st) = &mut self.routing else { return };
-        let Steered { steering, counters, .. } = &mut **st;
         let until = Instant::now() + PATIENCE;
-        loop {
-            sides.iter_mut().for_each(CaptureSide::flush);
-            steering.hand_over(sides);
-            if !steering.busy() {
-                break;
-            }
-            if Instant::now() >= until {
-                steering.abandon(sides);
-                break;
-            }
-            if let Some(s) = sides.first_mut() {
-                s.wait_recycled(STEER_TICK);
-            }
-        }
-        counters.publish(&steering.stats());
+        st.steering.finish(sides, || Instant::now() >= until);
+        st.counters.publish(&st.steering.stats());
     }
 
     /// At a stop: the records in the ring stamped before the unit saw it came
