@@ -319,6 +319,49 @@ fn forward_works_both_ways_and_back_out_of_the_same_interface() {
     }
 }
 
+/// The index of `iface` in `ns`.
+fn ifindex_in(ns: &str, iface: &str) -> String {
+    let out = Command::new("ip").args(["-n", ns, "-o", "link", "show", iface]).output().unwrap();
+    assert!(out.status.success(), "ip link show {iface}: {}", text(&out.stderr));
+    text(&out.stdout).split(':').next().unwrap().trim().to_string()
+}
+
+/// A filter on where a packet came in is bound to each lane's input: with
+/// `ifindex` of IN, both ways at once, every frame from the sender passes and
+/// every frame from the receiver's side is dropped by policy. Without the
+/// binding the index load fails off the kernel and rejects both ways; bound to
+/// one interface only it would pass both or neither.
+#[test]
+#[ignore = "needs root and the corpus: weir forward on a three-namespace veth test bed, weir replay and weir record"]
+fn a_filter_on_the_arrival_interface_is_bound_to_each_directions_input() {
+    let bed = Bed::new();
+    let t = bed.trace(1000);
+    let all = sendable(&t);
+    let (one, two) = (all.len() as u64, (2 * all.len()).to_string());
+    let only_in = format!("ifindex {}", ifindex_in(&bed.f_ns, &bed.input));
+    for backend in ["afxdp", "afpacket"] {
+        let (at_r, at_s) = (bed.path(&format!("{backend}-if-r.pcap")), bed.path(&format!("{backend}-if-s.pcap")));
+        let (cap_r, cap_s) = (bed.capture(&bed.r_ns, &bed.r, &at_r, backend), bed.capture(&bed.s_ns, &bed.s, &at_s, backend));
+        let fwd = bed.forward(&["--backend", backend, "--bidirectional", "-f", &only_in, &bed.input, &bed.output, "-c", &two]);
+        std::thread::scope(|s| {
+            s.spawn(|| bed.replay(&bed.s_ns, &bed.s, &t));
+            s.spawn(|| bed.replay(&bed.r_ns, &bed.r, &t));
+        });
+        let v = finished(fwd, Duration::from_secs(20));
+        assert!(stop_capture(cap_r, &at_r, all.len()) == all, "{backend}: IN to OUT passes {only_in}, unchanged and in order");
+        assert!(stop_capture(cap_s, &at_s, 0).is_empty(), "{backend}: OUT to IN came in on OUT: {v}");
+        let lanes = v["lanes"].as_array().unwrap();
+        // A lane is named `FROM@q -> TO@q`, or `FROM -> TO` where there is one queue.
+        let sum = |from: &str, k: &str| -> u64 {
+            let of = |l: &&serde_json::Value| l["lane"].as_str().and_then(|n| n.split([' ', '@']).next()) == Some(from);
+            lanes.iter().filter(of).map(|l| l[k].as_u64().unwrap_or_else(|| panic!("no {k} in {l}"))).sum()
+        };
+        assert_eq!((sum(&bed.input, "forwarded"), sum(&bed.input, "filtered")), (one, 0), "{backend}: {v}");
+        assert_eq!((sum(&bed.output, "forwarded"), sum(&bed.output, "filtered")), (0, one), "{backend}: {v}");
+        assert_eq!(v["balanced"], true, "{backend}: {v}");
+    }
+}
+
 /// In the kernel, what OUT gives back is counted, not lost: with no XDP
 /// program and no GRO on OUT's peer, a veth refuses every redirected frame,
 /// and the forwarder's counts must say so from the kernel's tracepoint.
@@ -424,4 +467,6 @@ fn forward_refuses_what_it_cannot_do() {
     ip(&["-n", &bed.f_ns, "link", "set", &bed.output, "up"]);
     // protochain walks headers with a backward jump, which the kernel's verifier cannot bound.
     refused(&["--backend", "xdp", "-f", "ip protochain 17", &bed.input, &bed.output], "the filter cannot run in the kernel");
+    // In the kernel one filter serves both ways, so it cannot be bound to each input.
+    refused(&["--backend", "xdp", "--bidirectional", "-f", "inbound", &bed.input, &bed.output], "runs one filter for both directions");
 }

@@ -296,7 +296,7 @@ impl Handle {
     /// Start capture (an interface with the filter set before reading), tied
     /// to the handle's ready descriptor.
     pub(crate) fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
-        engine.set_filter(if self.kind == Kind::Savefile { None } else { st.filter.clone() });
+        engine.set_filter(if self.kind == Kind::Savefile { None } else { st.filter.clone() }).map_err(|e| e.to_string())?;
         let mut r = engine.start_reader().map_err(|e| e.to_string())?;
         let tied = self.ready_fd().and_then(|fd| fd.try_clone()).and_then(|dup| r.attach_ready_fd(dup));
         tied.map_err(|e| format!("the descriptor reads wait on: {e}"))?;
@@ -467,11 +467,20 @@ impl Handle {
         if self.kind == Kind::Savefile {
             st.here = Some(filter.clone());
         } else if let Stage::Reading(r) = &st.stage {
-            if let Err(e) = r.replace_filter(Some(filter.clone())) {
+            // What the reader already holds is judged here by what the engine
+            // runs: the filter bound to the interface, where it has one.
+            let engine_runs = match r.info().link.map(|link| filter.bind(link)).transpose() {
+                Ok(bound) => bound.unwrap_or_else(|| filter.clone()),
+                Err(e) => {
+                    self.set_error(&format!("setfilter: {e}"));
+                    return PCAP_ERROR;
+                }
+            };
+            if let Err(e) = r.replace_filter(Some(engine_runs.clone())) {
                 self.set_error(&format!("setfilter: {e}"));
                 return PCAP_ERROR;
             }
-            st.here = Some(filter.clone());
+            st.here = Some(engine_runs);
         }
         st.filter = Some(filter);
         0

@@ -41,6 +41,11 @@ pub struct SourceInfo {
     /// What the user should know about how it was opened (a stale XDP program
     /// replaced, say); the library never prints, the caller shows these.
     pub notes: Vec<String>,
+    /// The interface every packet arrives on, where no kernel socket filter
+    /// runs the filter (afxdp, xdp): the engine [binds](crate::filter::Filter::bind)
+    /// filters to it, so `inbound` and `ifindex` work there. `None` for
+    /// traces, which do not say, and afpacket, whose socket filter knows.
+    pub link: Option<crate::filter::LinkMeta>,
 }
 
 /// A capture thread's work.

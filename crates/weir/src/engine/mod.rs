@@ -396,7 +396,7 @@ impl EngineBuilder {
         info.notes.extend(pool_note);
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
         let filter = match &self.filter {
-            Some(expr) => Some(Filter::compile(expr, info.link_type, info.snaplen)?.with_engine(self.filter_engine)),
+            Some(expr) => Some(bound(Filter::compile(expr, info.link_type, info.snaplen)?.with_engine(self.filter_engine), info.link)?),
             None => None,
         };
         if let Some(why) = filter.as_ref().and_then(Filter::jit_unavailable) {
@@ -487,8 +487,14 @@ impl Engine {
     /// Replace the filter before the start, for callers that learn it after the
     /// source is open (libpcap's `pcap_setfilter`). It must be compiled for
     /// this source's link type.
-    pub fn set_filter(&mut self, filter: Option<Filter>) {
-        self.filter = filter;
+    ///
+    /// # Errors
+    ///
+    /// [`FilterError::Invalid`] if the source's interface is known
+    /// ([`SourceInfo::link`]) and the filter cannot be [bound](Filter::bind) to it.
+    pub fn set_filter(&mut self, filter: Option<Filter>) -> Result<(), FilterError> {
+        self.filter = filter.map(|f| bound(f, self.info.link)).transpose()?;
+        Ok(())
     }
 
     /// Run to the end and report: [`start`](Self::start), then
@@ -622,7 +628,7 @@ impl Engine {
         let ctl = Arc::new(Control::new(self.packet_limit));
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
-        let filter = FilterSwitch::new(self.filter);
+        let filter = FilterSwitch::new(self.filter, self.info.link);
         let rebalancing = self.balance.controller().is_some();
         let mut counters = Vec::new();
         let mut pools = Vec::new();
@@ -751,6 +757,15 @@ pub(crate) struct Launched {
     pub(crate) profiler: Option<Arc<Profiler>>,
     /// Each queue's pool, for a [`Watch`].
     pub(crate) pools: Vec<PoolGauge>,
+}
+
+/// `filter` bound to the interface its packets arrive on, where the source
+/// knows it and no socket filter does (see [`Filter::bind`]).
+fn bound(filter: Filter, link: Option<crate::filter::LinkMeta>) -> Result<Filter, FilterError> {
+    match link {
+        Some(link) => filter.bind(link),
+        None => Ok(filter),
+    }
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since

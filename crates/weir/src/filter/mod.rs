@@ -28,7 +28,9 @@
 //! `ifindex` compile to loads of the kernel's packet type or interface index.
 //! Out of the kernel those loads fail, so such a filter rejects every packet
 //! (`not inbound` included), exactly as `pcap_offline_filter` does; in a kernel
-//! socket filter they work.
+//! socket filter they work. Where every packet arrived on one known interface
+//! (AF_XDP, XDP), [`Filter::bind`] gives them that interface's values
+//! (`link.rs`).
 //!
 //! The JIT gives exactly the interpreter's answers, choices above included; the
 //! interpreter stays the reference it is tested against, and the engine of
@@ -46,6 +48,7 @@ mod interp;
 #[cfg(target_arch = "x86_64")]
 mod jit;
 pub mod libpcap;
+mod link;
 #[cfg(any(test, feature = "oracle"))]
 pub mod oracle;
 mod program;
@@ -58,6 +61,7 @@ use std::sync::Arc;
 pub use batch::BatchInput;
 pub(crate) use ebpf::{asm, helper, Insn as EbpfInsn, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
 pub use libpcap::BpfInsn;
+pub use link::LinkMeta;
 pub use program::MAX_INSNS;
 pub(crate) use program::{code, SKF_AD_OFF};
 pub(crate) use switch::FilterSwitch;
@@ -221,10 +225,11 @@ impl Filter {
     }
 
     /// Whether the program loads Linux ancillary data (`inbound`, `outbound`,
-    /// `ifindex`): only a kernel socket filter has it. Run anywhere else (a
-    /// trace, afxdp, user space) those loads fail and the program rejects
-    /// every packet that reaches them, as `pcap_offline_filter` does, which
-    /// a user should be told rather than find out from an empty capture.
+    /// `ifindex`) that it was not [bound](Self::bind) to: only a kernel socket
+    /// filter has it. Run anywhere else (a trace, user space) those loads fail
+    /// and the program rejects every packet that reaches them, as
+    /// `pcap_offline_filter` does, which a user should be told rather than
+    /// find out from an empty capture.
     pub fn reads_linux_ancillary(&self) -> bool {
         self.ops.iter().any(|op| matches!(*op, Op::LdAbsW(k) | Op::LdAbsH(k) | Op::LdAbsB(k) if k >= SKF_AD_OFF))
     }
@@ -234,10 +239,10 @@ impl Filter {
     pub fn ancillary_note(&self, expression: &str) -> Option<String> {
         self.reads_linux_ancillary().then(|| {
             format!(
-                "the filter {expression:?} asks the kernel's packet metadata (inbound, outbound, ifindex), which only \
-                 a kernel socket filter has (afpacket capture); here it is run without it, so those tests fail and \
-                 reject every packet that reaches them, as libpcap's pcap_offline_filter does. Everything an afxdp \
-                 capture sees is inbound: leave the qualifier out"
+                "the filter {expression:?} asks the kernel's packet metadata (inbound, outbound, ifindex, or other \
+                 ancillary data), which only a kernel socket filter has (afpacket capture; afxdp and xdp captures know \
+                 the interface, direction and packet type, nothing else); here it is run without it, so those tests \
+                 fail and reject every packet that reaches them, as libpcap's pcap_offline_filter does"
             )
         })
     }

@@ -15,7 +15,7 @@
 //!   where they are: the caller judges them again if it must (libpcap does,
 //!   for the packets already in its ring).
 
-use super::Filter;
+use super::{Filter, LinkMeta};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -27,6 +27,8 @@ struct Shared {
     /// Bumped after each replacement, so a watch knows to look.
     generation: AtomicU64,
     current: Mutex<Current>,
+    /// The interface replacements are bound to (see [`Filter::bind`]).
+    link: Option<LinkMeta>,
 }
 
 struct Current {
@@ -60,9 +62,11 @@ pub(crate) struct FilterWatch {
 }
 
 impl FilterSwitch {
-    pub(crate) fn new(filter: Option<Filter>) -> FilterSwitch {
+    /// Start with `filter`, already bound to `link` if there is one;
+    /// replacements are bound to it here.
+    pub(crate) fn new(filter: Option<Filter>, link: Option<LinkMeta>) -> FilterSwitch {
         let current = Mutex::new(Current { filter, appliers: Vec::new() });
-        FilterSwitch { shared: Arc::new(Shared { generation: AtomicU64::new(0), current }) }
+        FilterSwitch { shared: Arc::new(Shared { generation: AtomicU64::new(0), current, link }) }
     }
 
     /// Run `apply` on every replacement, before `replace` returns (a source
@@ -87,8 +91,14 @@ impl FilterSwitch {
     /// Put `filter` in place: in the kernel now, and for every watch at its
     /// next check. If an applier fails, the error is returned and the watches
     /// are still told (a kernel that refused keeps its old filter, which the
-    /// caller must then treat as in place only where it was applied).
+    /// caller must then treat as in place only where it was applied). A
+    /// filter that cannot be bound to the switch's interface is refused
+    /// before anything changes.
     pub(crate) fn replace(&self, filter: Option<Filter>) -> io::Result<()> {
+        let filter = match (filter, self.shared.link) {
+            (Some(f), Some(link)) => Some(f.bind(link).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?),
+            (filter, _) => filter,
+        };
         let mut current = self.shared.lock();
         let applied = current.appliers.iter().try_for_each(|apply| apply(filter.as_ref()));
         current.filter = filter;
@@ -143,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_watch_takes_each_replacement_once_and_only_after_it() {
-        let switch = FilterSwitch::new(Some(accept(1)));
+        let switch = FilterSwitch::new(Some(accept(1)), None);
         let mut a = switch.watch();
         let mut b = a.clone();
         assert!(!a.changed());
@@ -163,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_watch_on_another_thread_sees_the_replacement() {
-        let switch = FilterSwitch::new(None);
+        let switch = FilterSwitch::new(None, None);
         let mut w = switch.watch();
         let t = std::thread::spawn(move || {
             while !w.changed() {
@@ -177,7 +187,7 @@ mod tests {
 
     #[test]
     fn appliers_run_before_replace_returns_and_their_errors_come_back() {
-        let switch = FilterSwitch::new(None);
+        let switch = FilterSwitch::new(None, None);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
         switch.on_replace(Box::new(move |f| {

@@ -17,7 +17,7 @@ fn oracle() -> &'static Oracle {
     Oracle::system().unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn stmt(code: u16, k: u32) -> BpfInsn {
+pub(super) fn stmt(code: u16, k: u32) -> BpfInsn {
     BpfInsn { code, jt: 0, jf: 0, k }
 }
 
@@ -36,7 +36,7 @@ fn ja(from: usize, to: usize) -> BpfInsn {
 /// program is rewritten so every return instead jumps to a final check,
 /// `A == expected`, that returns 1 or 0. The rewrite keeps every original
 /// instruction at its index, so libpcap runs the same path up to the return.
-fn libpcap_returns(prog: &[BpfInsn], data: &[u8], wire_len: u32, expected: u32) -> bool {
+pub(super) fn libpcap_returns(prog: &[BpfInsn], data: &[u8], wire_len: u32, expected: u32) -> bool {
     if expected == 0 {
         return !oracle().offline_filter(prog, data, wire_len);
     }
@@ -64,7 +64,7 @@ fn libpcap_returns(prog: &[BpfInsn], data: &[u8], wire_len: u32, expected: u32) 
 
 /// Run `filter` on the packet with the interpreter and, on x86-64, with the
 /// JIT; check they give the same value, and return it.
-fn engines(filter: &Filter, data: &[u8], wire_len: u32) -> u32 {
+pub(super) fn engines(filter: &Filter, data: &[u8], wire_len: u32) -> u32 {
     let interp = filter.clone().with_engine(FilterEngine::Interp);
     assert_eq!(interp.engine(), FilterEngine::Interp);
     let expected = interp.run(data, wire_len);

@@ -386,10 +386,35 @@ trait LaneWork: Send {
     ) -> Result<LaneStats, SourceError>;
 }
 
+/// `filter` bound to the input interface and to the output one, in the
+/// calling thread's namespace (see [`Filter::bind`]): `inbound` and
+/// `ifindex` then mean what they would in a socket filter on that interface.
+/// The xdp backend runs one filter in both directions, so a filter that asks
+/// which interface or packet type is refused there with `bidirectional`.
+fn bind_each_way(filter: Option<&Filter>, opts: &ForwardOptions) -> Result<[Option<Filter>; 2], SourceError> {
+    let Some(filter) = filter else { return Ok([None, None]) };
+    let bind = |iface: &str| -> Result<Filter, SourceError> {
+        let link = crate::source::live::link_meta(iface, crate::source::ifindex(iface)?)?;
+        filter.bind(link).map_err(|e| SourceError::Invalid(e.to_string()))
+    };
+    if opts.bidirectional && opts.backend == Backend::Xdp && filter.asks_link() {
+        return Err(SourceError::Invalid(format!(
+            "the filter {:?} asks which interface a packet came in on or its packet type (inbound, outbound, \
+             ifindex), and the xdp backend runs one filter for both directions of --bidirectional: use afxdp or \
+             afpacket, which bind it to each input",
+            opts.filter.as_deref().unwrap_or("")
+        )));
+    }
+    let back = if opts.bidirectional { Some(bind(&opts.output)?) } else { None };
+    Ok([Some(bind(&opts.input)?), back])
+}
+
 /// Interfaces opened for forwarding, nothing running yet.
 pub struct Forwarder {
     lanes: Vec<(Direction, u16, Box<dyn LaneWork>)>,
-    filter: Option<Filter>,
+    /// The filter bound to the input interface, then to the output one (for
+    /// the way back): every packet a lane receives came in on its input.
+    filters: [Option<Filter>; 2],
     opts: ForwardOptions,
     notes: Vec<String>,
 }
@@ -418,16 +443,21 @@ impl Forwarder {
         if let Some(why) = filter.as_ref().and_then(Filter::jit_unavailable) {
             notes.push(format!("the filter runs on the interpreter: {why}"));
         }
-        // Every backend runs it without a kernel socket filter's metadata.
-        notes.extend(filter.as_ref().zip(opts.filter.as_deref()).and_then(|(f, e)| f.ancillary_note(e)));
         let live = crate::source::LiveOptions { netns: opts.netns.clone(), ..crate::source::LiveOptions::default() };
-        let (lanes, more) = live.in_netns(|| match opts.backend {
-            Backend::AfXdp => xsk::open(&opts),
-            Backend::AfPacket => packet::open(&opts),
-            Backend::Xdp => kernel::open(&opts, filter.as_ref()),
+        let (lanes, more, filters) = live.in_netns(|| {
+            let filters = bind_each_way(filter.as_ref(), &opts)?;
+            let (lanes, more) = match opts.backend {
+                Backend::AfXdp => xsk::open(&opts),
+                Backend::AfPacket => packet::open(&opts),
+                Backend::Xdp => kernel::open(&opts, filters[0].as_ref()),
+            }?;
+            Ok((lanes, more, filters))
         })?;
+        // No backend has a kernel socket filter's metadata: what the binding
+        // did not give stays unknown.
+        notes.extend(filters[0].as_ref().zip(opts.filter.as_deref()).and_then(|(f, e)| f.ancillary_note(e)));
         notes.extend(more);
-        Ok(Forwarder { lanes, filter, opts, notes })
+        Ok(Forwarder { lanes, filters, opts, notes })
     }
 
     /// What opening found worth telling the user (a replaced XDP program, copy mode).
@@ -449,7 +479,7 @@ impl Forwarder {
             error: Mutex::new(None),
             deadline: self.opts.time_limit.map(|d| Instant::now() + d),
         });
-        let filter = self.filter.map(Arc::new);
+        let filters = self.filters.map(|f| f.map(Arc::new));
         let started = Instant::now();
         let judges: Vec<J> = self.lanes.iter().map(|(dir, q, _)| make(*dir, *q)).collect();
         if self.opts.backend == Backend::Xdp && judges.iter().any(Judge::sees_packets) {
@@ -463,6 +493,7 @@ impl Forwarder {
         for ((dir, q, work), mut judge) in self.lanes.into_iter().zip(judges) {
             let name = work.name();
             let counters = Arc::new(Counters::default());
+            let filter = &filters[usize::from(dir == Direction::OutToIn)];
             let (ctl2, counters2, filter2) = (Arc::clone(&ctl), Arc::clone(&counters), filter.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("weir-fwd-{q}{}", if dir == Direction::InToOut { "" } else { "r" }))

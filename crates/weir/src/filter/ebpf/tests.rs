@@ -116,6 +116,38 @@ fn the_edges_the_interpreter_pins_down_hold_in_the_kernel() {
 }
 
 #[test]
+#[ignore = "needs root: loads XDP programs"]
+fn filters_bound_to_an_interface_judge_in_the_kernel_as_in_the_interpreter() {
+    let link = LinkMeta { ifindex: 7, address: [0x02, 0x00, 0x5e, 0x10, 0x20, 0x30] };
+    let destinations = [link.address, [0xff; 6], [0x01, 0x00, 0x5e, 0, 0, 0xfb], [0x02, 0x00, 0x5e, 0x10, 0x20, 0x31]];
+    let mut filters: Vec<Filter> = (0..4)
+        .map(|p| from(&[stmt(LD_H_ABS, SKF_AD_OFF + 4), BpfInsn { code: JMP_JEQ_K, jt: 0, jf: 1, k: p }, stmt(RET_K, 1), stmt(RET_K, 0)]))
+        .collect();
+    filters.extend(
+        ["inbound and udp", "outbound", "ifindex 7 and not outbound", "ifindex 8"]
+            .map(|e| Filter::compile(e, crate::LinkType::ETHERNET, 65535).expect("compiles")),
+    );
+    let mut failures = Vec::new();
+    for (i, filter) in filters.iter().enumerate() {
+        let bound = filter.bind(link).expect("binds");
+        let mut accepted = 0;
+        for dst in destinations {
+            let mut data = TEMPLATES[0].to_vec();
+            data[..6].copy_from_slice(&dst);
+            data[23] = 17;
+            accepted += usize::from(bound.matches(&data, data.len() as u32));
+            if let Err(e) = check(&bound, &data) {
+                failures.push(format!("filter {i} on a frame to {dst:02x?}: {e}"));
+            }
+        }
+        // Each packet type is one destination's; the expressions take all or none.
+        let want = [1, 1, 1, 1, 4, 0, 4, 0][i];
+        assert_eq!(accepted, want, "filter {i}\n{}", bound.disassemble());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
 fn backward_jumps_are_not_translated_and_say_why() {
     let prog = [stmt(LD_IMM, 1), stmt(JMP_JA, u32::MAX), stmt(RET_A, 0)];
     let err = from(&prog).to_xdp(&[asm::exit()], &[asm::exit()]).unwrap_err();

@@ -303,6 +303,7 @@ pub(crate) fn open(
             iface: Some(iface.to_string()),
             trace: None,
             notes: Vec::new(),
+            link: None,
         };
         let source = AfPacketSource {
             info,

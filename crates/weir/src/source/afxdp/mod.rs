@@ -98,6 +98,7 @@ pub(crate) fn open(
             iface: Some(iface.to_string()),
             trace: None,
             notes: program.notes().iter().cloned().chain(copy_mode_note(iface, index, opts.afxdp.zero_copy, program.mode())).collect(),
+            link: Some(live::link_meta(iface, index)?),
         };
         Ok(Box::new(AfXdpSource {
             info,

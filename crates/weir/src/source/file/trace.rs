@@ -94,6 +94,7 @@ impl TraceSource {
             iface: None,
             trace: Some(header),
             notes: input.note().into_iter().collect(),
+            link: None,
         };
         Ok(TraceSource { input, walker, info, queues, progress: Progress::new(size) })
     }

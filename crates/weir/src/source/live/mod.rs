@@ -300,6 +300,15 @@ pub(crate) fn ifindex(iface: &str) -> Result<u32, SourceError> {
     })
 }
 
+/// What a kernel socket filter would know of every packet arriving on
+/// `iface` (index `ifindex`), for a capture that has no socket filter (XDP,
+/// AF_XDP) to [bind](crate::filter::Filter::bind) its filter to; in the
+/// calling thread's namespace.
+pub(crate) fn link_meta(iface: &str, ifindex: u32) -> Result<crate::filter::LinkMeta, SourceError> {
+    let address = sys::hw_address(iface).map_err(|error| SourceError::Io { what: format!("{iface}: its hardware address"), error })?;
+    Ok(crate::filter::LinkMeta { ifindex, address })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

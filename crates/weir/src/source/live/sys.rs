@@ -68,6 +68,19 @@ pub(crate) fn ifindex(iface: &str) -> io::Result<u32> {
     Ok(unsafe { req.ifr_ifru.ifru_ifindex } as u32)
 }
 
+/// The hardware address of `iface` in the calling thread's namespace.
+pub(crate) fn hw_address(iface: &str) -> io::Result<[u8; 6]> {
+    let sock = ioctl_socket()?;
+    let mut req = ifreq(iface)?;
+    // SAFETY: SIOCGIFHWADDR reads ifr_name and writes ifr_hwaddr of `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel filled the hwaddr member of the union.
+    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
+    Ok(std::array::from_fn(|i| data[i] as u8))
+}
+
 /// Sleep until `fd` is readable or `timeout` passes; true if readable (false
 /// too when a signal cut the wait short).
 pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {

@@ -111,6 +111,7 @@ pub(crate) fn open(
             iface: Some(iface.to_string()),
             trace: None,
             notes,
+            link: Some(live::link_meta(iface, index)?),
         };
         Ok(Box::new(XringSource {
             info,
