@@ -58,6 +58,26 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// The index and hardware address of `iface` in `ns`, from `ip -j link show`;
+/// panics (the test fails) if `ip` cannot say.
+pub fn link_of(ns: &str, iface: &str) -> (u32, [u8; 6]) {
+    let out = run(&["-n", ns, "-j", "link", "show", iface]).unwrap_or_else(|e| panic!("{e}"));
+    let json = String::from_utf8_lossy(&out.stdout);
+    let value = |key: &str| {
+        let at = json.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in ip -j link show {iface}: {json}"));
+        json[at + key.len() + 3..].split([',', '}']).next().unwrap_or_default().trim_matches('"').to_string()
+    };
+    let ifindex = value("ifindex").parse().unwrap_or_else(|e| panic!("ifindex of {iface}: {e}: {json}"));
+    let mut address = [0u8; 6];
+    let hex = value("address");
+    let bytes: Vec<&str> = hex.split(':').collect();
+    assert_eq!(bytes.len(), 6, "address of {iface}: {hex}");
+    for (b, h) in address.iter_mut().zip(bytes) {
+        *b = u8::from_str_radix(h, 16).unwrap_or_else(|e| panic!("address of {iface}: {hex}: {e}"));
+    }
+    (ifindex, address)
+}
+
 /// Fail the calling test, saying why, where live tests cannot run (no root, no iproute2).
 pub fn require_root() {
     if let Some(why) = unavailable() {
@@ -161,6 +181,11 @@ impl TestBed {
             Ok(st) if st.success() => Ok(()),
             other => Err(format!("setting XPS ({script}): {other:?}")),
         }
+    }
+
+    /// The capturing end's index and hardware address, as [`link_of`] gives them.
+    pub fn rx_link(&self) -> (u32, [u8; 6]) {
+        link_of(&self.rx_ns, &self.rx_if)
     }
 
     /// A device counter of the capturing end, e.g. "rx_packets" (from `ip -s -j`).

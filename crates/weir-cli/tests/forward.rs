@@ -319,13 +319,6 @@ fn forward_works_both_ways_and_back_out_of_the_same_interface() {
     }
 }
 
-/// The index of `iface` in `ns`.
-fn ifindex_in(ns: &str, iface: &str) -> String {
-    let out = Command::new("ip").args(["-n", ns, "-o", "link", "show", iface]).output().unwrap();
-    assert!(out.status.success(), "ip link show {iface}: {}", text(&out.stderr));
-    text(&out.stdout).split(':').next().unwrap().trim().to_string()
-}
-
 /// A filter on where a packet came in is bound to each lane's input: with
 /// `ifindex` of IN, both ways at once, every frame from the sender passes and
 /// every frame from the receiver's side is dropped by policy. Without the
@@ -338,7 +331,7 @@ fn a_filter_on_the_arrival_interface_is_bound_to_each_directions_input() {
     let t = bed.trace(1000);
     let all = sendable(&t);
     let (one, two) = (all.len() as u64, (2 * all.len()).to_string());
-    let only_in = format!("ifindex {}", ifindex_in(&bed.f_ns, &bed.input));
+    let only_in = format!("ifindex {}", testbed::link_of(&bed.f_ns, &bed.input).0);
     for backend in ["afxdp", "afpacket"] {
         let (at_r, at_s) = (bed.path(&format!("{backend}-if-r.pcap")), bed.path(&format!("{backend}-if-s.pcap")));
         let (cap_r, cap_s) = (bed.capture(&bed.r_ns, &bed.r, &at_r, backend), bed.capture(&bed.s_ns, &bed.s, &at_s, backend));

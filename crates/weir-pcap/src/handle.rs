@@ -469,8 +469,8 @@ impl Handle {
         } else if let Stage::Reading(r) = &st.stage {
             // What the reader already holds is judged here by what the engine
             // runs: the filter bound to the interface, where it has one.
-            let engine_runs = match r.info().link.map(|link| filter.bind(link)).transpose() {
-                Ok(bound) => bound.unwrap_or_else(|| filter.clone()),
+            let engine_runs = match filter.clone().bind_where_known(r.info().link) {
+                Ok(bound) => bound,
                 Err(e) => {
                     self.set_error(&format!("setfilter: {e}"));
                     return PCAP_ERROR;

@@ -15,7 +15,6 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use support::frames::Frame;
 use testbed::TestBed;
@@ -34,23 +33,6 @@ const HOST: u32 = 0;
 const BROADCAST: u32 = 1;
 const MULTICAST: u32 = 2;
 const OTHERHOST: u32 = 3;
-
-fn mac_of(tb: &TestBed) -> [u8; 6] {
-    let out = Command::new("ip").args(["-n", &tb.rx_ns, "-j", "link", "show", &tb.rx_if]).output().unwrap();
-    let json = String::from_utf8(out.stdout).unwrap();
-    let at = json.find("\"address\":\"").expect("no address in ip -j link") + 11;
-    let mut mac = [0u8; 6];
-    for (m, hex) in mac.iter_mut().zip(json[at..at + 17].split(':')) {
-        *m = u8::from_str_radix(hex, 16).unwrap();
-    }
-    mac
-}
-
-fn ifindex_of(tb: &TestBed) -> u32 {
-    let out = Command::new("ip").args(["-n", &tb.rx_ns, "-o", "link", "show", &tb.rx_if]).output().unwrap();
-    let line = String::from_utf8(out.stdout).unwrap();
-    line.split(':').next().unwrap().trim().parse().unwrap()
-}
 
 /// The frames, each destination in turn; frame `seq` has packet type `seq % 4`.
 fn write_trace(path: &Path, own: [u8; 6]) {
@@ -130,8 +112,8 @@ fn inbound_ifindex_and_the_packet_type_select_on_afxdp_and_xdp_what_the_kernel_s
     testbed::require_tools(&["tcpreplay"]);
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("destinations.pcap");
-    write_trace(&trace, mac_of(&tb));
-    let ifindex = ifindex_of(&tb);
+    let (ifindex, mac) = tb.rx_link();
+    write_trace(&trace, mac);
     let all: BTreeSet<u32> = (0..EACH * 4).collect();
     let of_type = |t: u32| all.iter().copied().filter(|s| s % 4 == t).collect::<BTreeSet<u32>>();
     // ld [pkttype] (the kernel's ancillary offset); jeq #t; accept; reject.

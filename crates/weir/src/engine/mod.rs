@@ -396,7 +396,9 @@ impl EngineBuilder {
         info.notes.extend(pool_note);
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
         let filter = match &self.filter {
-            Some(expr) => Some(bound(Filter::compile(expr, info.link_type, info.snaplen)?.with_engine(self.filter_engine), info.link)?),
+            Some(expr) => {
+                Some(Filter::compile(expr, info.link_type, info.snaplen)?.with_engine(self.filter_engine).bind_where_known(info.link)?)
+            }
             None => None,
         };
         if let Some(why) = filter.as_ref().and_then(Filter::jit_unavailable) {
@@ -493,7 +495,7 @@ impl Engine {
     /// [`FilterError::Invalid`] if the source's interface is known
     /// ([`SourceInfo::link`]) and the filter cannot be [bound](Filter::bind) to it.
     pub fn set_filter(&mut self, filter: Option<Filter>) -> Result<(), FilterError> {
-        self.filter = filter.map(|f| bound(f, self.info.link)).transpose()?;
+        self.filter = filter.map(|f| f.bind_where_known(self.info.link)).transpose()?;
         Ok(())
     }
 
@@ -757,15 +759,6 @@ pub(crate) struct Launched {
     pub(crate) profiler: Option<Arc<Profiler>>,
     /// Each queue's pool, for a [`Watch`].
     pub(crate) pools: Vec<PoolGauge>,
-}
-
-/// `filter` bound to the interface its packets arrive on, where the source
-/// knows it and no socket filter does (see [`Filter::bind`]).
-fn bound(filter: Filter, link: Option<crate::filter::LinkMeta>) -> Result<Filter, FilterError> {
-    match link {
-        Some(link) => filter.bind(link),
-        None => Ok(filter),
-    }
 }
 
 /// Pin the calling thread if a CPU was chosen. A refusal (a CPU taken offline since

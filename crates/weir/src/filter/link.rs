@@ -108,6 +108,20 @@ impl Filter {
         };
         Ok(Filter { insns: Arc::clone(&self.insns), ops: ops.into(), expression: self.expression.clone(), runner })
     }
+
+    /// This filter [bound](Self::bind) to `link` where the capture knows the
+    /// interface its packets arrive on (and no socket filter does), else as
+    /// it is.
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](Self::bind).
+    pub fn bind_where_known(self, link: Option<LinkMeta>) -> Result<Filter, FilterError> {
+        match link {
+            Some(link) => self.bind(link),
+            None => Ok(self),
+        }
+    }
 }
 
 fn bind_ops(ops: &[Op], link: LinkMeta) -> Result<Vec<Op>, FilterError> {

@@ -95,10 +95,8 @@ impl FilterSwitch {
     /// filter that cannot be bound to the switch's interface is refused
     /// before anything changes.
     pub(crate) fn replace(&self, filter: Option<Filter>) -> io::Result<()> {
-        let filter = match (filter, self.shared.link) {
-            (Some(f), Some(link)) => Some(f.bind(link).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?),
-            (filter, _) => filter,
-        };
+        let filter =
+            filter.map(|f| f.bind_where_known(self.shared.link)).transpose().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut current = self.shared.lock();
         let applied = current.appliers.iter().try_for_each(|apply| apply(filter.as_ref()));
         current.filter = filter;
