@@ -12,7 +12,7 @@ WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
 .PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
-	nids-streams streams-oracle python
+	nids-streams streams-oracle python flows-collector
 
 setup:
 	@scripts/setup
@@ -130,6 +130,11 @@ streams-oracle: nids-streams build
 	python3 tests/streams/compare.py -j 2 --weir $(TARGET_DIR)/release/weir --nids $(TARGET_DIR)/peers/nids_streams \
 		$(STREAMS_ORACLE_ARGS)
 
+# weir flows into an nfcapd started with its defaults, the demo trace read at top speed with one
+# queue and two: nfcapd must store every record weir says it exported (tests/flows/collector_check.py).
+flows-collector: build
+	python3 tests/flows/collector_check.py --weir $(TARGET_DIR)/release/weir
+
 # The Python package (crates/weir-py): pip builds it with maturin (from PyPI) and installs it
 # into python3, with numpy, pandas, pyarrow and pytest from PyPI; then its pytest suite,
 # which compares it with the weir CLI built here (about half a minute; the live tests
@@ -141,7 +146,7 @@ python: setup
 	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./crates/weir-py
 	cd crates/weir-py && WEIR_BIN=$(TARGET_DIR)/release/weir python3 -m pytest -q -p no:cacheprovider tests
 
-test: layers style unit privileged python miri fuzz-smoke pcap-suite streams-oracle
+test: layers style unit privileged python miri fuzz-smoke pcap-suite streams-oracle flows-collector
 	@echo "make test: all suites passed"
 
 bench: build

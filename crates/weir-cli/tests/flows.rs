@@ -288,12 +288,7 @@ fn compare(trace: &Path, queues: Option<&str>, format: &str, extra: &[&str]) -> 
     assert!(o.status.success(), "weir {args:?}: {stderr}");
     let (weir_rows, report) = w.finish();
     // Every record weir says it exported reached the collector, in sequence.
-    let exported: u64 = stderr
-        .split(" exported as ")
-        .next()
-        .and_then(|s| s.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no export count in `{stderr}`"));
+    let exported = exported(&stderr);
     assert_eq!(weir_rows.len() as u64, exported, "{name} {format}: nfcapd stored {} of {exported} records", weir_rows.len());
     assert!(report.contains("Sequence Errors: 0") || weir_rows.is_empty(), "{name} {format}: nfcapd saw sequence errors: {report}");
 
@@ -463,6 +458,45 @@ fn a_synthesized_trace_exports_as_nfpcapd_does_but_for_its_dns_records() {
     let diffs = compare_nfpcapd(&trace, Some("@0-1"));
     // synth's DNS lookups are the only flows nfpcapd cuts differently.
     assert!(!diffs.is_empty() && diffs.iter().all(|(w, k)| *w == NfpWhy::DnsPerPacket && k.0 == "UDP"), "{diffs:?}");
+}
+
+/// The records weir says it exported, from its summary line.
+fn exported(stderr: &str) -> u64 {
+    stderr
+        .split(" exported as ")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no export count in `{stderr}`"))
+}
+
+/// A collector port nothing listens on answers with ICMP port unreachable:
+/// the connected socket hears it, the run names the collector and fails.
+#[test]
+fn a_collector_port_nothing_listens_on_is_named_and_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "20000", "600");
+    // A port free a moment ago, closed again.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = format!("127.0.0.1:{port}");
+    let stats = dir.path().join("stats.json");
+    let o = weir(&["flows", trace.to_str().unwrap(), "-q", "-n", &closed, "--stats", stats.to_str().unwrap()]);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("error: nothing listens at {closed}")), "{stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let c = &j["export"]["collectors"][0];
+    assert_eq!(c["collector"], closed.as_str(), "{j}");
+    assert!(c["bounced"].as_u64() >= Some(1) && c["nothing_listens"] == true, "{j}");
+    // With a listening collector beside it, the other still gets everything,
+    // and the closed one is still reported.
+    let good = Collector::start();
+    let o = weir(&["flows", trace.to_str().unwrap(), "-q", "-n", &good.addr(), "-n", &closed]);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("nothing listens at {closed}")), "{stderr}");
+    let (rows, _) = good.finish();
+    assert_eq!(rows.len() as u64, exported(&stderr));
 }
 
 #[test]

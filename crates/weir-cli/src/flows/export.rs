@@ -2,8 +2,13 @@
 //! worker, or with `--export per-queue` one) come in over one channel, are
 //! packed into messages by one [`Encoder`] (so the sequence numbers of its
 //! observation domain count in order whatever queue a record came from),
-//! sent over UDP to every collector and written to the IPFIX files of `-w`
-//! ([`FlowFiles`]), the same bytes to each.
+//! sent over UDP to every collector, paced, on a connected socket each
+//! ([`Collector`]), and written to the IPFIX files of `-w` ([`FlowFiles`]),
+//! the same bytes to each.
+//!
+//! A record is *exported* once a collector's socket took its message or a
+//! file was written with it: UDP says no more. What came back port
+//! unreachable is counted per collector ([`CollectorStats`]).
 //!
 //! A file that cannot be written (a full disk, a file size limit) ends the
 //! writing of files: the error is kept, naming the file, and every record not
@@ -21,9 +26,10 @@
 //! from a trace it is the trace's own clock, so a collector dates a trace's
 //! flows by its packets, not by the day it was read.
 
+use super::collector::{Collector, CollectorStats, Pacer};
 use super::encode::{self, Added, Encoder, EndReason, FlowRecord, Format};
 use super::files::FlowFiles;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -53,13 +59,15 @@ pub struct ExportStats {
     pub v5_saturated: u64,
     /// Messages built.
     pub messages: u64,
-    /// Datagrams sent (a message to each collector).
+    /// Datagrams handed to the sockets (a message to each collector).
     pub datagrams: u64,
     /// Sends that failed, and the first error.
     pub send_errors: u64,
     pub first_send_error: Option<String>,
     /// Messages that carried the templates.
     pub template_messages: u64,
+    /// Each collector's datagrams, in the order of `-n`.
+    pub collectors: Vec<CollectorStats>,
 }
 
 impl ExportStats {
@@ -82,6 +90,10 @@ impl ExportStats {
         self.first_send_error = self.first_send_error.take().or(o.first_send_error);
         self.file_error = self.file_error.take().or(o.file_error);
         self.files.extend(o.files);
+        self.collectors.resize_with(self.collectors.len().max(o.collectors.len()), CollectorStats::default);
+        for (sum, c) in self.collectors.iter_mut().zip(&o.collectors) {
+            sum.add(c);
+        }
     }
 }
 
@@ -91,39 +103,25 @@ pub struct Exporter {
     pub domain: u32,
     /// Biflow records (RFC 5103, IPFIX only).
     pub biflow: bool,
-    pub collectors: Vec<SocketAddr>,
+    /// The collectors, each with its pacer (shared by every exporter of the run).
+    pub collectors: Vec<(SocketAddr, Pacer)>,
     pub template_refresh: Duration,
 }
 
-/// Sends to the collectors: one socket per address family.
-struct Senders {
-    v4: Option<UdpSocket>,
-    v6: Option<UdpSocket>,
-}
-
-impl Senders {
-    fn open(collectors: &[SocketAddr]) -> std::io::Result<Senders> {
-        let open = |any: &str| UdpSocket::bind(any);
-        Ok(Senders {
-            v4: if collectors.iter().any(SocketAddr::is_ipv4) { Some(open("0.0.0.0:0")?) } else { None },
-            v6: if collectors.iter().any(SocketAddr::is_ipv6) { Some(open("[::]:0")?) } else { None },
-        })
-    }
-}
+/// How long the last datagram's ICMP error, if any, is waited for at the end.
+const SETTLE: Duration = Duration::from_millis(50);
 
 /// An exporter with its sockets open and its encoder made, ready to run.
 pub struct Ready {
     encoder: Encoder,
-    senders: Senders,
+    collectors: Vec<Collector>,
     format: Format,
-    collectors: Vec<SocketAddr>,
     refresh: Duration,
 }
 
 /// Where messages go: the collectors and the files.
 struct Outputs<'a> {
-    senders: &'a Senders,
-    collectors: &'a [SocketAddr],
+    collectors: &'a mut [Collector],
     /// `None` without `-w`.
     files: Option<FlowFiles>,
     /// A file could not be written: none is written any more.
@@ -136,8 +134,15 @@ impl Exporter {
     /// the run starts, so a failure stops it early.
     pub fn open(&self) -> anyhow::Result<Ready> {
         let encoder = Encoder::new(self.format, self.domain, self.biflow).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("{e}")))?;
-        let senders = Senders::open(&self.collectors).map_err(|e| anyhow::anyhow!("cannot open a UDP socket to export with: {e}"))?;
-        Ok(Ready { encoder, senders, format: self.format, collectors: self.collectors.clone(), refresh: self.template_refresh })
+        let collectors = self
+            .collectors
+            .iter()
+            .map(|(addr, pacer)| {
+                Collector::open(*addr, pacer.clone())
+                    .map_err(|e| anyhow::anyhow!("-n {addr}: cannot open a UDP socket to export to it: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Ready { encoder, collectors, format: self.format, refresh: self.template_refresh })
     }
 }
 
@@ -151,8 +156,12 @@ impl Ready {
     /// collectors and into `files`; `stop` stops the run when no output is
     /// left.
     pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, stop: StopHandle) -> ExportStats {
-        let mut out = Outputs { senders: &self.senders, collectors: &self.collectors, files, failed: false, stop };
+        let mut out = Outputs { collectors: &mut self.collectors, files, failed: false, stop };
         let mut st = run(&mut self.encoder, self.format, &mut out, self.refresh, rx);
+        for c in out.collectors.iter_mut() {
+            c.finish(SETTLE);
+            st.collectors.push(c.stats.clone());
+        }
         if let Some(files) = out.files.take() {
             match files.finish() {
                 Ok(kept) => st.files = kept,
@@ -247,16 +256,14 @@ fn send(enc: &mut Encoder, out: &mut Outputs<'_>, reasons: &mut [u64; 5], st: &m
     let msg = enc.finish();
     st.messages += 1;
     let mut sent = false;
-    for c in out.collectors {
-        let sock = if c.is_ipv4() { out.senders.v4.as_ref() } else { out.senders.v6.as_ref() };
-        match sock.expect("a socket per family in use").send_to(msg, c) {
-            Ok(_) => {
-                st.datagrams += 1;
-                sent = true;
-            }
-            Err(e) => {
-                st.send_errors += 1;
-                st.first_send_error.get_or_insert_with(|| format!("{c}: {e}"));
+    for c in out.collectors.iter_mut() {
+        if c.send(msg, records) {
+            st.datagrams += 1;
+            sent = true;
+        } else {
+            st.send_errors += 1;
+            if st.first_send_error.is_none() {
+                st.first_send_error = c.stats.first_error.as_ref().map(|e| format!("{}: {e}", c.stats.addr.expect("an address")));
             }
         }
     }
