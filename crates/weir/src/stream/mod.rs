@@ -53,6 +53,7 @@ mod api;
 mod arena;
 pub mod biflow;
 mod board;
+pub mod community_id;
 mod config;
 mod decode;
 pub mod fragment;

@@ -1,0 +1,167 @@
+//! Community ID v1 (corelight/community-id-spec): the flow hash that
+//! Suricata, Zeek, Arkime and Elastic put on their records, so that records
+//! of one flow join across tools and sensors, whichever direction each saw.
+//!
+//! Contract: [`CommunityId::id`] gives `1:` and the base64 of the SHA-1 of
+//! the seed (2 bytes, network order), the two addresses, the IP protocol, a
+//! zero byte, and (for TCP, UDP, SCTP, ICMP and ICMPv6) the two ports, both
+//! endpoints ordered so that either direction gives the same input: the
+//! smaller address first, or with equal addresses the smaller port. ICMP and
+//! ICMPv6 hash their type and code as ports; a request type and its reply
+//! type are made one two-way pair (echo and echo reply, and the others the
+//! spec lists), and any other message is one-way, hashed as it was seen.
+//!
+//! SHA-1 and base64 come from the RustCrypto `sha1` and the `base64` crates:
+//! a well-kept implementation of each, nothing of weir's own.
+
+use base64::Engine;
+use sha1::{Digest, Sha1};
+use std::net::IpAddr;
+
+/// IP protocol numbers the hash gives ports to.
+mod proto {
+    pub const ICMP: u8 = 1;
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+    pub const ICMPV6: u8 = 58;
+    pub const SCTP: u8 = 132;
+}
+
+/// What follows the protocol in the hash input.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum L4 {
+    /// TCP, UDP or SCTP ports, source and destination.
+    Ports(u16, u16),
+    /// An ICMP or ICMPv6 message's type and code.
+    Icmp {
+        /// The message type.
+        kind: u8,
+        /// Its code.
+        code: u8,
+    },
+    /// No ports: another protocol, or a packet cut before its ports (a
+    /// later IP fragment).
+    None,
+}
+
+/// The type an ICMP (`v6` false) or ICMPv6 request or reply type pairs
+/// with, if it is one of the spec's two-way messages.
+fn icmp_counterpart(kind: u8, v6: bool) -> Option<u8> {
+    let pairs: &[(u8, u8)] = if v6 {
+        // Echo, multicast listener query/report, router and neighbour
+        // solicitation/advertisement, node information, home agent discovery.
+        &[(128, 129), (130, 131), (133, 134), (135, 136), (139, 140), (144, 145)]
+    } else {
+        // Echo, timestamp, information, router solicitation/advertisement,
+        // address mask.
+        &[(8, 0), (13, 14), (15, 16), (10, 9), (17, 18)]
+    };
+    pairs.iter().find_map(|&(a, b)| {
+        if kind == a {
+            Some(b)
+        } else if kind == b {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
+
+/// A Community ID hasher with its seed (0 unless the sites that join
+/// records agree on another).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommunityId {
+    /// Hashed first: sites that join records must use the same.
+    pub seed: u16,
+}
+
+impl CommunityId {
+    /// A hasher with this seed.
+    pub fn new(seed: u16) -> CommunityId {
+        CommunityId { seed }
+    }
+
+    /// The ID of the flow from `src` to `dst` (`None` if one address is
+    /// IPv4 and the other IPv6, which no packet has).
+    pub fn id(&self, src: IpAddr, dst: IpAddr, protocol: u8, l4: L4) -> Option<String> {
+        let digest = self.digest(src, dst, protocol, l4)?;
+        let mut out = String::with_capacity(30);
+        out.push_str("1:");
+        base64::engine::general_purpose::STANDARD.encode_string(digest, &mut out);
+        Some(out)
+    }
+
+    /// The SHA-1 of the hash input.
+    pub fn digest(&self, src: IpAddr, dst: IpAddr, protocol: u8, l4: L4) -> Option<[u8; 20]> {
+        let (v4, v6);
+        let (a, b): (&[u8], &[u8]) = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                v4 = [s.octets(), d.octets()];
+                (&v4[0], &v4[1])
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                v6 = [s.octets(), d.octets()];
+                (&v6[0], &v6[1])
+            }
+            _ => return None,
+        };
+        let ports = match (protocol, l4) {
+            (proto::TCP | proto::UDP | proto::SCTP, L4::Ports(s, d)) => Some((s, d, false)),
+            (proto::ICMP | proto::ICMPV6, L4::Icmp { kind, code }) => Some(match icmp_counterpart(kind, protocol == proto::ICMPV6) {
+                Some(other) => (u16::from(kind), u16::from(other), false),
+                None => (u16::from(kind), u16::from(code), true),
+            }),
+            _ => None,
+        };
+        let one_way = ports.is_some_and(|p| p.2);
+        let ordered = one_way || a < b || (a == b && ports.is_some_and(|(s, d, _)| s < d));
+        let (first, second, ports) = if ordered { (a, b, ports) } else { (b, a, ports.map(|(s, d, w)| (d, s, w))) };
+        let mut h = Sha1::new();
+        h.update(self.seed.to_be_bytes());
+        h.update(first);
+        h.update(second);
+        h.update([protocol, 0]);
+        if let Some((s, d, _)) = ports {
+            h.update(s.to_be_bytes());
+            h.update(d.to_be_bytes());
+        }
+        Some(h.finalize().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn v4(a: [u8; 4]) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(a))
+    }
+
+    #[test]
+    fn both_directions_give_one_id() {
+        let c = CommunityId::default();
+        let (a, b) = (v4([198, 18, 0, 1]), v4([198, 19, 0, 2]));
+        assert_eq!(c.id(a, b, 6, L4::Ports(40000, 443)), c.id(b, a, 6, L4::Ports(443, 40000)));
+        // Echo and its reply are one flow; a one-way message is not turned round.
+        assert_eq!(c.id(a, b, 1, L4::Icmp { kind: 8, code: 0 }), c.id(b, a, 1, L4::Icmp { kind: 0, code: 0 }));
+        assert_ne!(c.id(a, b, 1, L4::Icmp { kind: 3, code: 3 }), c.id(b, a, 1, L4::Icmp { kind: 3, code: 3 }));
+        // Equal addresses are ordered by port.
+        assert_eq!(c.id(a, a, 17, L4::Ports(53, 5353)), c.id(a, a, 17, L4::Ports(5353, 53)));
+        // The seed changes it, and so does the protocol.
+        assert_ne!(c.id(a, b, 6, L4::Ports(1, 2)), CommunityId::new(1).id(a, b, 6, L4::Ports(1, 2)));
+        assert_ne!(c.id(a, b, 6, L4::Ports(1, 2)), c.id(a, b, 17, L4::Ports(1, 2)));
+    }
+
+    #[test]
+    fn an_id_is_the_version_and_a_base64_sha1() {
+        let id = CommunityId::default().id(v4([198, 18, 0, 1]), v4([198, 18, 0, 2]), 47, L4::None).unwrap();
+        assert!(id.starts_with("1:") && id.len() == 2 + 28 && id.ends_with('='), "{id}");
+    }
+
+    #[test]
+    fn mixed_families_have_none() {
+        let c = CommunityId::default();
+        assert_eq!(c.id(v4([198, 18, 0, 1]), IpAddr::V6(Ipv6Addr::LOCALHOST), 6, L4::Ports(1, 2)), None);
+    }
+}
