@@ -492,8 +492,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut out: Box<dyn Write> = match args.output.as_str() {
-        "-" => Box::new(std::io::stdout().lock()),
-        path => Box::new(std::fs::File::create(path).with_context(|| format!("creating {path}"))?),
+        "-" => Box::new(Named { inner: std::io::stdout().lock(), name: "standard output".into() }),
+        path => Box::new(Named { inner: std::fs::File::create(path).with_context(|| format!("creating {path}"))?, name: path.into() }),
     };
     if let Some(cfg) = stream_cfg {
         let matcher = matcher.expect("--streams has rules, so a matcher");
@@ -630,6 +630,30 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         );
     }
     finish(&report)
+}
+
+/// The records' output, whose write errors name it (`writing to FILE: No space left
+/// on device`); the error's kind is kept, so a reader that went away still
+/// ends weir quietly (exit.rs).
+struct Named<W> {
+    inner: W,
+    name: String,
+}
+
+impl<W: Write> Named<W> {
+    fn named(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("writing to {}: {e}", self.name))
+    }
+}
+
+impl<W: Write> Write for Named<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.named(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.named(e))
+    }
 }
 
 fn mib(bytes: usize) -> f64 {

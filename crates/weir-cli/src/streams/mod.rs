@@ -12,7 +12,7 @@
 
 pub mod tcpflow;
 
-use crate::exit::{bad_input, setting_error};
+use crate::exit::{bad_input, out, setting_error};
 use crate::run::{human_rate, run_started, KernelCutoffArgs, SourceArgs};
 use anyhow::Context;
 use clap::Args;
@@ -277,7 +277,7 @@ impl StreamHandler for Writer {
                 "dropped": s.dropped, "refused": s.refused, "cutoff": s.cutoff, "mode": s.mode.name(), "priority": s.priority,
                 "close": s.closed.map(|c| c.name()),
             });
-            println!("{line}");
+            out!("{line}");
         }
     }
 }
