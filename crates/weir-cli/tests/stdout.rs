@@ -30,7 +30,7 @@ fn trace(dir: &Path) -> String {
 
 /// Every command's way of writing to standard output, `{}` for a scratch directory.
 fn commands(t: &str) -> Vec<Vec<String>> {
-    let cases: [&[&str]; 15] = [
+    let cases: [&[&str]; 16] = [
         &["count", "--json", t],
         &["count", t],
         &["streams", "--json", t],
@@ -39,6 +39,7 @@ fn commands(t: &str) -> Vec<Vec<String>> {
         &["inspect", "--group-rules", "4", "--streams", t],
         &["inspect", "--print-rules"],
         &["record", t, "-w", "-"],
+        &["flows", t, "-w", "-"],
         &["queues", t, "-o", "{}/q"],
         &["handle", "-x", "1", t],
         &["handle", "-x", "1", "--json", t],

@@ -97,7 +97,8 @@ pub struct FlowsArgs {
     #[arg(short = 'n', long = "collector", value_name = "HOST:PORT")]
     pub collectors: Vec<String>,
 
-    /// Write IPFIX files (RFC 5655) named from the pattern OUT (see below), with or without collectors.
+    /// Write IPFIX files (RFC 5655) named from the pattern OUT (see below), with or without collectors; `-w -`
+    /// writes the messages to standard output, as one file that is never rotated (no -C, -G, -W or --export per-queue).
     #[arg(short = 'w', long = "write", value_name = "OUT", help_heading = "Output")]
     pub write: Option<String>,
 
@@ -296,6 +297,16 @@ fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> a
             args.format.name(),
             args.format.name()
         )));
+    }
+    if pattern == "-" {
+        let r = &args.rotation;
+        if r.file_size.is_some() || r.rotate_seconds.is_some() || r.max_files.is_some() || queue.is_some() {
+            return Err(bad_input(anyhow::anyhow!(
+                "-w - writes one stream of IPFIX messages to standard output, which cannot be rotated or shared by \
+                 exporters: leave out -C, -G, -W and --export per-queue, or write to files (-w NAME)"
+            )));
+        }
+        return Ok(Some(FlowFiles::stdout(templates).map_err(|e| anyhow::anyhow!("-w -: cannot use standard output: {e}"))?));
     }
     let name = match queue {
         Some(q) if pattern.contains(QUEUE) => pattern.replace(QUEUE, &q.0.to_string()),
