@@ -22,7 +22,7 @@ mod files;
 use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
-use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
+use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsFile};
 use clap::Args;
 use encode::{EndReason, FlowRecord, Format, Reverse};
 use export::Ready;
@@ -388,6 +388,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;
+    let stats = StatsFile::create(args.stats.as_deref())?;
     let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
     let queues = engine.info().queues.clone();
@@ -456,13 +457,13 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
     }
     let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
-    if let Some(path) = &args.stats {
+    if let Some(stats) = stats {
         let mut j = stats_json(&total);
         j["export"] = serde_json::json!({"exported": st.exported, "messages": st.messages, "datagrams": st.datagrams,
                                          "not_carried": st.not_carried, "lost_to_send_errors": st.lost_to_send_errors,
                                          "unwritten": st.unwritten, "orphaned": orphaned});
         j["elapsed_s"] = serde_json::json!(elapsed.as_secs_f64());
-        std::fs::write(path, format!("{j}\n")).map_err(|e| anyhow::anyhow!("--stats {}: {e}", path.display()))?;
+        stats.write(&j)?;
     }
     for e in &errors {
         eprintln!("weir flows: {e}");
