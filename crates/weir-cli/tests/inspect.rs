@@ -485,6 +485,24 @@ fn small_trace(dir: &Path) -> String {
     t.to_str().unwrap().to_string()
 }
 
+/// A rule file that starts with a UTF-8 byte order mark is read as without
+/// it; one with bytes that are not UTF-8 (a binary file) is refused naming
+/// the file, the line and the byte.
+#[test]
+fn a_bom_is_skipped_and_bytes_that_are_not_text_are_named_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path());
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "\u{feff}1 80 \"GET\"\n2 any \"x\"\n").unwrap();
+    let o = weir(&["inspect", "-q", "--rules", rules.to_str().unwrap(), &t, "-o", "/dev/null"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::write(&rules, b"# rules\n1 80 \"GET\"\n2 80 \"ab\xff\xfe\"\n").unwrap();
+    let o = weir(&["inspect", "-q", "--rules", rules.to_str().unwrap(), &t, "-o", "/dev/null"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{}:3:9: byte 0xff", rules.display())) && err.contains("not UTF-8"), "{err}");
+}
+
 /// One rule of 100,000 bytes of `A`: its DFA's build walks failure links
 /// from every state (29 s in a release build, minutes in a debug one), so
 /// it is built as an NFA, with a warning, in moments.

@@ -491,7 +491,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         Work::Flows => None,
         Work::Rules => {
             let (text, origin) = match &args.rules {
-                Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
+                Some(p) => (rules::read(p).map_err(bad_input)?, p.display().to_string()),
                 None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
             };
             Some(rules::parse(&text, &origin).map_err(bad_input)?)
