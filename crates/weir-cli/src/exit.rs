@@ -90,11 +90,19 @@ const BROKEN_PIPE: i32 = 141;
 pub fn write_line(args: fmt::Arguments<'_>) {
     let mut o = std::io::stdout().lock();
     if let Err(e) = o.write_fmt(args).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(BROKEN_PIPE);
-        }
+        end_if_reader_gone(&e);
         eprintln!("weir: writing to standard output: {e}");
         std::process::exit(1);
+    }
+}
+
+/// A write to standard output failed: if its reader went away, end weir now,
+/// quietly, with [`BROKEN_PIPE`], from whichever thread found it (a worker
+/// writing records, an exporter writing messages), as SIGPIPE would. Any
+/// other failure (a full device) is left to the caller to report.
+pub fn end_if_reader_gone(e: &std::io::Error) {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(BROKEN_PIPE);
     }
 }
 

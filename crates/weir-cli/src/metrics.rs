@@ -16,8 +16,10 @@ pub struct MetricsArgs {
     /// weir exits: per-queue packets received, delivered, filtered and dropped, bytes, pool chunks in
     /// use, locality batch sizes, stream-layer counters, the process's CPU time (README, "Metrics", lists
     /// them). Scrapes read the counters weir's threads publish anyway and never slow capture. E.g.
-    /// `--metrics 127.0.0.1:9101` (then `curl -s 127.0.0.1:9101/metrics`), `--metrics :9101` on every
-    /// interface, `--metrics 127.0.0.1:0` for a free port, said on standard error. A value that does not
+    /// `--metrics 127.0.0.1:9101` (then `curl -s 127.0.0.1:9101/metrics`; `:9101` is the same, loopback),
+    /// `--metrics 0.0.0.0:9101` on every interface (the endpoint has no authentication and shows source names,
+    /// paths and weir's version: only on a network you trust), `--metrics 127.0.0.1:0` for a free port, said on
+    /// standard error. At most 32 connections; one that sends no request within 10 s is closed. A value that does not
     /// parse, a port in use or a port that needs a privilege is an error before capture starts.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<String>,

@@ -1092,3 +1092,39 @@ fn corpus_traces_in_ipfix_files_are_read_by_ipfixdump_as_nfcapd_stores_them() {
         assert!(seen.contains(&(want.0, want.1.to_string())), "no {want:?} record in {seen:?}");
     }
 }
+
+/// `-w -` writes the IPFIX messages to standard output, the bytes `-w FILE`
+/// writes (but for the wall-clock export time of the opening templates),
+/// and creates no file named `-`; rotating it, or sharing it between
+/// per-queue exporters, is refused.
+#[test]
+fn ipfix_to_standard_output_is_the_file_s_bytes_and_is_never_rotated() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synth(dir.path(), "5000", "100");
+    let t = trace.to_str().unwrap();
+    let file = dir.path().join("f.ipfix");
+    let o = weir(&["flows", t, "-w", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut want = std::fs::read(&file).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_weir")).args(["flows", t, "-w", "-"]).current_dir(dir.path()).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!dir.path().join("-").exists(), "-w - wrote a file named -");
+    let mut got = o.stdout;
+    assert!(want.len() > 1000 && got.len() == want.len(), "{} bytes to standard output, {} to the file", got.len(), want.len());
+    // The first message holds the templates alone, dated by the wall clock.
+    got[4..8].fill(0);
+    want[4..8].fill(0);
+    assert!(got == want, "-w - wrote other bytes than -w FILE");
+    for (extra, says) in [
+        (&["-G", "60"][..], "cannot be rotated"),
+        (&["-C", "1"], "cannot be rotated"),
+        (&["-W", "2"], "cannot be rotated"),
+        (&["--export", "per-queue"], "--export per-queue"),
+    ] {
+        let mut args = vec!["flows", t, "-w", "-"];
+        args.extend_from_slice(extra);
+        let o = weir(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(says) && text(&o.stderr).contains("standard output"), "{args:?}: {}", text(&o.stderr));
+    }
+}

@@ -477,3 +477,57 @@ fn stream_options_need_streams_and_streams_need_rules() {
         assert!(text(&o.stderr).contains(says), "{args:?}: {}", text(&o.stderr));
     }
 }
+
+fn small_trace(dir: &Path) -> String {
+    let t = dir.join("small.pcap");
+    let o = weir(&["synth", "-o", t.to_str().unwrap(), "--packets", "200", "--flows", "10"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    t.to_str().unwrap().to_string()
+}
+
+/// A rule file that starts with a UTF-8 byte order mark is read as without
+/// it; one with bytes that are not UTF-8 (a binary file) is refused naming
+/// the file, the line and the byte.
+#[test]
+fn a_bom_is_skipped_and_bytes_that_are_not_text_are_named_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path());
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "\u{feff}1 80 \"GET\"\n2 any \"x\"\n").unwrap();
+    let o = weir(&["inspect", "-q", "--rules", rules.to_str().unwrap(), &t, "-o", "/dev/null"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::write(&rules, b"# rules\n1 80 \"GET\"\n2 80 \"ab\xff\xfe\"\n").unwrap();
+    let o = weir(&["inspect", "-q", "--rules", rules.to_str().unwrap(), &t, "-o", "/dev/null"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{}:3:9: byte 0xff", rules.display())) && err.contains("not UTF-8"), "{err}");
+}
+
+/// One rule of 100,000 bytes of `A`: its DFA's build walks failure links
+/// from every state (29 s in a release build, minutes in a debug one), so
+/// it is built as an NFA, with a warning, in moments.
+#[test]
+fn a_content_whose_dfa_would_take_minutes_is_built_as_an_nfa() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("long.rules");
+    std::fs::write(&rules, format!("1 any \"{}\"\n2 80 \"GET\"\n", "A".repeat(100_000))).unwrap();
+    let t = small_trace(dir.path());
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["inspect", "--rules", rules.to_str().unwrap(), &t, "-o", "/dev/null"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed().as_secs() > 20 {
+            child.kill().unwrap();
+            panic!("weir inspect was still building its automata after 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("built as an NFA") && err.contains("100000 bytes"), "{err}");
+}

@@ -233,3 +233,25 @@ fn json_records_are_the_same_under_rebalancing_apart_from_the_queue() {
         assert!(records(&two, extra) == one, "{extra:?}: other records");
     }
 }
+
+/// `--stats FILE` that cannot be written is refused before the run, as `-o`
+/// is (exit 2, naming it), not after the whole capture: the paced run here
+/// would take 20 s.
+#[test]
+fn a_stats_file_that_cannot_be_written_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let bad = dir.path().join("no/such/dir/s.json");
+    for command in ["streams", "flows"] {
+        let started = std::time::Instant::now();
+        let mut args = vec![command, t.to_str().unwrap(), "-q", "--pps", "1500", "--stats", bad.to_str().unwrap()];
+        if command == "flows" {
+            args.extend(["-w", "/dev/null"]);
+        }
+        let o = weir(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "weir {args:?}: {err}");
+        assert!(err.contains(&format!("--stats {}", bad.display())) && err.contains("No such file or directory"), "{err}");
+        assert!(started.elapsed().as_secs() < 10, "weir {command} ran {:?} before refusing --stats", started.elapsed());
+    }
+}

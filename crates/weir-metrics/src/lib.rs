@@ -6,7 +6,11 @@
 //! - [`listen`] parses `ADDR:PORT` and binds it at once, so a bad address, a
 //!   port in use or a refused privilege is an error before capture starts
 //!   ([`ListenError::is_bad_input`] says which are the user's to fix).
-//! - [`Listener::serve`] answers on a thread of its own. Each scrape reads
+//! - [`Listener::serve`] answers on threads of its own, at most
+//!   [`MAX_CONNECTIONS`] connections at once, each closed after one request
+//!   or [`IDLE_TIMEOUT`] without one. `:PORT` is loopback: the endpoint has no
+//!   authentication, so every interface is served only when asked by address
+//!   (`0.0.0.0:PORT`). Each scrape reads
 //!   the engine through a [`Watch`](weir::engine::Watch) (or forward's
 //!   [`LaneWatch`](weir::forward::LaneWatch)) at that moment: the counters its
 //!   threads publish anyway, with no lock any of them takes and nothing the
@@ -32,7 +36,7 @@ mod serve;
 pub use engine::{EngineMetrics, ForwardMetrics};
 pub use families::Families;
 pub use listen::{listen, ListenError, Listener};
-pub use serve::render;
+pub use serve::{render, IDLE_TIMEOUT, MAX_CONNECTIONS};
 
 use std::time::Duration;
 

@@ -1,6 +1,10 @@
 //! `ADDR:PORT`, parsed and bound. Binding happens when the option is read,
 //! before the engine opens anything, so every reason it cannot be served is
 //! said first, naming the value.
+//!
+//! `:PORT` is loopback (127.0.0.1): the endpoint has no authentication and
+//! shows source names, paths and the version, so serving every interface
+//! takes an address that says so, `0.0.0.0:PORT` (or `[::]:PORT`).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
@@ -9,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     /// Not an address and port.
-    #[error("{spec:?}: {why}; expected ADDR:PORT, e.g. 127.0.0.1:9101, [::1]:9101, or :9101 for every interface")]
+    #[error("{spec:?}: {why}; expected ADDR:PORT, e.g. 127.0.0.1:9101 (or :9101), [::1]:9101, or 0.0.0.0:9101 for every interface")]
     Parse {
         /// The value as given.
         spec: String,
@@ -82,13 +86,20 @@ pub fn listen(spec: &str) -> Result<Listener, ListenError> {
         io::ErrorKind::AddrNotAvailable => ListenError::NotLocal { addr, ip: addr.ip() },
         _ => ListenError::Io { addr, error },
     })?;
+    // std listens with an accept queue of 128: a burst of connections (a
+    // crowd of idle ones, while the accepting thread waits for a CPU) would
+    // overflow it, and each connection refused there waits a second for the
+    // client's SYN to be sent again. The system's largest queue instead.
+    nix::sys::socket::listen(&socket, nix::sys::socket::Backlog::MAXCONN)
+        .map_err(|e| ListenError::Io { addr, error: io::Error::from(e) })?;
     let addr = socket.local_addr().map_err(|error| ListenError::Io { addr, error })?;
     Ok(Listener { socket, addr })
 }
 
-/// `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` (127.0.0.1) or `:PORT` (every
-/// IPv4 interface, as Prometheus' exporters read it). No name is looked up:
-/// an exporter's address should not depend on DNS.
+/// `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` or `:PORT` (both 127.0.0.1;
+/// Prometheus' exporters read `:PORT` as every interface, which weir serves
+/// only when asked by address, `0.0.0.0:PORT`). No name is looked up: an
+/// exporter's address should not depend on DNS.
 pub fn parse(spec: &str) -> Result<SocketAddr, ListenError> {
     let bad = |why: String| ListenError::Parse { spec: spec.to_string(), why };
     let s = spec.trim();
@@ -97,8 +108,7 @@ pub fn parse(spec: &str) -> Result<SocketAddr, ListenError> {
     };
     let port: u16 = port.parse().map_err(|_| bad(format!("port {port:?} is not a number from 0 to 65535")))?;
     let ip = match host {
-        "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        "" | "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
         h => match h.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
             Some(v6) => v6.parse().map_err(|_| bad(format!("{v6:?} is not an IPv6 address")))?,
             None if h.contains(':') => return Err(bad("an IPv6 address goes in brackets, as [::1]:9101".into())),
@@ -116,7 +126,8 @@ mod tests {
     fn addresses_parse_as_exporters_write_them() {
         assert_eq!(parse("127.0.0.1:9101").unwrap(), "127.0.0.1:9101".parse().unwrap());
         assert_eq!(parse(" [::1]:0 ").unwrap(), "[::1]:0".parse().unwrap());
-        assert_eq!(parse(":9101").unwrap(), "0.0.0.0:9101".parse().unwrap());
+        assert_eq!(parse(":9101").unwrap(), "127.0.0.1:9101".parse().unwrap());
+        assert_eq!(parse("0.0.0.0:9101").unwrap(), "0.0.0.0:9101".parse().unwrap());
         assert_eq!(parse("localhost:80").unwrap(), "127.0.0.1:80".parse().unwrap());
     }
 

@@ -12,6 +12,11 @@
 //! and the wall clock. Sequence numbers run on across files: a reader of all
 //! the files in order sees one unbroken sequence per observation domain.
 //!
+//! `-w -` writes the messages to standard output instead, as one file that
+//! never rotates (an IPFIX file is a stream of messages, so a pipe to a
+//! collector's reader carries one as well). A reader that went away ends
+//! weir quietly, as `weir record -w -` does.
+//!
 //! A file's time (its name's strftime conversions, its `-G` window) is the
 //! export time of its first message: packet time, as everything exported.
 //!
@@ -32,13 +37,15 @@ use weir::sink::rotate::{FileKind, FileWriter, RotateError, RotatingWriter, Rota
 /// What every file opens with: a templates-only message.
 struct IpfixFiles {
     templates: Vec<u8>,
+    /// Writing to standard output, which is never cut back.
+    stdout: bool,
 }
 
 impl FileKind for IpfixFiles {
     type Writer = MessageFile;
 
     fn start(&mut self, file: File) -> io::Result<MessageFile> {
-        let mut w = MessageFile { out: file, bytes: 0, records: 0 };
+        let mut w = MessageFile { out: file, bytes: 0, records: 0, stdout: self.stdout };
         w.write(&self.templates, 0)?;
         Ok(w)
     }
@@ -49,11 +56,18 @@ struct MessageFile {
     out: File,
     bytes: u64,
     records: u64,
+    stdout: bool,
 }
 
 impl MessageFile {
     fn write(&mut self, msg: &[u8], records: u64) -> io::Result<()> {
         if let Err(e) = self.out.write_all(msg) {
+            if self.stdout {
+                // Standard output may be a file opened at any offset (`>>`),
+                // so it is never cut: its reader sees the cut message.
+                crate::exit::end_if_reader_gone(&e);
+                return Err(e);
+            }
             // Part of the message may be in the file: cut it off. When even
             // that fails the file ends in a cut message, which readers report.
             let _ = self.out.set_len(self.bytes);
@@ -93,7 +107,14 @@ impl FlowFiles {
     /// Files named from `pattern`, rotated by `policy`; `templates` is the
     /// encoder's templates-only message. Nothing is created yet.
     pub fn new(pattern: &str, policy: RotationPolicy, templates: Vec<u8>) -> Result<FlowFiles, RotateError> {
-        Ok(FlowFiles { writer: RotatingWriter::files(pattern, IpfixFiles { templates }, policy)? })
+        Ok(FlowFiles { writer: RotatingWriter::files(pattern, IpfixFiles { templates, stdout: false }, policy)? })
+    }
+
+    /// The messages to standard output (`-w -`), never rotated.
+    pub fn stdout(templates: Vec<u8>) -> io::Result<FlowFiles> {
+        // A duplicate of descriptor 1 the writer owns, as `weir record -w -`'s.
+        let fd = std::os::fd::AsFd::as_fd(&io::stdout()).try_clone_to_owned()?;
+        Ok(FlowFiles { writer: RotatingWriter::stream_of(File::from(fd), "standard output", IpfixFiles { templates, stdout: true }) })
     }
 
     /// Opens the first file (a pattern with strftime conversions: checks its

@@ -23,7 +23,7 @@ mod files;
 use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
-use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
+use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsFile};
 use clap::Args;
 use collector::{Pacer, Pacing};
 use encode::{EndReason, FlowRecord, Format, Reverse};
@@ -106,7 +106,8 @@ pub struct FlowsArgs {
     #[arg(long, value_name = "DATAGRAMS_PER_S", default_value_t = Pacing::DEFAULT_RATE)]
     pub export_rate: u32,
 
-    /// Write IPFIX files (RFC 5655) named from the pattern OUT (see below), with or without collectors.
+    /// Write IPFIX files (RFC 5655) named from the pattern OUT (see below), with or without collectors; `-w -`
+    /// writes the messages to standard output, as one file that is never rotated (no -C, -G, -W or --export per-queue).
     #[arg(short = 'w', long = "write", value_name = "OUT", help_heading = "Output")]
     pub write: Option<String>,
 
@@ -306,6 +307,16 @@ fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> a
             args.format.name()
         )));
     }
+    if pattern == "-" {
+        let r = &args.rotation;
+        if r.file_size.is_some() || r.rotate_seconds.is_some() || r.max_files.is_some() || queue.is_some() {
+            return Err(bad_input(anyhow::anyhow!(
+                "-w - writes one stream of IPFIX messages to standard output, which cannot be rotated or shared by \
+                 exporters: leave out -C, -G, -W and --export per-queue, or write to files (-w NAME)"
+            )));
+        }
+        return Ok(Some(FlowFiles::stdout(templates).map_err(|e| anyhow::anyhow!("-w -: cannot use standard output: {e}"))?));
+    }
     let name = match queue {
         Some(q) if pattern.contains(QUEUE) => pattern.replace(QUEUE, &q.0.to_string()),
         Some(_) => {
@@ -388,6 +399,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         ..StreamConfig::default()
     };
     cfg.check().map_err(|e| setting_error(&e))?;
+    let stats = StatsFile::create(args.stats.as_deref())?;
     let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
     let queues = engine.info().queues.clone();
@@ -457,7 +469,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     }
     let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
     let bounced = report_collectors(&st);
-    if let Some(path) = &args.stats {
+    if let Some(stats) = stats {
         let mut j = stats_json(&total);
         let collectors: Vec<serde_json::Value> = st
             .collectors
@@ -474,7 +486,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
                                          "export_rate_datagrams_per_s": args.export_rate, "paced_s": paced_s(&st),
                                          "collectors": collectors});
         j["elapsed_s"] = serde_json::json!(elapsed.as_secs_f64());
-        std::fs::write(path, format!("{j}\n")).map_err(|e| anyhow::anyhow!("--stats {}: {e}", path.display()))?;
+        stats.write(&j)?;
     }
     for e in &errors {
         eprintln!("weir flows: {e}");

@@ -104,7 +104,8 @@ pub struct InspectArgs {
 
     /// The automata: `dfa`, a full transition table per automaton (one lookup per
     /// payload byte, and much memory: what an IDS tuned for speed runs, and the
-    /// cache-hungry case), or `nfa`, aho-corasick's compact contiguous NFA.
+    /// cache-hungry case), or `nfa`, aho-corasick's compact contiguous NFA. An automaton whose DFA would take
+    /// minutes to build (contents tens of kilobytes long) is built as an NFA, with a warning.
     #[arg(long, value_enum, default_value_t = Automaton::Dfa)]
     pub automaton: Automaton,
 
@@ -211,12 +212,27 @@ struct Matcher {
 
 /// Which rules each automaton holds and which automata each port is scanned
 /// with, before any automaton is built: what the memory check estimates from.
+/// An automaton is a list of port groups, never a copy of their rules, so the
+/// layout of 50,000 port groups each merged with 50,000 `any` rules is small,
+/// and the estimate refuses it before anything large is allocated.
 struct Layout<'r> {
-    /// Each automaton's rules, in build order; none is empty.
-    automata: Vec<Vec<&'r rules::Rule>>,
+    /// Each port group's rules, in file order.
+    groups: Vec<Vec<&'r rules::Rule>>,
+    /// Each port group's content bytes and longest content.
+    sizes: Vec<(u64, u64)>,
+    /// Each automaton's port groups, in build order; none is empty.
+    automata: Vec<Vec<u16>>,
     by_port: Box<[u32]>,
     lists: Vec<Vec<u16>>,
 }
+
+/// Past this many steps (states times the longest content) a DFA's build
+/// could take minutes: it fills each state's missing transitions by walking
+/// failure links, as deep as the longest content at worst (one rule of
+/// 100,000 bytes of `A` took 29 s). Such an automaton is built as an NFA,
+/// whose build is linear, with a warning. The built-in sets stay far below
+/// (2,000 strings a group: about 90,000 states of at most 24 bytes).
+const DFA_BUILD_STEPS: u64 = 1 << 30;
 
 impl<'r> Layout<'r> {
     /// Ports whose rule groups are the same share their automata. Merged (the
@@ -226,19 +242,25 @@ impl<'r> Layout<'r> {
     /// split-any-any. Split, every group has its own automaton and a packet is
     /// scanned with its port's groups and then the `any` group.
     fn new(rules: &'r [rules::Rule], split_any: bool) -> anyhow::Result<Layout<'r>> {
-        let mut order: Vec<&str> = Vec::new();
-        let mut members: HashMap<&str, Vec<&rules::Rule>> = HashMap::new();
+        let mut index_of: HashMap<&str, u16> = HashMap::new();
+        let mut groups: Vec<Vec<&rules::Rule>> = Vec::new();
         for r in rules {
-            if !members.contains_key(r.ports_text.as_str()) {
-                order.push(&r.ports_text);
-            }
-            members.entry(&r.ports_text).or_default().push(r);
+            let g = match index_of.get(r.ports_text.as_str()) {
+                Some(&g) => g,
+                None => {
+                    let g = u16::try_from(groups.len()).context("more than 65,535 port groups")?;
+                    index_of.insert(&r.ports_text, g);
+                    groups.push(Vec::new());
+                    g
+                }
+            };
+            groups[usize::from(g)].push(r);
         }
         let mut any = Vec::new();
         let mut per_port: Vec<Vec<u16>> = vec![Vec::new(); 1 << 16];
-        for (g, text) in order.iter().enumerate() {
-            let g = u16::try_from(g).context("more than 65,535 port groups")?;
-            let first = members[text][0];
+        for (g, members) in groups.iter().enumerate() {
+            let g = g as u16; // fewer than 65,536, checked above
+            let first = members[0];
             if first.any_port() {
                 any.push(g);
             }
@@ -259,56 +281,83 @@ impl<'r> Layout<'r> {
                 })
             })
             .collect();
-        let mut automata: Vec<Vec<&rules::Rule>> = Vec::new();
-        let mut push = |texts: &[&str]| -> anyhow::Result<Option<u16>> {
-            let rs: Vec<&rules::Rule> = texts.iter().flat_map(|t| members[t].iter().copied()).collect();
-            if rs.is_empty() {
+        let mut automata: Vec<Vec<u16>> = Vec::new();
+        let mut push = |gs: Vec<u16>| -> anyhow::Result<Option<u16>> {
+            if gs.is_empty() {
                 return Ok(None);
             }
-            automata.push(rs);
+            automata.push(gs);
             u16::try_from(automata.len() - 1).context("more than 65,535 automata").map(Some)
         };
-        let any_texts: Vec<&str> = any.iter().map(|&g| order[usize::from(g)]).collect();
         let lists = if split_any {
-            for text in &order {
-                push(&[text])?;
+            for g in 0..groups.len() {
+                push(vec![g as u16])?;
             }
             sets.iter().map(|l| l.iter().chain(&any).copied().collect()).collect()
         } else {
             let mut lists = Vec::with_capacity(sets.len());
             for l in &sets {
-                let mut texts: Vec<&str> = l.iter().map(|&g| order[usize::from(g)]).collect();
-                texts.extend(&any_texts);
-                lists.push(push(&texts)?.into_iter().collect());
+                lists.push(push(l.iter().chain(&any).copied().collect())?.into_iter().collect());
             }
             lists
         };
-        Ok(Layout { automata, by_port, lists })
+        let sizes = groups
+            .iter()
+            .map(|rs| rs.iter().fold((0u64, 0u64), |(sum, longest), r| (sum + r.content.len() as u64, longest.max(r.content.len() as u64))))
+            .collect();
+        Ok(Layout { groups, sizes, automata, by_port, lists })
     }
 
-    /// At most what the automata will take: a state per pattern byte (a trie of
-    /// the patterns, before any sharing of prefixes), each a row of 256 four-byte
-    /// transitions in a DFA (fewer with byte classes), a few words in an NFA.
-    fn memory_bound(&self, kind: Automaton) -> u64 {
-        let per_state: u64 = match kind {
-            Automaton::Dfa => 256 * 4,
-            Automaton::Nfa => 64,
-        };
-        let states: u64 = self.automata.iter().map(|rs| rs.iter().map(|r| r.content.len() as u64).sum::<u64>() + 1).sum();
-        states.saturating_mul(per_state)
+    /// The rules of automaton `a`, in build order.
+    fn rules(&self, a: usize) -> impl Iterator<Item = &'r rules::Rule> + '_ {
+        self.automata[a].iter().flat_map(|&g| self.groups[usize::from(g)].iter().copied())
+    }
+
+    /// At most the states of automaton `a` (a state per content byte, before
+    /// any sharing of prefixes, and the start), and its longest content.
+    fn shape(&self, a: usize) -> (u64, u64) {
+        self.automata[a].iter().fold((1, 0), |(states, longest), &g| {
+            let (bytes, most) = self.sizes[usize::from(g)];
+            (states.saturating_add(bytes), longest.max(most))
+        })
+    }
+
+    /// The automaton `a` is built as: the kind asked for, but an NFA where a
+    /// DFA's build would take too long ([`DFA_BUILD_STEPS`]).
+    fn kind(&self, a: usize, asked: Automaton) -> Automaton {
+        let (states, longest) = self.shape(a);
+        if asked == Automaton::Dfa && states.saturating_mul(longest) > DFA_BUILD_STEPS {
+            Automaton::Nfa
+        } else {
+            asked
+        }
+    }
+
+    /// At most what the automata will take: a row of 256 four-byte transitions
+    /// per state in a DFA (fewer with byte classes), a few words in an NFA.
+    fn memory_bound(&self, asked: Automaton) -> u64 {
+        (0..self.automata.len()).fold(0u64, |total, a| {
+            let per_state: u64 = match self.kind(a, asked) {
+                Automaton::Dfa => 256 * 4,
+                Automaton::Nfa => 64,
+            };
+            total.saturating_add(self.shape(a).0.saturating_mul(per_state))
+        })
     }
 }
 
 impl Matcher {
-    fn new(layout: Layout<'_>, kind: Automaton) -> anyhow::Result<Matcher> {
+    fn new(layout: Layout<'_>, asked: Automaton) -> anyhow::Result<Matcher> {
         let mut groups = Vec::with_capacity(layout.automata.len());
-        for (i, rs) in layout.automata.iter().enumerate() {
+        for a in 0..layout.automata.len() {
+            let kind = layout.kind(a, asked);
+            let ids: Vec<u32> = layout.rules(a).map(|r| r.id).collect();
             let automaton = AhoCorasick::builder()
                 .match_kind(MatchKind::Standard)
                 .kind(Some(kind.into()))
-                .build(rs.iter().map(|r| &r.content))
-                .with_context(|| format!("building {kind:?} automaton {i} of {} rules", rs.len()))?;
-            groups.push(Group { automaton, ids: rs.iter().map(|r| r.id).collect() });
+                .build(layout.rules(a).map(|r| &r.content))
+                .with_context(|| format!("building {kind:?} automaton {a} of {} rules", ids.len()))?;
+            groups.push(Group { automaton, ids });
         }
         Ok(Matcher { groups, by_port: layout.by_port, lists: layout.lists })
     }
@@ -442,7 +491,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         Work::Flows => None,
         Work::Rules => {
             let (text, origin) = match &args.rules {
-                Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
+                Some(p) => (rules::read(p).map_err(bad_input)?, p.display().to_string()),
                 None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
             };
             Some(rules::parse(&text, &origin).map_err(bad_input)?)
@@ -458,12 +507,24 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     // either is allocated: the automata (bounded from the rules), and the flow
     // tables or the stream layer's tables and arenas.
     let mut app = stream_cfg.as_ref().map_or_else(Plan::new, |c| c.memory_plan(1));
-    if let Some(l) = &layout {
+    if let (Some(l), Some(r)) = (&layout, &rules) {
         let source = if args.rules.is_some() { "--rules" } else { "--group-rules" };
-        app.add(
-            format!("{:?} automata of {} rules ({source}; at most)", args.automaton, rules.as_ref().map_or(0, Vec::len)),
-            l.memory_bound(args.automaton),
-        );
+        let bound = l.memory_bound(args.automaton);
+        // Merged, the `any` rules are in every automaton: say what split costs.
+        let split = Some(Layout::new(r, true)?.memory_bound(args.automaton)).filter(|&b| !args.split_any && b < bound);
+        let hint = split.map_or(String::new(), |b| format!("; --split-any builds at most {:.1} MiB", b as f64 / (1 << 20) as f64));
+        app.add(format!("{:?} automata of {} rules ({source}; at most{hint})", args.automaton, r.len()), bound);
+        for a in (0..l.automata.len()).filter(|&a| l.kind(a, args.automaton) != args.automaton) {
+            if let Some(longest) = l.rules(a).max_by_key(|r| r.content.len()) {
+                eprintln!(
+                    "weir inspect: warning: automaton {a} ({} rules; rule {}'s content of {} bytes) built as an NFA: as a DFA \
+                     its build could take minutes (states times the longest content past 2^30)",
+                    l.rules(a).count(),
+                    longest.id,
+                    longest.content.len()
+                );
+            }
+        }
     }
     if stream_cfg.is_none() {
         app.add(
@@ -492,8 +553,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut out: Box<dyn Write> = match args.output.as_str() {
-        "-" => Box::new(std::io::stdout().lock()),
-        path => Box::new(std::fs::File::create(path).with_context(|| format!("creating {path}"))?),
+        "-" => Box::new(Named { inner: std::io::stdout().lock(), name: "standard output".into() }),
+        path => Box::new(Named { inner: std::fs::File::create(path).with_context(|| format!("creating {path}"))?, name: path.into() }),
     };
     if let Some(cfg) = stream_cfg {
         let matcher = matcher.expect("--streams has rules, so a matcher");
@@ -630,6 +691,30 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         );
     }
     finish(&report)
+}
+
+/// The records' output, whose write errors name it (`writing to FILE: No space left
+/// on device`); the error's kind is kept, so a reader that went away still
+/// ends weir quietly (exit.rs).
+struct Named<W> {
+    inner: W,
+    name: String,
+}
+
+impl<W: Write> Named<W> {
+    fn named(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("writing to {}: {e}", self.name))
+    }
+}
+
+impl<W: Write> Write for Named<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.named(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.named(e))
+    }
 }
 
 fn mib(bytes: usize) -> f64 {

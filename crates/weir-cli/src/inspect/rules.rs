@@ -31,6 +31,7 @@
 use anyhow::{bail, Context};
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
+use std::path::Path;
 
 /// One rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +47,28 @@ pub struct Rule {
 impl Rule {
     pub fn any_port(&self) -> bool {
         self.ports.is_empty()
+    }
+}
+
+/// Read a rule file as text: a UTF-8 byte order mark at its start is skipped,
+/// as most tools skip it; bytes that are not UTF-8 (a binary file, another
+/// encoding) are an error naming the file, line and column.
+pub fn read(path: &Path) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let body = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
+    match std::str::from_utf8(body) {
+        Ok(text) => Ok(text.to_string()),
+        Err(e) => {
+            let good = &body[..e.valid_up_to()];
+            let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+            let column = good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+            let at = e.valid_up_to() + (bytes.len() - body.len());
+            bail!(
+                "{}:{line}:{column}: byte 0x{:02x} (offset {at}) is not UTF-8 text: a rule file is text, one rule a line",
+                path.display(),
+                body[e.valid_up_to()]
+            )
+        }
     }
 }
 

@@ -12,13 +12,13 @@
 
 pub mod tcpflow;
 
-use crate::exit::{bad_input, setting_error};
+use crate::exit::{bad_input, out, setting_error};
 use crate::run::{human_rate, run_started, KernelCutoffArgs, SourceArgs};
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 use std::fs::{File, OpenOptions};
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -61,7 +61,7 @@ pub struct StreamsArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Write the totals as one JSON object to FILE at the end.
+    /// Write the totals as one JSON object to FILE at the end (created before the run: a name that cannot be written is refused first).
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
 
@@ -277,8 +277,29 @@ impl StreamHandler for Writer {
                 "dropped": s.dropped, "refused": s.refused, "cutoff": s.cutoff, "mode": s.mode.name(), "priority": s.priority,
                 "close": s.closed.map(|c| c.name()),
             });
-            println!("{line}");
+            out!("{line}");
         }
+    }
+}
+
+/// `--stats FILE` of `weir streams` and `weir flows`: created before the run,
+/// as `-o` is, so a name that cannot be written is refused (exit 2) before
+/// anything is captured rather than after; written once at the end.
+pub struct StatsFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl StatsFile {
+    pub fn create(path: Option<&Path>) -> anyhow::Result<Option<StatsFile>> {
+        let Some(path) = path else { return Ok(None) };
+        let file = File::create(path).map_err(|e| bad_input(anyhow::anyhow!("--stats {}: {e}", path.display())))?;
+        Ok(Some(StatsFile { file, path: path.to_path_buf() }))
+    }
+
+    /// The totals, as one JSON object on a line.
+    pub fn write(mut self, totals: &serde_json::Value) -> anyhow::Result<()> {
+        writeln!(self.file, "{totals}").map_err(|e| anyhow::anyhow!("--stats {}: {e}", self.path.display()))
     }
 }
 
@@ -292,6 +313,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
     }
+    let stats = StatsFile::create(args.stats.as_deref())?;
     // Without a cutoff no stream is ever installed: no flow map then.
     let cut = cfg.cutoff.is_some() || cfg.classes.iter().any(|c| matches!(c.cutoff, Some(Some(_))));
     let metrics = args.metrics.bind()?;
@@ -327,7 +349,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     }
     check_packets(&report, &total)?;
     let elapsed = report.elapsed;
-    if let Some(path) = &args.stats {
+    if let Some(stats) = stats {
         let mut j = stats_json(&total);
         for (k, v) in [
             ("files", json!(files)),
@@ -342,7 +364,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
         ] {
             j[k] = v;
         }
-        std::fs::write(path, format!("{j}\n")).with_context(|| format!("--stats {}", path.display()))?;
+        stats.write(&j)?;
     }
     if !args.json {
         let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);

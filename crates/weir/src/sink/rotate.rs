@@ -221,7 +221,7 @@ impl RotatingWriter<FileSpec> {
     /// [`RotateError::LinkType`] for a link type the format cannot hold.
     pub fn stream(file: File, name: &str, spec: FileSpec) -> Result<Self, RotateError> {
         check_link_type(spec.format, spec.link)?;
-        Ok(Self::with_target(Target::Stream { file: Some(file), name: PathBuf::from(name) }, spec, RotationPolicy::default()))
+        Ok(Self::stream_of(file, name, spec))
     }
 
     /// Write one packet, as [`TraceWriter::write_packet`] takes it, into the
@@ -260,6 +260,12 @@ impl<K: FileKind> RotatingWriter<K> {
         let has_conversion = has_conversion(pattern)?;
         let target = Target::Pattern { pattern: pattern.to_string(), has_conversion, has_seq: pattern.contains(SEQ) };
         Ok(Self::with_target(target, kind, policy))
+    }
+
+    /// Write everything to `file` as one file of `kind`: an open stream such
+    /// as standard output, called `name` in messages. It is never rotated.
+    pub fn stream_of(file: File, name: &str, kind: K) -> Self {
+        Self::with_target(Target::Stream { file: Some(file), name: PathBuf::from(name) }, kind, RotationPolicy::default())
     }
 
     fn with_target(target: Target, kind: K, policy: RotationPolicy) -> Self {
