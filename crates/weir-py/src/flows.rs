@@ -13,7 +13,8 @@
 //!
 //! Columns (the package's `weir.FLOW_COLUMNS` documents each):
 //! `src_ip`, `dst_ip` (object: str), `src_port`, `dst_port` (uint16),
-//! `protocol`, `ip_version` (uint8), `queue` (uint16), `first_seen`,
+//! `protocol`, `ip_version` (uint8), `community_id` (object: str, Community
+//! ID v1 with seed 0, or None), `queue` (uint16), `first_seen`,
 //! `last_seen` (datetime64[ns]), `duration` (timedelta64[ns]),
 //! `src2dst_packets`, `src2dst_bytes`, `src2dst_payload_bytes`,
 //! `dst2src_packets`, `dst2src_bytes`, `dst2src_payload_bytes`,
@@ -34,6 +35,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use weir::engine::RunError;
 use weir::stream::biflow::{Biflow, Pairer};
+use weir::stream::community_id::{CommunityId, L4};
 use weir::stream::{CloseReason, Mode, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 
 /// Why a record was handed out: `end_reason`'s categories, by code.
@@ -63,6 +65,8 @@ struct Columns {
     dst_port: Vec<u16>,
     protocol: Vec<u8>,
     ip_version: Vec<u8>,
+    /// Made by the worker (the hash is the cost); rendered as text at the end.
+    community_id: Vec<Option<[u8; 20]>>,
     queue: Vec<u16>,
     first: Vec<i64>,
     last: Vec<i64>,
@@ -83,6 +87,9 @@ impl Columns {
         self.dst_port.push(fwd.dport);
         self.protocol.push(fwd.proto);
         self.ip_version.push(if fwd.src.is_ipv4() { 4 } else { 6 });
+        // Flows mode keys ICMP by type and code, so every record has an ID.
+        let l4 = L4::of_key(fwd.proto, fwd.sport, fwd.dport, true);
+        self.community_id.push(l4.and_then(|l4| CommunityId::default().digest(fwd.src, fwd.dst, fwd.proto, l4)));
         self.queue.push(fwd.queue.0);
         let (first, last) = match rev {
             Some(r) => (fwd.first_ns.min(r.first_ns), fwd.last_ns.max(r.last_ns)),
@@ -103,7 +110,7 @@ impl Columns {
 
     fn append(&mut self, mut o: Columns) {
         macro_rules! cat { ($($f:ident),*) => { $(self.$f.append(&mut o.$f);)* } }
-        cat!(src, dst, src_port, dst_port, protocol, ip_version, queue, first, last, fwd_flags, rev_flags, end);
+        cat!(src, dst, src_port, dst_port, protocol, ip_version, community_id, queue, first, last, fwd_flags, rev_flags, end);
         for (a, b) in self.fwd.iter_mut().zip(o.fwd.iter_mut()).chain(self.rev.iter_mut().zip(o.rev.iter_mut())) {
             a.append(b);
         }
@@ -179,6 +186,15 @@ fn arrays<'py>(py: Python<'py>, c: Columns) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("dst_port", PyArray1::from_vec(py, c.dst_port))?;
     d.set_item("protocol", PyArray1::from_vec(py, c.protocol))?;
     d.set_item("ip_version", PyArray1::from_vec(py, c.ip_version))?;
+    let ids: Vec<Py<PyAny>> = c
+        .community_id
+        .iter()
+        .map(|d| match d {
+            Some(d) => PyString::new(py, &CommunityId::render(d)).into_any().unbind(),
+            None => py.None(),
+        })
+        .collect();
+    d.set_item("community_id", PyArray1::from_vec(py, ids))?;
     d.set_item("queue", PyArray1::from_vec(py, c.queue))?;
     let duration: Vec<Timedelta<Nanoseconds>> = c.first.iter().zip(&c.last).map(|(f, l)| Timedelta::from(l - f)).collect();
     let stamps = |v: Vec<i64>| PyArray1::from_vec(py, v.into_iter().map(Datetime::<Nanoseconds>::from).collect());

@@ -176,6 +176,8 @@ FLOW_COLUMNS: Tuple[Tuple[str, str, str, str], ...] = (
     ("dst_port", "uint16", "uint16", "its port (ICMP: type and code, as nfdump shows them)"),
     ("protocol", "uint8", "uint8", "IP protocol number (6 TCP, 17 UDP, 1 ICMP, ...)"),
     ("ip_version", "uint8", "uint8", "4 or 6"),
+    ("community_id", "str", "string", "Community ID v1 (seed 0): the key that joins a flow's records with "
+     "Suricata's, Zeek's and Arkime's, the same from either direction"),
     ("queue", "uint16", "uint16", "the queue whose worker saw the connection"),
     ("first_seen", "datetime64[ns, UTC]", "timestamp[ns, tz=UTC]", "time of the first packet of either direction"),
     ("last_seen", "datetime64[ns, UTC]", "timestamp[ns, tz=UTC]", "time of the last packet of either direction"),
@@ -234,7 +236,7 @@ class Flows:
 
         arrays = {}
         for name, col in self.columns.items():
-            if name in ("src_ip", "dst_ip"):
+            if name in ("src_ip", "dst_ip", "community_id"):
                 arrays[name] = pa.array(col, type=pa.string())
             elif name in ("first_seen", "last_seen"):
                 arrays[name] = pa.array(col, type=pa.timestamp("ns", tz="UTC"))

@@ -110,7 +110,7 @@ class Flows:
 
     Columns (name: pandas dtype / Arrow type):
     src_ip: str / string; src_port: uint16; dst_ip: str / string; dst_port: uint16;
-    protocol: uint8; ip_version: uint8; queue: uint16;
+    protocol: uint8; ip_version: uint8; community_id: str / string (Community ID v1); queue: uint16;
     first_seen, last_seen: datetime64[ns, UTC] / timestamp[ns, tz=UTC];
     duration: timedelta64[ns] / duration[ns];
     src2dst_packets, src2dst_bytes, src2dst_payload_bytes: uint64; src2dst_tcp_flags: uint8;

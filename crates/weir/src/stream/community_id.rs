@@ -44,6 +44,26 @@ pub enum L4 {
     None,
 }
 
+impl L4 {
+    /// What the hash takes from the key the stream layer gave a flow: its
+    /// `sport` and `dport` for TCP, UDP and SCTP; for ICMP and ICMPv6, in
+    /// flows mode (`icmp_by_type`), the type and code the layer keyed it by
+    /// (destination port `type << 8 | code`), and elsewhere nothing, as the
+    /// layer keyed such a flow by its addresses alone: `None`, no ID can be
+    /// given. Other protocols hash no ports.
+    pub fn of_key(protocol: u8, sport: u16, dport: u16, icmp_by_type: bool) -> Option<L4> {
+        match protocol {
+            proto::TCP | proto::UDP | proto::SCTP => Some(L4::Ports(sport, dport)),
+            proto::ICMP | proto::ICMPV6 if icmp_by_type => {
+                let [kind, code] = dport.to_be_bytes();
+                Some(L4::Icmp { kind, code })
+            }
+            proto::ICMP | proto::ICMPV6 => None,
+            _ => Some(L4::None),
+        }
+    }
+}
+
 /// The type an ICMP (`v6` false) or ICMPv6 request or reply type pairs
 /// with, if it is one of the spec's two-way messages.
 fn icmp_counterpart(kind: u8, v6: bool) -> Option<u8> {
@@ -84,11 +104,20 @@ impl CommunityId {
     /// The ID of the flow from `src` to `dst` (`None` if one address is
     /// IPv4 and the other IPv6, which no packet has).
     pub fn id(&self, src: IpAddr, dst: IpAddr, protocol: u8, l4: L4) -> Option<String> {
-        let digest = self.digest(src, dst, protocol, l4)?;
+        Some(CommunityId::render(&self.digest(src, dst, protocol, l4)?))
+    }
+
+    /// The ID of a flow the stream layer keyed (see [`L4::of_key`]).
+    pub fn of_key(&self, src: IpAddr, dst: IpAddr, protocol: u8, sport: u16, dport: u16, icmp_by_type: bool) -> Option<String> {
+        self.id(src, dst, protocol, L4::of_key(protocol, sport, dport, icmp_by_type)?)
+    }
+
+    /// `1:` and the base64 of a [`CommunityId::digest`].
+    pub fn render(digest: &[u8; 20]) -> String {
         let mut out = String::with_capacity(30);
         out.push_str("1:");
         base64::engine::general_purpose::STANDARD.encode_string(digest, &mut out);
-        Some(out)
+        out
     }
 
     /// The SHA-1 of the hash input.
@@ -157,6 +186,17 @@ mod tests {
     fn an_id_is_the_version_and_a_base64_sha1() {
         let id = CommunityId::default().id(v4([198, 18, 0, 1]), v4([198, 18, 0, 2]), 47, L4::None).unwrap();
         assert!(id.starts_with("1:") && id.len() == 2 + 28 && id.ends_with('='), "{id}");
+    }
+
+    #[test]
+    fn flows_mode_icmp_keys_give_type_and_code_and_other_modes_none() {
+        let (a, b) = (v4([198, 18, 0, 1]), v4([198, 19, 0, 2]));
+        let c = CommunityId::default();
+        assert_eq!(c.of_key(a, b, 1, 0, 0x0800, true), c.id(a, b, 1, L4::Icmp { kind: 8, code: 0 }));
+        assert_eq!(c.of_key(a, b, 1, 0, 0x0800, false), None);
+        assert_eq!(c.of_key(a, b, 6, 1, 2, false), c.id(a, b, 6, L4::Ports(1, 2)));
+        // UDP-Lite's ports are in weir's key, not in the hash.
+        assert_eq!(c.of_key(a, b, 136, 1, 2, false), c.id(a, b, 136, L4::None));
     }
 
     #[test]
