@@ -35,11 +35,11 @@
 use crate::exit::bad_input;
 use crate::exit::out;
 use crate::run::{human_rate, SourceArgs};
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use clap::Args;
 use serde_json::json;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir::engine::{Running, StopHandle, StopReason};
@@ -279,24 +279,16 @@ struct Interrupt {
 impl Interrupt {
     fn install(shared: Arc<Shared>) -> anyhow::Result<Arc<Interrupt>> {
         let me = Arc::new(Interrupt { shared, requested: AtomicBool::new(false), current: Mutex::new(None) });
-        let hits = AtomicU32::new(0);
         let handler_side = Arc::clone(&me);
-        ctrlc::set_handler(move || {
-            // Relaxed: a counter only this handler touches.
-            if hits.fetch_add(1, Ordering::Relaxed) == 0 {
-                eprintln!("\nweir: stopping (press Ctrl-C again to quit at once)");
-                handler_side.shared.halt.store(true, Ordering::Relaxed);
-                // SeqCst with `follow`: the flag is set before the lock is taken, so
-                // either this sees the pass's handle or `follow` sees the flag.
-                handler_side.requested.store(true, Ordering::SeqCst);
-                if let Some(h) = handler_side.current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    h.stop();
-                }
-            } else {
-                std::process::exit(130);
+        crate::run::on_signal(move || {
+            handler_side.shared.halt.store(true, Ordering::Relaxed);
+            // SeqCst with `follow`: the flag is set before the lock is taken, so
+            // either this sees the pass's handle or `follow` sees the flag.
+            handler_side.requested.store(true, Ordering::SeqCst);
+            if let Some(h) = handler_side.current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                h.stop();
             }
-        })
-        .context("cannot install the Ctrl-C handler")?;
+        })?;
         Ok(me)
     }
 
