@@ -12,7 +12,7 @@
 use crate::errors::{bad_option, build_error, setting_error, BadInputError};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use std::path::PathBuf;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
@@ -216,10 +216,13 @@ impl EngineOptions {
         let pool = match k.take("pool")? {
             None => None,
             Some(v) => {
-                let text = if let Ok((m, r)) = v.extract::<(u64, u64)>() {
-                    format!("{m},{r}")
-                } else {
-                    v.extract::<String>().map_err(|_| k.wrong_type("pool", "a str \"M,R\" or a tuple (M, R)", &v))?
+                let text = match v.cast::<PyTuple>() {
+                    // Any two ints, so that one out of range is told so by the
+                    // pool's own parser, not taken for a wrong type.
+                    Ok(t) if t.len() == 2 && t.iter().all(|x| x.is_instance_of::<PyInt>()) => {
+                        format!("{},{}", t.get_item(0)?.str()?, t.get_item(1)?.str()?)
+                    }
+                    _ => v.extract::<String>().map_err(|_| k.wrong_type("pool", "a str \"M,R\" or a tuple (M, R) of ints", &v))?,
                 };
                 Some(text.parse::<PoolConfig>().map_err(|e| bad_option("pool", format!("{text:?}: {e}")))?)
             }

@@ -59,7 +59,13 @@ def test_ctrl_c_stops_a_capture_cleanly(synth, what):
     time.sleep(0.8)
     child.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    out, err = child.communicate(timeout=30)
+    try:
+        out, err = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        # Not stopped by the signal: end it, and fail saying so.
+        child.kill()
+        out, err = child.communicate()
+        pytest.fail(f"SIGINT did not stop weir.{what}: still running 30 s later\n{out}{err}")
     waited = time.monotonic() - sent
     assert child.returncode == 0, err
     words = out.split()
