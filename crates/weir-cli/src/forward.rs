@@ -7,12 +7,10 @@
 use crate::args;
 use crate::exit::{bad_input, out};
 use crate::run::human_rate;
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use clap::Args;
 use serde_json::json;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir::forward::{Backend, ForwardOptions, ForwardReport, Forwarder, LaneStats, PassAll};
 use weir::source::ZeroCopy;
@@ -164,17 +162,7 @@ pub fn run(a: ForwardArgs) -> anyhow::Result<ExitCode> {
     let lanes = fwd.lanes();
     let running = fwd.start(|_, _| PassAll)?;
     let stop = running.stop_handle();
-    let hits = Arc::new(AtomicU32::new(0));
-    ctrlc::set_handler(move || {
-        // Relaxed: a counter only this handler touches.
-        if hits.fetch_add(1, Ordering::Relaxed) == 0 {
-            eprintln!("\nweir: stopping (press Ctrl-C again to quit at once)");
-            stop.stop();
-        } else {
-            std::process::exit(130);
-        }
-    })
-    .context("cannot install the Ctrl-C handler")?;
+    crate::run::on_signal(move || stop.stop())?;
     eprintln!("weir forward: listening on {} lane(s): {} ({})", lanes.len(), lanes.join(", "), a.backend);
     crate::metrics::serve(metrics, weir_metrics::ForwardMetrics::new(running.watch()))?;
     let mut last = LaneStats::sum("total", &running.stats());

@@ -29,24 +29,26 @@
 //! (`--pps`, `--mbps`), the program itself sends each frame at its time by
 //! the kernel's clock and sends nothing in the runs between, so the frames
 //! leave evenly spaced. What it cannot do (recorded timing, -Z,
-//! --qdisc-bypass, a packet the interface cannot carry) is refused before
-//! anything is sent.
+//! --qdisc-bypass) is refused before anything is sent. A packet the interface
+//! cannot carry is left out of what is loaded and counted as skipped, as
+//! the AF_PACKET replay skips it; it is counted once, as a packet of the trace,
+//! however many passes are sent.
 
 use crate::exit::bad_input;
 use crate::exit::out;
 use crate::run::{human_rate, SourceArgs};
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use clap::Args;
 use serde_json::json;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir::engine::{Running, StopHandle, StopReason};
 use weir::privileges::{self, Identity};
 use weir::source::pacing::{self, Pacer};
 use weir::source::{Pacing, SourceSpec, SpecError};
-use weir::tx::xdp::{GenError, XdpGenOptions, XdpGenerator};
+use weir::tx::xdp::{sendable, GenError, XdpGenOptions, XdpGenerator};
 use weir::tx::{TxError, TxKicker, TxOptions, TxRing, TxStats};
 use weir::{Handler, LinkType, Packet};
 
@@ -279,24 +281,16 @@ struct Interrupt {
 impl Interrupt {
     fn install(shared: Arc<Shared>) -> anyhow::Result<Arc<Interrupt>> {
         let me = Arc::new(Interrupt { shared, requested: AtomicBool::new(false), current: Mutex::new(None) });
-        let hits = AtomicU32::new(0);
         let handler_side = Arc::clone(&me);
-        ctrlc::set_handler(move || {
-            // Relaxed: a counter only this handler touches.
-            if hits.fetch_add(1, Ordering::Relaxed) == 0 {
-                eprintln!("\nweir: stopping (press Ctrl-C again to quit at once)");
-                handler_side.shared.halt.store(true, Ordering::Relaxed);
-                // SeqCst with `follow`: the flag is set before the lock is taken, so
-                // either this sees the pass's handle or `follow` sees the flag.
-                handler_side.requested.store(true, Ordering::SeqCst);
-                if let Some(h) = handler_side.current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    h.stop();
-                }
-            } else {
-                std::process::exit(130);
+        crate::run::on_signal(move || {
+            handler_side.shared.halt.store(true, Ordering::Relaxed);
+            // SeqCst with `follow`: the flag is set before the lock is taken, so
+            // either this sees the pass's handle or `follow` sees the flag.
+            handler_side.requested.store(true, Ordering::SeqCst);
+            if let Some(h) = handler_side.current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                h.stop();
             }
-        })
-        .context("cannot install the Ctrl-C handler")?;
+        })?;
         Ok(me)
     }
 
@@ -705,15 +699,22 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
     }
     let filtered = report.stats.total().filtered;
     let collected = report.handlers.into_iter().map(|(_, c)| c).next().unwrap_or_default();
-    let frames = collected.frames;
+    // What the interface cannot carry is skipped and counted, as `-o` does.
+    let kept = sendable(iface, &args.src.live.netns, collected.frames).map_err(gen_error)?;
+    let frames = kept.frames;
     let opts =
         XdpGenOptions { netns: args.src.live.netns.clone(), vary_ports: args.vary_ports.unwrap_or(0), pacing, ..XdpGenOptions::default() };
-    let mut gen = XdpGenerator::open(iface, &frames, &opts).map_err(gen_error)?;
+    // Every frame skipped: nothing to load, nothing sent.
+    let mut gen = if frames.is_empty() { None } else { Some(XdpGenerator::open(iface, &frames, &opts).map_err(gen_error)?) };
 
     let n = frames.len() as u64;
     let lens: Vec<u64> = frames.iter().map(|f| f.len() as u64).collect();
     let pass_bytes: u64 = lens.iter().sum();
-    let bytes_of = |runs: u64| (runs / n) * pass_bytes + lens[..(runs % n) as usize].iter().sum::<u64>();
+    // No frame loaded (all skipped): nothing sent, no bytes.
+    let bytes_of = |runs: u64| match (runs.checked_div(n), runs.checked_rem(n)) {
+        (Some(passes), Some(rest)) => passes * pass_bytes + lens[..rest as usize].iter().sum::<u64>(),
+        _ => 0,
+    };
     let per_pass = if args.loops == 0 { None } else { Some(args.loops.saturating_mul(n)) };
     let total = match (per_pass, args.src.count) {
         (Some(a), Some(c)) => Some(a.min(c)),
@@ -756,6 +757,7 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
             // At top speed every run sends: no more runs than frames wanted.
             runs = runs.min(u32::try_from(left).unwrap_or(u32::MAX));
         }
+        let Some(gen) = gen.as_mut() else { break };
         let t0 = Instant::now();
         match gen.send(runs, left) {
             Ok(n) => sent += n,
@@ -781,9 +783,11 @@ fn run_xdp(args: &ReplayArgs, iface: &str, pacing: Pacing) -> anyhow::Result<Exi
     let summary = XdpSummary {
         source: &info.name,
         iface,
-        mtu: gen.mtu(),
+        mtu: kept.mtu,
         elapsed: started.elapsed(),
         frames: n,
+        above_mtu: kept.above_mtu,
+        too_short: kept.too_short,
         truncated: collected.truncated,
         filtered,
         vary_ports: args.vary_ports,
@@ -819,6 +823,9 @@ struct XdpSummary<'a> {
     elapsed: Duration,
     /// Frames of the trace held in the kernel: one pass.
     frames: u64,
+    /// Packets of the trace skipped (once each, whatever the passes).
+    above_mtu: u64,
+    too_short: u64,
     truncated: u64,
     filtered: u64,
     vary_ports: Option<u16>,
@@ -864,6 +871,14 @@ impl XdpSummary<'_> {
             self.filtered,
             self.truncated
         );
+        if self.above_mtu + self.too_short > 0 {
+            out!(
+                "  skipped   {} ({} longer than MTU + 14, {} shorter than an Ethernet header): not loaded, so not sent in any pass",
+                self.above_mtu + self.too_short,
+                self.above_mtu,
+                self.too_short
+            );
+        }
         if let Some(v) = self.vary_ports {
             out!("  ports     source ports of IPv4 TCP and UDP packets varied over {v} values");
         }
@@ -892,6 +907,9 @@ impl XdpSummary<'_> {
             "bits_per_s": self.bytes as f64 * 8.0 / self.secs(),
             "trace_packets": self.frames,
             "filtered": self.filtered,
+            "skipped": self.above_mtu + self.too_short,
+            "skipped_above_mtu": self.above_mtu,
+            "skipped_too_short": self.too_short,
             "truncated": self.truncated,
             "vary_ports": self.vary_ports,
             "paced": self.paced(),

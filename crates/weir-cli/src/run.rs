@@ -8,7 +8,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use weir::engine::CpuPlan;
 use weir::engine::{Report, Running, StopHandle};
@@ -388,6 +388,8 @@ impl SourceArgs {
         if let Some(p) = crate::profile::profiler() {
             b = b.profile(p);
         }
+        // Ctrl-C must also end the wait for a pipe's header, which the build does.
+        stop_building_on_signal(b.stop_handle())?;
         let engine = b.build().map_err(build_error)?;
         for note in &engine.info().notes {
             eprintln!("weir: {note}");
@@ -461,19 +463,59 @@ pub fn drop_privileges(live: &LiveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the first Ctrl-C (or SIGTERM) does: the command's own action, and
+/// stopping the engine being built (whose build may wait for a pipe's header).
+#[derive(Default)]
+struct OnSignal {
+    action: Option<Box<dyn Fn() + Send>>,
+    building: Option<StopHandle>,
+}
+
+/// The process's one Ctrl-C handler (ctrlc takes one), installed by the first
+/// command that asks for it, and what it does.
+static ON_SIGNAL: Mutex<Option<OnSignal>> = Mutex::new(None);
+static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Set what the first Ctrl-C (or SIGTERM) does, in place of any action set
+/// before; a second one exits at once.
+pub fn on_signal(action: impl Fn() + Send + 'static) -> anyhow::Result<()> {
+    set_on_signal(|s| s.action = Some(Box::new(action)))
+}
+
+fn set_on_signal(set: impl FnOnce(&mut OnSignal)) -> anyhow::Result<()> {
+    set(ON_SIGNAL.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(OnSignal::default));
+    INSTALLED
+        .get_or_init(|| {
+            let hits = AtomicU32::new(0);
+            ctrlc::set_handler(move || {
+                // Relaxed: a counter only this handler touches.
+                if hits.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("\nweir: stopping (press Ctrl-C again to quit at once)");
+                    if let Some(s) = ON_SIGNAL.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                        s.building.iter().for_each(StopHandle::stop);
+                        s.action.iter().for_each(|a| a());
+                    }
+                } else {
+                    std::process::exit(130);
+                }
+            })
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+        .context("cannot install the Ctrl-C handler")
+}
+
 /// First Ctrl-C (or SIGTERM) stops the engine cleanly; a second one exits at once.
 pub fn stop_on_signal(stop: StopHandle) -> anyhow::Result<()> {
-    let hits = Arc::new(AtomicU32::new(0));
-    ctrlc::set_handler(move || {
-        // Relaxed: a counter only this handler touches.
-        if hits.fetch_add(1, Ordering::Relaxed) == 0 {
-            eprintln!("\nweir: stopping (press Ctrl-C again to quit at once)");
-            stop.stop();
-        } else {
-            std::process::exit(130);
-        }
-    })
-    .context("cannot install the Ctrl-C handler")
+    on_signal(move || stop.stop())
+}
+
+/// Ctrl-C (or SIGTERM) stops the engine being built: its build may wait for
+/// the header of a trace from a pipe whose writer stays silent. Kept beside
+/// the command's own action (`replay` halts its sending too).
+fn stop_building_on_signal(stop: StopHandle) -> anyhow::Result<()> {
+    set_on_signal(|s| s.building = Some(stop))
 }
 
 /// Once a second, a status line per queue and for the total; with a progress bar

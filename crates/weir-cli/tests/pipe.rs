@@ -1,7 +1,8 @@
 //! Traces that arrive through a pipe or a FIFO, as from `tcpdump -w - | weir
 //! count -` or a collector: what has arrived is delivered at once, `-d` ends
 //! the run while the writer is still there, and bytes read but not reached when
-//! the run stops are reported (a pipe cannot be read again).
+//! the run stops are reported (a pipe cannot be read again). `-d` and Ctrl-C
+//! also end the wait for a header that a silent writer never sends.
 
 use std::io::Write;
 use std::path::Path;
@@ -127,4 +128,68 @@ fn a_pipe_asked_to_be_mapped_is_read_and_the_user_told() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["packets"].as_u64(), Some(ends.len() as u64));
     assert!(err.contains("mapping the trace was asked for, but it is not a regular file"), "{err}");
+}
+
+/// Runs `weir count --json` on `args` until it ends (at most 8 s), and
+/// returns the JSON, stderr, and how long it took.
+fn finished(mut child: Child, started: Instant) -> (serde_json::Value, String, Duration) {
+    let status = wait_for(&mut child, Duration::from_secs(8));
+    let took = started.elapsed();
+    if status.is_none() {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(status.is_some(), "weir count was still waiting for the header {took:?} later: {err}");
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    (v, err, took)
+}
+
+/// A writer that sends 10 bytes of the header and then nothing: `-d 1` ends
+/// the wait for the rest at 1 s, says why, counts no packet, and reports the
+/// 10 bytes read as lost with the pipe.
+#[test]
+fn a_duration_ends_the_wait_for_a_header_that_never_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, _) = trace(dir.path(), 100);
+    let started = Instant::now();
+    let mut child = weir()
+        .args(["count", "--json", "-d", "1", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&bytes[..10]).unwrap();
+    let (v, err, took) = finished(child, started);
+    drop(stdin);
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    assert_eq!(v["packets"], 0, "{v}");
+    assert_eq!(v["received"], 0, "{v}");
+    assert_eq!(v["stop"], "time limit reached", "{v}");
+    assert_eq!(v["unreached_bytes"], 10, "{v}");
+    assert!(err.contains("stdin: time limit reached before the trace's header arrived: nothing was read"), "{err}");
+}
+
+/// A FIFO whose writer opened it and stays silent: SIGINT ends the wait for
+/// the header, and the run ends as a stopped one, with no packet.
+#[test]
+fn ctrl_c_ends_the_wait_for_a_fifo_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let started = Instant::now();
+    let child = weir().args(["count", "--json"]).arg(&fifo).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Opening for writing waits for weir to open it for reading.
+    let w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (v, err, took) = finished(child, started);
+    drop(w);
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    assert_eq!(v["packets"], 0, "{v}");
+    assert_eq!(v["stop"], "stopped on request", "{v}");
+    assert!(err.contains("stopped on request before the trace's header arrived"), "{err}");
 }

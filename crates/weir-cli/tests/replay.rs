@@ -223,6 +223,45 @@ fn sends_exactly_the_frames_in_order_and_skips_what_cannot_go() {
     assert!(v["error"].is_null());
 }
 
+/// An interface of MTU 1000: `--xdp` skips and counts the frames it cannot
+/// carry as `-o` (AF_PACKET) does, and sends the rest, where it used to stop
+/// with exit 2 at the first.
+#[test]
+#[ignore = "needs root: weir replay and weir replay --xdp on a veth test bed"]
+fn xdp_skips_and_counts_what_the_mtu_refuses_as_afpacket_does() {
+    let bed = Bed::new();
+    let st = bed.tb.in_tx("ip").args(["link", "set", &bed.tb.tx_if, "mtu", "1000"]).status().unwrap();
+    assert!(st.success());
+    let mut trace: Vec<Vec<u8>> = (0..300).map(|i| bed.udp(i, 9, 60 + (i as usize * 13) % 1400)).collect();
+    trace.push(bed.udp(300, 9, 1014));
+    trace.push(bed.udp(301, 9, 1015));
+    trace.insert(10, vec![0xff; 10]);
+    let over = trace.iter().filter(|f| f.len() > 1014).count() as u64;
+    let fit: Vec<&Vec<u8>> = trace.iter().filter(|f| (14..=1014).contains(&f.len())).collect();
+    assert!(over > 50 && fit.len() > 50);
+    let t = bed.path("t.pcap");
+    write_trace(&t, LinkType::ETHERNET, &trace);
+    let afpacket = json(&bed.replay(&t, &[]).output().unwrap());
+    let xdp = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["replay", t.to_str().unwrap(), "--xdp", &bed.tb.tx_if, "--netns", &bed.tb.tx_ns, "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let xdp = json(&xdp);
+    for (what, v) in [("afpacket", &afpacket), ("xdp", &xdp)] {
+        assert_eq!(v["mtu"], 1000, "{what}: {v}");
+        assert_eq!(v["packets"], fit.len(), "{what}: {v}");
+        assert_eq!(v["bytes"], fit.iter().map(|f| f.len() as u64).sum::<u64>(), "{what}: {v}");
+        assert_eq!(
+            (v["skipped"].as_u64(), v["skipped_above_mtu"].as_u64(), v["skipped_too_short"].as_u64()),
+            (Some(over + 1), Some(over), Some(1)),
+            "{what}: {v}"
+        );
+        assert_eq!(v["stop"], "end of input", "{what}: {v}");
+        assert!(v["error"].is_null(), "{what}: {v}");
+    }
+}
+
 #[test]
 #[ignore = "needs root: weir replay on a veth test bed, captured by tcpdump"]
 fn pps_paces_the_sending() {

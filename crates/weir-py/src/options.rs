@@ -12,8 +12,9 @@
 use crate::errors::{bad_option, build_error, setting_error, BadInputError};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use std::path::PathBuf;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 use weir::engine::CpuPlan;
 use weir::locality::{BatchSize, LocalityConfig, MAX_BATCH};
@@ -215,10 +216,13 @@ impl EngineOptions {
         let pool = match k.take("pool")? {
             None => None,
             Some(v) => {
-                let text = if let Ok((m, r)) = v.extract::<(u64, u64)>() {
-                    format!("{m},{r}")
-                } else {
-                    v.extract::<String>().map_err(|_| k.wrong_type("pool", "a str \"M,R\" or a tuple (M, R)", &v))?
+                let text = match v.cast::<PyTuple>() {
+                    // Any two ints, so that one out of range is told so by the
+                    // pool's own parser, not taken for a wrong type.
+                    Ok(t) if t.len() == 2 && t.iter().all(|x| x.is_instance_of::<PyInt>()) => {
+                        format!("{},{}", t.get_item(0)?.str()?, t.get_item(1)?.str()?)
+                    }
+                    _ => v.extract::<String>().map_err(|_| k.wrong_type("pool", "a str \"M,R\" or a tuple (M, R) of ints", &v))?,
                 };
                 Some(text.parse::<PoolConfig>().map_err(|e| bad_option("pool", format!("{text:?}: {e}")))?)
             }
@@ -305,10 +309,41 @@ impl EngineOptions {
     }
 
     /// Builds the engine with the GIL released (opening a live source takes
-    /// system calls), and says its notes as `weir.Notice` warnings.
+    /// system calls), and says its notes as `weir.Notice` warnings. The build
+    /// runs on a thread of its own while this one looks for signals every
+    /// [`TICK`](crate::run::TICK): it may wait for the header of a trace from a
+    /// pipe, and Ctrl-C (`KeyboardInterrupt`) stops that wait, as `duration=` does.
     pub fn build(&self, py: Python<'_>, app: weir::memory::Plan, kernel_flows: u32) -> PyResult<Engine> {
         let b = self.builder(app, kernel_flows);
-        let engine = py.detach(move || b.build()).map_err(build_error)?;
+        let stop = b.stop_handle();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let builder = std::thread::Builder::new()
+            .name("weir-build".into())
+            // The receiver is gone only once this call returned with an error of its own.
+            .spawn(move || drop(tx.send(b.build())))
+            .map_err(|e| crate::errors::Error::new_err(format!("starting the thread that opens the source: {e}")))?;
+        let mut rx = rx;
+        let built = loop {
+            // The receiver goes to the detached closure and back: it is Send, not Sync.
+            let (got, back) = py.detach(move || (rx.recv_timeout(crate::run::TICK), rx));
+            rx = back;
+            match got {
+                Ok(built) => break built,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(e) = py.check_signals() {
+                        stop.stop();
+                        // The stop ends a wait for a header at once; any other build is short.
+                        py.detach(|| drop(builder.join()));
+                        return Err(e);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(crate::errors::Error::new_err("opening the source failed: its thread ended without a result"))
+                }
+            }
+        };
+        py.detach(|| drop(builder.join()));
+        let engine = built.map_err(build_error)?;
         crate::errors::notes(py, &engine.info().notes)?;
         Ok(engine)
     }

@@ -323,13 +323,14 @@ impl Packets {
     }
 }
 
-#[pymethods]
-impl Packets {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
+/// What a second reader of one `weir.Packets` is told.
+const SHARED: &str = "weir.Packets: this iterator is being read by another thread (or from inside its own iteration); \
+                      an iterator hands each packet to one reader: give each thread its own weir.packets(...), \
+                      or hand the packets on from one thread";
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<Packet>>> {
+impl Packets {
+    /// The next packet, `None` at the end (see the module doc).
+    fn next_packet(&mut self, py: Python<'_>) -> PyResult<Option<Py<Packet>>> {
         let turn = self.next_turn();
         if self.reader.is_none() {
             return Ok(None);
@@ -369,6 +370,20 @@ impl Packets {
                 return Err(e);
             }
         }
+    }
+}
+
+#[pymethods]
+impl Packets {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<Option<Py<Packet>>> {
+        // Two threads reading one iterator: the second finds it borrowed,
+        // while the first waits for a packet with the GIL released.
+        let mut me = slf.try_borrow_mut().map_err(|_| PyRuntimeError::new_err(SHARED))?;
+        me.next_packet(py)
     }
 
     /// Stops the capture and ends the iteration; what was captured and not

@@ -2,6 +2,9 @@
 same options: every per-queue counter must be the CLI's."""
 
 import dataclasses
+import os
+import threading
+import time
 
 import pytest
 
@@ -80,6 +83,36 @@ def test_a_paced_run_stops_at_its_duration(synth):
     assert got.stop == "time limit reached"
     assert 0.4 <= got.elapsed_s < 2.0
     assert 400 <= got.total.received <= 1600
+
+
+def test_a_duration_ends_the_wait_for_a_fifo_header(tmp_path):
+    """A FIFO whose writer stays silent: duration= ends the wait for the
+    header, the report counts no packet, and a Notice says why."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # Read-write: a writer that never writes, without waiting for a reader.
+    writer = os.open(fifo, os.O_RDWR)
+    got = {}
+
+    def run():
+        with pytest.warns(weir.Notice) as notes:
+            started = time.monotonic()
+            got["report"] = weir.count(str(fifo), duration=1)
+            got["took"] = time.monotonic() - started
+        got["notes"] = [str(n.message) for n in notes]
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(timeout=10)
+    # Still waiting: the writer's end lets it go (with an error) before the test fails.
+    os.close(writer)
+    t.join()
+    assert "report" in got, "weir.count(duration=1) was still waiting for the header after 10 s"
+    r = got["report"]
+    assert got["took"] < 5.0
+    assert r.packets == 0 and r.total.received == 0
+    assert r.stop == "time limit reached"
+    assert any("time limit reached before the trace's header arrived" in n for n in got["notes"]), got["notes"]
 
 
 def test_a_report_is_a_dataclass(synth):

@@ -93,6 +93,17 @@ def test_bad_sources_and_options_name_what_is_wrong(synth, tmp_path):
         weir.packets(synth, snaplen="big")
 
 
+def test_a_pool_tuple_out_of_range_is_told_so_and_a_bytes_source_is_taken(synth):
+    with pytest.raises(weir.BadInputError, match=r'^pool: "-1,5": '):
+        weir.count(synth, pool=(-1, 5))
+    with pytest.raises(TypeError, match=r"pool must be a str .* of ints, not tuple"):
+        weir.count(synth, pool=(1.5, 5))
+    # The TypeError for None names bytes among what a source may be: they are taken.
+    with pytest.raises(TypeError, match="str, bytes or os.PathLike"):
+        weir.count(None)
+    assert weir.count(os.fsencode(synth)).packets == weir.count(synth).packets == 20000
+
+
 def _no_net_raw(code: str):
     """Runs `code` in a Python without CAP_NET_RAW: as root, under setpriv."""
     cmd = [sys.executable, "-c", code]

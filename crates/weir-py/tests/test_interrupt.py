@@ -19,7 +19,13 @@ CHILD = textwrap.dedent(
         "packets": lambda: sum(1 for _ in weir.packets(trace, pps=200)),
         "flows": lambda: weir.flows(trace, pps=200, queues=2),
         "streams": lambda: sum(1 for _ in weir.streams(trace, pps=200)),
+        # A FIFO whose writer stays silent: the wait is for its header.
+        "fifo": lambda: weir.count(fifo),
     }
+    if what == "fifo":
+        fifo = trace + ".fifo"
+        os.mkfifo(fifo)
+        writer = os.open(fifo, os.O_RDWR)
     tasks = len(os.listdir("/proc/self/task"))
     print("started", flush=True)
     t = time.monotonic()
@@ -28,6 +34,9 @@ CHILD = textwrap.dedent(
         print("finished", flush=True)
     except KeyboardInterrupt:
         took = time.monotonic() - t
+        if what == "fifo":
+            # The read-ahead thread sits in its read until the writer sends or goes.
+            os.close(writer)
         # weir's capture threads and workers are joined before the exception
         # comes; a trace's read-ahead thread is told to stop and ends by itself
         # (it is not joined: on a pipe it may sit in a read), at its next block.
@@ -41,7 +50,7 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("what", ["count", "packets", "flows", "streams"])
+@pytest.mark.parametrize("what", ["count", "packets", "flows", "streams", "fifo"])
 def test_ctrl_c_stops_a_capture_cleanly(synth, what):
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, what, synth], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -50,7 +59,13 @@ def test_ctrl_c_stops_a_capture_cleanly(synth, what):
     time.sleep(0.8)
     child.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    out, err = child.communicate(timeout=30)
+    try:
+        out, err = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        # Not stopped by the signal: end it, and fail saying so.
+        child.kill()
+        out, err = child.communicate()
+        pytest.fail(f"SIGINT did not stop weir.{what}: still running 30 s later\n{out}{err}")
     waited = time.monotonic() - sent
     assert child.returncode == 0, err
     words = out.split()

@@ -4,6 +4,8 @@ as `weir count --json` gives them; the data contract (valid until the next
 packet, a copy that stays) and the engine's accounting when a loop leaves early."""
 
 import struct
+import threading
+import time
 
 import pytest
 
@@ -107,3 +109,36 @@ def test_the_iterator_says_what_it_reads(synth):
     assert it.source == f"file:{synth}@0-1" and it.link_type == "EN10MB" and it.dlt == 1
     assert it.queues == [0, 1] and it.snaplen > 0
     assert "weir.Packet(ts_ns=" in repr(next(it))
+
+
+def test_one_iterator_read_by_two_threads_says_so(synth):
+    """Paced, the iterator waits for each packet with the GIL released: a
+    second thread that calls next() then is told what it did, in words."""
+    it = weir.packets(synth, pps=500)
+    errors = []
+    done = threading.Event()
+
+    def read():
+        try:
+            for _ in it:
+                if done.is_set():
+                    return
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(500):
+            try:
+                next(it)
+            except RuntimeError as e:
+                errors.append(str(e))
+                break
+            time.sleep(0.001)
+    finally:
+        done.set()
+        reader.join(timeout=30)
+        it.close()
+    assert errors, "two threads read one iterator 500 times without meeting"
+    assert all("being read by another thread" in e for e in errors), errors

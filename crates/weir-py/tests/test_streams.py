@@ -81,6 +81,21 @@ def test_callbacks_get_the_events_in_order(synth):
     assert len({i >> 40 for i in seen}) == 2, "ids carry their queue"
 
 
+def test_run_from_its_own_callback_is_refused(synth):
+    s = weir.streams(synth)
+    refused = []
+
+    def on_created(ev):
+        if not refused:
+            with pytest.raises(RuntimeError, match="called from one of its own callbacks"):
+                s.run()
+            refused.append(ev.id)
+
+    stats = s.run(on_created=on_created)
+    # The outer run went on to the end, with every stream.
+    assert refused and stats["streams"] == weir.streams(synth).run()["streams"] > 0
+
+
 def test_packets_mode_keeps_no_payload(synth):
     events = list(weir.streams(synth, mode="packets"))
     assert events and not [e for e in events if e.kind == "data"]

@@ -592,8 +592,8 @@ fn print_stats(
     let unrecorded = f.fragments - f.fragments_reassembled;
     if unrecorded > 0 {
         eprintln!(
-            "weir flows: {unrecorded} IP fragments in no record: their datagram never completed ({} timed out, {} evicted, {} over memory, {} too big; {} malformed, {} inconsistent fragments)",
-            f.datagrams_timed_out, f.datagrams_evicted, f.datagrams_over_memory, f.datagrams_too_big, f.malformed, f.inconsistent
+            "weir flows: {unrecorded} IP fragments in no record: their datagram never completed ({} timed out, {} evicted, {} over memory, {} too big, {} overlapping IPv6; {} malformed, {} inconsistent fragments)",
+            f.datagrams_timed_out, f.datagrams_evicted, f.datagrams_over_memory, f.datagrams_too_big, f.datagrams_overlapping, f.malformed, f.inconsistent
         );
     }
     if st.not_carried > 0 {

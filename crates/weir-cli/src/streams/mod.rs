@@ -417,7 +417,8 @@ pub fn stats_json(total: &StreamStats) -> serde_json::Value {
         "pieces": total.pieces, "memory_peak": total.memory_peak,
         "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
                          "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
-                         "too_big": f.datagrams_too_big, "malformed": f.malformed, "inconsistent": f.inconsistent},
+                         "too_big": f.datagrams_too_big, "overlapping": f.datagrams_overlapping,
+                         "malformed": f.malformed, "inconsistent": f.inconsistent},
         "kernel_cutoff": {"installed": k.installed, "full": k.full, "failed": k.failed, "taken": k.taken, "evicted": k.evicted, "displaced": k.displaced,
                           "lost": k.lost, "refreshed": k.refreshed, "in_map": k.in_map(), "packets": k.packets, "after_end": k.after_end, "octets": k.octets},
     })

@@ -133,7 +133,7 @@ def _raise_with(raw: Dict[str, Any], result: Any) -> None:
         raise err
 
 
-def count(source: "str | os.PathLike[str]", **options: Any) -> Report:
+def count(source: "str | bytes | os.PathLike[str] | os.PathLike[bytes]", **options: Any) -> Report:
     """Runs the engine on ``source`` to its end and returns its :class:`Report`.
 
     ``weir.count("t.pcap", queues=2, filter="tcp")`` is ``weir count -f tcp
@@ -141,13 +141,13 @@ def count(source: "str | os.PathLike[str]", **options: Any) -> Report:
     trace damaged part way raises :class:`MalformedTraceError` after counting
     the packets before the damage; that report is the exception's ``result``.
     """
-    raw = _weir.count(os.fspath(source), options)
+    raw = _weir.count(os.fsdecode(source), options)
     report = Report._from_dict(raw)
     _raise_with(raw, report)
     return report
 
 
-def packets(source: "str | os.PathLike[str]", **options: Any) -> Packets:
+def packets(source: "str | bytes | os.PathLike[str] | os.PathLike[bytes]", **options: Any) -> Packets:
     """An iterator of the packets of ``source`` (a :class:`Packets`).
 
     Each item is a :class:`Packet`; its ``data`` (a memoryview) and ``bytes()``
@@ -157,7 +157,7 @@ def packets(source: "str | os.PathLike[str]", **options: Any) -> Packets:
     ``"read"`` would have no CPU of its own.
     """
     options.setdefault("trace_access", "map")
-    return _weir.packets(os.fspath(source), options)
+    return _weir.packets(os.fsdecode(source), options)
 
 
 #: Why a flow record was handed out: the categories of the ``end_reason`` column.
@@ -252,7 +252,7 @@ Flows.__doc__ = (Flows.__doc__ or "") + "\n    Columns (name: pandas dtype / Arr
 )
 
 
-def flows(source: "str | os.PathLike[str]", **options: Any) -> Flows:
+def flows(source: "str | bytes | os.PathLike[str] | os.PathLike[bytes]", **options: Any) -> Flows:
     """Flow records of ``source``, as ``weir flows`` makes them, in a :class:`Flows`.
 
     One row per connection (``biflow=False``: per direction), handed out at its
@@ -261,7 +261,7 @@ def flows(source: "str | os.PathLike[str]", **options: Any) -> Flows:
     ``max_flows=`` connections at most (the least recently seen is handed out
     early past it). The engine's keywords apply (``queues=``, ``filter=``, ...).
     """
-    raw = _weir.flows(os.fspath(source), options)
+    raw = _weir.flows(os.fsdecode(source), options)
     result = Flows(raw)
     _raise_with(raw, result)
     return result
@@ -280,6 +280,7 @@ class Streams:
         self._native = native
         self.report: Optional[Report] = None
         self.stats: Optional[Dict[str, Any]] = None
+        self._running = False
 
     def __iter__(self) -> Iterator[Event]:
         yield from self._native
@@ -293,12 +294,26 @@ class Streams:
         on_gap: Optional[Callable[[Event], Any]] = None,
         on_closed: Optional[Callable[[Event], Any]] = None,
     ) -> Dict[str, Any]:
-        """Calls each event's callback (on this thread) until the end; returns ``stats``."""
+        """Calls each event's callback (on this thread) until the end; returns ``stats``.
+
+        Called again from one of its own callbacks, it raises RuntimeError (as the
+        C API's weir_streams_run refuses to run from its callbacks): the events
+        are this run's to hand out, and a run inside it would take them all.
+        """
+        if self._running:
+            raise RuntimeError(
+                "weir.Streams.run() was called from one of its own callbacks: "
+                "the run already under way hands out every event; return from the callback instead"
+            )
         calls = {"created": on_created, "data": on_data, "gap": on_gap, "closed": on_closed}
-        for ev in self:
-            f = calls[ev.kind]
-            if f is not None:
-                f(ev)
+        self._running = True
+        try:
+            for ev in self:
+                f = calls[ev.kind]
+                if f is not None:
+                    f(ev)
+        finally:
+            self._running = False
         assert self.stats is not None
         return self.stats
 
@@ -313,7 +328,7 @@ class Streams:
         self.close()
 
 
-def streams(source: "str | os.PathLike[str]", **options: Any) -> Streams:
+def streams(source: "str | bytes | os.PathLike[str] | os.PathLike[bytes]", **options: Any) -> Streams:
     """The stream layer's events for ``source``, as ``weir streams`` rebuilds them.
 
     Options of the stream layer: ``mode`` ("tcp-fast", "tcp-strict", "packets"),
@@ -323,7 +338,7 @@ def streams(source: "str | os.PathLike[str]", **options: Any) -> Streams:
     ``max_streams``, ``memory`` (bytes of reassembly memory), ``hold_limit``,
     ``midstream``, ``ignore_window``; and the engine's keywords.
     """
-    return Streams(_weir.streams(os.fspath(source), options))
+    return Streams(_weir.streams(os.fsdecode(source), options))
 
 
 END_REASONS = tuple(_weir.END_REASONS)

@@ -8,7 +8,8 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Seque
 
 import numpy
 
-_Source = Union[str, os.PathLike[str]]
+# bytes as os.fsdecode takes them (the file system encoding).
+_Source = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 _Queues = Union[int, str, None]
 _Pool = Union[str, Tuple[int, int], None]
 _Cpus = Union[str, Sequence[int], None]

@@ -14,7 +14,7 @@
 
 use crate::ring::WakeHandle;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Why a run ended.
@@ -48,8 +48,9 @@ impl std::fmt::Display for StopReason {
 pub(crate) struct Control {
     stop: AtomicBool,
     reason: Mutex<Option<StopReason>>,
-    /// Packets still allowed through the filter, when a limit is set.
-    budget: Option<AtomicU64>,
+    /// Packets still allowed through the filter, when a limit is set (once:
+    /// an engine's control exists from its builder on, before the limit is known).
+    budget: OnceLock<AtomicU64>,
     wakers: Mutex<Vec<WakeHandle>>,
     /// Engine threads still running, and a condition signalled as each ends.
     running: Mutex<usize>,
@@ -61,11 +62,18 @@ impl Control {
         Control {
             stop: AtomicBool::new(false),
             reason: Mutex::new(None),
-            budget: packet_limit.map(AtomicU64::new),
+            budget: packet_limit.map(AtomicU64::new).map_or_else(OnceLock::new, OnceLock::from),
             wakers: Mutex::new(Vec::new()),
             running: Mutex::new(0),
             ended: Condvar::new(),
         }
+    }
+
+    /// Set the packet limit of a control made without one (an engine
+    /// builder's), before the run starts; a limit already set is kept.
+    pub(crate) fn set_packet_limit(&self, n: u64) {
+        // Err: already set, by the only caller, a builder's single build.
+        let _ = self.budget.set(AtomicU64::new(n));
     }
 
     /// A thread of the engine starts; it must call [`thread_ended`](Self::thread_ended).
@@ -128,7 +136,7 @@ impl Control {
     /// the packet must not be captured and the unit should stop.
     #[inline]
     pub(crate) fn take_budget(&self) -> bool {
-        match &self.budget {
+        match self.budget.get() {
             None => true,
             // Relaxed: a counter; no other memory is published through it.
             Some(b) => b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok(),
@@ -141,7 +149,7 @@ impl Control {
     #[inline]
     pub(crate) fn budget_spent(&self) -> bool {
         // Relaxed: as in take_budget.
-        self.budget.as_ref().is_some_and(|b| b.load(Ordering::Relaxed) == 0)
+        self.budget.get().is_some_and(|b| b.load(Ordering::Relaxed) == 0)
     }
 
     /// Wake `w` when a stop is requested.
@@ -150,8 +158,16 @@ impl Control {
     }
 }
 
+impl Default for Control {
+    /// No packet limit, no stop.
+    fn default() -> Control {
+        Control::new(None)
+    }
+}
+
 /// Stops a running engine from any thread (a signal handler's thread, a
-/// timer). Cheap to clone; every clone stops the same run.
+/// timer), or one being built (see `EngineBuilder::stop_handle`). Cheap to
+/// clone; every clone stops the same run.
 #[derive(Clone)]
 pub struct StopHandle(pub(crate) std::sync::Arc<Control>);
 

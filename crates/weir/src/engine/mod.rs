@@ -157,6 +157,9 @@ pub struct EngineBuilder {
     application_memory: Plan,
     /// Stage timing, when the run is profiled.
     profiler: Option<Arc<Profiler>>,
+    /// The run's stop flag, from the builder on: a stop may end [`build`](Self::build)'s
+    /// wait for a pipe's header (see [`stop_handle`](Self::stop_handle)).
+    ctl: Arc<Control>,
 }
 
 impl EngineBuilder {
@@ -224,7 +227,9 @@ impl EngineBuilder {
     }
 
     /// Stop this long after the start. Enforced while [`Running::join`] or
-    /// [`Running::wait_for`] runs.
+    /// [`Running::wait_for`] runs, and, for a trace read from a pipe, FIFO or
+    /// terminal, while [`build`](Self::build) waits for its header: the limit
+    /// then counts from the start of that wait, and ends it (see [`build`](Self::build)).
     pub fn time_limit(mut self, d: Duration) -> Self {
         self.time_limit = Some(d);
         self
@@ -278,6 +283,13 @@ impl EngineBuilder {
         self
     }
 
+    /// A handle that stops the engine this builder makes, usable at once:
+    /// while [`build`](Self::build) waits for the header of a trace from a pipe,
+    /// and then for the whole run (it is the run's [`Running::stop_handle`]).
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.ctl))
+    }
+
     /// Pin each queue's capture thread and worker (see [`CpuPlan`]); unpinned by default.
     pub fn cpus(mut self, plan: CpuPlan) -> Self {
         self.cpus = plan;
@@ -290,8 +302,18 @@ impl EngineBuilder {
     /// the pool cannot hold, rebalancing without every queue of a split, a CPU
     /// this process may not use), a source that does not open, or a filter that
     /// does not compile.
+    ///
+    /// A trace read from a pipe, FIFO or terminal is waited for until its
+    /// header arrives, or until the time limit passes or a stop is asked for
+    /// (see [`stop_handle`](Self::stop_handle)). Stopped first, the engine is
+    /// built all the same, with nothing to read: its run ends at once with no
+    /// packet and the stop's reason, its link type is a stand-in (Ethernet),
+    /// and a note in [`SourceInfo::notes`] says so.
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
+        if let Some(n) = self.packet_limit {
+            self.ctl.set_packet_limit(n);
+        }
         // What the user should hear about the pool, said with the source's notes.
         let mut pool_note = None;
         let mut raised = String::new();
@@ -391,7 +413,15 @@ impl EngineBuilder {
             }
         }
         self.open.budget = self.memory(&raised);
-        let mut source = source::open(&spec, &self.open)?;
+        let opened = Instant::now();
+        let wait = source::file::HeaderWait { ctl: &self.ctl, limit: self.time_limit, profiler: self.profiler.clone() };
+        let mut source = source::open(&spec, &self.open, &wait)?;
+        // A trace's time limit counts from the wait for its header (from a pipe,
+        // as long as the writer takes); a live source's from the start.
+        let time_limit = match spec {
+            SourceSpec::File { .. } => self.time_limit.map(|l| l.saturating_sub(opened.elapsed())),
+            SourceSpec::Live { .. } => self.time_limit,
+        };
         let mut info = source.info().clone();
         info.notes.extend(pool_note);
         let placements = affinity::plan(&self.cpus, info.iface.as_deref(), &info.queues, &allowed);
@@ -414,12 +444,12 @@ impl EngineBuilder {
             placements,
             pool: self.pool,
             filter,
-            packet_limit: self.packet_limit,
-            time_limit: self.time_limit,
+            time_limit,
             pacing: self.pacing,
             balance: self.balance,
             locality: self.locality,
             profiler: self.profiler,
+            ctl: self.ctl,
         })
     }
 }
@@ -454,12 +484,13 @@ pub struct Engine {
     placements: Vec<Placement>,
     pool: PoolConfig,
     filter: Option<Filter>,
-    packet_limit: Option<u64>,
     time_limit: Option<Duration>,
     pacing: Pacing,
     balance: balance::Mode,
     locality: Option<LocalityConfig>,
     profiler: Option<Arc<Profiler>>,
+    /// The stop flag and packet limit, the builder's (see [`EngineBuilder::stop_handle`]).
+    ctl: Arc<Control>,
 }
 
 impl Engine {
@@ -627,7 +658,7 @@ impl Engine {
     /// one thread reading them all (`pull`), every capture side also rings the
     /// first worker side's bell.
     fn launch(self, pull: bool) -> Result<Launched, RunError> {
-        let ctl = Arc::new(Control::new(self.packet_limit));
+        let ctl = self.ctl;
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
         let filter = FilterSwitch::new(self.filter, self.info.link);

@@ -39,7 +39,9 @@
 //!   `dropped`. What both pass is sent.
 //! - **Counting**, per lane ([`LaneStats`]): every packet taken off the RX ring
 //!   is `received` and then exactly one of `forwarded` (the device took it),
-//!   `filtered`, `dropped`, `tx_failed` (the kernel or device gave up on it) or
+//!   `filtered`, `dropped`, `tx_failed` (OUT cannot carry it: longer than its
+//!   MTU plus 14 bytes, 18 with a VLAN tag, or shorter than an Ethernet header,
+//!   on every backend; or the kernel or device gave up on it) or
 //!   `in_flight` (handed to TX, not yet completed):
 //!   `received = forwarded + filtered + dropped + tx_failed + in_flight`, checked
 //!   in debug builds after every batch. `kernel_drops` are packets the kernel

@@ -14,6 +14,12 @@
 //! the kernel's), on the RX ring, on the TX ring (or being sent), or on the
 //! completion ring. The completion ring of a lane's TX socket only ever gives
 //! back frames that lane sent, so frames never change lanes.
+//!
+//! A frame OUT cannot carry (longer than its MTU plus the link header, or
+//! shorter than an Ethernet header) is not put on the TX ring: in copy mode
+//! the kernel would hand it to the device, which drops it unseen (a veth's
+//! peer), and it would count as forwarded. It is `tx_failed`, as the afpacket
+//! backend's TX ring refuses it.
 
 use super::{
     check_interface, queues, Control, Counters, Direction, ForwardOptions, Judge, LaneStats, LaneWork, Opened, Verdict, BATCH, DRAIN,
@@ -29,6 +35,7 @@ use crate::source::afxdp::ring::{CompletionRing, FillRing, RxRing, TxRing};
 use crate::source::afxdp::sys::{self, Promiscuous, RingKind, XdpDesc, XdpMode, XdpStatistics, XskFd};
 use crate::source::afxdp::xsk::{bind_error, umem_error, XDP_PACKET_HEADROOM};
 use crate::source::ZeroCopy;
+use crate::tx::longest_frame;
 use crate::{Packet, QueueId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,8 +77,8 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
     }
     let room = opts.frame_size - XDP_PACKET_HEADROOM;
     let what = format!("a UMEM frame of {} bytes less the kernel's headroom of {XDP_PACKET_HEADROOM}", opts.frame_size);
-    let (in_index, _) = check_interface(&opts.input, room, &what)?;
-    let (out_index, _) = check_interface(&opts.output, room, &what)?;
+    let (in_index, in_mtu) = check_interface(&opts.input, room, &what)?;
+    let (out_index, out_mtu) = check_interface(&opts.output, room, &what)?;
     let same = in_index == out_index;
     let nq = queues(opts)?;
     let lanes = usize::from(nq) * if opts.bidirectional { 2 } else { 1 };
@@ -165,12 +172,13 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
             None => (&mut a.tx, Arc::clone(&a.fd)),
         };
         let (tx, comp) = (tx_sock.take(), b.as_mut().map_or_else(|| a.comp.take(), |b| b.comp.take()));
-        let forth = Lane::new(name(&opts.input, &opts.output), q, Arc::clone(&a.fd), a.rx.take(), a.fill.take(), tx_fd, tx, comp)?;
+        let forth = Lane::new(name(&opts.input, &opts.output), q, out_mtu, Arc::clone(&a.fd), a.rx.take(), a.fill.take(), tx_fd, tx, comp)?;
         built.push((Direction::InToOut, q, forth));
         if let (true, Some(b)) = (opts.bidirectional, &mut b) {
             let back = Lane::new(
                 name(&opts.output, &opts.input),
                 q,
+                in_mtu,
                 Arc::clone(&b.fd),
                 b.rx.take(),
                 b.fill.take(),
@@ -219,6 +227,8 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
 struct Lane {
     name: String,
     queue: QueueId,
+    /// The MTU of the interface the lane sends on.
+    mtu: u32,
     /// Rings first: unmapped before the sockets close.
     rx: RxRing,
     fill: FillRing,
@@ -238,6 +248,7 @@ impl Lane {
     fn new(
         name: String,
         q: u16,
+        mtu: u32,
         rx_fd: Arc<XskFd>,
         rx: Option<RxRing>,
         fill: Option<FillRing>,
@@ -248,6 +259,7 @@ impl Lane {
         let missing = || SourceError::Invalid(format!("{name}: a ring of the lane was not set up (a bug in weir)"));
         Ok(Lane {
             queue: QueueId(q),
+            mtu,
             rx: rx.ok_or_else(missing)?,
             fill: fill.ok_or_else(missing)?,
             tx: tx.ok_or_else(missing)?,
@@ -273,6 +285,8 @@ struct Tally {
     completed: u64,
     /// Frames the device dropped (sendto's EBUSY, one frame each).
     busy_drops: u64,
+    /// Frames that passed but that OUT cannot carry, never put on the TX ring.
+    unfit: u64,
     /// What the kernel counted on the sockets, as last read.
     rx_seen: XdpStatistics,
     tx_seen: XdpStatistics,
@@ -287,7 +301,7 @@ impl Tally {
         s.kernel_drops = rx.rx_dropped + rx.rx_ring_full + rx.rx_invalid_descs + if zero_copy { rx.rx_fill_ring_empty_descs } else { 0 };
         // A descriptor the kernel refused never comes back on the completion ring.
         let invalid = self.tx_seen.tx_invalid_descs;
-        s.tx_failed = self.busy_drops + invalid;
+        s.tx_failed = self.busy_drops + invalid + self.unfit;
         s.forwarded = self.completed.saturating_sub(self.busy_drops);
         s.in_flight = self.submitted.saturating_sub(self.completed + invalid);
     }
@@ -421,7 +435,10 @@ impl Lane {
                         }
                     },
                 };
-                if pass {
+                if pass && !fits(self.mtu, data) {
+                    t.unfit += 1;
+                    self.free.push(desc.addr);
+                } else if pass {
                     // The frame goes out as it came in: its address and length.
                     self.tx.write(sent, XdpDesc { addr: desc.addr, len: desc.len, options: 0 });
                     lens.push_back(desc.len);
@@ -462,4 +479,10 @@ impl Lane {
         t.settle(zero_copy);
         debug_assert!(t.stats.balanced(), "{}: counts do not add up: {:?}", self.name, t.stats);
     }
+}
+
+/// Whether an interface of this MTU can carry `frame`: a whole Ethernet
+/// header, and no longer than the MTU allows (see [`longest_frame`]).
+fn fits(mtu: u32, frame: &[u8]) -> bool {
+    frame.len() >= 14 && frame.len() <= longest_frame(mtu, frame)
 }

@@ -95,10 +95,10 @@ pub(crate) struct OpenOptions {
     pub(crate) budget: crate::memory::Budget,
 }
 
-/// Open the source a spec names.
-pub(crate) fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Box<dyn Source>, SourceError> {
+/// Open the source a spec names; a trace's header is waited for as `wait` says.
+pub(crate) fn open(spec: &SourceSpec, opts: &OpenOptions, wait: &file::HeaderWait<'_>) -> Result<Box<dyn Source>, SourceError> {
     match spec {
-        SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace, &opts.budget),
+        SourceSpec::File { path, queues } => file::open(path.as_ref(), *queues, spec.to_string(), opts.trace, &opts.budget, wait),
         SourceSpec::Live { kind: LiveKind::AfPacket, iface, queues } => {
             afpacket::open(iface, *queues, &opts.live, spec.to_string(), &opts.budget)
         }

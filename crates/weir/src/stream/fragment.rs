@@ -23,14 +23,33 @@
 //! length is set. An IPv6 atomic fragment (offset 0, M clear) is complete by
 //! itself and never joins other fragments (RFC 6946).
 //!
-//! Overlapping fragments are resolved first-copy-wins, as the TCP
-//! reassembler resolves segments ([`super::reassembly::OverlapPolicy`]): a
-//! byte already held is kept, and a later fragment that carries different
-//! bytes there is still taken for its new bytes, and counted in
-//! `overlap_conflicts`. Where a datagram ends is decided the same way: the
-//! first last fragment (MF or M clear) fixes the end, and a later fragment
-//! that contradicts it (another end, or bytes past it) is refused as
-//! inconsistent.
+//! Overlapping fragments are treated by IP version.
+//!
+//! - **IPv6**: RFC 5722 (and RFC 8200 section 4.5) has a datagram with
+//!   overlapping fragments discarded whole, since the two copies of a byte let
+//!   a sender show a monitor other bytes than the host reassembles. A fragment
+//!   that overlaps data already received drops its datagram with every
+//!   fragment taken so far, counted as overlapping. The exception is a
+//!   duplicate: a fragment that lies wholly inside data already received and
+//!   carries the same bytes there (a copy the network made, which RFC 8200
+//!   lets an implementation keep apart from overlaps) is taken, as a copy,
+//!   and changes nothing. Linux (`inet_frag_queue_insert`, shared by IPv4 and
+//!   IPv6) ignores a fragment inside a run received whatever its bytes, and
+//!   drops the datagram on any other overlap; weir compares the bytes, so a
+//!   copy that differs is an overlap. Fragments of the same key that arrive
+//!   after the drop begin a new datagram, as in Linux.
+//! - **IPv4**: RFC 791 does not forbid overlaps. They are resolved
+//!   first-copy-wins, as the TCP reassembler resolves segments
+//!   ([`super::reassembly::OverlapPolicy`]): a byte already held is kept,
+//!   and a later fragment that carries different bytes there is still taken
+//!   for its new bytes, and counted in `overlap_conflicts`. (Linux since 4.19
+//!   drops such IPv4 datagrams as it drops IPv6 ones; a monitor that must see
+//!   what one particular host would see has to know that host's policy.)
+//!
+//! Where a datagram ends is decided first-copy-wins for both: the first last
+//! fragment (MF or M clear) fixes the end, and a later fragment that
+//! contradicts it (another end, or bytes past it) is refused alone as
+//! inconsistent, before any overlap is looked at.
 //!
 //! Header checksums are not verified, as the rest of weir's parsing
 //! ([`crate::wire`]) does not verify them: traces and offloading NICs leave
@@ -61,17 +80,17 @@
 //! Every fragment pushed (every packet that is not `Outcome::NotFragment`)
 //! is counted in exactly one of: the fragments of reassembled datagrams, the
 //! fragments held now, the fragments dropped with their datagram (timed out,
-//! evicted for too many pending, evicted for memory, too big), or the
-//! fragments refused alone (malformed, inconsistent). So
+//! evicted for too many pending, evicted for memory, too big, overlapping), or
+//! the fragments refused alone (malformed, inconsistent). So
 //!
 //! ```text
 //! fragments = fragments_reassembled + fragments_held
 //!           + fragments_timed_out + fragments_evicted + fragments_over_memory + fragments_too_big
-//!           + malformed + inconsistent
+//!           + fragments_overlapping + malformed + inconsistent
 //! ```
 //!
 //! and likewise every datagram begun is reassembled, held, or dropped for
-//! one of those four reasons. Both are checked after every call in debug
+//! one of those five reasons. Both are checked after every call in debug
 //! builds.
 
 // Written by hand for weir, not adapted from another defragmenter. Offsets
@@ -179,6 +198,9 @@ pub(crate) enum FragFailure {
     /// The datagram would be longer than an IP length field can say; it is
     /// dropped with all its fragments.
     TooBig,
+    /// An IPv6 fragment overlaps data its datagram already holds, other than
+    /// as a duplicate; the datagram is dropped with all its fragments (RFC 5722).
+    Overlap,
     /// Its datagram was the oldest when too many were pending (only when the
     /// limit is 0, as a new datagram is never the oldest).
     TooManyPending,
@@ -207,6 +229,7 @@ impl fmt::Display for FragFailure {
             FragFailure::Malformed(Malformed::NotMultipleOf8) => f.write_str("malformed fragment: not the last, not a multiple of 8 bytes"),
             FragFailure::Inconsistent => f.write_str("fragment contradicts its datagram's end"),
             FragFailure::TooBig => f.write_str("reassembled datagram longer than 65535 bytes"),
+            FragFailure::Overlap => f.write_str("overlapping IPv6 fragments: datagram dropped (RFC 5722)"),
             FragFailure::TooManyPending => f.write_str("too many datagrams pending"),
             FragFailure::MemoryLimit => f.write_str("fragment memory limit reached"),
         }
@@ -248,6 +271,11 @@ pub struct FragCounters {
     pub datagrams_too_big: u64,
     /// The fragments lost with them.
     pub fragments_too_big: u64,
+    /// IPv6 datagrams dropped because a fragment overlapped data already
+    /// received, other than as a duplicate (RFC 5722).
+    pub datagrams_overlapping: u64,
+    /// The fragments lost with them, the overlapping one included.
+    pub fragments_overlapping: u64,
     /// Fragments refused alone as malformed.
     pub malformed: u64,
     /// Fragments refused alone for contradicting their datagram's end.
@@ -266,6 +294,7 @@ impl FragCounters {
             + self.fragments_evicted
             + self.fragments_over_memory
             + self.fragments_too_big
+            + self.fragments_overlapping
             + self.malformed
             + self.inconsistent
     }
@@ -278,6 +307,7 @@ impl FragCounters {
             + self.datagrams_evicted
             + self.datagrams_over_memory
             + self.datagrams_too_big
+            + self.datagrams_overlapping
     }
 
     /// Adds another reassembler's counts.
@@ -297,6 +327,8 @@ impl FragCounters {
         self.fragments_over_memory += o.fragments_over_memory;
         self.datagrams_too_big += o.datagrams_too_big;
         self.fragments_too_big += o.fragments_too_big;
+        self.datagrams_overlapping += o.datagrams_overlapping;
+        self.fragments_overlapping += o.fragments_overlapping;
         self.malformed += o.malformed;
         self.inconsistent += o.inconsistent;
         self.overlap_conflicts += o.overlap_conflicts;
@@ -493,6 +525,19 @@ impl Pending {
         conflict
     }
 
+    /// Whether `data` at `offset` overlaps the bytes received other than as
+    /// a copy of them: a copy lies wholly inside one received range (ranges
+    /// never touch) and carries the same bytes there.
+    fn overlaps(&self, offset: usize, data: &[u8]) -> bool {
+        let (lo, hi) = (offset, offset + data.len());
+        // The first range that ends after `lo`: the only one that can hold [lo, hi).
+        let first = self.ranges.partition_point(|&(_, e)| e <= lo);
+        match self.ranges.get(first) {
+            Some(&(s, e)) if s < hi => !(s <= lo && hi <= e && self.data[lo..hi] == *data),
+            _ => false,
+        }
+    }
+
     fn is_complete(&self) -> bool {
         !self.header.is_empty() && self.end == Some(self.received)
     }
@@ -505,6 +550,7 @@ enum Loss {
     TooMany,
     Memory,
     TooBig,
+    Overlap,
 }
 
 /// Buffers kept for reuse: enough for a burst of datagrams pending at once,
@@ -664,6 +710,10 @@ impl Defrag {
             self.drop_pending(f.key, Loss::TooBig);
             return Err(FragFailure::TooBig);
         }
+        if matches!(f.key, Key::V6 { .. }) && p.overlaps(f.offset, f.data) {
+            self.drop_pending(f.key, Loss::Overlap);
+            return Err(FragFailure::Overlap);
+        }
         let before = p.bytes();
         if p.insert(f.offset, f.data) {
             self.counters.overlap_conflicts += 1;
@@ -730,6 +780,7 @@ impl Defrag {
             Loss::TooMany => (&mut c.datagrams_evicted, &mut c.fragments_evicted),
             Loss::Memory => (&mut c.datagrams_over_memory, &mut c.fragments_over_memory),
             Loss::TooBig => (&mut c.datagrams_too_big, &mut c.fragments_too_big),
+            Loss::Overlap => (&mut c.datagrams_overlapping, &mut c.fragments_overlapping),
         };
         *datagrams += 1;
         *fragments += p.fragments;

@@ -1,6 +1,7 @@
 //! Fragment reassembly against a table of cases, then against a byte-map
 //! model on random datagrams cut into random, shuffled, duplicated and
-//! overlapping fragments. Fragments are cut from real datagrams (IPv4 headers
+//! overlapping fragments (IPv4 takes overlaps, IPv6 drops the datagram at one
+//! unless it is a copy of bytes already received). Fragments are cut from real datagrams (IPv4 headers
 //! built by etherparse), so a complete datagram must come back equal to the
 //! original byte for byte, and etherparse must read it as unfragmented.
 
@@ -193,6 +194,8 @@ fn table() {
     let unfrag = 40 + 48;
     let g = |lo, hi, more| v6_fragment(&v6, unfrag, 99, lo, hi, more);
     let plain_v6 = v6_datagram(&[], TCP, &bytes(30, 4));
+    let mut v6_other_bytes = g(0, 16, true);
+    v6_other_bytes[unfrag + 8 + 3] ^= 0xff; // data byte 3, which the first copy carries
     let mut v6_cut = g(0, 48, true);
     v6_cut.truncate(40 + 4); // inside the hop-by-hop header
                              // Offset 65528 with 16 bytes: 20 + 65544 bytes.
@@ -331,6 +334,40 @@ fn table() {
                 (0, plain_v6.clone(), NotFragment),
             ],
             counters: FragCounters { fragments: 3, datagrams: 3, datagrams_held: 1, fragments_held: 1, ..reassembled(2, 2) },
+        },
+        Case {
+            name: "v6 overlapping with the same bytes: the datagram dropped, later fragments begin another",
+            limits: lim,
+            steps: vec![(0, g(0, 16, true), Held), (0, g(8, 32, true), Failed(FragFailure::Overlap)), (0, g(16, 100, false), Held)],
+            counters: FragCounters {
+                fragments: 3,
+                datagrams: 2,
+                datagrams_overlapping: 1,
+                fragments_overlapping: 2,
+                datagrams_held: 1,
+                fragments_held: 1,
+                ..z
+            },
+        },
+        Case {
+            name: "v6 a copy of received bytes with other bytes: an overlap",
+            limits: lim,
+            steps: vec![(0, g(48, 100, false), Held), (0, g(0, 16, true), Held), (0, v6_other_bytes, Failed(FragFailure::Overlap))],
+            counters: FragCounters { fragments: 3, datagrams: 1, datagrams_overlapping: 1, fragments_overlapping: 3, ..z },
+        },
+        Case {
+            name: "v6 exact duplicates and copies inside received bytes are taken, as copies",
+            limits: lim,
+            steps: vec![
+                (0, g(0, 32, true), Held),
+                (0, g(0, 32, true), Held),
+                (0, g(8, 16, true), Held),
+                (0, g(48, 100, false), Held),
+                (0, g(48, 100, false), Held),
+                (0, g(56, 64, true), Held),
+                (0, g(32, 48, true), Complete(v6.clone())),
+            ],
+            counters: reassembled(7, 1),
         },
         Case {
             name: "v6 malformed, and a chain cut before the Fragment header",
@@ -489,6 +526,8 @@ proptest! {
         let mut have = vec![false; len];
         let (mut first, mut last, mut taken) = (false, false, 0u64);
         let (mut completes, mut fragments) = (0u64, 0u64);
+        // IPv6 datagrams dropped for overlapping, and their fragments.
+        let (mut dropped, mut overlapping) = (0u64, 0u64);
         for p in &pieces {
             let more = p.hi < len;
             let fragment = if v6 {
@@ -511,10 +550,24 @@ proptest! {
                 continue;
             }
             fragments += 1;
+            taken += 1;
+            let had = have[p.lo..p.hi].iter().filter(|&&b| b).count();
+            if v6 && had > 0 && had < p.hi - p.lo {
+                // Partly new bytes over received ones: RFC 5722 drops the
+                // datagram with every fragment it took (all the model's
+                // pieces carry the datagram's own bytes, so a piece wholly
+                // over received bytes is a copy, and taken).
+                prop_assert_eq!(outcome(defrag.push(0, &fragment)), Expect::Failed(FragFailure::Overlap));
+                overlapping += taken;
+                dropped += 1;
+                have.fill(false);
+                (first, last, taken) = (false, false, 0);
+                assert_identities(&defrag.counters());
+                continue;
+            }
             have[p.lo..p.hi].fill(true);
             first |= p.lo == 0;
             last |= !more;
-            taken += 1;
             let done = first && last && have.iter().all(|&b| b);
             let got = outcome(defrag.push(0, &fragment));
             if done {
@@ -533,6 +586,7 @@ proptest! {
         prop_assert_eq!(c.datagrams_held, u64::from(taken > 0));
         prop_assert_eq!(c.overlap_conflicts, 0);
         prop_assert_eq!(c.fragments, fragments);
+        prop_assert_eq!((c.datagrams_overlapping, c.fragments_overlapping), (dropped, overlapping));
     }
 
     /// Whatever the bytes, a push never panics (the debug assertions check

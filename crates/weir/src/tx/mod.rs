@@ -47,6 +47,17 @@ use std::time::{Duration, Instant};
 const ETH_HLEN: usize = 14;
 /// An 802.1Q or 802.1ad tag: the kernel allows these 4 bytes more when the frame carries one.
 const VLAN_HLEN: usize = 4;
+/// The longest `frame` a device of this MTU sends: the MTU and the Ethernet
+/// header, and a tag's 4 bytes more on a frame that carries one (what the
+/// kernel forwards, `is_skb_forwardable`). Every sender checks frames against
+/// it, so the backends skip or count the same frames: AF_PACKET (its TX ring
+/// refuses longer ones), AF_XDP (whose copy mode would hand them on) and the
+/// XDP generator. `frame` holds at least an Ethernet header.
+pub(crate) fn longest_frame(mtu: u32, frame: &[u8]) -> usize {
+    let tagged = matches!(u16::from_be_bytes([frame[12], frame[13]]), 0x8100 | 0x88a8);
+    mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 }
+}
+
 /// Blocks of the ring: big enough to hold many frames each, small enough to
 /// allocate without trouble.
 const BLOCK_BYTES: usize = 64 << 10;
@@ -350,9 +361,7 @@ impl TxRing {
         if len < ETH_HLEN {
             return Err(TxError::TooShort { len });
         }
-        // The kernel allows a tag's 4 bytes above the MTU only on a tagged frame.
-        let tagged = matches!(u16::from_be_bytes([frame[12], frame[13]]), 0x8100 | 0x88a8);
-        let limit = self.mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
+        let limit = longest_frame(self.mtu, frame);
         if len > limit {
             return Err(TxError::AboveMtu { iface: self.iface.clone(), len, mtu: self.mtu, limit });
         }

@@ -20,13 +20,16 @@
 //!
 //! A regular file is read a full block at a time. A pipe, FIFO, socket or
 //! terminal (a *stream*) hands each `read()` over as it returns, so records
-//! that arrived are delivered at once, not when a block's worth has come; and
+//! that arrived are delivered at once, not when a block's worth has come. A
+//! stream is read ahead from the start, its header too: its writer may stay
+//! silent, and the wait for the header must end on a stop or at a deadline
+//! (see [`Input::wait_until`]) where a `read()` would block until it writes; and
 //! what a stream delivered but the run did not reach when it stopped (a
 //! partial record, blocks read ahead) is counted ([`Input::unreached`]),
 //! since unlike a file's rest it cannot be read again.
 
 use super::mapped::{self, Watch};
-use crate::capture::{Control, SourceError};
+use crate::capture::{Control, SourceError, StopReason};
 use crate::pool::{BlockArena, BlockId, BlockMut, BlockRef, CaptureSide};
 use crate::profile::{Profiler, Stage};
 use crate::tracefile::MAX_RECORD_BYTES;
@@ -39,7 +42,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a trace is read; the defaults suit page-cached files on this class of
 /// machine. Opening refuses blocks of 0 bytes or fewer than 4 blocks
@@ -199,8 +202,9 @@ struct Source {
     regular: bool,
 }
 
-/// Reading before the capture thread starts (the header), then with read-ahead;
-/// or a mapped file, walked window after window.
+/// A regular file read before the capture thread starts (its header), then
+/// with read-ahead (a stream's from the start); or a mapped file, walked
+/// window after window.
 enum Reader {
     Direct(Source),
     Ahead { rx: Receiver<Filled>, stop: Arc<AtomicBool> },
@@ -251,6 +255,9 @@ pub(super) struct Input {
     /// takes them, not the capture thread's, which may be pinned to one CPU
     /// (`--cpus`) that it would then have to share with its own read-ahead.
     cpus: Option<CpuSet>,
+    /// When waiting for the next block ends with a stop for the time limit
+    /// (the wait for a stream's header, before the run enforces its limit).
+    deadline: Option<Instant>,
 }
 
 /// A trace that cannot be opened for what the user named (no such file, no
@@ -313,8 +320,21 @@ impl Input {
             read_total: Arc::new(AtomicU64::new(0)),
             ahead,
             cpus: sched_getaffinity(Pid::from_raw(0)).ok(),
+            deadline: None,
         };
         Ok((input, size))
+    }
+
+    /// Whether the input is a stream (not a regular file).
+    pub(crate) fn is_stream(&self) -> bool {
+        self.stream
+    }
+
+    /// From now on, a wait for the next block that reaches `deadline` asks
+    /// for a stop with [`StopReason::TimeLimit`] and ends as a stop does
+    /// (`None`: no deadline). Only a read-ahead input waits: a stream's.
+    pub(crate) fn wait_until(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
     }
 
     pub(crate) fn unread(&self) -> &[u8] {
@@ -535,6 +555,9 @@ impl Input {
                         }
                         Err(RecvTimeoutError::Disconnected) => break Filled::End,
                         Err(RecvTimeoutError::Timeout) => {
+                            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                                ctl.request_stop(StopReason::TimeLimit);
+                            }
                             if ctl.stop_requested() {
                                 return Ok(None);
                             }

@@ -15,11 +15,24 @@ mod trace;
 pub use input::{ReadConfig, TraceAccess};
 pub(crate) use trace::open;
 
+use crate::capture::Control;
 use crate::profile::{Profiler, Stage};
 use nix::sched::{sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long opening a trace may wait for its header: a pipe's writer may
+/// stay silent, and the run's stop and time limit must end that wait too.
+pub(crate) struct HeaderWait<'a> {
+    /// The run's control: a stop asked for ends the wait.
+    pub(crate) ctl: &'a Control,
+    /// The run's time limit, counted from the start of the wait.
+    pub(crate) limit: Option<Duration>,
+    /// The run's profiler, for a read-ahead thread started to wait.
+    pub(crate) profiler: Option<Arc<Profiler>>,
+}
 
 /// Start one of a trace's helper threads (read-ahead, populate, walk) named
 /// `name`, on `cpus` (the opener's: the capture thread may be pinned to one

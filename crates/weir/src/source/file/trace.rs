@@ -16,13 +16,19 @@
 //!
 //! A malformed record ends the run with an error naming the file and byte
 //! offset, after every packet before it was captured.
+//!
+//! A stream's header is waited for until the run's stop or time limit (see
+//! [`HeaderWait`]): stopped first, the source has no units, so its run ends at
+//! once with no packet, and a note says why.
 
 use super::input::{Input, ReadConfig};
 use super::prewalk::PreWalk;
+use super::HeaderWait;
 use crate::balance::{Route, Steering, STEER_TICK};
 use crate::capture::{CaptureUnit, Control, Progress, SourceError, SourceInfo, StopReason};
 use crate::filter::{BatchInput, Filter, FilterWatch};
 use crate::memory::{Budget, Bytes, Plan};
+use crate::packet::LinkType;
 use crate::pool::{BlockRef, CaptureSide, NoCell};
 use crate::profile::{Probe, Profiler, Stage};
 use crate::rss::Rss;
@@ -51,33 +57,50 @@ fn malformed(label: &str, error: FormatError) -> SourceError {
     SourceError::Malformed { file: label.to_string(), error }
 }
 
-/// A trace opened and its header read, not yet capturing.
+/// A trace opened and its header read (or the wait for it stopped), not yet capturing.
 struct TraceSource {
     input: Input,
     walker: Walker,
+    /// False when a stop came before the header: nothing is read then.
+    header: bool,
     info: SourceInfo,
     queues: QueueRange,
     progress: Arc<Progress>,
 }
 
 impl TraceSource {
-    /// Open a trace (`None` = standard input) and read its header.
-    pub(crate) fn open(path: Option<&Path>, queues: QueueRange, name: String, cfg: ReadConfig) -> Result<TraceSource, SourceError> {
+    /// Open a trace (`None` = standard input) and read its header, or, from a
+    /// stream, wait for it until a stop or the time limit `wait` gives.
+    pub(crate) fn open(
+        path: Option<&Path>,
+        queues: QueueRange,
+        name: String,
+        cfg: ReadConfig,
+        wait: &HeaderWait<'_>,
+    ) -> Result<TraceSource, SourceError> {
         let (mut input, size) = Input::open(path, cfg)?;
         let mut walker = Walker::new();
-        let no_stop = Control::new(None);
-        let header: TraceHeader = loop {
+        if input.is_stream() {
+            // A regular file's header is there to read; a stream's may never come.
+            input.start_read_ahead(wait.profiler.clone())?;
+            input.wait_until(wait.limit.map(|l| Instant::now() + l));
+        }
+        let header: Option<TraceHeader> = loop {
             match walker.next(input.unread(), input.offset(), input.eof).map_err(|e| malformed(&input.label, e))? {
                 Step::Header { consumed } => {
                     input.advance(consumed);
                     // The walker sets the header before it says Header.
-                    break walker
-                        .header()
-                        .cloned()
-                        .ok_or_else(|| SourceError::Invalid(format!("{}: no header after the header step", input.label)))?;
+                    break Some(
+                        walker
+                            .header()
+                            .cloned()
+                            .ok_or_else(|| SourceError::Invalid(format!("{}: no header after the header step", input.label)))?,
+                    );
                 }
                 Step::Need { need } => {
-                    input.refill(need, &mut [], &no_stop)?;
+                    if !input.refill(need, &mut [], wait.ctl)? {
+                        break None;
+                    }
                 }
                 Step::Skip { consumed } => input.advance(consumed),
                 // The walker reads the file header before any packet or the end.
@@ -86,17 +109,29 @@ impl TraceSource {
                 }
             }
         };
+        // The run enforces its own time limit from here.
+        input.wait_until(None);
+        let mut notes: Vec<String> = input.note().into_iter().collect();
+        if header.is_none() {
+            let why = wait.ctl.reason().unwrap_or(StopReason::Requested);
+            notes.push(format!(
+                "{}: {why} before the trace's header arrived: nothing was read, so no packet is counted \
+                 (the link type shown, {}, is a stand-in)",
+                input.label,
+                LinkType::ETHERNET
+            ));
+        }
         let info = SourceInfo {
             name,
-            link_type: header.link_type,
-            snaplen: header.snaplen,
+            link_type: header.as_ref().map_or(LinkType::ETHERNET, |h| h.link_type),
+            snaplen: header.as_ref().map_or(crate::pool::MAX_CAPLEN as u32, |h| h.snaplen),
             queues: queues.iter().map(QueueId).collect(),
             iface: None,
-            trace: Some(header),
-            notes: input.note().into_iter().collect(),
+            trace: header,
+            notes,
             link: None,
         };
-        Ok(TraceSource { input, walker, info, queues, progress: Progress::new(size) })
+        Ok(TraceSource { input, walker, header: info.trace.is_some(), info, queues, progress: Progress::new(size) })
     }
 }
 
@@ -110,6 +145,11 @@ impl Source for TraceSource {
     }
 
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
+        if !self.header {
+            // Stopped before the header: the bytes of it that came are lost with the pipe.
+            self.progress.set_unreached(self.input.unreached());
+            return Ok(Vec::new());
+        }
         let total = self.queues.total();
         let rss = (total > 1).then(|| Rss::new(self.info.link_type, total));
         let steering = match (opts.balance.controller(), &rss) {
@@ -582,6 +622,7 @@ pub(crate) fn open(
     name: String,
     cfg: ReadConfig,
     budget: &Budget,
+    wait: &HeaderWait<'_>,
 ) -> Result<Box<dyn Source>, SourceError> {
     let mut plan = Plan::new();
     plan.add(
@@ -589,5 +630,5 @@ pub(crate) fn open(
         cfg.memory_bytes(),
     );
     budget.check(queues.len(), plan)?;
-    Ok(Box::new(TraceSource::open(path.map(PathBuf::as_path), queues, name, cfg)?))
+    Ok(Box::new(TraceSource::open(path.map(PathBuf::as_path), queues, name, cfg, wait)?))
 }

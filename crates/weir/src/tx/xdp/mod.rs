@@ -5,6 +5,10 @@
 //!
 //! The contract of [`XdpGenerator`]:
 //!
+//! - [`sendable`] sorts frames out as an AF_PACKET TX ring does: those the
+//!   interface cannot carry (longer than the MTU plus 14 bytes, 18 with a VLAN
+//!   tag, or shorter than an Ethernet header) are left out and counted, so that
+//!   `weir replay --xdp` skips them as `weir replay -o` does.
 //! - [`XdpGenerator::open`] checks the interface (it exists, is up, takes
 //!   Ethernet frames) and every frame (a whole Ethernet header, at most the MTU
 //!   plus 14 bytes, 18 with a VLAN tag, and at most [`MAX_FRAME`] bytes), then
@@ -39,7 +43,7 @@
 
 mod sys;
 
-use super::{in_netns, sys as tx_sys, TxError, ETH_HLEN, VLAN_HLEN};
+use super::{in_netns, longest_frame, sys as tx_sys, TxError, ETH_HLEN};
 use crate::privileges::Operation;
 use crate::source::live::bpf::{chain, io_error};
 use crate::source::live::sys::{test_run, test_run_flags};
@@ -164,6 +168,37 @@ impl GenError {
     }
 }
 
+/// The frames an interface can carry, and how many it cannot (see [`sendable`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sendable {
+    /// The frames kept, in their order.
+    pub frames: Vec<Vec<u8>>,
+    /// The interface's MTU.
+    pub mtu: u32,
+    /// Frames left out: longer than the MTU plus their link header.
+    pub above_mtu: u64,
+    /// Frames left out: shorter than an Ethernet header.
+    pub too_short: u64,
+}
+
+/// Keep the `frames` that `iface` (in `netns`, when given) can carry, and
+/// count the others, as an AF_PACKET TX ring refuses them. Fails as
+/// [`XdpGenerator::open`] does on the interface.
+pub fn sendable(iface: &str, netns: &Option<PathBuf>, frames: Vec<Vec<u8>>) -> Result<Sendable, GenError> {
+    let (_, mtu) = in_netns(netns, || device(iface, netns))?;
+    let mut out = Sendable { frames: Vec::with_capacity(frames.len()), mtu, above_mtu: 0, too_short: 0 };
+    for f in frames {
+        if f.len() < ETH_HLEN {
+            out.too_short += 1;
+        } else if f.len() > longest_frame(mtu, &f) {
+            out.above_mtu += 1;
+        } else {
+            out.frames.push(f);
+        }
+    }
+    Ok(out)
+}
+
 /// weir's generator program, loaded with a trace, ready to send it.
 pub struct XdpGenerator {
     ebpf: Ebpf,
@@ -195,11 +230,10 @@ impl XdpGenerator {
         let (index, mtu) = in_netns(&opts.netns, || device(iface, &opts.netns))?;
         let frame_error = |number: usize, len: usize, why: String| GenError::Frame { iface: iface.into(), number, len, why };
         for (i, f) in frames.iter().enumerate() {
-            let tagged = f.len() >= ETH_HLEN && matches!(u16::from_be_bytes([f[12], f[13]]), 0x8100 | 0x88a8);
-            let limit = mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
             if f.len() < ETH_HLEN {
                 return Err(frame_error(i + 1, f.len(), "shorter than an Ethernet header (14 bytes)".into()));
             }
+            let limit = longest_frame(mtu, f);
             if f.len() > limit {
                 return Err(frame_error(i + 1, f.len(), format!("longer than the MTU {mtu} plus its link header ({limit} bytes)")));
             }
