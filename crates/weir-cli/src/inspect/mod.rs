@@ -462,6 +462,12 @@ fn payload(link: LinkType, data: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// A flow's Community ID v1 (seed 0) for the JSON records: null where the
+/// tuple lacks what the hash needs (a fragment's ports, ICMP's type).
+fn community_id(t: &FlowTuple) -> Option<String> {
+    weir::stream::community_id::CommunityId::default().of_tuple(t)
+}
+
 fn flow_text(t: &FlowTuple) -> String {
     let ports = t.ports();
     let (sp, dp) = ports.map_or((0, 0), |p| (p.src, p.dst));
@@ -625,7 +631,11 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let mut alerts = 0u64;
     for a in spill::merge(alert_spills).context("reading back spilled alerts")? {
         let a = a.context("reading back spilled alerts")?;
-        writeln!(w, "{}", serde_json::json!({"alert": a.rule, "ts_ns": a.ts_ns, "flow": flow_text(&a.flow)}))?;
+        writeln!(
+            w,
+            "{}",
+            serde_json::json!({"alert": a.rule, "ts_ns": a.ts_ns, "flow": flow_text(&a.flow), "community_id": community_id(&a.flow)})
+        )?;
         alerts += 1;
     }
     let mut records = 0u64;

@@ -50,7 +50,7 @@ impl FlowRecord {
         writeln!(
             w,
             "{}",
-            serde_json::json!({"flow": super::flow_text(&self.key), "packets": self.packets, "bytes": self.bytes,
+            serde_json::json!({"flow": super::flow_text(&self.key), "community_id": super::community_id(&self.key), "packets": self.packets, "bytes": self.bytes,
                 "first_ns": self.first_ns, "last_ns": self.last_ns, "alerts": self.alerts})
         )
     }

@@ -33,7 +33,7 @@
 
 use super::records::StreamAlert;
 use super::spill::{self, Spill};
-use super::{flow_text, mib, InspectArgs, Matcher, SPILL_RECORDS};
+use super::{community_id, flow_text, mib, InspectArgs, Matcher, SPILL_RECORDS};
 use crate::count::finish;
 use crate::exit::{bad_input, out, setting_error};
 use crate::run::{human_rate, run_started};
@@ -187,7 +187,7 @@ pub(super) fn run(
         writeln!(
             w,
             "{}",
-            serde_json::json!({"alert": a.rule, "stream": flow_text(&a.stream), "direction": direction, "first_ns": a.first_ns, "offset": a.offset})
+            serde_json::json!({"alert": a.rule, "stream": flow_text(&a.stream), "community_id": community_id(&a.stream), "direction": direction, "first_ns": a.first_ns, "offset": a.offset})
         )?;
         alerts += 1;
     }

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use weir::engine::RunError;
+use weir::stream::community_id::CommunityId;
 use weir::stream::{Class, Mode, Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::Packet;
 
@@ -271,6 +272,8 @@ impl StreamHandler for Writer {
         if self.json {
             let line = json!({
                 "src": s.src.to_string(), "sport": s.sport, "dst": s.dst.to_string(), "dport": s.dport,
+                // Streams mode keys ICMP by its addresses only: no ID (null) for it.
+                "community_id": CommunityId::default().of_key(s.src, s.dst, s.proto, s.sport, s.dport, false),
                 "proto": s.proto, "queue": s.queue.0, "direction": format!("{:?}", s.direction).to_lowercase(),
                 "first_ns": s.first_ns, "last_ns": s.last_ns, "packets": s.packets, "bytes": s.bytes,
                 "delivered": s.delivered, "gap": s.gap, "duplicate": s.duplicate, "discarded": s.discarded,

@@ -14,9 +14,10 @@
 //! SHA-1 and base64 come from the RustCrypto `sha1` and the `base64` crates:
 //! a well-kept implementation of each, nothing of weir's own.
 
+use crate::wire::FlowTuple;
 use base64::Engine;
 use sha1::{Digest, Sha1};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// IP protocol numbers the hash gives ports to.
 mod proto {
@@ -110,6 +111,22 @@ impl CommunityId {
     /// The ID of a flow the stream layer keyed (see [`L4::of_key`]).
     pub fn of_key(&self, src: IpAddr, dst: IpAddr, protocol: u8, sport: u16, dport: u16, icmp_by_type: bool) -> Option<String> {
         self.id(src, dst, protocol, L4::of_key(protocol, sport, dport, icmp_by_type)?)
+    }
+
+    /// The ID of a packet's flow as [`FlowTuple`] keys it: `None` where the
+    /// tuple lacks what the hash needs (the ports of a TCP, UDP or SCTP
+    /// fragment, an ICMP message's type and code).
+    pub fn of_tuple(&self, t: &FlowTuple) -> Option<String> {
+        let (src, dst, protocol, ports) = match *t {
+            FlowTuple::V4 { src, dst, proto, ports } => (IpAddr::V4(Ipv4Addr::from(src)), IpAddr::V4(Ipv4Addr::from(dst)), proto, ports),
+            FlowTuple::V6 { src, dst, proto, ports } => (IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst)), proto, ports),
+        };
+        let l4 = match (protocol, ports) {
+            (proto::TCP | proto::UDP | proto::SCTP, Some(p)) => L4::Ports(p.src, p.dst),
+            (proto::TCP | proto::UDP | proto::SCTP | proto::ICMP | proto::ICMPV6, _) => return None,
+            _ => L4::None,
+        };
+        self.id(src, dst, protocol, l4)
     }
 
     /// `1:` and the base64 of a [`CommunityId::digest`].
