@@ -36,8 +36,15 @@ fn traces() -> Vec<PathBuf> {
     v
 }
 
-/// The reference's ID of each `(proto, src, dst, sport, dport)`.
-fn reference(flows: &[(u8, String, String, u16, u16)]) -> Vec<String> {
+/// A record's flow as the reference takes it: protocol, source and
+/// destination addresses, source and destination ports.
+type Flow = (u8, String, String, u16, u16);
+
+/// A record's `community_id` (a string or null) and its flow.
+type Record = (Value, Flow);
+
+/// The reference's ID of each flow.
+fn reference(flows: &[Flow]) -> Vec<String> {
     const SCRIPT: &str = r#"
 import sys
 import communityid
@@ -69,8 +76,8 @@ for line in sys.stdin:
 
 /// Holds each record's `community_id` to the reference; `nullable` says
 /// which records may have none. Returns how many had one.
-fn check(what: &str, records: &[(Value, (u8, String, String, u16, u16))], nullable: impl Fn(u8) -> bool) -> usize {
-    let with: Vec<&(Value, (u8, String, String, u16, u16))> = records.iter().filter(|(id, _)| !id.is_null()).collect();
+fn check(what: &str, records: &[Record], nullable: impl Fn(u8) -> bool) -> usize {
+    let with: Vec<&Record> = records.iter().filter(|(id, _)| !id.is_null()).collect();
     for (id, f) in records.iter().filter(|(id, _)| id.is_null()) {
         assert!(nullable(f.0), "{what}: no community_id for {f:?} ({id})");
     }
@@ -98,7 +105,7 @@ fn streams_and_inspect_records_carry_the_reference_community_id() {
         // weir streams --json: a record per stream direction.
         let o = weir(&["streams", t, "-q", "--json"]);
         assert!(o.status.success(), "{t}: {}", text(&o.stderr));
-        let records: Vec<(Value, (u8, String, String, u16, u16))> = text(&o.stdout)
+        let records: Vec<Record> = text(&o.stdout)
             .lines()
             .map(|l| {
                 let j: Value = serde_json::from_str(l).unwrap();
@@ -119,7 +126,7 @@ fn streams_and_inspect_records_carry_the_reference_community_id() {
         let out = dir.path().join("flows.jsonl");
         let o = weir(&["inspect", t, "-q", "--work", "flows", "-o", out.to_str().unwrap()]);
         assert!(o.status.success(), "{t}: {}", text(&o.stderr));
-        let records: Vec<(Value, (u8, String, String, u16, u16))> = std::fs::read_to_string(&out)
+        let records: Vec<Record> = std::fs::read_to_string(&out)
             .unwrap()
             .lines()
             .map(|l| {
