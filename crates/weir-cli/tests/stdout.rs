@@ -30,7 +30,7 @@ fn trace(dir: &Path) -> String {
 
 /// Every command's way of writing to standard output, `{}` for a scratch directory.
 fn commands(t: &str) -> Vec<Vec<String>> {
-    let cases: [&[&str]; 16] = [
+    let cases: [&[&str]; 17] = [
         &["count", "--json", t],
         &["count", t],
         &["streams", "--json", t],
@@ -40,6 +40,7 @@ fn commands(t: &str) -> Vec<Vec<String>> {
         &["inspect", "--print-rules"],
         &["record", t, "-w", "-"],
         &["flows", t, "-w", "-"],
+        &["flows", t, "-w", "{}/f.ipfix", "--events", "-"],
         &["queues", t, "-o", "{}/q"],
         &["handle", "-x", "1", t],
         &["handle", "-x", "1", "--json", t],

@@ -107,6 +107,7 @@ pub mod flowtable;
 pub mod forward;
 pub mod locality;
 pub mod memory;
+pub mod output;
 pub mod packet;
 pub mod pool;
 pub mod privileges;

@@ -28,6 +28,7 @@
 
 use super::collector::{Collector, CollectorStats, Pacer};
 use super::encode::{self, Added, Encoder, EndReason, FlowRecord, Format};
+use super::events::Events;
 use super::files::FlowFiles;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -122,6 +123,8 @@ pub struct Ready {
 /// Where messages go: the collectors and the files.
 struct Outputs<'a> {
     collectors: &'a mut [Collector],
+    /// `--events`: every record handed over, as an EVE flow event.
+    events: Option<Events>,
     /// `None` without `-w`.
     files: Option<FlowFiles>,
     /// A file could not be written: none is written any more.
@@ -155,8 +158,8 @@ impl Ready {
     /// Exports what comes over `rx` until every sender is gone, to the
     /// collectors and into `files`; `stop` stops the run when no output is
     /// left.
-    pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, stop: StopHandle) -> ExportStats {
-        let mut out = Outputs { collectors: &mut self.collectors, files, failed: false, stop };
+    pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, events: Option<Events>, stop: StopHandle) -> ExportStats {
+        let mut out = Outputs { collectors: &mut self.collectors, events, files, failed: false, stop };
         let mut st = run(&mut self.encoder, self.format, &mut out, self.refresh, rx);
         for c in out.collectors.iter_mut() {
             c.finish(SETTLE);
@@ -191,6 +194,9 @@ fn run(enc: &mut Encoder, format: Format, out: &mut Outputs<'_>, refresh: Durati
             Err(RecvTimeoutError::Disconnected) => break,
         };
         if let Some(r) = record {
+            if let Some(events) = &out.events {
+                events.record(&r);
+            }
             if enc.is_empty() {
                 templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
             }

@@ -17,6 +17,7 @@
 
 mod collector;
 mod encode;
+mod events;
 mod export;
 mod files;
 
@@ -27,6 +28,7 @@ use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsF
 use clap::Args;
 use collector::{Pacer, Pacing};
 use encode::{EndReason, FlowRecord, Format, Reverse};
+use events::Events;
 use export::Ready;
 use export::{ExportStats, Exporter};
 use files::FlowFiles;
@@ -98,6 +100,12 @@ pub struct FlowsArgs {
     /// every collector gets every message.
     #[arg(short = 'n', long = "collector", value_name = "HOST:PORT")]
     pub collectors: Vec<String>,
+
+    /// Also write every record as an EVE `flow` event, one JSON line each (Suricata's eve.json shape, with
+    /// community_id; schema/eve.schema.json), to the file OUT or standard output (`-`). With --biflow each
+    /// event holds both directions (toserver, toclient), else one each.
+    #[arg(long, value_name = "OUT", help_heading = "Output")]
+    pub events: Option<String>,
 
     /// Datagrams a second to each collector at most (a token bucket, bursts of 32), so that a collector
     /// keeps up: UDP has no flow control, and a collector's kernel drops what its socket buffer cannot hold,
@@ -400,6 +408,13 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     };
     cfg.check().map_err(|e| setting_error(&e))?;
     let stats = StatsFile::create(args.stats.as_deref())?;
+    let events = match &args.events {
+        Some(out) if out == "-" && args.write.as_deref() == Some("-") => {
+            return Err(bad_input(anyhow::anyhow!("--events - and -w - would both write to standard output: send one to a file")))
+        }
+        Some(out) => Some(Events::create(out).map_err(|e| bad_input(anyhow::anyhow!("--events {out}: {e}")))?),
+        None => None,
+    };
     let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
     let queues = engine.info().queues.clone();
@@ -443,8 +458,8 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|Lane { ready, files, rx, queue }| {
             let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
-            let stop = running.stop_handle();
-            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, stop))
+            let (stop, events) = (running.stop_handle(), events.clone());
+            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, events, stop))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut report = watch_started(running, "flows", args.quiet, metrics)?;
@@ -469,6 +484,20 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     }
     let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
     let bounced = report_collectors(&st);
+    let ev = events.as_ref().map(Events::finish);
+    if let Some(ev) = &ev {
+        let made = handed_out_to_exporters(orphaned, folded, &total);
+        eprintln!("weir flows: {} flow events written to {}", ev.written, args.events.as_deref().unwrap_or("?"));
+        if let Some(e) = &ev.error {
+            eprintln!("weir flows: cannot write events to {e}: {} events were not written", ev.unwritten);
+        }
+        if ev.written + ev.unwritten != made {
+            eprintln!(
+                "weir flows: internal accounting error: {made} records handed to the exporters, {} events",
+                ev.written + ev.unwritten
+            );
+        }
+    }
     if let Some(stats) = stats {
         let mut j = stats_json(&total);
         let collectors: Vec<serde_json::Value> = st
@@ -485,6 +514,9 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
                                          "unwritten": st.unwritten, "orphaned": orphaned,
                                          "export_rate_datagrams_per_s": args.export_rate, "paced_s": paced_s(&st),
                                          "collectors": collectors});
+        if let Some(ev) = &ev {
+            j["events"] = serde_json::json!({"written": ev.written, "unwritten": ev.unwritten, "error": ev.error});
+        }
         j["elapsed_s"] = serde_json::json!(elapsed.as_secs_f64());
         stats.write(&j)?;
     }
@@ -495,7 +527,19 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
     let lost = st.lost_to_send_errors + st.unwritten + orphaned;
-    Ok(if errors.is_empty() && lost == 0 && !bounced && st.file_error.is_none() && adds_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let events_ok = ev.is_none_or(|ev| ev.error.is_none());
+    Ok(if errors.is_empty() && lost == 0 && !bounced && events_ok && st.file_error.is_none() && adds_up {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Records the exporter threads were handed (each is one event): those
+/// the layer handed out, less those folded into a biflow and those that
+/// never reached an exporter.
+fn handed_out_to_exporters(orphaned: u64, folded: u64, total: &StreamStats) -> u64 {
+    total.streams + total.active_records - folded - orphaned
 }
 
 /// Time the exporters waited on the collectors' pacers, the longest of them.

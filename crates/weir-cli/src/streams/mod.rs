@@ -418,7 +418,7 @@ pub fn stats_json(total: &StreamStats) -> serde_json::Value {
         "bytes": total.bytes, "delivered_bytes": total.delivered, "gap_bytes": total.gap, "duplicate_bytes": total.duplicate,
         "discarded_bytes": total.discarded, "dropped_bytes": total.dropped, "refused_bytes": total.refused,
         "pieces": total.pieces, "memory_peak": total.memory_peak,
-        "ip_fragments": {"fragments": f.fragments, "datagrams_reassembled": f.datagrams_reassembled,
+        "ip_fragments": {"fragments": f.fragments, "fragments_reassembled": f.fragments_reassembled, "datagrams_reassembled": f.datagrams_reassembled,
                          "timed_out": f.datagrams_timed_out, "evicted": f.datagrams_evicted, "over_memory": f.datagrams_over_memory,
                          "too_big": f.datagrams_too_big, "overlapping": f.datagrams_overlapping,
                          "malformed": f.malformed, "inconsistent": f.inconsistent},
