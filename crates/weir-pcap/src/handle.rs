@@ -139,7 +139,21 @@ pub struct Handle {
     /// The header of the packet `pcap_next_ex` handed out last.
     pub(crate) hdr: UnsafeCell<PcapPkthdr>,
     /// The descriptor that turns readable when a read may find something:
-    /// `pcap_get_selectable_fd`'s, and the one a read itself sleeps on.
+    /// a live handle's `pcap_get_selectable_fd`, and the one a read itself
+    /// sleeps on. The reader's bell signals this very descriptor (shared, not
+    /// duplicated).
+    ///
+    /// Descriptors a handle holds, against libpcap's one (the socket, or the
+    /// savefile's stream): this eventfd, made at the first read, and kept to
+    /// `pcap_close`: weir reads on threads of its own, so a read that finds
+    /// nothing yet must sleep until they ring, in ppoll (a cancellation
+    /// point, as libpcap's wait is) on a descriptor `pcap_breakloop` can
+    /// signal from any thread or signal handler; closing it sooner would let
+    /// a late `pcap_breakloop` write to a reused number. A savefile's stream
+    /// (`pcap_file`, the selectable descriptor, and what [`Layout`] reads) is
+    /// opened when first asked for, and the engine holds the trace open only
+    /// until it is mapped (for the whole read when it reads with read(2)). A
+    /// live handle also holds the engine's sockets, one per queue.
     ready: OnceCell<EventFd>,
     /// `pcap_get_required_select_timeout`'s answer, which must outlive the call.
     select_tv: OnceCell<Option<libc::timeval>>,
@@ -217,7 +231,12 @@ impl Handle {
     /// savefile; `None` for input read only once.
     fn layout_now(&self) -> Option<Result<(i64, u32), String>> {
         let trace = self.trace.as_ref()?;
-        let cell = self.layout.get_or_init(|| RefCell::new(Layout::open(self.path.as_deref(), trace)));
+        // The layout reads the stream's descriptor: no second one on the file.
+        let fd = match self.stream() {
+            Ok(view) => view.fd(),
+            Err(e) => return Some(Err(e)),
+        };
+        let cell = self.layout.get_or_init(|| RefCell::new(Layout::open(fd, trace)));
         let mut layout = cell.borrow_mut();
         Some(layout.as_mut()?.after(self.records.get()))
     }
@@ -228,15 +247,12 @@ impl Handle {
         if self.kind != Kind::Savefile {
             return std::ptr::null_mut();
         }
-        let view = match self.savefile.get() {
-            Some(v) => v,
-            None => match Savefile::open(self.path.as_deref()) {
-                Ok(v) => self.savefile.get_or_init(|| v),
-                Err(e) => {
-                    self.set_error(&format!("pcap_file: {e}"));
-                    return std::ptr::null_mut();
-                }
-            },
+        let view = match self.stream() {
+            Ok(v) => v,
+            Err(e) => {
+                self.set_error(&format!("pcap_file: {e}"));
+                return std::ptr::null_mut();
+            }
         };
         let at = match self.layout_now() {
             None => None,
@@ -247,6 +263,16 @@ impl Handle {
             }
         };
         view.show(at, self.records.get())
+    }
+
+    /// A savefile's stream (opened on first use; the caller's from
+    /// `pcap_fopen_offline`).
+    fn stream(&self) -> Result<&Savefile, String> {
+        if let Some(v) = self.savefile.get() {
+            return Ok(v);
+        }
+        let v = Savefile::open(self.path.as_deref())?;
+        Ok(self.savefile.get_or_init(|| v))
     }
 
     /// `pcap_bufsize` of a savefile: the buffer libpcap would have grown to
@@ -298,7 +324,9 @@ impl Handle {
     pub(crate) fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
         engine.set_filter(if self.kind == Kind::Savefile { None } else { st.filter.clone() }).map_err(|e| e.to_string())?;
         let mut r = engine.start_reader().map_err(|e| e.to_string())?;
-        let tied = self.ready_fd().and_then(|fd| fd.try_clone()).and_then(|dup| r.attach_ready_fd(dup));
+        // The reader signals the handle's own descriptor, shared, not a duplicate:
+        // one descriptor fewer, and it stays open as long as either holds it.
+        let tied = self.ready_fd().and_then(|fd| r.attach_ready_fd(fd.share()));
         tied.map_err(|e| format!("the descriptor reads wait on: {e}"))?;
         Ok(r)
     }
@@ -511,7 +539,20 @@ impl Handle {
         }
     }
 
-    /// `pcap_get_selectable_fd` of a savefile or an activated live handle:
+    /// `pcap_get_selectable_fd` of a savefile: the file's descriptor, as in
+    /// libpcap (that of `pcap_file`'s stream, always readable; a read from a
+    /// file waits for weir's capture thread itself).
+    pub fn savefile_fd(&self) -> i32 {
+        match self.stream() {
+            Ok(view) => view.fd(),
+            Err(e) => {
+                self.set_error(&format!("selectable descriptor: {e}"));
+                PCAP_ERROR
+            }
+        }
+    }
+
+    /// `pcap_get_selectable_fd` of an activated live handle:
     /// the ready descriptor, readable when a read may find a packet or the
     /// end. Before capture starts it is readable, so that a poller's first
     /// read starts capture.
