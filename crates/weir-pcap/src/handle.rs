@@ -157,6 +157,11 @@ pub struct Handle {
     ready: OnceCell<EventFd>,
     /// `pcap_get_required_select_timeout`'s answer, which must outlive the call.
     select_tv: OnceCell<Option<libc::timeval>>,
+    /// The program was given the ready descriptor (`pcap_get_selectable_fd`,
+    /// `pcap_fileno`): it may poll it, so a read it makes after a wake-up
+    /// that found nothing returns at once ([`crate::read`]). A program that
+    /// never asked cannot have polled, and its reads wait as libpcap's do.
+    pub(crate) fd_given: Cell<bool>,
 }
 
 impl Handle {
@@ -184,6 +189,7 @@ impl Handle {
             hdr: UnsafeCell::new(PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: 0, len: 0 }),
             ready: OnceCell::new(),
             select_tv: OnceCell::new(),
+            fd_given: Cell::new(false),
         })
     }
 
@@ -561,6 +567,7 @@ impl Handle {
         let reading = matches!(st.stage, Stage::Reading(_));
         match self.ready_fd() {
             Ok(fd) => {
+                self.fd_given.set(true);
                 if !reading {
                     fd.signal();
                 }

@@ -236,8 +236,13 @@ impl Handle {
                     // its packets were taken. libpcap's descriptor is never
                     // readable for nothing, so such a program would wait for
                     // the next packet, perhaps forever: say nothing was read,
-                    // as libpcap does when its timeout passes.
-                    if std::mem::take(&mut first_look) && self.kind == Kind::Live && reader.woken_for_nothing() {
+                    // as libpcap does when its timeout passes. Only for a
+                    // program that has the descriptor: the reader's start
+                    // leaves it readable (a poller's first read starts
+                    // capture), so to one that never polled, such as
+                    // urlsnarf (to_ms 0, reading while pcap_next_ex says 1),
+                    // the first read would return 0 at once, where libpcap's waits.
+                    if std::mem::take(&mut first_look) && self.kind == Kind::Live && self.fd_given.get() && reader.woken_for_nothing() {
                         return Got::Idle;
                     }
                     let mut sleep = BREAK_CHECK;
