@@ -103,6 +103,9 @@ pub(crate) struct State {
     dead: Option<DeadHandle>,
     pub timeout: Option<std::time::Duration>,
     pub nonblock: bool,
+    /// The reader that reached its end, kept to `pcap_close` (see `Read::End`
+    /// in [`crate::read`]).
+    pub retired: Option<Box<Reader>>,
 }
 
 /// One `pcap_t`.
@@ -171,7 +174,7 @@ impl Handle {
             break_loop: AtomicBool::new(false),
             reading: AtomicU32::new(0),
             close_pending: AtomicBool::new(false),
-            state: RefCell::new(State { stage, filter: None, here: None, dead: None, timeout: None, nonblock: false }),
+            state: RefCell::new(State { stage, filter: None, here: None, dead: None, timeout: None, nonblock: false, retired: None }),
             kind,
             activated: Cell::new(kind != Kind::Live),
             immediate: Cell::new(false),
@@ -309,6 +312,7 @@ impl Handle {
             // Abandoned, not ended: its counters are not the run's.
             drop(r.finish());
         }
+        st.retired = None;
         let mut reader = self.start_reading(self.file_engine()?, st)?;
         // The engine filters nothing of a file: `packets` counts records.
         let mut skipped = 0;
@@ -543,6 +547,8 @@ impl Handle {
             let report = r.finish();
             self.settings.report(&report.stats);
         }
+        // Reported when it ended; only its memory and descriptors go now.
+        st.retired = None;
     }
 
     /// `pcap_get_selectable_fd` of a savefile: the file's descriptor, as in
