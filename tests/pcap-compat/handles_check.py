@@ -196,17 +196,29 @@ def main():
         report(s is not None and s == w, f"argus -r {trace}: {len(s.splitlines()) - 1 if s else 0} flows on stock, "
                f"{'the same' if s == w else (str(len(w.splitlines()) - 1) + ' flows' if w else 'none')} on weir")
 
+    def ettercap(trace, l):
+        try:
+            e = run(["ettercap", "-T", "-q", "-r", CORPUS / trace], l, timeout=30)
+            return e.returncode, ETTERCAP_END in e.stdout
+        except subprocess.TimeoutExpired:
+            return "no end within 30 s", False
+
     for trace in ETTERCAP_TRACES:
-        outs = {}
+        outs, hung = {}, []
         for name, l in (("stock", None), ("weir", lib)):
-            try:
-                e = run(["ettercap", "-T", "-q", "-r", CORPUS / trace], l, timeout=30)
-                outs[name] = (e.returncode, ETTERCAP_END in e.stdout)
-            except subprocess.TimeoutExpired:
-                outs[name] = ("no end within 30 s", False)
+            outs[name] = ettercap(trace, l)
+            if outs[name][0] == "no end within 30 s":
+                # ettercap cancels its threads asynchronously at the end of
+                # the file, and about 1 run in 5000 hangs at exit on stock
+                # libpcap as on weir's (a thread cancelled inside malloc or
+                # stdio, or under ettercap's UI lock: teardown_check.py). One
+                # such hang is run again; two in a row fail.
+                hung.append(name)
+                outs[name] = ettercap(trace, l)
         s, w = outs["stock"], outs["weir"]
         report(s == w == (0, True), f"ettercap -T -r {trace} finds the end: stock exit {s[0]}, weir {w[0]}; "
-               f"{ETTERCAP_END!r} said by stock: {s[1]}, by weir: {w[1]}")
+               f"{ETTERCAP_END!r} said by stock: {s[1]}, by weir: {w[1]}"
+               + (f" (run again after a hang on {' and '.join(hung)})" if hung else ""))
     print(f"handles: {'all passed' if not bad else f'{bad} failed'}")
     return 1 if bad else 0
 
