@@ -90,7 +90,8 @@ pcap-lib: setup
 # the flow exporters offline (softflowd, nfpcapd); the exported symbols and the
 # programs that need them (tcpreplay's tools, pcapy, pmacctd, argus); every
 # getter on savefiles and dead handles, libpcap's error words, pcap_file's
-# positions (getters.c over the corpus, argus, ettercap); pcap_close and thread
+# positions (getters.c over the corpus, argus, ettercap); savefile packets written
+# into, as programs do (writable.c); pcap_close and thread
 # cancellation while a read waits (closeloop.c, cancel.c, ngrep, sipgrep,
 # ettercap); and live on the veth test bed (tcpdump, weir run --locality, a
 # nonblocking poll loop, softflowd and fprobe; live handles' getters, iftop).
@@ -104,6 +105,7 @@ pcap-suite: pcap-lib
 	python3 tests/pcap-compat/exporters_check.py --libdir $(TARGET_DIR)/weir-pcap
 	python3 tests/pcap-compat/symbols_check.py --libdir $(TARGET_DIR)/weir-pcap
 	python3 tests/pcap-compat/handles_check.py --libdir $(TARGET_DIR)/weir-pcap -j 2
+	python3 tests/pcap-compat/savefile_write_check.py --libdir $(TARGET_DIR)/weir-pcap -j 2
 	python3 tests/pcap-compat/teardown_check.py --libdir $(TARGET_DIR)/weir-pcap
 	@if [ "$$(id -u)" -eq 0 ]; then \
 		scripts/testbed --queues 2 -- python3 tests/pcap-compat/live_check.py \

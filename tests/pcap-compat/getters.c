@@ -6,9 +6,11 @@
  *
  * Run against the system libpcap and against weir's, the two outputs must be
  * the same line for line. Descriptors are shown by kind, not by number (see
- * fd_kind). pcap_get_selectable_fd's is only told apart from -1 and the
- * standard descriptors: weir's is an eventfd where libpcap's is the savefile
- * or the socket, and the three poll alike.
+ * fd_kind). pcap_get_selectable_fd's is shown by kind on a savefile (the
+ * file's, pcap_file's descriptor, as in libpcap); elsewhere it is only told
+ * apart from -1 and the standard descriptors: weir's is an eventfd where
+ * libpcap's is the socket, and the two poll alike. pcap_perror's line goes
+ * to standard error, after pcap_inject's error.
  *
  *   getters -r FILE        a savefile (pcap_open_offline)
  *   getters -f FILE        a savefile opened on a stream (pcap_fopen_offline)
@@ -20,6 +22,9 @@
  *                          packet pcap_next_ex reads its length, where
  *                          pcap_file's stream stands after it (ftell) and
  *                          pcap_bufsize; then how reading ends (its error)
+ *   getters -n FILE        the descriptors a savefile handle holds once read
+ *                          to its end, pcap_file and pcap_get_selectable_fd
+ *                          asked for: their number and kinds
  */
 #include <pcap/pcap.h>
 #include <errno.h>
@@ -30,6 +35,7 @@
 #include <linux/if_ether.h>
 
 static pcap_t *p;
+static int savefile;
 
 static void result(const char *call, long rc)
 {
@@ -95,7 +101,10 @@ static void probe(void)
         printf("ftell(pcap_file) = %ld\n", ftell(f));
     printf("pcap_fileno = %s\n", fd_kind(pcap_fileno(p)));
     int fd = pcap_get_selectable_fd(p);
-    printf("pcap_get_selectable_fd = %s\n", fd < 0 ? "-1" : fd <= 2 ? fd_kind(fd) : "a descriptor");
+    if (savefile)
+        printf("pcap_get_selectable_fd = %s, pcap_file's: %s\n", fd_kind(fd), f && fd == fileno(f) ? "yes" : "no");
+    else
+        printf("pcap_get_selectable_fd = %s\n", fd < 0 ? "-1" : fd <= 2 ? fd_kind(fd) : "a descriptor");
     const struct timeval *tv = pcap_get_required_select_timeout(p);
     printf("pcap_get_required_select_timeout = %s\n", tv ? "a timeout" : "NULL");
 
@@ -147,6 +156,9 @@ static void probe(void)
     }
     static const u_char frame[60] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x88, 0xb5};
     result("pcap_inject", pcap_inject(p, frame, sizeof frame));
+    fflush(stdout);
+    pcap_perror(p, NULL);
+    pcap_perror(p, "pcap_perror");
     result("pcap_sendpacket", pcap_sendpacket(p, frame, sizeof frame));
     result("pcap_activate", pcap_activate(p));
 }
@@ -160,11 +172,32 @@ static void probe_read(void)
     result("pcap_next_ex", pcap_next_ex(p, &h, &data));
 }
 
+/* The descriptors open beyond the standard ones, as "N:kind kind ...". */
+static const char *descriptors(void)
+{
+    static char out[4096];
+    int n = 0;
+    size_t used = 0;
+    out[0] = 0;
+    for (int fd = 3; fd < 1024; fd++) {
+        const char *kind = fd_kind(fd);
+        if (strcmp(kind, "not open") == 0)
+            continue;
+        n++;
+        used += snprintf(out + used, sizeof out - used > 0 ? sizeof out - used : 0, " %s", kind);
+        if (used >= sizeof out)
+            used = sizeof out - 1;
+    }
+    static char counted[4200];
+    snprintf(counted, sizeof counted, "%d:%s", n, out);
+    return counted;
+}
+
 int main(int argc, char **argv)
 {
     char errbuf[PCAP_ERRBUF_SIZE] = "";
     if (argc != 3 || argv[1][0] != '-') {
-        fprintf(stderr, "usage: getters -r|-f|-e FILE | -d|-D DLT | -c|-i IFACE\n");
+        fprintf(stderr, "usage: getters -r|-f|-e|-n FILE | -d|-D DLT | -c|-i IFACE\n");
         return 2;
     }
     const char *arg = argv[2];
@@ -172,6 +205,7 @@ int main(int argc, char **argv)
     switch (argv[1][1]) {
     case 'r':
         p = pcap_open_offline(arg, errbuf);
+        savefile = 1;
         break;
     case 'e': {
         p = pcap_open_offline(arg, errbuf);
@@ -190,6 +224,27 @@ int main(int argc, char **argv)
         pcap_close(p);
         return 0;
     }
+    case 'n': {
+        char before[4200];
+        snprintf(before, sizeof before, "%s", descriptors());
+        p = pcap_open_offline(arg, errbuf);
+        if (!p) {
+            fprintf(stderr, "getters: %s: %s\n", arg, errbuf);
+            return 1;
+        }
+        struct pcap_pkthdr *h;
+        const u_char *data;
+        while (pcap_next_ex(p, &h, &data) == 1)
+            ;
+        FILE *f = pcap_file(p);
+        printf("pcap_file = %s\n", f ? "a stream" : "NULL");
+        printf("pcap_get_selectable_fd = %s\n", fd_kind(pcap_get_selectable_fd(p)));
+        printf("descriptors before the open: %s\n", before);
+        printf("descriptors with the handle: %s\n", descriptors());
+        pcap_close(p);
+        printf("descriptors after pcap_close: %s\n", descriptors());
+        return 0;
+    }
     case 'f': {
         FILE *fp = fopen(arg, "rb");
         if (!fp) {
@@ -197,6 +252,7 @@ int main(int argc, char **argv)
             return 1;
         }
         p = pcap_fopen_offline(fp, errbuf);
+        savefile = 1;
         break;
     }
     case 'd':

@@ -15,7 +15,12 @@ ones are in live_handles_check.py):
 - argus, which took weir's savefile descriptor for an interface's and gave
   the file up: the same flows as on stock (ra -n), for several traces;
 - ettercap -T on pcapng traces, which compares ftell(pcap_file) with the file
-  size to find the end: it must find it and exit, as on stock.
+  size to find the end: it must find it and exit, as on stock;
+- the descriptors a savefile handle holds, read to its end with pcap_file and
+  pcap_get_selectable_fd asked for (getters -n): stock holds the file's
+  alone, which is also the selectable one; weir the same and at most one
+  more, the eventfd its reads wait on (weir reads the file on a thread of its
+  own; see crates/weir-pcap/src/handle.rs), and none after pcap_close.
 
     python3 tests/pcap-compat/handles_check.py --libdir DIR [-j N]
 
@@ -39,6 +44,8 @@ ETTERCAP_TRACES = ["zeek-traces/ldap/missing_ldap_logs.pcapng", "zeek-traces/red
 # What ettercap prints when ftell(pcap_file) reaches the file's size. (The
 # rest of its closing words race its threads, on stock libpcap as well.)
 ETTERCAP_END = "End of dump file..."
+# The one descriptor a weir savefile handle may hold beyond stock's.
+WEIR_OWN_FD = "anon_inode:[eventfd]"
 # DLT_EN10MB, DLT_RAW, DLT_LINUX_SLL, DLT_IEEE802_11_RADIO.
 DEAD_DLTS = [1, 12, 113, 127]
 
@@ -141,6 +148,42 @@ def main():
            f"ftell(pcap_file) and pcap_bufsize, then the end and its error): {len(diff)} differ")
     show(diff)
 
+    def held(out):
+        """getters -n: (the other lines, {when: [kinds]})."""
+        lines, fds = [], {}
+        for line in out.splitlines():
+            if line.startswith("descriptors "):
+                when, _, listed = line.partition(": ")
+                fds[when] = listed.partition(":")[2].split()
+            else:
+                lines.append(line)
+        return lines, fds
+
+    def extra(fds):
+        """What the handle holds: its descriptors' kinds less those before the open."""
+        kinds = list(fds.get("descriptors with the handle", []))
+        for k in fds.get("descriptors before the open", []):
+            if k in kinds:
+                kinds.remove(k)
+        return sorted(kinds)
+
+    counted = [("-n", f) for f in files[::50]]
+    wrong = []
+    for args, s, w in ((args, *runner.both(args)) for args in counted):
+        (slines, sfds), (wlines, wfds) = held(s[1]), held(w[1])
+        sx, wx = extra(sfds), extra(wfds)
+        beyond = list(wx)
+        for k in sx:
+            if k in beyond:
+                beyond.remove(k)
+        closed = wfds.get("descriptors after pcap_close") == wfds.get("descriptors before the open")
+        if s[0] != 0 or w[0] != 0 or slines != wlines or not set(sx) <= set(wx) or beyond not in ([], [WEIR_OWN_FD]) or not closed:
+            wrong.append((args, sx, wx, slines, wlines))
+    report(not wrong, f"descriptors of {len(counted)} savefile handles read to the end: the same selectable one (the "
+           f"file's) and at most one more ({WEIR_OWN_FD}) than stock's, none after pcap_close: {len(wrong)} differ")
+    for args, sx, wx, slines, wlines in wrong[:3]:
+        print(f"     {args[1]}: stock holds {sx}, weir {wx}; stock says {slines}, weir {wlines}")
+
     for trace in ARGUS_TRACES:
         flows = {}
         for name, l in (("stock", None), ("weir", lib)):
@@ -153,17 +196,29 @@ def main():
         report(s is not None and s == w, f"argus -r {trace}: {len(s.splitlines()) - 1 if s else 0} flows on stock, "
                f"{'the same' if s == w else (str(len(w.splitlines()) - 1) + ' flows' if w else 'none')} on weir")
 
+    def ettercap(trace, l):
+        try:
+            e = run(["ettercap", "-T", "-q", "-r", CORPUS / trace], l, timeout=30)
+            return e.returncode, ETTERCAP_END in e.stdout
+        except subprocess.TimeoutExpired:
+            return "no end within 30 s", False
+
     for trace in ETTERCAP_TRACES:
-        outs = {}
+        outs, hung = {}, []
         for name, l in (("stock", None), ("weir", lib)):
-            try:
-                e = run(["ettercap", "-T", "-q", "-r", CORPUS / trace], l, timeout=30)
-                outs[name] = (e.returncode, ETTERCAP_END in e.stdout)
-            except subprocess.TimeoutExpired:
-                outs[name] = ("no end within 30 s", False)
+            outs[name] = ettercap(trace, l)
+            if outs[name][0] == "no end within 30 s":
+                # ettercap cancels its threads asynchronously at the end of
+                # the file, and about 1 run in 5000 hangs at exit on stock
+                # libpcap as on weir's (a thread cancelled inside malloc or
+                # stdio, or under ettercap's UI lock: teardown_check.py). One
+                # such hang is run again; two in a row fail.
+                hung.append(name)
+                outs[name] = ettercap(trace, l)
         s, w = outs["stock"], outs["weir"]
         report(s == w == (0, True), f"ettercap -T -r {trace} finds the end: stock exit {s[0]}, weir {w[0]}; "
-               f"{ETTERCAP_END!r} said by stock: {s[1]}, by weir: {w[1]}")
+               f"{ETTERCAP_END!r} said by stock: {s[1]}, by weir: {w[1]}"
+               + (f" (run again after a hang on {' and '.join(hung)})" if hung else ""))
     print(f"handles: {'all passed' if not bad else f'{bad} failed'}")
     return 1 if bad else 0
 

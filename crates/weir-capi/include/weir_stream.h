@@ -256,6 +256,10 @@ void weir_streams_stop(weir_streams_t *h);
 int weir_streams_stats(weir_streams_t *h, weir_stream_stats_t *out);
 
 /* --- A stream, from inside a callback ------------------------------------- */
+/* A weir_stream_t * is valid during the callback it was given to, on that
+ * callback's thread. Kept past it (called from another callback's thread, or
+ * after weir_streams_run returned), every function below answers -1 (get_user:
+ * NULL); it never reads a stream that is gone. */
 
 /* Its record now. */
 int weir_stream_info(weir_stream_t *s, weir_stream_info_t *out);

@@ -1,6 +1,19 @@
 //! The stream handler behind the C callbacks, and the `weir_stream_t` a
 //! callback is given.
+//!
+//! Contract: a `weir_stream_t *` is valid during the callback it was given
+//! to, on that callback's thread, and nowhere else. A program may keep one
+//! past its callback anyway (and call `weir_stream_info` after
+//! `weir_streams_run` returned): each worker thread knows the one stream
+//! pointer it has handed out and not yet seen returned ([`Current`]), and
+//! the `weir_stream_*` functions use a pointer only when it is that one
+//! ([`is_current`]), answering -1 otherwise, as the header promises, never
+//! reading the worker's stack frame that is gone. A pointer kept from an
+//! earlier callback of the same worker may have the same address as the
+//! current one (both are that worker's stack slot); it then names the
+//! stream of the current callback, which is valid memory, never a stale one.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use weir::stream::{CloseReason, Direction, Mode, Piece, Stream, StreamCtl, StreamHandler};
 
@@ -71,6 +84,41 @@ impl<'b> StreamRef<'_, 'b> {
     }
 }
 
+thread_local! {
+    /// The stream pointer of the callback running on this thread; null outside one.
+    static CURRENT: Cell<*mut CStream> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Marks `s` as this thread's current stream pointer for as long as it lives
+/// (one callback), and puts back what was there (null) when dropped, also
+/// when a panic unwinds through it.
+struct Current(*mut CStream);
+
+impl Current {
+    fn enter(s: *mut CStream) -> Current {
+        Current(CURRENT.with(|c| c.replace(s)))
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
+}
+
+/// Whether `s` is the stream pointer of the callback running on this thread:
+/// then it points to a live [`StreamRef`]; otherwise it must not be read.
+pub fn is_current(s: *mut CStream) -> bool {
+    !s.is_null() && CURRENT.with(|c| c.get()) == s
+}
+
+/// Call `f` with the pointer C sees for `r`, marked current for the call.
+fn hand_out(r: &mut StreamRef<'_, '_>, f: impl FnOnce(*mut CStream)) {
+    let s: *mut CStream = std::ptr::from_mut(r).cast();
+    let _current = Current::enter(s);
+    f(s);
+}
+
 /// One queue's handler: calls the C callbacks.
 pub struct CHandler {
     pub cbs: Callbacks,
@@ -84,10 +132,10 @@ impl StreamHandler for CHandler {
         if let Some((cb, u)) = self.cbs.created {
             let mut r = StreamRef { access: Access::Ctl(ctl), user: &mut user };
             // SAFETY: the callback was given as a `weir_created_cb`; the stream
-            // pointer is valid for the call (the header says not to keep it),
-            // and `u` is the application's own pointer, whose use across
-            // threads the application answers for (see UserPtr).
-            unsafe { cb(std::ptr::from_mut(&mut r).cast(), u.0) };
+            // pointer is valid for the call and only used while current (see
+            // the module doc), and `u` is the application's own pointer, whose
+            // use across threads the application answers for (see UserPtr).
+            hand_out(&mut r, |s| unsafe { cb(s, u.0) });
         }
         user
     }
@@ -97,7 +145,7 @@ impl StreamHandler for CHandler {
             let mut r = StreamRef { access: Access::Ctl(ctl), user };
             // SAFETY: as in `created`; `data` points to `len` bytes that live
             // for the call.
-            unsafe { cb(std::ptr::from_mut(&mut r).cast(), piece.data.as_ptr(), piece.data.len(), piece.offset, u.0) };
+            hand_out(&mut r, |s| unsafe { cb(s, piece.data.as_ptr(), piece.data.len(), piece.offset, u.0) });
         }
     }
 
@@ -105,7 +153,7 @@ impl StreamHandler for CHandler {
         if let Some((cb, u)) = self.cbs.closed {
             let mut r = StreamRef { access: Access::Closed(stream), user: &mut user };
             // SAFETY: as in `created`.
-            unsafe { cb(std::ptr::from_mut(&mut r).cast(), u.0) };
+            hand_out(&mut r, |s| unsafe { cb(s, u.0) });
         }
     }
 }

@@ -590,11 +590,16 @@ pub unsafe extern "C" fn weir_streams_stats(h: *mut WeirStreams, out: *mut CStat
     })
 }
 
-/// Runs `f` on the stream behind `s`: -1 for a NULL stream, an error or a panic.
+/// Runs `f` on the stream behind `s`: -1 for a NULL stream, a stream pointer
+/// used outside its callback (kept past it, after the run, on another
+/// thread), an error or a panic.
 fn with_stream(s: *mut CStream, f: impl FnOnce(&mut StreamRef<'_, '_>) -> Result<(), ()>) -> c_int {
-    // SAFETY: a `weir_stream_t *` is only handed out by the handler (handler.rs),
-    // as a pointer to a StreamRef that lives for the callback; the header says
-    // to use it only during the callback, on its thread.
+    if !handler::is_current(s) {
+        return -1;
+    }
+    // SAFETY: `s` is the pointer the handler handed to the callback running
+    // on this thread (checked just above): a StreamRef on this thread's stack
+    // that lives until that callback returns, which is after this call.
     let Some(r) = (unsafe { s.cast::<StreamRef<'_, '_>>().as_mut() }) else { return -1 };
     match catch_unwind(AssertUnwindSafe(|| f(r))) {
         Ok(Ok(())) => 0,

@@ -254,3 +254,50 @@ fn a_class_gives_its_streams_a_mode_a_cutoff_and_a_priority() {
     want[1] = (1 << 8) | 2;
     assert_eq!(got, want, "mode << 8 | priority per port");
 }
+
+/// The last stream pointer a data callback was given, kept past its callback.
+static KEPT: AtomicU64 = AtomicU64::new(0);
+/// Whether weir_stream_info answered 0 on that pointer inside its own callback.
+static INSIDE_OK: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn keep_stream(s: *mut CStream, _data: *const u8, _len: usize, _offset: u64, _user: *mut c_void) {
+    let mut info = StreamInfo::default();
+    // SAFETY: `s` is the callback's stream, used during the callback.
+    if unsafe { weir_stream_info(s, &mut info) } == 0 && info.protocol == 17 {
+        INSIDE_OK.fetch_add(1, Ordering::Relaxed);
+    }
+    KEPT.store(s as usize as u64, Ordering::Relaxed);
+}
+
+#[test]
+fn a_stream_kept_past_its_callback_is_refused_after_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("udp.pcap");
+    udp_trace(&trace, 200, 4);
+    // Two queues: two workers, whose threads are gone when the run returns.
+    let h = create(&format!("{}@0-1", trace.display()));
+    // SAFETY: `h` is live until destroyed; the callback only uses atomics.
+    unsafe {
+        assert_eq!(weir_streams_on_data(h, Some(keep_stream), std::ptr::null_mut()), 0);
+        assert_eq!(weir_streams_run(h), 0, "{}", error(h));
+    }
+    assert!(INSIDE_OK.load(Ordering::Relaxed) > 0, "inside its callback the stream answers");
+    let kept = KEPT.load(Ordering::Relaxed) as usize as *mut CStream;
+    assert!(!kept.is_null());
+    let mut info = StreamInfo::default();
+    // SAFETY: the functions must refuse a pointer used outside its callback
+    // (the header's promise, which this checks) without reading through it.
+    unsafe {
+        assert_eq!(weir_stream_info(kept, &mut info), -1);
+        assert_eq!(weir_stream_set_cutoff(kept, 10), -1);
+        assert_eq!(weir_stream_discard(kept), -1);
+        assert_eq!(weir_stream_set_priority(kept, 1), -1);
+        assert_eq!(weir_stream_set_user(kept, kept.cast()), -1);
+        assert!(weir_stream_get_user(kept).is_null());
+        // The handle is unharmed: it runs again, and the pointer from that run is refused too.
+        assert_eq!(weir_streams_run(h), 0, "{}", error(h));
+        assert_eq!(weir_stream_info(KEPT.load(Ordering::Relaxed) as usize as *mut CStream, &mut info), -1);
+        weir_streams_destroy(h);
+    }
+    assert_eq!(info.protocol, 0, "nothing was written to `out`");
+}

@@ -10,8 +10,7 @@
 //! - `pcap_fileno` and `pcap_get_selectable_fd` of an activated live handle are
 //!   weir's ready eventfd, not libpcap's AF_PACKET socket: weir's own threads
 //!   read the interface, so only that descriptor says when a read finds
-//!   packets. A savefile's selectable descriptor is that eventfd too (libpcap's
-//!   is the file, which is always readable; the eventfd also is until the end).
+//!   packets. (A savefile's selectable descriptor is the file's, as in libpcap.)
 //! - `pcap_setdirection` to one direction only is refused (see the README).
 //! - `pcap_bufsize` of a live handle in immediate mode is its snapshot length:
 //!   libpcap's TPACKET_V2 frame size there depends on the interface's MTU and
@@ -255,10 +254,15 @@ pub extern "C-unwind" fn pcap_geterr(p: *mut Handle) -> *mut c_char {
 pub extern "C-unwind" fn pcap_perror(p: *mut Handle, prefix: *const c_char) {
     let _nc = NoCancel::new();
     let msg = text(pcap_geterr(p)).unwrap_or("");
-    match text(prefix) {
-        Some(pre) => eprintln!("{pre}: {msg}"),
-        None => eprintln!("{msg}"),
-    }
+    // libpcap prints `"%s: %s\n"` whatever the prefix: glibc's printf shows
+    // a NULL one as "(null)".
+    let pre = if prefix.is_null() {
+        "(null)".into()
+    } else {
+        // SAFETY: a non-NULL prefix is a NUL-terminated string by the API's contract.
+        unsafe { std::ffi::CStr::from_ptr(prefix) }.to_string_lossy()
+    };
+    eprintln!("{pre}: {msg}");
 }
 
 /// libpcap's refusal of non-blocking mode on a kind of handle that has none.
@@ -321,13 +325,18 @@ fn preset_fd(h: &Handle) -> Option<c_int> {
     }
 }
 
-/// The ready eventfd (see the module's documentation).
+/// A savefile's descriptor, as in libpcap; a live handle's ready eventfd
+/// (see the module's documentation).
 #[no_mangle]
 pub extern "C-unwind" fn pcap_get_selectable_fd(p: *mut Handle) -> c_int {
     let _nc = NoCancel::new();
     // SAFETY: p is a handle of ours.
     let Some(h) = (unsafe { handle(p) }) else { return PCAP_ERROR };
-    preset_fd(h).unwrap_or_else(|| h.selectable_fd())
+    match (preset_fd(h), h.kind) {
+        (Some(fd), _) => fd,
+        (None, Kind::Savefile) => h.savefile_fd(),
+        (None, _) => h.selectable_fd(),
+    }
 }
 
 /// -1 for a savefile, as in libpcap: a descriptor there would be taken for an

@@ -103,6 +103,9 @@ pub(crate) struct State {
     dead: Option<DeadHandle>,
     pub timeout: Option<std::time::Duration>,
     pub nonblock: bool,
+    /// The reader that reached its end, kept to `pcap_close` (see `Read::End`
+    /// in [`crate::read`]).
+    pub retired: Option<Box<Reader>>,
 }
 
 /// One `pcap_t`.
@@ -139,10 +142,29 @@ pub struct Handle {
     /// The header of the packet `pcap_next_ex` handed out last.
     pub(crate) hdr: UnsafeCell<PcapPkthdr>,
     /// The descriptor that turns readable when a read may find something:
-    /// `pcap_get_selectable_fd`'s, and the one a read itself sleeps on.
+    /// a live handle's `pcap_get_selectable_fd`, and the one a read itself
+    /// sleeps on. The reader's bell signals this very descriptor (shared, not
+    /// duplicated).
+    ///
+    /// Descriptors a handle holds, against libpcap's one (the socket, or the
+    /// savefile's stream): this eventfd, made at the first read, and kept to
+    /// `pcap_close`: weir reads on threads of its own, so a read that finds
+    /// nothing yet must sleep until they ring, in ppoll (a cancellation
+    /// point, as libpcap's wait is) on a descriptor `pcap_breakloop` can
+    /// signal from any thread or signal handler; closing it sooner would let
+    /// a late `pcap_breakloop` write to a reused number. A savefile's stream
+    /// (`pcap_file`, the selectable descriptor, and what [`Layout`] reads) is
+    /// opened when first asked for, and the engine holds the trace open only
+    /// until it is mapped (for the whole read when it reads with read(2)). A
+    /// live handle also holds the engine's sockets, one per queue.
     ready: OnceCell<EventFd>,
     /// `pcap_get_required_select_timeout`'s answer, which must outlive the call.
     select_tv: OnceCell<Option<libc::timeval>>,
+    /// The program was given the ready descriptor (`pcap_get_selectable_fd`,
+    /// `pcap_fileno`): it may poll it, so a read it makes after a wake-up
+    /// that found nothing returns at once ([`crate::read`]). A program that
+    /// never asked cannot have polled, and its reads wait as libpcap's do.
+    pub(crate) fd_given: Cell<bool>,
 }
 
 impl Handle {
@@ -152,7 +174,7 @@ impl Handle {
             break_loop: AtomicBool::new(false),
             reading: AtomicU32::new(0),
             close_pending: AtomicBool::new(false),
-            state: RefCell::new(State { stage, filter: None, here: None, dead: None, timeout: None, nonblock: false }),
+            state: RefCell::new(State { stage, filter: None, here: None, dead: None, timeout: None, nonblock: false, retired: None }),
             kind,
             activated: Cell::new(kind != Kind::Live),
             immediate: Cell::new(false),
@@ -170,6 +192,7 @@ impl Handle {
             hdr: UnsafeCell::new(PcapPkthdr { tv_sec: 0, tv_usec: 0, caplen: 0, len: 0 }),
             ready: OnceCell::new(),
             select_tv: OnceCell::new(),
+            fd_given: Cell::new(false),
         })
     }
 
@@ -217,7 +240,12 @@ impl Handle {
     /// savefile; `None` for input read only once.
     fn layout_now(&self) -> Option<Result<(i64, u32), String>> {
         let trace = self.trace.as_ref()?;
-        let cell = self.layout.get_or_init(|| RefCell::new(Layout::open(self.path.as_deref(), trace)));
+        // The layout reads the stream's descriptor: no second one on the file.
+        let fd = match self.stream() {
+            Ok(view) => view.fd(),
+            Err(e) => return Some(Err(e)),
+        };
+        let cell = self.layout.get_or_init(|| RefCell::new(Layout::open(fd, trace)));
         let mut layout = cell.borrow_mut();
         Some(layout.as_mut()?.after(self.records.get()))
     }
@@ -228,15 +256,12 @@ impl Handle {
         if self.kind != Kind::Savefile {
             return std::ptr::null_mut();
         }
-        let view = match self.savefile.get() {
-            Some(v) => v,
-            None => match Savefile::open(self.path.as_deref()) {
-                Ok(v) => self.savefile.get_or_init(|| v),
-                Err(e) => {
-                    self.set_error(&format!("pcap_file: {e}"));
-                    return std::ptr::null_mut();
-                }
-            },
+        let view = match self.stream() {
+            Ok(v) => v,
+            Err(e) => {
+                self.set_error(&format!("pcap_file: {e}"));
+                return std::ptr::null_mut();
+            }
         };
         let at = match self.layout_now() {
             None => None,
@@ -247,6 +272,16 @@ impl Handle {
             }
         };
         view.show(at, self.records.get())
+    }
+
+    /// A savefile's stream (opened on first use; the caller's from
+    /// `pcap_fopen_offline`).
+    fn stream(&self) -> Result<&Savefile, String> {
+        if let Some(v) = self.savefile.get() {
+            return Ok(v);
+        }
+        let v = Savefile::open(self.path.as_deref())?;
+        Ok(self.savefile.get_or_init(|| v))
     }
 
     /// `pcap_bufsize` of a savefile: the buffer libpcap would have grown to
@@ -277,6 +312,7 @@ impl Handle {
             // Abandoned, not ended: its counters are not the run's.
             drop(r.finish());
         }
+        st.retired = None;
         let mut reader = self.start_reading(self.file_engine()?, st)?;
         // The engine filters nothing of a file: `packets` counts records.
         let mut skipped = 0;
@@ -298,7 +334,9 @@ impl Handle {
     pub(crate) fn start_reading(&self, mut engine: Engine, st: &State) -> Result<Reader, String> {
         engine.set_filter(if self.kind == Kind::Savefile { None } else { st.filter.clone() }).map_err(|e| e.to_string())?;
         let mut r = engine.start_reader().map_err(|e| e.to_string())?;
-        let tied = self.ready_fd().and_then(|fd| fd.try_clone()).and_then(|dup| r.attach_ready_fd(dup));
+        // The reader signals the handle's own descriptor, shared, not a duplicate:
+        // one descriptor fewer, and it stays open as long as either holds it.
+        let tied = self.ready_fd().and_then(|fd| r.attach_ready_fd(fd.share()));
         tied.map_err(|e| format!("the descriptor reads wait on: {e}"))?;
         Ok(r)
     }
@@ -509,9 +547,24 @@ impl Handle {
             let report = r.finish();
             self.settings.report(&report.stats);
         }
+        // Reported when it ended; only its memory and descriptors go now.
+        st.retired = None;
     }
 
-    /// `pcap_get_selectable_fd` of a savefile or an activated live handle:
+    /// `pcap_get_selectable_fd` of a savefile: the file's descriptor, as in
+    /// libpcap (that of `pcap_file`'s stream, always readable; a read from a
+    /// file waits for weir's capture thread itself).
+    pub fn savefile_fd(&self) -> i32 {
+        match self.stream() {
+            Ok(view) => view.fd(),
+            Err(e) => {
+                self.set_error(&format!("selectable descriptor: {e}"));
+                PCAP_ERROR
+            }
+        }
+    }
+
+    /// `pcap_get_selectable_fd` of an activated live handle:
     /// the ready descriptor, readable when a read may find a packet or the
     /// end. Before capture starts it is readable, so that a poller's first
     /// read starts capture.
@@ -520,6 +573,7 @@ impl Handle {
         let reading = matches!(st.stage, Stage::Reading(_));
         match self.ready_fd() {
             Ok(fd) => {
+                self.fd_given.set(true);
                 if !reading {
                     fd.signal();
                 }

@@ -236,8 +236,13 @@ impl Handle {
                     // its packets were taken. libpcap's descriptor is never
                     // readable for nothing, so such a program would wait for
                     // the next packet, perhaps forever: say nothing was read,
-                    // as libpcap does when its timeout passes.
-                    if std::mem::take(&mut first_look) && self.kind == Kind::Live && reader.woken_for_nothing() {
+                    // as libpcap does when its timeout passes. Only for a
+                    // program that has the descriptor: the reader's start
+                    // leaves it readable (a poller's first read starts
+                    // capture), so to one that never polled, such as
+                    // urlsnarf (to_ms 0, reading while pcap_next_ex says 1),
+                    // the first read would return 0 at once, where libpcap's waits.
+                    if std::mem::take(&mut first_look) && self.kind == Kind::Live && self.fd_given.get() && reader.woken_for_nothing() {
                         return Got::Idle;
                     }
                     let mut sleep = BREAK_CHECK;
@@ -258,10 +263,22 @@ impl Handle {
                     probe.mark(Timed::PcapTake);
                 }
                 Read::End => {
+                    // Every capture thread has ended and been joined, and every
+                    // packet was handed out: the counters are final and the
+                    // first error is known. The reader itself (its pools, a
+                    // mapped file) is torn down at pcap_close, not here: that
+                    // takes unmapping tens of megabytes, and libpcap returns
+                    // from the read that meets the end at once. ettercap
+                    // cancels its reading thread, asynchronously, as soon as
+                    // its callback has seen the last packet; a read that came
+                    // back later than libpcap's let the cancel land in its
+                    // own printing after pcap_loop, under its UI lock, and it
+                    // hung at exit (see teardown_check.py).
                     let Stage::Reading(r) = std::mem::replace(&mut st.stage, Stage::Ended) else { unreachable!("reading") };
-                    let report = r.finish();
-                    self.settings.report(&report.stats);
-                    return match report.errors.first().map(|e| crate::errors::read_error(e, self.trace.as_ref())) {
+                    self.settings.report(&r.stats_reader().read());
+                    let error = r.error().map(|e| crate::errors::read_error(e, self.trace.as_ref()));
+                    st.retired = Some(r);
+                    return match error {
                         Some(e) => {
                             self.set_error(&e);
                             Got::Error

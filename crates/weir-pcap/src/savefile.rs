@@ -11,7 +11,8 @@
 //!   (pcapng, after any blocks before it), and before the first, after the
 //!   file header (pcap) or the first interface description block (pcapng).
 //!   [`Layout`] finds those offsets by walking the file again with weir's
-//!   parser, on a descriptor of its own, as far as the reads went; it also
+//!   parser, reading the stream's own descriptor with `pread` (which moves
+//!   neither the descriptor's offset nor the stream), as far as the reads went; it also
 //!   gives the buffer size libpcap reports by then (`pcap_bufsize`). It
 //!   remembers how many records had been read there.
 //! - Before each read, a stream moved by the caller to a position it was told
@@ -26,8 +27,7 @@ use libc::FILE;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use weir::tracefile::{Step, TraceHeader, TraceKind, Walker, MAX_RECORD_BYTES};
@@ -86,6 +86,13 @@ impl Savefile {
         Ok(Savefile::new(fp, true))
     }
 
+    /// The stream's descriptor: `pcap_get_selectable_fd` of a savefile, as in
+    /// libpcap, and what [`Layout`] reads.
+    pub fn fd(&self) -> RawFd {
+        // SAFETY: fp is open for the life of this view.
+        unsafe { libc::fileno(self.fp) }
+    }
+
     /// Put the stream at `at` (if known), where `packets` records have been
     /// read, and hand it over.
     pub fn show(&self, at: Option<i64>, packets: u64) -> *mut FILE {
@@ -138,7 +145,11 @@ const READ_AHEAD: usize = 64 * 1024;
 /// A savefile walked with weir's parser, as far as the handle's reads went:
 /// where each record ends, and how large libpcap's read buffer is by then.
 pub struct Layout {
-    file: File,
+    /// The [`Savefile`] stream's descriptor, read with `pread`; the handle
+    /// keeps the stream open for as long as it keeps this.
+    fd: RawFd,
+    /// The file offset the next read starts at.
+    read_at: u64,
     header: TraceHeader,
     walker: Walker,
     /// Unconsumed file bytes; `window[0]` is at file offset `at`.
@@ -152,17 +163,19 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `path` (`None`: standard input, if it is a regular
-    /// file), or `None` for input that cannot be read a second time.
-    pub fn open(path: Option<&Path>, header: &TraceHeader) -> Option<Layout> {
-        let path = path.unwrap_or(Path::new("/dev/stdin"));
-        // A pipe opened again is the same pipe: reading it would take the packets.
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+    /// The layout of the savefile open on `fd` (a [`Savefile`]'s), or `None`
+    /// for input that cannot be read a second time.
+    pub fn open(fd: RawFd, header: &TraceHeader) -> Option<Layout> {
+        // SAFETY: a zeroed stat is a valid buffer for fstat to fill.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is the open stream's descriptor; st is a live buffer.
+        // A pipe read again would take the packets: only a regular file has a layout.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
-        let file = File::open(path).ok()?;
         let mut layout = Layout {
-            file,
+            fd,
+            read_at: 0,
             header: header.clone(),
             walker: Walker::new(),
             window: Vec::new(),
@@ -186,7 +199,7 @@ impl Layout {
     }
 
     fn rewind(&mut self) -> std::io::Result<()> {
-        self.file.seek(SeekFrom::Start(0))?;
+        self.read_at = 0;
         self.walker = Walker::new();
         self.window.clear();
         self.at = 0;
@@ -261,12 +274,21 @@ impl Layout {
             let have = self.window.len();
             self.window.resize(have + READ_AHEAD.max(need - have), 0);
             let n = loop {
-                match self.file.read(&mut self.window[have..]) {
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    other => break other,
+                let buf = &mut self.window[have..];
+                // SAFETY: fd is the stream's open descriptor; buf is live and
+                // writable for its length. pread leaves the descriptor's offset,
+                // which the stream (and the caller's ftell) relies on, alone.
+                let n = unsafe { libc::pread(self.fd, buf.as_mut_ptr().cast(), buf.len(), self.read_at as libc::off_t) };
+                match usize::try_from(n) {
+                    Ok(n) => break Ok(n),
+                    Err(_) => match std::io::Error::last_os_error() {
+                        e if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        e => break Err(e),
+                    },
                 }
             };
             let n = n.inspect_err(|_| self.window.truncate(have))?;
+            self.read_at += n as u64;
             self.window.truncate(have + n);
             self.eof = n == 0;
         }

@@ -224,7 +224,7 @@ impl Reader {
     }
 
     /// As [`ready_fd`](Self::ready_fd), signalling the caller's `fd`: it may
-    /// keep a duplicate ([`EventFd::try_clone`]) that outlives the reader (a
+    /// keep a holder of the same descriptor ([`EventFd::share`]) that outlives the reader (a
     /// libpcap handle's descriptor is valid from before capture starts to its
     /// close). The reader's end leaves it readable.
     pub fn attach_ready_fd(&mut self, fd: EventFd) -> io::Result<()> {

@@ -13,7 +13,9 @@
 //! blocks, the capture unit [`adopt`](BlockArena::adopt)s a block the kernel has
 //! handed over, and gives it back only once [`is_unheld`](BlockArena::is_unheld)
 //! says every chunk holding its packets was recycled. One over a mapped file
-//! (`BlockArena::over_file`): nobody ever writes it; its blocks are windows
+//! (`BlockArena::over_file`): weir never writes it (a program may write a
+//! packet it was handed, in its private copy-on-write page, after weir is done
+//! with those bytes: see `source/file/mapped.rs`); its blocks are windows
 //! that overlap, each starting `headroom` bytes before its stride, so a record
 //! that straddles two strides lies whole in the second block's window.
 //!
@@ -90,13 +92,14 @@ impl BlockArena {
         Arc::new(BlockArena::layout(mem, 0, block_bytes, block_bytes, count, true, None))
     }
 
-    /// An arena over a read-only mapping of a file: block `i` is the
+    /// An arena over a private mapping of a file: block `i` is the
     /// `window` bytes from `origin + i * stride` of `mem`. `lease` is dropped
     /// just before `mem` is unmapped.
     ///
     /// # Safety
     /// Every block's window must lie in `mem` and be readable, and nothing may
-    /// write `mem` while the arena lives.
+    /// write `mem` while the arena lives, except a program writing the bytes
+    /// of a packet it was handed, which weir no longer reads.
     pub(crate) unsafe fn over_file(
         mem: Region,
         origin: usize,

@@ -6,14 +6,17 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 /// An eventfd, nonblocking and closed on exec: the descriptor a
 /// [`Reader`](crate::engine::Reader) makes readable when packets wait
 /// ([`attach_ready_fd`](crate::engine::Reader::attach_ready_fd)). The type
 /// stands for the kind of descriptor, so a caller that wants to keep its own
-/// duplicate (one valid before a reader exists and after it is gone) makes it
-/// here and hands a [`try_clone`](Self::try_clone) over.
-pub struct EventFd(OwnedFd);
+/// (one valid before a reader exists and after it is gone) makes it here and
+/// hands a [`share`](Self::share) over: the same descriptor, closed when its
+/// last holder drops it, so the caller's stays valid whatever the reader's
+/// threads do and costs no second descriptor (libpcap's handle holds one).
+pub struct EventFd(Arc<OwnedFd>);
 
 impl EventFd {
     /// A new eventfd, not readable.
@@ -27,7 +30,7 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        Ok(EventFd(Arc::new(unsafe { OwnedFd::from_raw_fd(fd) })))
     }
 
     /// A second descriptor for the same eventfd.
@@ -35,7 +38,13 @@ impl EventFd {
     /// # Errors
     /// What duplicating the descriptor returns, e.g. when the process is out of descriptors.
     pub fn try_clone(&self) -> io::Result<EventFd> {
-        self.0.try_clone().map(EventFd)
+        self.0.try_clone().map(|fd| EventFd(Arc::new(fd)))
+    }
+
+    /// Another holder of this very descriptor (no new one is made): it stays
+    /// open until every holder is dropped.
+    pub fn share(&self) -> EventFd {
+        EventFd(Arc::clone(&self.0))
     }
 
     /// Make the descriptor readable. Cannot block: the counter only overflows

@@ -6,7 +6,7 @@
 //! second CPU, with the file placed on a 2 MiB boundary so that the page
 //! cache's 2 MiB folios are mapped whole, one PMD each (see
 //! [`TraceAccess`](super::TraceAccess) for the figures).
-//! A mapped file is mapped read-only and private, and its blocks (see
+//! A mapped file is mapped private and writable (copy-on-write), and its blocks (see
 //! [`BlockArena::over_file`]) are windows of the mapping: block `i` starts
 //! `headroom` bytes before byte `i * stride` of the file, so a record that
 //! straddles two strides lies whole in the next window and nothing is copied.
@@ -14,6 +14,19 @@
 //! own by the reader. Anonymous read-only zero pages sit before the file (block
 //! 0's headroom) and after it (the last window's tail), so every window is
 //! readable memory.
+//!
+//! Writable, because programs write into the packets they are handed, as
+//! libpcap allows (its savefile packets are in its own buffer): arpwatch puts
+//! an ethertype at offset 12, pmacctd copies a port header into IP fragments.
+//! A write to a private mapping copies the page for this mapping alone: the
+//! file, the page cache and any other handle's mapping of the same trace never
+//! see it. weir itself never writes the mapping, and never reads a packet's
+//! bytes again once it has handed them out: the filter, steering and the
+//! walk all look at a record before it is delivered, and the walk (on the
+//! capture thread or a walking thread, `prewalk.rs`) reads only records
+//! ahead of the ones delivered. A program that writes past a packet's
+//! captured length may change the next record before it is walked, as it
+//! would corrupt libpcap's buffer; that is its own doing.
 //!
 //! Contract:
 //! - [`map`] gives `None` where mapping cannot work (an empty file, a file
@@ -146,8 +159,17 @@ pub(super) fn map(file: &File, size: u64, stride: usize, headroom: usize) -> Opt
     debug_assert!(front >= headroom && front + file_len + page_round(stride, page)? <= total);
     // SAFETY: the fixed address lies inside our own reservation (front + file_len
     // <= total, as asserted), so MAP_FIXED replaces only pages we own; the file is open.
+    // Writable but private (see the module doc): a write copies the page for
+    // this mapping and never reaches the file, which is only open for reading.
     let at = unsafe {
-        libc::mmap(region.as_ptr().add(front).cast(), size, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, file.as_raw_fd(), 0)
+        libc::mmap(
+            region.as_ptr().add(front).cast(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
     };
     if at == libc::MAP_FAILED {
         return None;
@@ -161,7 +183,8 @@ pub(super) fn map(file: &File, size: u64, stride: usize, headroom: usize) -> Opt
     // front - headroom + i*stride of the region: it starts at 0 or later, and the
     // last one ends at front + blocks*stride <= front + size + stride, inside
     // total (the tail holds a whole stride past the file's last page). Every
-    // page is mapped readable, and nothing writes a read-only mapping.
+    // page is mapped readable; weir never writes it, and the program writes
+    // only packets it was handed, which weir no longer reads (module doc).
     let arena = unsafe { BlockArena::over_file(region, front - headroom, stride, stride + headroom, blocks as usize, lease) };
     Some(Mapping { arena, blocks, watch, start: at as usize })
 }
@@ -219,9 +242,17 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         let at = addr & !(page - 1);
         // SAFETY: the page is inside a mapping we own (a watched file's bytes,
         // which stay mapped while the slot is claimed); replacing it with an
-        // anonymous read-only page is what lets the faulting read go on.
+        // anonymous zero page, writable like the file's (a program may write
+        // the packet it was handed), is what lets the faulting access go on.
         let p = unsafe {
-            libc::mmap(at as *mut libc::c_void, page, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED, -1, 0)
+            libc::mmap(
+                at as *mut libc::c_void,
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
         };
         if p != libc::MAP_FAILED {
             // Relaxed: see `Watch::lost`.
@@ -312,8 +343,11 @@ const UNMAP_BEHIND: u64 = 2 * POPULATE_LEAD;
 const UNMAP_AT_ONCE: u64 = POPULATE_LEAD / 2;
 
 /// Empties a mapped trace's page tables behind its walk, [`UNMAP_AT_ONCE`]
-/// or more at a time, with MADV_DONTNEED: a private read-only file mapping then reads the page
-/// cache again at its next access, so nothing is lost. The process's share of
+/// or more at a time, with MADV_DONTNEED: a private file mapping then reads the page
+/// cache again at its next access, so nothing of the file is lost. A page a
+/// program wrote is dropped with its write; by then the packets on it were
+/// handed out long before (more than [`UNMAP_BEHIND`] of file ago), and a
+/// program may use a packet's bytes only until its next read. The process's share of
 /// the file (RssFile) stays under [`UNMAP_BEHIND`] + [`POPULATE_LEAD`] for a
 /// trace of any size, and the work of unmapping is done as the walk goes, by
 /// whoever fills the tables (a profile's stage), rather than all at once when
@@ -335,8 +369,9 @@ impl Behind {
         }
         // SAFETY: [done, until) lies before the walk, inside the file mapping
         // the caller's arena keeps (start, done and until are page aligned).
-        // Dropping a private read-only mapping's pages changes no data: the
-        // next access maps the page cache's page again.
+        // Dropping a private mapping's pages changes no file data: the next
+        // access maps the page cache's page again (see the type's doc for a
+        // page a program wrote).
         unsafe { libc::madvise((start as u64 + self.done) as *mut libc::c_void, (until - self.done) as usize, libc::MADV_DONTNEED) };
         self.done = until;
     }
@@ -400,9 +435,11 @@ pub(super) struct FileBytes {
 impl FileBytes {
     pub(super) fn bytes(&self) -> &[u8] {
         // SAFETY: `start..start + len` is the file's mapping, readable
-        // (read-only and private) for as long as the arena held here lives;
-        // nobody writes it. A page the file lost by a truncation reads as
-        // zeros through the SIGBUS handler (see the module doc).
+        // (private) for as long as the arena held here lives. weir never
+        // writes it; a program writes only packets already delivered, which
+        // lie behind every record the walk still reads (module doc). A page
+        // the file lost by a truncation reads as zeros through the SIGBUS
+        // handler (see the module doc).
         unsafe { std::slice::from_raw_parts(self.start as *const u8, self.len) }
     }
 }
@@ -531,7 +568,8 @@ impl Ahead {
             let addr = (self.start as u64 + self.next) as usize;
             if touch && self.next % FAULT_AROUND == 0 {
                 // SAFETY: next < size, so the byte is the file's, inside the
-                // mapping `arena` keeps; nobody writes it; a truncation's fault
+                // mapping `arena` keeps; it lies ahead of every packet handed
+                // out, so nobody writes it yet; a truncation's fault
                 // is the handler's (a zero page).
                 std::hint::black_box(unsafe { std::ptr::read_volatile(addr as *const u8) });
             }
