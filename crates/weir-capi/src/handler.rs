@@ -5,7 +5,7 @@
 //! to, on that callback's thread, and nowhere else. A program may keep one
 //! past its callback anyway (and call `weir_stream_info` after
 //! `weir_streams_run` returned): each worker thread knows the one stream
-//! pointer it has handed out and not yet seen returned ([`Current`]), and
+//! pointer it has handed out and not yet seen returned (`Current`), and
 //! the `weir_stream_*` functions use a pointer only when it is that one
 //! ([`is_current`]), answering -1 otherwise, as the header promises, never
 //! reading the worker's stack frame that is gone. A pointer kept from an
