@@ -30,6 +30,7 @@ use pyo3::types::{PyBytes, PyDict};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::time::Duration;
 use weir::engine::{RunError, Running, SourceInfo};
+use weir::stream::community_id::CommunityId;
 use weir::stream::{Class, Direction, Mode, Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats, Streams};
 
 /// Events waiting between the workers and Python, at most.
@@ -91,6 +92,8 @@ fn stream_dict<'py>(py: Python<'py>, s: &Stream) -> PyResult<Bound<'py, PyDict>>
     d.set_item("dst", s.dst.to_string())?;
     d.set_item("dport", s.dport)?;
     d.set_item("proto", s.proto)?;
+    // As `weir streams --json`: None for ICMP, which streams key by their addresses.
+    d.set_item("community_id", CommunityId::default().of_key(s.src, s.dst, s.proto, s.sport, s.dport, false))?;
     d.set_item("queue", s.queue.0)?;
     d.set_item("direction", if s.direction == Direction::Initiator { "initiator" } else { "responder" })?;
     for (k, v) in [
