@@ -60,11 +60,6 @@ pub struct ExportStats {
     pub v5_saturated: u64,
     /// Messages built.
     pub messages: u64,
-    /// Datagrams handed to the sockets (a message to each collector).
-    pub datagrams: u64,
-    /// Sends that failed, and the first error.
-    pub send_errors: u64,
-    pub first_send_error: Option<String>,
     /// Messages that carried the templates.
     pub template_messages: u64,
     /// Each collector's datagrams, in the order of `-n`.
@@ -72,6 +67,21 @@ pub struct ExportStats {
 }
 
 impl ExportStats {
+    /// Datagrams handed to the sockets (a message to each collector).
+    pub fn datagrams(&self) -> u64 {
+        self.collectors.iter().map(|c| c.datagrams).sum()
+    }
+
+    /// Sends that failed.
+    pub fn send_errors(&self) -> u64 {
+        self.collectors.iter().map(|c| c.send_errors).sum()
+    }
+
+    /// The first send error, naming its collector (the first in `-n`'s order that had one).
+    pub fn first_send_error(&self) -> Option<String> {
+        self.collectors.iter().find_map(|c| Some(format!("{}: {}", c.addr?, c.first_error.as_ref()?)))
+    }
+
     /// Adds the counts of another exporter (`--export per-queue`).
     pub fn add(&mut self, o: ExportStats) {
         self.exported += o.exported;
@@ -85,10 +95,7 @@ impl ExportStats {
         self.unwritten += o.unwritten;
         self.v5_saturated += o.v5_saturated;
         self.messages += o.messages;
-        self.datagrams += o.datagrams;
-        self.send_errors += o.send_errors;
         self.template_messages += o.template_messages;
-        self.first_send_error = self.first_send_error.take().or(o.first_send_error);
         self.file_error = self.file_error.take().or(o.file_error);
         self.files.extend(o.files);
         self.collectors.resize_with(self.collectors.len().max(o.collectors.len()), CollectorStats::default);
@@ -263,15 +270,7 @@ fn send(enc: &mut Encoder, out: &mut Outputs<'_>, reasons: &mut [u64; 5], st: &m
     st.messages += 1;
     let mut sent = false;
     for c in out.collectors.iter_mut() {
-        if c.send(msg, records) {
-            st.datagrams += 1;
-            sent = true;
-        } else {
-            st.send_errors += 1;
-            if st.first_send_error.is_none() {
-                st.first_send_error = c.stats.first_error.as_ref().map(|e| format!("{}: {e}", c.stats.addr.expect("an address")));
-            }
-        }
+        sent |= c.send(msg, records);
     }
     if !out.collectors.is_empty() && !sent {
         st.lost_to_send_errors += records;

@@ -509,7 +509,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
                                    "nothing_listens": c.nothing_listens})
             })
             .collect();
-        j["export"] = serde_json::json!({"exported": st.exported, "messages": st.messages, "datagrams": st.datagrams,
+        j["export"] = serde_json::json!({"exported": st.exported, "messages": st.messages, "datagrams": st.datagrams(),
                                          "not_carried": st.not_carried, "lost_to_send_errors": st.lost_to_send_errors,
                                          "unwritten": st.unwritten, "orphaned": orphaned,
                                          "export_rate_datagrams_per_s": args.export_rate, "paced_s": paced_s(&st),
@@ -597,7 +597,7 @@ fn print_stats(
         reasons.join(", "),
         st.messages,
         args.format.name(),
-        st.datagrams,
+        st.datagrams(),
         args.collectors.len(),
         if args.collectors.is_empty() {
             "none".to_string()
@@ -649,12 +649,12 @@ fn print_stats(
     if st.v5_saturated > 0 {
         eprintln!("weir flows: {} records had more packets or octets than v5's 32 bits hold: sent as 4294967295", st.v5_saturated);
     }
-    if st.send_errors > 0 {
+    if st.send_errors() > 0 {
         eprintln!(
             "weir flows: {} send errors ({} records reached no collector); the first: {}",
-            st.send_errors,
+            st.send_errors(),
             st.lost_to_send_errors,
-            st.first_send_error.as_deref().unwrap_or("?")
+            st.first_send_error().as_deref().unwrap_or("?")
         );
     }
     if let Some(e) = &st.file_error {

@@ -118,28 +118,25 @@ impl<W: Write> EveWriter<W> {
         b.extend_from_slice(b",\"event_type\":\"flow\",\"src_ip\":\"");
         address(b, e.src);
         b.push(b'"');
+        if let L4::Ports(s, _) = l4 {
+            b.extend_from_slice(b",\"src_port\":");
+            number(b, u64::from(s));
+        }
+        b.extend_from_slice(b",\"dest_ip\":\"");
+        address(b, e.dst);
+        b.push(b'"');
         match l4 {
-            L4::Ports(s, d) => {
-                b.extend_from_slice(b",\"src_port\":");
-                number(b, u64::from(s));
-                b.extend_from_slice(b",\"dest_ip\":\"");
-                address(b, e.dst);
-                b.extend_from_slice(b"\",\"dest_port\":");
+            L4::Ports(_, d) => {
+                b.extend_from_slice(b",\"dest_port\":");
                 number(b, u64::from(d));
             }
             L4::Icmp { kind, code } => {
-                b.extend_from_slice(b",\"dest_ip\":\"");
-                address(b, e.dst);
-                b.extend_from_slice(b"\",\"icmp_type\":");
+                b.extend_from_slice(b",\"icmp_type\":");
                 number(b, u64::from(kind));
                 b.extend_from_slice(b",\"icmp_code\":");
                 number(b, u64::from(code));
             }
-            L4::None => {
-                b.extend_from_slice(b",\"dest_ip\":\"");
-                address(b, e.dst);
-                b.push(b'"');
-            }
+            L4::None => {}
         }
         b.extend_from_slice(b",\"proto\":\"");
         match e.proto {
@@ -154,7 +151,7 @@ impl<W: Write> EveWriter<W> {
         match digest {
             Some(d) => {
                 b.push(b'"');
-                b.extend_from_slice(CommunityId::render(&d).as_bytes());
+                CommunityId::render_into(&d, b);
                 b.push(b'"');
             }
             None => b.extend_from_slice(b"null"),

@@ -19,6 +19,9 @@ use base64::Engine;
 use sha1::{Digest, Sha1};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// Bytes of an ID: `1:` and 28 of base64 for the 20 of a SHA-1.
+const RENDERED: usize = 30;
+
 /// IP protocol numbers the hash gives ports to.
 mod proto {
     pub const ICMP: u8 = 1;
@@ -131,10 +134,17 @@ impl CommunityId {
 
     /// `1:` and the base64 of a [`CommunityId::digest`].
     pub fn render(digest: &[u8; 20]) -> String {
-        let mut out = String::with_capacity(30);
-        out.push_str("1:");
-        base64::engine::general_purpose::STANDARD.encode_string(digest, &mut out);
-        out
+        let mut out = Vec::with_capacity(RENDERED);
+        CommunityId::render_into(digest, &mut out);
+        String::from_utf8(out).expect("base64 is ASCII")
+    }
+
+    /// [`CommunityId::render`] appended to `out`, with no allocation of its own.
+    pub fn render_into(digest: &[u8; 20], out: &mut Vec<u8>) {
+        let mut b64 = [0u8; RENDERED - 2];
+        let n = base64::engine::general_purpose::STANDARD.encode_slice(digest, &mut b64).expect("28 bytes hold 20 in base64");
+        out.extend_from_slice(b"1:");
+        out.extend_from_slice(&b64[..n]);
     }
 
     /// The SHA-1 of the hash input.
