@@ -7,6 +7,7 @@
 mod alloc;
 mod args;
 mod count;
+mod events;
 mod exit;
 mod flow_order;
 mod flows;
@@ -14,11 +15,13 @@ mod forward;
 mod handle;
 mod inspect;
 mod metrics;
+mod notify;
 mod profile;
 mod queues;
 mod record;
 mod replay;
 mod run;
+mod sensor;
 mod sim;
 mod streams;
 mod synth;
@@ -69,6 +72,8 @@ pub(crate) enum Command {
     Flows(flows::FlowsArgs),
     /// Match signatures per service port and keep per-flow counters: an IDS workload whose caches locality buffering helps.
     Inspect(inspect::InspectArgs),
+    /// Run a sensor from a config file: one capture feeding packet files, flow export, streams, rule alerts, EVE events and metrics, as a service.
+    Sensor(sensor::SensorArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
     Queues(queues::QueuesArgs),
     /// Run count, handle, inspect or streams, or a libpcap program with run, with stage timing on, and show per stage the cycles and ns per packet and the share of the process's CPU time (WinPcap's profile of the packet path).
@@ -96,6 +101,7 @@ pub(crate) fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Inspect(a) => inspect::run(a),
         Command::Streams(a) => streams::run(a),
         Command::Flows(a) => flows::run(a),
+        Command::Sensor(a) => sensor::run(a),
         Command::Queues(a) => queues::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Run(a) => wrap::run(a),

@@ -116,14 +116,15 @@ pub struct RecordArgs {
 }
 
 /// The rotating writer shared by the queues' workers, and its first error.
-struct Shared {
-    writer: Option<RotatingWriter>,
-    error: Option<anyhow::Error>,
-    packets: u64,
+pub(crate) struct Shared {
+    pub(crate) writer: Option<RotatingWriter>,
+    pub(crate) error: Option<anyhow::Error>,
+    pub(crate) packets: u64,
 }
 
-struct Recorder {
-    shared: Arc<Mutex<Shared>>,
+/// One queue's handler: each packet into the shared writer.
+pub(crate) struct Recorder {
+    pub(crate) shared: Arc<Mutex<Shared>>,
 }
 
 impl Handler for Recorder {
@@ -146,7 +147,9 @@ impl Handler for Recorder {
 /// Standard output's name in messages.
 const STDOUT: &str = "standard output";
 
-pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+/// The output `args` names, for a source of `info`, not yet opened
+/// ([`RotatingWriter::prepare`] opens it, after root is dropped).
+pub(crate) fn writer(args: &RecordArgs, info: &weir::engine::SourceInfo) -> anyhow::Result<RotatingWriter> {
     let to_stdout = args.out == "-";
     let format = match args.format {
         Some(Format::Pcap) => FileFormat::Pcap,
@@ -167,13 +170,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
              or write to files (-w NAME)"
         )));
     }
-
-    let metrics = args.metrics.bind()?;
-    let engine = args.src.engine()?;
-    let info = engine.info().clone();
     let snaplen = if info.snaplen == 0 { weir::pool::MAX_CAPLEN as u32 } else { info.snaplen };
     let spec = FileSpec { format, link: info.link_type, snaplen, precision };
-    let writer = if to_stdout {
+    if to_stdout {
         // A duplicate of descriptor 1 as a File the writer owns and buffers
         // itself, instead of Rust's locked, line-buffered stdout.
         let fd = std::io::stdout().as_fd().try_clone_to_owned().context("cannot use standard output")?;
@@ -181,7 +180,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     } else {
         RotatingWriter::new(&args.out, spec, policy)
     }
-    .map_err(bad_input)?;
+    .map_err(bad_input)
+}
+
+pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    let metrics = args.metrics.bind()?;
+    let engine = args.src.engine()?;
+    let info = engine.info().clone();
+    let writer = writer(&args, &info)?;
     let shared = Arc::new(Mutex::new(Shared { writer: Some(writer), error: None, packets: 0 }));
 
     // The workers wait on this lock until the output is open, so nothing is

@@ -64,6 +64,11 @@ impl Plan {
         self.items.push(Item { what: what.into(), bytes });
     }
 
+    /// Plans everything `other` plans too.
+    pub fn extend(&mut self, other: Plan) {
+        self.items.extend(other.items);
+    }
+
     pub(crate) fn total(&self) -> u64 {
         self.items.iter().fold(0u64, |t, i| t.saturating_add(i.bytes))
     }

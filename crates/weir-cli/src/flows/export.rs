@@ -28,8 +28,8 @@
 
 use super::collector::{Collector, CollectorStats, Pacer};
 use super::encode::{self, Added, Encoder, EndReason, FlowRecord, Format};
-use super::events::Events;
 use super::files::FlowFiles;
+use crate::events::Events;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

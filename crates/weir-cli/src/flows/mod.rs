@@ -17,18 +17,18 @@
 
 mod collector;
 mod encode;
-mod events;
 mod export;
 mod files;
 
+use crate::events::Events;
 use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
 use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsFile};
 use clap::Args;
 use collector::{Pacer, Pacing};
-use encode::{EndReason, FlowRecord, Format, Reverse};
-use events::Events;
+pub(crate) use encode::FlowRecord;
+use encode::{EndReason, Format, Reverse};
 use export::Ready;
 use export::{ExportStats, Exporter};
 use files::FlowFiles;
@@ -189,7 +189,7 @@ const CHANNEL_RECORDS: usize = 1 << 16;
 /// One queue's handler: turns each handed-out stream record into a flow
 /// record for the exporter (with `--biflow`, joins the two directions
 /// first).
-struct ToExporter {
+pub(crate) struct ToExporter {
     tx: SyncSender<FlowRecord>,
     /// Records its exporter thread was gone for (it panicked): counted.
     orphaned: u64,
@@ -392,114 +392,118 @@ fn lanes(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<(Vec<Lane>, Vec
         .map(|v| v.into_iter().unzip())
 }
 
-pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
-    let cfg = StreamConfig {
-        mode: weir::stream::Mode::Packets,
-        cutoff: Some(0),
-        flows: true,
-        idle_timeout_ns: args.inactive_timeout.saturating_mul(1_000_000_000),
-        active_timeout_ns: Some(args.active_timeout.saturating_mul(1_000_000_000)),
-        max_connections: args.max_flows,
-        prealloc_connections: args.prealloc,
-        // No payload is kept: no reassembly memory is needed.
-        memory: 0,
-        kernel_install_after: args.kernel.kernel_install_after,
-        ..StreamConfig::default()
-    };
-    cfg.check().map_err(|e| setting_error(&e))?;
-    let stats = StatsFile::create(args.stats.as_deref())?;
-    let events = match &args.events {
-        Some(out) if out == "-" && args.write.as_deref() == Some("-") => {
-            return Err(bad_input(anyhow::anyhow!("--events - and -w - would both write to standard output: send one to a file")))
-        }
-        Some(out) => Some(Events::create(out).map_err(|e| bad_input(anyhow::anyhow!("--events {out}: {e}")))?),
-        None => None,
-    };
-    let metrics = args.metrics.bind()?;
-    let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
-    let queues = engine.info().queues.clone();
-    let (mut lanes, senders) = lanes(&args, &queues)?;
-    let lane_of = |q: QueueId| match args.export {
-        ExportMode::Single => 0,
-        ExportMode::PerQueue => queues.iter().position(|&x| x == q).expect("the engine's own queue"),
-    };
-    let running = engine.start_streams(&cfg, |q| ToExporter::new(senders[lane_of(q)].clone(), args.biflow)).map_err(|e| match e {
-        RunError::Setting(s) => setting_error(&s),
-        other => anyhow::Error::new(other),
-    });
-    // The handlers hold the only senders from here: each exporter ends once
-    // its queues' handlers let go of them.
-    drop(senders);
-    let running = running?;
-    // The first files are opened as the user the run becomes (-Z), before
-    // anything is exported, so a name that cannot be written stops the run
-    // at once (the workers' records wait in the channels meanwhile).
-    let ready = drop_privileges(&args.src.live).and_then(|()| {
-        for lane in &mut lanes {
+/// The flow exporter as an output: its stream-layer settings, its
+/// exporters (one for all queues, or one per queue) and their channels.
+/// `weir flows` runs it alone; `weir sensor` beside other outputs.
+pub(crate) struct FlowOutput {
+    /// The flows-mode stream layer's settings.
+    pub(crate) cfg: StreamConfig,
+    lanes: Vec<Lane>,
+    senders: Vec<SyncSender<FlowRecord>>,
+    queues: Vec<QueueId>,
+    export: ExportMode,
+    biflow: bool,
+}
+
+/// The exporter threads, running.
+pub(crate) struct Exporting {
+    threads: Vec<std::thread::JoinHandle<ExportStats>>,
+}
+
+/// What the output did, for the summary and the exit status.
+pub(crate) struct FlowSummary {
+    /// Totals as `--stats` writes them under "export".
+    pub(crate) json: serde_json::Value,
+    /// Records the output made and did not get out (send errors, files not
+    /// written, exporters gone), and whether the counts add up.
+    pub(crate) lost: u64,
+    pub(crate) bounced: bool,
+    pub(crate) file_error: bool,
+    pub(crate) adds_up: bool,
+}
+
+impl FlowOutput {
+    /// Checks `args` and opens the exporters' sockets and (not yet written)
+    /// files for the engine's `queues`.
+    pub(crate) fn open(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<FlowOutput> {
+        let cfg = StreamConfig {
+            mode: weir::stream::Mode::Packets,
+            cutoff: Some(0),
+            flows: true,
+            idle_timeout_ns: args.inactive_timeout.saturating_mul(1_000_000_000),
+            active_timeout_ns: Some(args.active_timeout.saturating_mul(1_000_000_000)),
+            max_connections: args.max_flows,
+            prealloc_connections: args.prealloc,
+            // No payload is kept: no reassembly memory is needed.
+            memory: 0,
+            kernel_install_after: args.kernel.kernel_install_after,
+            ..StreamConfig::default()
+        };
+        cfg.check().map_err(|e| setting_error(&e))?;
+        let (lanes, senders) = if queues.is_empty() { (Vec::new(), Vec::new()) } else { lanes(args, queues)? };
+        Ok(FlowOutput { cfg, lanes, senders, queues: queues.to_vec(), export: args.export, biflow: args.biflow })
+    }
+
+    /// Queue `q`'s handler, on its stream layer.
+    pub(crate) fn handler(&self, q: QueueId) -> ToExporter {
+        let lane = match self.export {
+            ExportMode::Single => 0,
+            ExportMode::PerQueue => self.queues.iter().position(|&x| x == q).expect("the engine's own queue"),
+        };
+        ToExporter::new(self.senders[lane].clone(), self.biflow)
+    }
+
+    /// Opens the first files, as the user the run now is (-Z), before
+    /// anything is exported, so a name that cannot be written stops the
+    /// run at once; then starts the exporter threads. The handlers hold the
+    /// only channel senders from here: each exporter ends once its queues'
+    /// handlers let go of them.
+    pub(crate) fn start(mut self, stop: &weir::engine::StopHandle, events: Option<&Events>) -> anyhow::Result<Exporting> {
+        drop(std::mem::take(&mut self.senders));
+        for lane in &mut self.lanes {
             if let Some(Err(e)) = lane.files.as_mut().map(FlowFiles::prepare) {
                 let bad = e.is_bad_input();
                 let e = anyhow::anyhow!("cannot write the IPFIX files of -w: {:#}", anyhow::Error::new(e));
                 return Err(if bad { bad_input(e) } else { e });
             }
         }
-        Ok(())
-    });
-    if let Err(e) = ready {
-        // Workers sending now find the exporters gone instead of waiting.
-        drop(lanes);
-        running.stop_handle().stop();
-        if running.wait_for(Duration::from_secs(1)) {
-            running.join();
+        let threads = self
+            .lanes
+            .into_iter()
+            .map(|Lane { ready, files, rx, queue }| {
+                let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
+                let (stop, events) = (stop.clone(), events.cloned());
+                std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, events, stop))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Exporting { threads })
+    }
+}
+
+impl Exporting {
+    /// Once the handlers are back (and given up: their senders with them),
+    /// waits for the exporters, prints what they did as `cmd`, and says
+    /// whether anything was lost.
+    pub(crate) fn finish(
+        self,
+        args: &FlowsArgs,
+        handlers: Vec<ToExporter>,
+        total: &StreamStats,
+        elapsed: Duration,
+        events: Option<&Events>,
+    ) -> anyhow::Result<FlowSummary> {
+        let exporters = self.threads.len();
+        let (mut orphaned, mut folded) = (0, 0);
+        for mut h in handlers {
+            h.finish();
+            (orphaned, folded) = (orphaned + h.orphaned, folded + h.folded);
         }
-        return Err(e);
-    }
-    let exporters = lanes.len();
-    let threads = lanes
-        .into_iter()
-        .map(|Lane { ready, files, rx, queue }| {
-            let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
-            let (stop, events) = (running.stop_handle(), events.clone());
-            std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, events, stop))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut report = watch_started(running, "flows", args.quiet, metrics)?;
-    let mut total = StreamStats::default();
-    for (_, layer) in &report.handlers {
-        total.add(&layer.stats());
-    }
-    check_packets(&report, &total)?;
-    let (elapsed, errors, bad) =
-        (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
-    let (mut orphaned, mut folded) = (0, 0);
-    // The handlers hold the channel's senders: the exporter ends once they go.
-    for (_, layer) in std::mem::take(&mut report.handlers) {
-        let mut h = layer.into_handler();
-        h.finish();
-        (orphaned, folded) = (orphaned + h.orphaned, folded + h.folded);
-    }
-    drop(report);
-    let mut st = ExportStats::default();
-    for t in threads {
-        st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
-    }
-    let adds_up = print_stats(&args, &total, &st, orphaned, folded, exporters, elapsed);
-    let bounced = report_collectors(&st);
-    let ev = events.as_ref().map(Events::finish);
-    if let Some(ev) = &ev {
-        let made = handed_out_to_exporters(orphaned, folded, &total);
-        eprintln!("weir flows: {} flow events written to {}", ev.written, args.events.as_deref().unwrap_or("?"));
-        if let Some(e) = &ev.error {
-            eprintln!("weir flows: cannot write events to {e}: {} events were not written", ev.unwritten);
+        let mut st = ExportStats::default();
+        for t in self.threads {
+            st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
         }
-        if ev.written + ev.unwritten != made {
-            eprintln!(
-                "weir flows: internal accounting error: {made} records handed to the exporters, {} events",
-                ev.written + ev.unwritten
-            );
-        }
-    }
-    if let Some(stats) = stats {
-        let mut j = stats_json(&total);
+        let adds_up = print_stats(args, total, &st, orphaned, folded, exporters, elapsed);
+        let bounced = report_collectors(&st);
         let collectors: Vec<serde_json::Value> = st
             .collectors
             .iter()
@@ -509,11 +513,80 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
                                    "nothing_listens": c.nothing_listens})
             })
             .collect();
-        j["export"] = serde_json::json!({"exported": st.exported, "messages": st.messages, "datagrams": st.datagrams(),
-                                         "not_carried": st.not_carried, "lost_to_send_errors": st.lost_to_send_errors,
-                                         "unwritten": st.unwritten, "orphaned": orphaned,
-                                         "export_rate_datagrams_per_s": args.export_rate, "paced_s": paced_s(&st),
-                                         "collectors": collectors});
+        let made = handed_out_to_exporters(orphaned, folded, total);
+        let json = serde_json::json!({"records": total.streams + total.active_records, "exported": st.exported,
+                                      "messages": st.messages, "datagrams": st.datagrams(),
+                                      "not_carried": st.not_carried, "lost_to_send_errors": st.lost_to_send_errors,
+                                      "unwritten": st.unwritten, "orphaned": orphaned, "folded": folded,
+                                      "export_rate_datagrams_per_s": args.export_rate, "paced_s": paced_s(&st),
+                                      "collectors": collectors, "to_events": made});
+        if let Some(ev) = events {
+            let flow_events = ev.counts().0.made[0];
+            if flow_events != made {
+                eprintln!("weir flows: internal accounting error: {made} records handed to the exporters, {flow_events} flow events");
+            }
+        }
+        Ok(FlowSummary {
+            json,
+            lost: st.lost_to_send_errors + st.unwritten + orphaned,
+            bounced,
+            file_error: st.file_error.is_some(),
+            adds_up,
+        })
+    }
+}
+
+pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
+    let cfg = FlowOutput::open(&args, &[])?.cfg;
+    let stats = StatsFile::create(args.stats.as_deref())?;
+    let events = match &args.events {
+        Some(out) if out == "-" && args.write.as_deref() == Some("-") => {
+            return Err(bad_input(anyhow::anyhow!("--events - and -w - would both write to standard output: send one to a file")))
+        }
+        Some(out) => Some(Events::create(out, false).map_err(|e| bad_input(anyhow::anyhow!("--events {out}: {e}")))?),
+        None => None,
+    };
+    let metrics = args.metrics.bind()?;
+    let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
+    let queues = engine.info().queues.clone();
+    let output = FlowOutput::open(&args, &queues)?;
+    let running = engine.start_streams(&cfg, |q| output.handler(q)).map_err(|e| match e {
+        RunError::Setting(s) => setting_error(&s),
+        other => anyhow::Error::new(other),
+    });
+    let running = running?;
+    let exporting = match drop_privileges(&args.src.live).and_then(|()| output.start(&running.stop_handle(), events.as_ref())) {
+        Ok(x) => x,
+        Err(e) => {
+            // Workers sending now find the exporters gone instead of waiting.
+            running.stop_handle().stop();
+            if running.wait_for(Duration::from_secs(1)) {
+                running.join();
+            }
+            return Err(e);
+        }
+    };
+    let mut report = watch_started(running, "flows", args.quiet, metrics)?;
+    let mut total = StreamStats::default();
+    for (_, layer) in &report.handlers {
+        total.add(&layer.stats());
+    }
+    check_packets(&report, &total)?;
+    let (elapsed, errors, bad) =
+        (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
+    let handlers: Vec<ToExporter> = std::mem::take(&mut report.handlers).into_iter().map(|(_, l)| l.into_handler()).collect();
+    drop(report);
+    let summary = exporting.finish(&args, handlers, &total, elapsed, events.as_ref())?;
+    let ev = events.as_ref().map(Events::finish);
+    if let Some(ev) = &ev {
+        eprintln!("weir flows: {} flow events written to {}", ev.written, args.events.as_deref().unwrap_or("?"));
+        if let Some(e) = &ev.error {
+            eprintln!("weir flows: cannot write events to {e}: {} events were not written", ev.unwritten);
+        }
+    }
+    if let Some(stats) = stats {
+        let mut j = stats_json(&total);
+        j["export"] = summary.json.clone();
         if let Some(ev) = &ev {
             j["events"] = serde_json::json!({"written": ev.written, "unwritten": ev.unwritten, "error": ev.error});
         }
@@ -526,9 +599,8 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     if bad {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
-    let lost = st.lost_to_send_errors + st.unwritten + orphaned;
     let events_ok = ev.is_none_or(|ev| ev.error.is_none());
-    Ok(if errors.is_empty() && lost == 0 && !bounced && events_ok && st.file_error.is_none() && adds_up {
+    Ok(if errors.is_empty() && summary.lost == 0 && !summary.bounced && events_ok && !summary.file_error && summary.adds_up {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -55,6 +55,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use weir::flowtable::{FlowTable, TableLimits, TableStats};
 use weir::memory::Plan;
+use weir::stream::StreamConfig;
 use weir::wire::{ip_proto, FlowTuple};
 use weir::{Handler, LinkType, Packet};
 
@@ -202,7 +203,7 @@ struct Group {
 }
 
 /// The automata, and which of them a packet of each service port is scanned with.
-struct Matcher {
+pub(crate) struct Matcher {
     groups: Vec<Group>,
     /// Per port, an index into `lists`.
     by_port: Box<[u32]>,
@@ -369,7 +370,7 @@ impl Matcher {
 
     /// Call `found` with the rule and the place of every match in `data` of
     /// the rules of service port `port`, overlapping matches included.
-    fn each_match(&self, port: u16, data: &[u8], mut found: impl FnMut(u32, aho_corasick::Match)) {
+    pub(crate) fn each_match(&self, port: u16, data: &[u8], mut found: impl FnMut(u32, aho_corasick::Match)) {
         for &g in &self.lists[self.by_port[usize::from(port)] as usize] {
             let group = &self.groups[usize::from(g)];
             for m in group.automaton.find_overlapping_iter(data) {
@@ -483,6 +484,21 @@ fn flow_text(t: &FlowTuple) -> String {
 
 /// Records held in memory per worker and kind before a sorted run goes to disk.
 const SPILL_RECORDS: usize = 1 << 16;
+
+/// For the sensor's `[inspect]`: the rules of `args` (read again at each
+/// reload) built into a matcher of stream data, the stream layer's
+/// settings they need, and what the automata take at most.
+pub(crate) fn stream_matcher(args: &InspectArgs) -> anyhow::Result<(Arc<Matcher>, StreamConfig, u64)> {
+    let (text, origin) = match &args.rules {
+        Some(p) => (rules::read(p).map_err(bad_input)?, p.display().to_string()),
+        None => (rules::builtin(args.group_rules as usize), "the built-in rule set".to_string()),
+    };
+    let rules = rules::parse(&text, &origin).map_err(bad_input)?;
+    let cfg = stream_mode::config(args, &rules)?;
+    let layout = Layout::new(&rules, args.split_any)?;
+    let bound = layout.memory_bound(args.automaton);
+    Ok((Arc::new(Matcher::new(layout, args.automaton)?), cfg, bound))
+}
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if args.print_rules {

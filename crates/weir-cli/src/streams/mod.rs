@@ -169,21 +169,21 @@ impl StreamOptions {
 }
 
 /// One queue's writer.
-struct Writer {
+pub(crate) struct Writer {
     dir: Option<Arc<PathBuf>>,
     /// tcpflow names files after a VLAN tag only on Ethernet links.
     ethernet: bool,
     json: bool,
     /// A running sum of every delivered byte, so the data is read.
     sum: u64,
-    files: u64,
-    write_errors: u64,
-    first_error: Option<String>,
+    pub(crate) files: u64,
+    pub(crate) write_errors: u64,
+    pub(crate) first_error: Option<String>,
 }
 
 /// Per stream: its file once it has data, and the VLAN tag of its first packet.
 #[derive(Default)]
-struct Out {
+pub(crate) struct Out {
     file: Option<File>,
     name: String,
     vlan: Option<u16>,
@@ -191,6 +191,12 @@ struct Out {
 }
 
 impl Writer {
+    /// Writes each TCP stream's bytes into `dir` (tcpflow's layout), with
+    /// `json` a line per closed stream on standard output.
+    pub(crate) fn new(dir: Option<Arc<PathBuf>>, ethernet: bool, json: bool) -> Writer {
+        Writer { dir, ethernet, json, sum: 0, files: 0, write_errors: 0, first_error: None }
+    }
+
     fn open(&mut self, dir: &Path, s: &Stream, vlan: Option<u16>) -> Option<(File, String)> {
         for c in 0u32.. {
             let name = tcpflow::file_name(s.src, s.sport, s.dst, s.dport, vlan, c);
@@ -306,13 +312,19 @@ impl StatsFile {
     }
 }
 
-pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
+/// The stream layer's settings `args` give.
+pub(crate) fn config(args: &StreamsArgs) -> anyhow::Result<StreamConfig> {
     let cfg = StreamConfig {
         kernel_install_after: args.kernel.kernel_install_after,
         filter_engine: args.src.filter_engine,
         ..args.stream.config(args.idle_timeout.saturating_mul(1_000_000_000), args.piece_overlap)?
     };
     cfg.check().map_err(|e| setting_error(&e))?;
+    Ok(cfg)
+}
+
+pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(&args)?;
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("-o {}: cannot create the directory", dir.display())).map_err(bad_input)?;
     }
@@ -323,20 +335,10 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     let engine = args.src.engine_with(cfg.memory_plan(1), if cut { args.kernel.entries() } else { 0 })?;
     let dir = args.output.clone().map(Arc::new);
     let ethernet = engine.info().link_type == weir::LinkType::ETHERNET;
-    let running = engine
-        .start_streams(&cfg, |_| Writer {
-            dir: dir.clone(),
-            ethernet,
-            json: args.json,
-            sum: 0,
-            files: 0,
-            write_errors: 0,
-            first_error: None,
-        })
-        .map_err(|e| match e {
-            RunError::Setting(s) => setting_error(&s),
-            other => anyhow::Error::new(other),
-        })?;
+    let running = engine.start_streams(&cfg, |_| Writer::new(dir.clone(), ethernet, args.json)).map_err(|e| match e {
+        RunError::Setting(s) => setting_error(&s),
+        other => anyhow::Error::new(other),
+    })?;
     let report = run_started(running, "streams", &args.src.live, args.quiet || args.json, metrics)?;
     let mut total = StreamStats::default();
     let (mut sum, mut files, mut write_errors, mut first_error) = (0u64, 0u64, 0u64, None);

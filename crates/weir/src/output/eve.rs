@@ -20,6 +20,7 @@
 //! written is weir's own (addresses, names, base64), so none needs escaping.
 
 use crate::stream::community_id::{CommunityId, L4};
+use crate::stream::{Direction, Stream};
 use std::io::{self, Write};
 use std::net::IpAddr;
 
@@ -107,55 +108,9 @@ impl<W: Write> EveWriter<W> {
 
     /// Writes one `flow` event.
     pub fn flow(&mut self, e: &FlowEvent) -> io::Result<()> {
-        let l4 = L4::of_key(e.proto, e.sport, e.dport, true).unwrap_or(L4::None);
-        let digest = self.ids.digest(e.src, e.dst, e.proto, l4);
+        let l4 = L4::of_key(e.proto, e.sport, e.dport, true);
+        self.header(e.end_ns, "flow", e.src, e.dst, e.proto, l4);
         let b = &mut self.buf;
-        b.extend_from_slice(b"{\"timestamp\":\"");
-        timestamp(b, e.end_ns);
-        b.extend_from_slice(b"\",\"flow_id\":");
-        let flow_id = digest.map_or(0, |d| u64::from_be_bytes(d[..8].try_into().expect("8 of 20 bytes")) >> 1);
-        number(b, flow_id);
-        b.extend_from_slice(b",\"event_type\":\"flow\",\"src_ip\":\"");
-        address(b, e.src);
-        b.push(b'"');
-        if let L4::Ports(s, _) = l4 {
-            b.extend_from_slice(b",\"src_port\":");
-            number(b, u64::from(s));
-        }
-        b.extend_from_slice(b",\"dest_ip\":\"");
-        address(b, e.dst);
-        b.push(b'"');
-        match l4 {
-            L4::Ports(_, d) => {
-                b.extend_from_slice(b",\"dest_port\":");
-                number(b, u64::from(d));
-            }
-            L4::Icmp { kind, code } => {
-                b.extend_from_slice(b",\"icmp_type\":");
-                number(b, u64::from(kind));
-                b.extend_from_slice(b",\"icmp_code\":");
-                number(b, u64::from(code));
-            }
-            L4::None => {}
-        }
-        b.extend_from_slice(b",\"proto\":\"");
-        match e.proto {
-            6 => b.extend_from_slice(b"TCP"),
-            17 => b.extend_from_slice(b"UDP"),
-            132 => b.extend_from_slice(b"SCTP"),
-            1 => b.extend_from_slice(b"ICMP"),
-            58 => b.extend_from_slice(b"IPv6-ICMP"),
-            p => number(b, u64::from(p)),
-        }
-        b.extend_from_slice(b"\",\"community_id\":");
-        match digest {
-            Some(d) => {
-                b.push(b'"');
-                CommunityId::render_into(&d, b);
-                b.push(b'"');
-            }
-            None => b.extend_from_slice(b"null"),
-        }
         b.extend_from_slice(b",\"flow\":{\"pkts_toserver\":");
         number(b, e.pkts_toserver);
         b.extend_from_slice(b",\"pkts_toclient\":");
@@ -183,7 +138,135 @@ impl<W: Write> EveWriter<W> {
             hex(b, e.tcp_flags_tc);
             b.extend_from_slice(b"\"}");
         }
-        b.extend_from_slice(b"}\n");
+        self.end()
+    }
+
+    /// Writes one `stream` event: a stream (one direction of a connection)
+    /// the stream layer closed, with what became of its bytes.
+    pub fn stream(&mut self, s: &Stream) -> io::Result<()> {
+        // Streams mode keys ICMP by its addresses alone: no ports, no types.
+        let l4 = L4::of_key(s.proto, s.sport, s.dport, false);
+        self.header(s.last_ns, "stream", s.src, s.dst, s.proto, l4);
+        let b = &mut self.buf;
+        b.extend_from_slice(b",\"stream\":{\"direction\":\"");
+        b.extend_from_slice(direction(s.direction));
+        b.extend_from_slice(b"\",\"start\":\"");
+        timestamp(b, s.first_ns);
+        b.extend_from_slice(b"\",\"end\":\"");
+        timestamp(b, s.last_ns);
+        b.push(b'"');
+        for (name, v) in [
+            (&b"pkts"[..], s.packets),
+            (b"bytes", s.bytes),
+            (b"delivered", s.delivered),
+            (b"gap", s.gap),
+            (b"duplicate", s.duplicate),
+            (b"discarded", s.discarded),
+            (b"dropped", s.dropped),
+            (b"refused", s.refused),
+        ] {
+            b.extend_from_slice(b",\"");
+            b.extend_from_slice(name);
+            b.extend_from_slice(b"\":");
+            number(b, v);
+        }
+        b.extend_from_slice(b",\"mode\":\"");
+        b.extend_from_slice(s.mode.name().as_bytes());
+        b.extend_from_slice(b"\",\"reason\":\"");
+        b.extend_from_slice(s.closed.map_or("end-of-input", |c| c.name()).as_bytes());
+        b.extend_from_slice(b"\"}");
+        self.end()
+    }
+
+    /// Writes one `alert` event: rule `rule` matched stream `s`'s data at
+    /// stream offset `offset`.
+    pub fn alert(&mut self, s: &Stream, rule: u32, offset: u64) -> io::Result<()> {
+        let l4 = L4::of_key(s.proto, s.sport, s.dport, false);
+        self.header(s.last_ns, "alert", s.src, s.dst, s.proto, l4);
+        let b = &mut self.buf;
+        b.extend_from_slice(b",\"alert\":{\"signature_id\":");
+        number(b, u64::from(rule));
+        b.extend_from_slice(b",\"direction\":\"");
+        b.extend_from_slice(direction(s.direction));
+        b.extend_from_slice(b"\",\"offset\":");
+        number(b, offset);
+        b.extend_from_slice(b",\"stream_start\":\"");
+        timestamp(b, s.first_ns);
+        b.extend_from_slice(b"\"}");
+        self.end()
+    }
+
+    /// Writes one `stats` event at `ts_ns`: `object` is the counters as one
+    /// JSON object, written as it is (the caller makes it, once a period).
+    pub fn stats(&mut self, ts_ns: u64, object: &str) -> io::Result<()> {
+        let b = &mut self.buf;
+        b.extend_from_slice(b"{\"timestamp\":\"");
+        timestamp(b, ts_ns);
+        b.extend_from_slice(b"\",\"event_type\":\"stats\",\"stats\":");
+        b.extend_from_slice(object.as_bytes());
+        self.end()
+    }
+
+    /// The opening every event with endpoints shares, up to and including
+    /// `community_id`. `l4` `None`: the key lacks what the ID needs (ICMP
+    /// keyed without its type): no ports, and a null ID.
+    fn header(&mut self, ts_ns: u64, event_type: &str, src: IpAddr, dst: IpAddr, proto: u8, l4: Option<L4>) {
+        let digest = l4.and_then(|l4| self.ids.digest(src, dst, proto, l4));
+        let l4 = l4.unwrap_or(L4::None);
+        let b = &mut self.buf;
+        b.extend_from_slice(b"{\"timestamp\":\"");
+        timestamp(b, ts_ns);
+        b.extend_from_slice(b"\",\"flow_id\":");
+        let flow_id = digest.map_or(0, |d| u64::from_be_bytes(d[..8].try_into().expect("8 of 20 bytes")) >> 1);
+        number(b, flow_id);
+        b.extend_from_slice(b",\"event_type\":\"");
+        b.extend_from_slice(event_type.as_bytes());
+        b.extend_from_slice(b"\",\"src_ip\":\"");
+        address(b, src);
+        b.push(b'"');
+        if let L4::Ports(s, _) = l4 {
+            b.extend_from_slice(b",\"src_port\":");
+            number(b, u64::from(s));
+        }
+        b.extend_from_slice(b",\"dest_ip\":\"");
+        address(b, dst);
+        b.push(b'"');
+        match l4 {
+            L4::Ports(_, d) => {
+                b.extend_from_slice(b",\"dest_port\":");
+                number(b, u64::from(d));
+            }
+            L4::Icmp { kind, code } => {
+                b.extend_from_slice(b",\"icmp_type\":");
+                number(b, u64::from(kind));
+                b.extend_from_slice(b",\"icmp_code\":");
+                number(b, u64::from(code));
+            }
+            L4::None => {}
+        }
+        b.extend_from_slice(b",\"proto\":\"");
+        match proto {
+            6 => b.extend_from_slice(b"TCP"),
+            17 => b.extend_from_slice(b"UDP"),
+            132 => b.extend_from_slice(b"SCTP"),
+            1 => b.extend_from_slice(b"ICMP"),
+            58 => b.extend_from_slice(b"IPv6-ICMP"),
+            p => number(b, u64::from(p)),
+        }
+        b.extend_from_slice(b"\",\"community_id\":");
+        match digest {
+            Some(d) => {
+                b.push(b'"');
+                CommunityId::render_into(&d, b);
+                b.push(b'"');
+            }
+            None => b.extend_from_slice(b"null"),
+        }
+    }
+
+    /// Closes the event's line and hands a full block over.
+    fn end(&mut self) -> io::Result<()> {
+        self.buf.extend_from_slice(b"}\n");
         self.pending += 1;
         if self.buf.len() >= EveWriter::<W>::BLOCK {
             self.write_block()?;
@@ -207,6 +290,13 @@ impl<W: Write> EveWriter<W> {
     pub fn flush(&mut self) -> io::Result<()> {
         self.write_block()?;
         self.out.flush()
+    }
+}
+
+fn direction(d: Direction) -> &'static [u8] {
+    match d {
+        Direction::Initiator => b"toserver",
+        Direction::Responder => b"toclient",
     }
 }
 

@@ -429,3 +429,81 @@ impl StreamStats {
                 + self.dropped_packets
     }
 }
+
+/// Two applications on one stream layer: each callback goes to the first,
+/// then the second, each with its own state. What they ask of a stream
+/// through the [`StreamCtl`] is merged, the second's word last (so a
+/// consumer that wants a stream's bytes should not share a layer with one
+/// that discards them: the sensor gives such consumers layers of their own).
+impl<A: StreamHandler, B: StreamHandler> StreamHandler for (A, B) {
+    type State = (A::State, B::State);
+
+    fn created(&mut self, stream: &mut StreamCtl<'_>) -> Self::State {
+        (self.0.created(stream), self.1.created(stream))
+    }
+
+    fn data(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, piece: &Piece<'_>) {
+        self.0.data(stream, &mut state.0, piece);
+        self.1.data(stream, &mut state.1, piece);
+    }
+
+    fn gap(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, offset: u64, len: u64) {
+        self.0.gap(stream, &mut state.0, offset, len);
+        self.1.gap(stream, &mut state.1, offset, len);
+    }
+
+    fn packet(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, packet: &Packet<'_>) {
+        self.0.packet(stream, &mut state.0, packet);
+        self.1.packet(stream, &mut state.1, packet);
+    }
+
+    fn active(&mut self, stream: &Stream, state: &mut Self::State) {
+        self.0.active(stream, &mut state.0);
+        self.1.active(stream, &mut state.1);
+    }
+
+    fn closed(&mut self, stream: &Stream, state: Self::State) {
+        self.0.closed(stream, state.0);
+        self.1.closed(stream, state.1);
+    }
+}
+
+/// An application that may be absent: a configuration that leaves a
+/// consumer out composes without a type of its own for each combination.
+impl<H: StreamHandler> StreamHandler for Option<H> {
+    type State = Option<H::State>;
+
+    fn created(&mut self, stream: &mut StreamCtl<'_>) -> Self::State {
+        self.as_mut().map(|h| h.created(stream))
+    }
+
+    fn data(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, piece: &Piece<'_>) {
+        if let (Some(h), Some(s)) = (self.as_mut(), state.as_mut()) {
+            h.data(stream, s, piece);
+        }
+    }
+
+    fn gap(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, offset: u64, len: u64) {
+        if let (Some(h), Some(s)) = (self.as_mut(), state.as_mut()) {
+            h.gap(stream, s, offset, len);
+        }
+    }
+
+    fn packet(&mut self, stream: &mut StreamCtl<'_>, state: &mut Self::State, packet: &Packet<'_>) {
+        if let (Some(h), Some(s)) = (self.as_mut(), state.as_mut()) {
+            h.packet(stream, s, packet);
+        }
+    }
+
+    fn active(&mut self, stream: &Stream, state: &mut Self::State) {
+        if let (Some(h), Some(s)) = (self.as_mut(), state.as_mut()) {
+            h.active(stream, s);
+        }
+    }
+
+    fn closed(&mut self, stream: &Stream, state: Self::State) {
+        if let (Some(h), Some(s)) = (self.as_mut(), state) {
+            h.closed(stream, s);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The EVE events output ([`weir::output::eve`]): `weir flows --events OUT`
+//! and the sensor's `[events]`. One writer for every thread that makes
+//! events (exporter threads for `flow`, workers for `stream` and `alert`,
+//! the sensor's main thread for `stats`): each takes the lock for one
+//! event, which costs far less than the event's writing.
+//!
+//! Events made = written + not written + pending (in the writer's block,
+//! until the next flush), per type. A write that fails (a full disk) ends
+//! the writing until the file is reopened: the first error is kept and
+//! every event meanwhile counted as not written. [`Events::reopen`] (the
+//! sensor's SIGHUP, after logrotate moved the file away) writes out what
+//! waits, then opens the name again and resumes. A reader of standard
+//! output that went away ends weir quietly, as every command's output does.
+
+use crate::flows::FlowRecord;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex, PoisonError};
+use weir::output::eve::{EveWriter, FlowEvent};
+use weir::stream::Stream;
+
+/// The kinds of event, in the order counts are kept.
+pub const TYPES: [&str; 4] = ["flow", "stream", "alert", "stats"];
+
+/// What the events output counted.
+#[derive(Clone, Debug, Default)]
+pub struct EventStats {
+    /// Events whose bytes were written.
+    pub written: u64,
+    /// Events not written, after a write failed (the first error).
+    pub unwritten: u64,
+    /// Events made, by type ([`TYPES`]'s order).
+    pub made: [u64; 4],
+    /// Times the file was opened again (SIGHUP).
+    pub reopened: u64,
+    pub error: Option<String>,
+}
+
+struct Out {
+    writer: EveWriter<Box<dyn Write + Send>>,
+    name: String,
+    /// The file's path: `None` for standard output, which is never reopened.
+    path: Option<String>,
+    /// Written and unwritten by writers closed by a reopen.
+    closed_written: u64,
+    closed_unwritten: u64,
+    /// Events refused while the output was failed.
+    refused: u64,
+    stats: EventStats,
+}
+
+/// The events output, shared by the threads that make events.
+#[derive(Clone)]
+pub struct Events(Arc<Mutex<Out>>);
+
+fn open(path: &str, append: bool) -> io::Result<File> {
+    OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(path)
+}
+
+impl Events {
+    /// Opens OUT (`-`: standard output) before the run, so a name that
+    /// cannot be written is refused first; a file is truncated (`weir flows`)
+    /// or, with `append`, added to (a sensor restarted on the same log).
+    pub fn create(out: &str, append: bool) -> io::Result<Events> {
+        let (sink, name, path): (Box<dyn Write + Send>, String, Option<String>) = match out {
+            "-" => (Box::new(io::stdout()), "standard output".into(), None),
+            path => (Box::new(open(path, append)?), path.into(), Some(path.into())),
+        };
+        Ok(Events(Arc::new(Mutex::new(Out {
+            writer: EveWriter::new(sink),
+            name,
+            path,
+            closed_written: 0,
+            closed_unwritten: 0,
+            refused: 0,
+            stats: EventStats::default(),
+        }))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Out> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes one event of type `kind` (an index in [`TYPES`]) with `write`.
+    fn event(&self, kind: usize, write: impl FnOnce(&mut EveWriter<Box<dyn Write + Send>>) -> io::Result<()>) {
+        let mut o = self.lock();
+        o.stats.made[kind] += 1;
+        if o.stats.error.is_some() {
+            o.refused += 1;
+            return;
+        }
+        if let Err(e) = write(&mut o.writer) {
+            fail(&mut o, &e);
+        }
+    }
+
+    /// Writes `r` as a flow event: the record's direction to the server,
+    /// with `--biflow` the reverse direction's counters to the client.
+    pub fn record(&self, r: &FlowRecord) {
+        let rev = r.reverse.unwrap_or_default();
+        let e = FlowEvent {
+            src: r.src,
+            dst: r.dst,
+            sport: r.sport,
+            dport: r.dport,
+            proto: r.proto,
+            start_ns: r.start_ms * 1_000_000,
+            end_ns: r.end_ms * 1_000_000,
+            pkts_toserver: r.packets,
+            bytes_toserver: r.octets,
+            pkts_toclient: rev.packets,
+            bytes_toclient: rev.octets,
+            tcp_flags_ts: r.tcp_flags,
+            tcp_flags_tc: rev.tcp_flags,
+            reason: r.end.name(),
+        };
+        self.event(0, |w| w.flow(&e));
+    }
+
+    /// Writes a closed stream as a `stream` event.
+    pub fn stream(&self, s: &Stream) {
+        self.event(1, |w| w.stream(s));
+    }
+
+    /// Writes a rule's match in a stream as an `alert` event.
+    pub fn alert(&self, s: &Stream, rule: u32, offset: u64) {
+        self.event(2, |w| w.alert(s, rule, offset));
+    }
+
+    /// Writes the counters as a `stats` event, and hands everything that
+    /// waits to the file (once a period, so a reader is never far behind).
+    pub fn stats(&self, ts_ns: u64, object: &serde_json::Value) {
+        self.event(3, |w| w.stats(ts_ns, &object.to_string()));
+        self.flush();
+    }
+
+    /// Hands what waits to the file.
+    pub fn flush(&self) {
+        let mut o = self.lock();
+        if o.stats.error.is_none() {
+            if let Err(e) = o.writer.flush() {
+                fail(&mut o, &e);
+            }
+        }
+    }
+
+    /// Writes out what waits and opens the file's name again (appending):
+    /// after logrotate renamed it, events go to a new file of that name. A
+    /// failed output resumes if the name can be opened. Standard output is
+    /// kept as it is.
+    pub fn reopen(&self) -> io::Result<()> {
+        let mut o = self.lock();
+        let Some(path) = o.path.clone() else { return Ok(()) };
+        if o.stats.error.is_none() {
+            if let Err(e) = o.writer.flush() {
+                fail(&mut o, &e);
+            }
+        }
+        let file = open(&path, true)?;
+        let old = std::mem::replace(&mut o.writer, EveWriter::new(Box::new(file)));
+        o.closed_written += old.written();
+        o.closed_unwritten += old.unwritten() + old.pending();
+        o.stats.error = None;
+        o.stats.reopened += 1;
+        Ok(())
+    }
+
+    /// The counts now (pending events count as neither written nor not).
+    pub fn counts(&self) -> (EventStats, u64) {
+        let o = self.lock();
+        let mut st = o.stats.clone();
+        st.written = o.closed_written + o.writer.written();
+        st.unwritten = o.closed_unwritten + o.writer.unwritten() + o.refused;
+        (st, o.writer.pending())
+    }
+
+    /// Writes what waits and returns the counts.
+    pub fn finish(&self) -> EventStats {
+        self.flush();
+        let (mut st, pending) = self.counts();
+        st.unwritten += pending;
+        st
+    }
+}
+
+/// The writer refused a block: no more events are written until a reopen
+/// (those of the block and every later one are counted as not written).
+fn fail(o: &mut Out, e: &io::Error) {
+    crate::exit::end_if_reader_gone(e);
+    o.stats.error = Some(format!("{}: {e}", o.name));
+}
