@@ -476,6 +476,18 @@ struct OnSignal {
 static ON_SIGNAL: Mutex<Option<OnSignal>> = Mutex::new(None);
 static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 
+/// Set by a command that takes the signals itself (the sensor, for which
+/// SIGHUP reopens files rather than stopping): no Ctrl-C handler is
+/// installed then.
+static SIGNALS_OWNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The command takes SIGINT, SIGTERM and SIGHUP itself: [`on_signal`] only
+/// records its action from now on. Call before building the engine.
+pub fn own_signals() {
+    // Relaxed: set and read on the main thread, before any handler exists.
+    SIGNALS_OWNED.store(true, Ordering::Relaxed);
+}
+
 /// Set what the first Ctrl-C (or SIGTERM) does, in place of any action set
 /// before; a second one exits at once.
 pub fn on_signal(action: impl Fn() + Send + 'static) -> anyhow::Result<()> {
@@ -484,6 +496,10 @@ pub fn on_signal(action: impl Fn() + Send + 'static) -> anyhow::Result<()> {
 
 fn set_on_signal(set: impl FnOnce(&mut OnSignal)) -> anyhow::Result<()> {
     set(ON_SIGNAL.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(OnSignal::default));
+    // Relaxed: see own_signals.
+    if SIGNALS_OWNED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     INSTALLED
         .get_or_init(|| {
             let hits = AtomicU32::new(0);

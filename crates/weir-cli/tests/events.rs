@@ -8,6 +8,10 @@
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+#[path = "support/eve.rs"]
+mod eve;
+use eve::check;
 use std::process::{Command, Output, Stdio};
 
 fn weir(args: &[&str]) -> Output {
@@ -16,48 +20,6 @@ fn weir(args: &[&str]) -> Output {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn schema() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema/eve.schema.json")
-}
-
-/// Validates every line of `events` against the schema and holds each
-/// community_id to the reference; returns the reference's complaints, one
-/// line each (none when all is well).
-const CHECK: &str = r#"
-import json, sys
-import communityid, jsonschema
-schema = json.load(open(sys.argv[1]))
-validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-ids = communityid.CommunityID()
-protos = {"TCP": 6, "UDP": 17, "SCTP": 132, "ICMP": 1, "IPv6-ICMP": 58}
-n = 0
-for line in open(sys.argv[2]):
-    e = json.loads(line)
-    for err in validator.iter_errors(e):
-        print(f"schema: {err.message} at {list(err.absolute_path)}: {line.strip()}")
-    proto = protos.get(e["proto"]) or int(e["proto"])
-    if "src_port" in e:
-        t = communityid.FlowTuple(proto, e["src_ip"], e["dest_ip"], e["src_port"], e["dest_port"])
-    elif "icmp_type" in e:
-        t = communityid.FlowTuple(proto, e["src_ip"], e["dest_ip"], e["icmp_type"], e["icmp_code"])
-    else:
-        t = communityid.FlowTuple(proto, e["src_ip"], e["dest_ip"])
-    if e["community_id"] != ids.calc(t):
-        print(f"community_id: {ids.calc(t)} by the reference: {line.strip()}")
-    n += 1
-print(f"checked {n}")
-"#;
-
-/// Runs the check over `events`: the number of events checked.
-fn check(events: &Path) -> u64 {
-    let out = Command::new("python3").args(["-c", CHECK]).arg(schema()).arg(events).output().expect("python3 runs");
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "the check needs communityid and jsonschema (scripts/setup installs them): {}", text(&out.stderr));
-    let (complaints, last) = stdout.trim_end().rsplit_once('\n').unwrap_or(("", stdout.trim_end()));
-    assert!(complaints.is_empty(), "{}: {complaints}", events.display());
-    last.strip_prefix("checked ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{stdout}"))
 }
 
 /// Packets the events hold, both directions.

@@ -75,6 +75,21 @@ impl Plan {
                 p("capture", "source", format!("no interface named {iface} here"));
             }
         }
+        if let Err(e) = src.pool_config() {
+            p("capture", "pool", format!("{e:#}"));
+        }
+        if let Err(e) = src.balance.parse::<weir::balance::Mode>() {
+            p("capture", "balance", format!("`{}`: {e}", src.balance));
+        }
+        if let Some(Err(e)) = src.cpus.as_ref().map(|c| c.parse::<weir::engine::CpuPlan>()) {
+            p("capture", "cpus", format!("{e}"));
+        }
+        if let Err(e) = src.pacing() {
+            p("capture", "", format!("{e:#}"));
+        }
+        if let Err(e) = src.live.options() {
+            p("capture", "", format!("{e:#}"));
+        }
         if let Some(user) = &src.live.user {
             if !matches!(nix::unistd::User::from_name(user), Ok(Some(_))) {
                 p("capture", "user", format!("no user named {user}"));
@@ -350,6 +365,7 @@ struct Signals {
 pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let name = cfg.sensor.name.clone();
     let say = |m: String| eprintln!("weir sensor {name}: {m}");
+    crate::run::own_signals();
     let metrics = cfg.metrics.as_ref().map(|m| weir_metrics::listen(m)).transpose().map_err(|e| bad(anyhow!("[metrics] listen: {e}")))?;
     let engine = cfg.capture.src.engine_with(plan.memory.clone(), 0)?;
     let info = engine.info().clone();
@@ -550,12 +566,7 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
 type Reloaded = (Vec<Option<Filter>>, Option<Arc<Matcher>>);
 
 /// The filters and rules the config file says now.
-fn reload(
-    file: &Path,
-    kinds: &[Kind],
-    link: LinkType,
-    engine: weir::filter::FilterEngine,
-) -> anyhow::Result<Reloaded> {
+fn reload(file: &Path, kinds: &[Kind], link: LinkType, engine: weir::filter::FilterEngine) -> anyhow::Result<Reloaded> {
     let cfg = super::config::load(file).map_err(|e| anyhow!("{e}"))?;
     let set = compile_all(&branch_filters(&cfg, kinds), link, engine)?;
     let matcher = cfg.inspect.as_ref().map(crate::inspect::stream_matcher).transpose()?.map(|(m, _, _)| m);

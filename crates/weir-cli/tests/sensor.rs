@@ -1,0 +1,279 @@
+//! `weir sensor`: one capture feeding every output equals the single-purpose
+//! commands run on the packets it recorded; broken configs are refused with
+//! the file, line and key, and start nothing; the signals do what the
+//! contract says, with every packet accounted for across a reload.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "support/eve.rs"]
+mod eve;
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(out: &Output) -> String {
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
+    err
+}
+
+/// A trace of `packets` packets with payloads the built-in rules match.
+fn trace(dir: &Path, packets: u32) -> String {
+    let t = dir.join("t.pcap");
+    ok(&weir(&["synth", "-o", t.to_str().unwrap(), "--packets", &packets.to_string(), "--flows", "300", "--seed", "7"]));
+    t.to_str().unwrap().to_string()
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+fn of_type(events: &[String], t: &str) -> Vec<Value> {
+    events.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|e| e["event_type"] == t).collect()
+}
+
+/// Every file under `dir`, by name, with its bytes.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect()
+}
+
+#[test]
+fn one_sensor_equals_record_flows_streams_and_inspect_run_on_what_it_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    let t = trace(d.path(), 30_000);
+    let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
+    let config = format!(
+        "[sensor]\nname = \"t1\"\nstatus-interval = 0\n\n[capture]\nsource = \"{t}@0-1\"\n\n[record]\nwrite = \"{}\"\n\n\
+         [flows]\nwrite = \"{}\"\n\n[streams]\noutput = \"{}\"\n\n[inspect]\n\n[events]\npath = \"{}\"\n",
+        p("rec.pcap"),
+        p("flows.ipfix"),
+        p("streams"),
+        p("eve.json")
+    );
+    std::fs::write(p("s.toml"), config).unwrap();
+    let err = ok(&weir(&["sensor", &p("s.toml")]));
+    assert!(err.contains("[events]") && err.contains("0 not written"), "{err}");
+    let events = lines(Path::new(&p("eve.json")));
+    assert_eq!(eve::check(Path::new(&p("eve.json"))), events.len() as u64);
+
+    // The recording holds every packet.
+    let count = |src: &str| -> Value { serde_json::from_slice(&weir(&["count", "--json", src]).stdout).unwrap() };
+    let (a, b) = (count(&t), count(&p("rec.pcap")));
+    assert_eq!((a["packets"].clone(), a["bytes"].clone()), (b["packets"].clone(), b["bytes"].clone()), "{a} {b}");
+    assert!(a["packets"].as_u64().unwrap() == 30_000, "{a}");
+
+    // The same flow records as weir flows, as events.
+    let rec = format!("{}@0-1", p("rec.pcap"));
+    ok(&weir(&["flows", &rec, "-w", "/dev/null", "--events", &p("flows.json"), "-q"]));
+    let mut mine: Vec<String> = of_type(&events, "flow").iter().map(Value::to_string).collect();
+    let mut theirs: Vec<String> =
+        lines(Path::new(&p("flows.json"))).iter().map(|l| serde_json::from_str::<Value>(l).unwrap().to_string()).collect();
+    mine.sort();
+    theirs.sort();
+    assert!(!mine.is_empty());
+    assert_eq!(mine, theirs, "flow events differ from weir flows'");
+
+    // The same stream files as weir streams, byte for byte.
+    ok(&weir(&["streams", &rec, "-o", &p("streams2"), "-q"]));
+    let (s1, s2) = (tree(Path::new(&p("streams"))), tree(Path::new(&p("streams2"))));
+    assert!(s1.len() > 100, "{} stream files", s1.len());
+    assert!(s1 == s2, "stream files differ: {} and {} files", s1.len(), s2.len());
+
+    // The same alerts as weir inspect --streams.
+    ok(&weir(&["inspect", &rec, "--streams", "-o", &p("alerts.json"), "-q"]));
+    let key = |cid: &Value, dir: &str, offset: &Value, rule: &Value| format!("{cid} {dir} {offset} {rule}");
+    let mut mine: Vec<String> = of_type(&events, "alert")
+        .iter()
+        .map(|e| {
+            let dir = if e["alert"]["direction"] == "toserver" { "initiator" } else { "responder" };
+            key(&e["community_id"], dir, &e["alert"]["offset"], &e["alert"]["signature_id"])
+        })
+        .collect();
+    let mut theirs: Vec<String> = lines(Path::new(&p("alerts.json")))
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|a| key(&a["community_id"], a["direction"].as_str().unwrap(), &a["offset"], &a["alert"]))
+        .collect();
+    mine.sort();
+    theirs.sort();
+    assert!(mine.len() > 100, "{} alerts", mine.len());
+    assert_eq!(mine, theirs, "alerts differ from weir inspect's");
+    // One stream event per stream the layer closed.
+    assert!(err.contains(&format!("{} streams in", of_type(&events, "stream").len())), "{err}");
+}
+
+/// Writes `config` and checks it: the exit status and standard error.
+fn check(dir: &Path, config: &str) -> (Option<i32>, String) {
+    let f = dir.join("s.toml");
+    std::fs::write(&f, config).unwrap();
+    let out = weir(&["sensor", "--check", f.to_str().unwrap()]);
+    (out.status.code(), text(&out.stderr))
+}
+
+#[test]
+fn broken_configs_are_refused_with_file_line_and_key_and_start_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let t = trace(d.path(), 2_000);
+    let dir = d.path().to_str().unwrap();
+    let rules = d.path().join("bad.rules");
+    std::fs::write(&rules, "1001 80 \"unterminated\n").unwrap();
+    let good = format!("[capture]\nsource = \"{t}\"\n\n[flows]\nwrite = \"{dir}/f.ipfix\"\n");
+    assert_eq!(check(d.path(), &good).0, Some(0), "{}", check(d.path(), &good).1);
+    // (config, line, what the message must say)
+    let cases: Vec<(String, usize, &str)> = vec![
+        ("[capture\nsource = \"x\"\n".into(), 1, "not valid TOML"),
+        (format!("{good}[flows]\nwrite = \"x\"\n"), 6, "not valid TOML"),
+        ("[flows]\nwrite = \"/tmp/x.ipfix\"\n".into(), 1, "[capture]"),
+        (format!("[capture]\nsource = \"{t}\"\n"), 1, "no output"),
+        (format!("{good}[recrod]\nwrite = \"x.pcap\"\n"), 6, "no such table"),
+        (format!("{good}extra = 1\n"), 6, "unknown key `extra`"),
+        (format!("[capture]\nsource = \"{t}\"\nsnaplen = \"big\"\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "snaplen"),
+        (format!("[capture]\nsource = \"{t}\"\nsnaplen = 0\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "snaplen"),
+        (format!("[capture]\nsource = \"{t}\"\npool = \"abc\"\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "[capture] pool"),
+        (format!("[capture]\nsource = \"{t}\"\nbalance = \"sideways\"\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "[capture] balance"),
+        (format!("[capture]\nsource = \"{t}\"\nfilter = \"tcp port\"\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "[capture] filter"),
+        (format!("[capture]\nsource = \"{t}\"\nuser = \"no-such-user-here\"\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "no user"),
+        (format!("[capture]\nsource = \"afpacket:nosuchif0\"\n[flows]\nwrite = \"{dir}/f\"\n"), 2, "no interface"),
+        (format!("[capture]\nsource = \"{t}@9-1\"\n[flows]\nwrite = \"{dir}/f\"\n"), 2, "[capture] source"),
+        (format!("[capture]\nsource = \"{t}\"\nlocality = 0\n[flows]\nwrite = \"{dir}/f\"\n"), 3, "locality"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nwrite = \"{dir}/f\"\nfilter = \"udp and\"\n"), 5, "[flows] filter"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nformat = \"v5\"\nwrite = \"{dir}/f\"\n"), 3, "[flows]"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nactive-timeout = 0\n"), 4, "active-timeout"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\ncollector = \"nohost.invalid.:9995\"\n"), 3, "collector"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\n"), 3, "nowhere to export"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nwrite = \"/nonexistent-dir/f.ipfix\"\n"), 4, "[flows] write"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nwrite = \"{dir}/f\"\npool = \"64,64\"\n"), 5, "belongs in [capture]"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nwrite = \"{dir}/f\"\nmetrics = \":9101\"\n"), 5, "[metrics]"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nwrite = \"{dir}/f\"\nbiflow = \"yes\"\n"), 5, "biflow"),
+        (format!("[capture]\nsource = \"{t}\"\n[record]\nfile-size = 10\n"), 3, "write"),
+        (format!("[capture]\nsource = \"{t}\"\n[record]\nwrite = \"/nonexistent-dir/r.pcap\"\n"), 4, "[record] write"),
+        (format!("[capture]\nsource = \"{t}\"\n[record]\nwrite = \"{dir}/r.pcap\"\nmax-files = 0\n"), 5, "max-files"),
+        (format!("[capture]\nsource = \"{t}\"\n[record]\nwrite = \"{dir}/r.pcap\"\nformat = \"pcapx\"\n"), 5, "format"),
+        (format!("[capture]\nsource = \"{t}\"\n[streams]\nmode = \"tcp-slow\"\n"), 4, "mode"),
+        (format!("[capture]\nsource = \"{t}\"\n[streams]\nclass = [\"tcp;cutoff=x\"]\n"), 4, "class"),
+        (format!("[capture]\nsource = \"{t}\"\n[streams]\njson = true\n"), 4, "events"),
+        (format!("[capture]\nsource = \"{t}\"\n[streams]\noutput = \"/proc/nope/streams\"\n"), 4, "[streams] output"),
+        (
+            format!("[capture]\nsource = \"{t}\"\n[inspect]\nrules = \"{}\"\n[events]\npath = \"{dir}/e.json\"\n", rules.display()),
+            4,
+            "[inspect] rules",
+        ),
+        (format!("[capture]\nsource = \"{t}\"\n[inspect]\n"), 3, "alerts go to [events]"),
+        (format!("[capture]\nsource = \"{t}\"\n[inspect]\nautomaton = \"regex\"\n"), 4, "automaton"),
+        (format!("{good}[events]\n"), 6, "missing `path`"),
+        (format!("{good}[events]\npath = \"{dir}/e.json\"\ntypes = [\"flow\", \"packet\"]\n"), 8, "not an event type"),
+        (format!("{good}[events]\npath = \"{dir}/e.json\"\ntypes = [\"alert\"]\n"), 8, "[inspect]"),
+        (format!("{good}[events]\npath = \"{dir}/e.json\"\nstats-interval = 0\n"), 8, "stats-interval"),
+        (format!("{good}[events]\npath = \"/nonexistent-dir/e.json\"\n"), 7, "[events] path"),
+        (format!("{good}[metrics]\nlisten = \"nonsense\"\n"), 7, "[metrics] listen"),
+        (format!("{good}[metrics]\n"), 6, "missing `listen`"),
+        (format!("[sensor]\nname = \"a b\"\n{good}"), 2, "[sensor] name"),
+        (format!("[sensor]\nstatus-interval = -1\n{good}"), 2, "status-interval"),
+        (format!("sensor = 1\n{good}"), 1, "must be a table"),
+    ];
+    assert!(cases.len() >= 30);
+    let mut wrong = Vec::new();
+    for (config, line, says) in &cases {
+        let (code, err) = check(d.path(), config);
+        let at = format!("s.toml:{line}:");
+        if code != Some(2) || !err.contains(&at) || !err.contains(says) {
+            wrong.push(format!("wanted exit 2, `{at}` and `{says}` for\n{config}\ngot {code:?}: {err}"));
+            continue;
+        }
+        // Run, it starts nothing: exit 2, and no output made.
+        let f = d.path().join("s.toml");
+        let out = weir(&["sensor", f.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{config}\n{}", text(&out.stderr));
+        for made in ["f", "f.ipfix", "r.pcap", "e.json"] {
+            assert!(!d.path().join(made).exists(), "{made} was made by\n{config}");
+        }
+    }
+    assert!(wrong.is_empty(), "{} of {} configs:\n{}", wrong.len(), cases.len(), wrong.join("\n---\n"));
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let s = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
+    assert!(s.success());
+}
+
+/// Waits until `path` holds a line that contains `what`.
+fn wait_for(path: &Path, what: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let s = std::fs::read_to_string(path).unwrap_or_default();
+        if s.contains(what) {
+            return s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no `{what}` in {}: {s}", path.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
+    let d = tempfile::tempdir().unwrap();
+    let t = trace(d.path(), 20_000);
+    let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
+    let config = |filter: &str| {
+        format!(
+            "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n\n[record]\nwrite = \"{}\"\nfilter = \"{filter}\"\n\n\
+             [flows]\nwrite = \"/dev/null\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n",
+            p("rec.pcap"),
+            p("eve.json")
+        )
+    };
+    std::fs::write(p("s.toml"), config("tcp")).unwrap();
+    let log = std::fs::File::create(p("log")).unwrap();
+    let mut child =
+        Command::new(env!("CARGO_BIN_EXE_weir")).args(["sensor", &p("s.toml")]).stdin(Stdio::null()).stderr(log).spawn().unwrap();
+    wait_for(Path::new(&p("log")), "capturing");
+    wait_for(Path::new(&p("eve.json")), "\"stats\"");
+    // logrotate's move, then SIGHUP: events go on in a new file of the name.
+    std::fs::rename(p("eve.json"), p("eve.json.1")).unwrap();
+    signal(&child, "HUP");
+    wait_for(Path::new(&p("log")), "reopened the events file");
+    signal(&child, "USR1");
+    wait_for(Path::new(&p("log")), "SIGUSR1: {");
+    std::fs::write(p("s.toml"), config("udp")).unwrap();
+    signal(&child, "USR2");
+    wait_for(Path::new(&p("log")), "SIGUSR2: reloaded");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, "TERM");
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(p("log")).unwrap();
+    assert!(status.success(), "{log}");
+    wait_for(Path::new(&p("eve.json")), "\"stats\"");
+    // Every event is in one of the two files: made = written.
+    let all: Vec<String> = lines(Path::new(&p("eve.json.1"))).into_iter().chain(lines(Path::new(&p("eve.json")))).collect();
+    let made = log.lines().find(|l| l.contains("[events]")).unwrap_or_else(|| panic!("{log}"));
+    assert!(made.contains(&format!("{} written, 0 not written", all.len())), "{made}: {} lines", all.len());
+    // Across the reload, every packet the record branch saw was written or
+    // filtered out, once: the recording holds TCP, then UDP.
+    let delivered: u64 = log.split(" delivered,").next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap();
+    let rec = log.lines().find(|l| l.contains("[record]")).unwrap();
+    let nums: Vec<u64> = rec.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    // "[record] P packets (F filtered out): W written ..."
+    let (passed, filtered, written) = (nums[0], nums[1], nums[2]);
+    assert_eq!(passed + filtered, delivered, "{rec} / {delivered}");
+    assert_eq!(passed, written, "{rec}");
+    let stats: Value = serde_json::from_str(&all.iter().rev().find(|l| l.contains("\"stats\"")).unwrap().clone()).unwrap();
+    assert!(stats["stats"]["outputs"]["record"]["packets"].as_u64().is_some(), "{stats}");
+    let c: Value = serde_json::from_slice(&weir(&["count", "--json", &p("rec.pcap"), "-f", "tcp"]).stdout).unwrap();
+    let u: Value = serde_json::from_slice(&weir(&["count", "--json", &p("rec.pcap"), "-f", "udp"]).stdout).unwrap();
+    assert!(c["packets"].as_u64().unwrap() > 0 && u["packets"].as_u64().unwrap() > 0, "{c} {u}");
+    assert_eq!(c["packets"].as_u64().unwrap() + u["packets"].as_u64().unwrap(), written);
+    assert!(log.contains("reload 1"), "{log}");
+}
