@@ -8,7 +8,8 @@
 //!
 //! Integer options use clap's own ranged parsers
 //! (`value_parser!(u64).range(..)`); the ranges live beside the options. What
-//! clap has no parser for is here: bounded floats and durations.
+//! clap has no parser for is here: bounded floats and durations (in seconds,
+//! or with a unit).
 
 use std::time::Duration;
 
@@ -37,9 +38,48 @@ pub fn seconds(min: f64) -> impl Fn(&str) -> Result<Duration, String> + Clone + 
     }
 }
 
+/// A duration as operators write one: a number (fractions allowed) and a
+/// unit, `s`, `m`, `h` or `d` (`90s`, `30m`, `12h`, `7d`); a bare number is
+/// seconds. At least a second, at most [`MAX_SECONDS`].
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (number, unit) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c),
+        _ => (t, 's'),
+    };
+    let scale = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3600.0,
+        'd' => 86_400.0,
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d (as in 90s, 30m, 12h, 7d)")),
+    };
+    let v: f64 =
+        number.trim().parse().map_err(|_| format!("{s:?} is not a duration: a number and a unit s, m, h or d (90s, 30m, 12h, 7d)"))?;
+    let secs = v * scale;
+    if !(secs.is_finite() && (1.0..=MAX_SECONDS).contains(&secs)) {
+        return Err(format!("{s} is out of range: must be from 1 second to ten years"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(duration("12h"), Ok(Duration::from_secs(43_200)));
+        assert_eq!(duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration("45"), Ok(Duration::from_secs(45)));
+        assert_eq!(duration("3650d"), Ok(Duration::from_secs(315_360_000)));
+        for bad in ["0", "0.5s", "3651d", "-1h", "1w", "d", "", "NaN", "infh", "1e309", "7 days"] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn floats_are_finite_and_in_range() {

@@ -109,7 +109,7 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
         Case {
             cmd: &["record"],
             base: engine(&["-w", &out("r.pcap")]),
-            numeric: with_source(&["--file-size", "--rotate-seconds", "--file-packets", "--max-files"]),
+            numeric: with_source(&["--file-size", "--rotate-seconds", "--file-packets", "--max-files", "--budget", "--max-age"]),
             text: &[],
         },
         Case {

@@ -1,7 +1,8 @@
 //! `weir record`'s outputs as a user meets them: pipes, FIFOs, `/dev/null` and
 //! standard output; files rotated under a capture that is killed; link types and
 //! record lengths the formats carry or refuse; and an output the capture's user
-//! cannot write, refused before capture starts (on the veth test bed, as root).
+//! cannot write, refused before capture starts (on the veth test bed, as root);
+//! the rolling buffer (`--budget`, `--max-age`) on a trace `weir synth` made.
 //! Read back by libpcap, capinfos and tcpdump.
 
 use std::io::{Read, Write};
@@ -333,5 +334,156 @@ fn help_says_what_survives_a_kill_and_how_to_write_to_standard_output() {
     let help = text(&r.stdout);
     for s in ["-w -", "SIGKILL", "power loss", "four times a second", "before capture starts", "/dev/null"] {
         assert!(help.contains(s), "record --help mentions {s:?}: {help}");
+    }
+}
+
+/// Every packet of a file, as libpcap reads it: (timestamp, data).
+fn libpcap_packets(path: &Path) -> Vec<(u64, Vec<u8>)> {
+    let mut h = Oracle::system().unwrap().open_offline(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    while let Some(p) = h.next_packet().unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+        out.push((p.ts_ns, p.data));
+    }
+    out
+}
+
+/// A trace from `weir synth`: `packets` packets at `mbps` on average.
+fn synth(dir: &Path, packets: &str, mbps: &str) -> PathBuf {
+    let t = dir.join("synth.pcap");
+    let r = run(&["synth", "-o", t.to_str().unwrap(), "-n", packets, "-c", "300", "--mbps", mbps, "--seed", "9"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    t
+}
+
+/// The files `b.N.pcap` in `dir`, by N, and their lengths.
+fn budget_files(dir: &Path) -> Vec<(PathBuf, u64)> {
+    rotated(dir, "b")
+        .into_iter()
+        .filter(|p| p.file_name().unwrap().to_string_lossy().split('.').collect::<Vec<_>>().len() == 3 && p.extension().unwrap() == "pcap")
+        .map(|p| (p.clone(), std::fs::metadata(&p).unwrap().len()))
+        .collect()
+}
+
+/// The deletion lines of a run's standard error: (reason, file, bytes, from an earlier run).
+fn deletions(stderr: &str) -> Vec<(String, PathBuf, u64, bool)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("weir record: ")?;
+            let (reason, rest) = rest.split_once(": deleted ")?;
+            let (file, bytes) = rest.rsplit_once(" (")?;
+            let earlier = bytes.contains("from an earlier run");
+            let n = bytes.split(' ').next()?.parse().ok()?;
+            Some((reason.to_string(), PathBuf::from(file), n, earlier))
+        })
+        .collect()
+}
+
+#[test]
+fn a_disk_budget_keeps_the_newest_files_within_it_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path(), "20000", "1000");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // Files the pattern could not have produced, which must stay as they are.
+    let bystanders = [("notes.txt", 3_000_000), ("b.pcap.gz", 2_000_000), ("b.x.pcap", 1_000_000), ("b.1.pcapng", 500)];
+    for (name, len) in bystanders {
+        std::fs::write(out.join(name), vec![7u8; len]).unwrap();
+    }
+    let pattern = out.join("b.pcap");
+    let budget = 1_000_000u64;
+    let mut seen_files = 0;
+    for round in 0..2 {
+        let r = run(&["record", "-q", t.to_str().unwrap(), "-w", pattern.to_str().unwrap(), "-C", "0.3", "--budget", "1"]);
+        let err = text(&r.stderr);
+        assert!(r.status.success(), "{err}");
+        let kept = budget_files(&out);
+        let total: u64 = kept.iter().map(|f| f.1).sum();
+        assert!(total <= budget, "round {round}: {total} bytes kept > {budget}: {kept:?}");
+        assert!(kept.iter().all(|f| f.1 <= 300_000), "-C 0.3 holds: {kept:?}");
+
+        // Every deletion said, and the summary's totals are theirs.
+        let gone = deletions(&err);
+        assert!(gone.len() > 10, "round {round}: {err}");
+        for (reason, file, _, _) in &gone {
+            assert_eq!(reason, "budget");
+            assert!(!file.exists(), "{} said deleted", file.display());
+        }
+        let sum: u64 = gone.iter().map(|d| d.2).sum();
+        assert!(err.contains(&format!("deleted {} files ({sum} bytes)", gone.len())), "{err}");
+
+        // The newest are kept, whole: read in order, they end the trace.
+        let all = libpcap_packets(&t);
+        let tail: Vec<_> = kept.iter().flat_map(|f| libpcap_packets(&f.0)).collect();
+        assert!(tail.len() > 100);
+        assert!(all.ends_with(&tail), "round {round}: the kept files hold the last {} packets of the trace", tail.len());
+
+        if round == 0 {
+            seen_files = gone.len() + kept.len();
+            assert!(gone.iter().all(|d| !d.3));
+        } else {
+            // The first run's files were counted and went first; numbering went on after them.
+            assert!(err.contains("left by earlier runs"), "{err}");
+            let earlier: Vec<_> = gone.iter().take_while(|d| d.3).collect();
+            assert!(!earlier.is_empty(), "{err}");
+            let first_new = kept[0].0.file_name().unwrap().to_string_lossy().into_owned();
+            let n: usize = first_new.split('.').nth(1).unwrap().parse().unwrap();
+            assert!(n >= seen_files, "numbering goes on: {first_new} after {seen_files} files");
+        }
+        for (name, len) in bystanders {
+            assert_eq!(std::fs::read(out.join(name)).unwrap(), vec![7u8; len], "{name} untouched");
+        }
+    }
+}
+
+#[test]
+fn files_older_than_max_age_in_packet_time_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    // About two minutes of packet time.
+    let t = synth(dir.path(), "20000", "1");
+    let all = libpcap_packets(&t);
+    let last = all.iter().map(|p| p.0).max().unwrap();
+    assert!(last - all[0].0 > 90_000_000_000, "the trace spans over 90 s");
+    let pattern = dir.path().join("b.pcap");
+    let r = run(&["record", "-q", t.to_str().unwrap(), "-w", pattern.to_str().unwrap(), "--file-packets", "500", "--max-age", "30s"]);
+    let err = text(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    let gone = deletions(&err);
+    assert!(!gone.is_empty() && gone.iter().all(|d| d.0 == "max-age"), "{err}");
+    let kept = budget_files(dir.path());
+    for (i, (f, _)) in kept.iter().enumerate() {
+        let packets = libpcap_packets(f);
+        let newest = packets.iter().map(|p| p.0).max().unwrap();
+        // A closed file kept holds a packet within 30 s of the newest written
+        // (when it was last looked at); the open file holds the newest.
+        assert!(newest + 30_000_000_000 >= last || i + 1 == kept.len(), "{} is older than 30 s", f.display());
+    }
+    assert_eq!(gone.len() + kept.len(), 40, "20,000 packets, 500 a file");
+}
+
+#[test]
+fn budget_and_age_options_that_cannot_work_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace(dir.path(), 100);
+    let t = t.to_str().unwrap();
+    let out = dir.path().join("x.pcap");
+    let out = out.to_str().unwrap();
+    for (args, says) in [
+        (&["-w", out, "--budget", "1"][..], "needs -C"),
+        (&["-w", out, "--budget", "1", "-C", "0.6"], "at least two files"),
+        (&["-w", out, "--budget", "1", "-C", "0.05"], "snapshot length (65535 bytes)"),
+        (&["-w", out, "--max-age", "7d"], "needs rotation"),
+        (&["-w", out, "-G", "60", "--max-age", "7w"], "unit must be s, m, h or d"),
+        (&["-w", out, "-G", "60", "--max-age", "0s"], "from 1 second"),
+        (&["-w", "-", "--budget", "1", "-C", "0.3"], "cannot be rotated"),
+    ] {
+        let r = run(&[&["record", "-q", t][..], args].concat());
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", text(&r.stderr));
+        assert!(text(&r.stderr).contains(says), "{args:?}: {}", text(&r.stderr));
+    }
+    assert!(!Path::new(out).exists(), "nothing was recorded");
+    let help = text(&run(&["record", "--help"]).stdout);
+    for s in ["--budget", "--max-age", "never exceeded", "earlier runs", "budget: deleted FILE"] {
+        assert!(help.contains(s), "record --help mentions {s:?}");
     }
 }

@@ -473,6 +473,9 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     crate::notify::ready(&format!("capturing {} on {} queue(s)", info.name, queues.len()));
     say(format!("capturing {} on {} queue(s): {}", info.name, queues.len(), plan.describe(&cfg)));
 
+    // On a live source packet time is the clock's: it ages the files on
+    // through quiet periods (as weir record does).
+    let wall_clock_ages = cfg.record.as_ref().is_some_and(|r| r.max_age.is_some()) && info.iface.is_some();
     let (mut seen, mut last_stats, mut last_status) = ((0u64, 0u64, 0u64), Instant::now(), Instant::now());
     let stats_every = cfg.events.as_ref().filter(|_| wants("stats")).map(|e| Duration::from_secs_f64(e.stats_interval));
     let status_every = (cfg.sensor.status_interval > 0.0).then(|| Duration::from_secs_f64(cfg.sensor.status_interval));
@@ -509,6 +512,18 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                     s.error = Some(anyhow!(e));
                 }
             }
+            // The rolling buffer's deletions, said outside the lock the workers wait on.
+            let deletions = match s.writer.as_mut() {
+                Some(w) => {
+                    if wall_clock_ages {
+                        w.expire(crate::record::wall_clock_ns());
+                    }
+                    w.take_deletions()
+                }
+                None => Vec::new(),
+            };
+            drop(s);
+            crate::record::log_deletions(&deletions);
         }
         let now = (signals.hup.load(Ordering::Relaxed), signals.usr1.load(Ordering::Relaxed), signals.usr2.load(Ordering::Relaxed));
         if now.0 != seen.0 {
@@ -652,8 +667,16 @@ fn finish(
                 let r = record.as_ref().expect("record");
                 let mut s = r.lock().unwrap_or_else(PoisonError::into_inner);
                 let passed = o["packets"].as_u64().unwrap_or(0);
-                let files = match (s.error.take(), s.writer.take().map(weir::sink::rotate::RotatingWriter::finish)) {
-                    (None, Some(Ok(files))) => files,
+                let done = s.writer.take().map(|mut w| {
+                    crate::record::log_deletions(&w.take_deletions());
+                    w.finish_with_deletions()
+                });
+                let files = match (s.error.take(), done) {
+                    (None, Some(Ok(done))) => {
+                        crate::record::log_deletions(&done.deletions);
+                        say(format!("[record] {}", crate::record::deletion_summary(&done.totals)));
+                        done.files
+                    }
                     (e, f) => {
                         ok = false;
                         let e = e.map(|e| format!("{e:#}")).or_else(|| f.and_then(Result::err).map(|e| e.to_string())).unwrap_or_default();

@@ -1,11 +1,12 @@
 //! Writing a capture across several files: rotate by size, by time or by packet
-//! count, keep at most N files, and name them from a pattern; or write one
-//! stream the caller opened (standard output), which never rotates.
+//! count, keep at most N files, at most N bytes or files no older than D, and
+//! name them from a pattern; or write one stream the caller opened (standard
+//! output), which never rotates.
 //!
 //! The files are pcap or pcapng ([`FileSpec`]) or any other format that
 //! brings its own [`FileKind`]: what a file opens with (a header, the
 //! templates of `weir flows`' IPFIX files) and how its records are written.
-//! Rotation, naming, the file limit and syncing are the same for all; in what
+//! Rotation, naming, the limits and syncing are the same for all; in what
 //! follows, a *packet* is whatever record the format holds.
 //!
 //! Names: the pattern is expanded with strftime conversions (`%Y%m%d-%H%M%S`, UTC)
@@ -24,6 +25,60 @@
 //! With a file limit, the oldest file of this run is deleted when a new one would
 //! exceed it. A capture with no packets still leaves one valid, empty file.
 //!
+//! # The rolling buffer: a byte budget and an age limit
+//!
+//! [`RotationPolicy::budget_bytes`] keeps the files within a number of bytes
+//! in total, the open file included; [`RotationPolicy::max_age`] deletes
+//! the files whose newest packet is older than a duration. Both delete the
+//! oldest files first and never the open one. The contract:
+//!
+//! * **The budget is never exceeded, not even for a moment.** It needs a size
+//!   limit ([`RotationPolicy::max_bytes`]), which bounds the open file, and
+//!   room for at least two files of that size (one closed, one open): a
+//!   smaller budget is refused when the writer is made. Before a new file is
+//!   created, the oldest closed files are deleted until the closed files and
+//!   a whole new file fit (closed total + `max_bytes` ≤ budget); so the
+//!   budget holds while the new file fills, and the oldest data goes first.
+//!   For pcap and pcapng, `max_bytes` must also hold a file header and the
+//!   largest packet the snapshot length allows, since a file's first packet
+//!   goes in whatever its size. Should a larger record come anyway (another
+//!   format, or a packet longer than the declared snapshot length), closed
+//!   files are deleted to make room for it, and when even that cannot make
+//!   room, the write fails with [`RotateError::OverBudget`] rather than
+//!   exceed the budget. Sizes are file lengths (what `ls -l` and `du
+//!   --apparent-size` show): each file may take up to one file-system block
+//!   more on disk.
+//! * **Age is packet time**, as time rotation is: a file is old when its
+//!   newest packet is more than `max_age` older than the newest packet
+//!   written, checked at every packet (one comparison). A replayed trace ages
+//!   the same way as the live capture did. With no packets, packet time
+//!   stands still; a caller on a live source whose clock must advance through
+//!   quiet periods calls [`RotatingWriter::expire`] with the wall clock.
+//!   An age limit needs rotation, or the only file would be the open one.
+//! * **After a restart** (a service run with `Restart=on-failure`, say), the
+//!   files earlier runs left in the pattern's directory count too, as an
+//!   operator expects of a rolling buffer: when a budget or an age limit is
+//!   set, the first file opened (or [`RotatingWriter::prepare`]) lists the
+//!   directory and adopts every regular file whose name the pattern could
+//!   have produced: its literal text, with each strftime conversion matching
+//!   a run of digits (names and zones a run of letters and signs), `{seq}`
+//!   and the `.N` weir inserts before the extension matching a run of
+//!   digits. Nothing else is ever deleted: not a file of another name, not a
+//!   symbolic link, not a directory. Adopted files are older than this run's
+//!   and go first, oldest first by modification time; their age is their
+//!   modification time. The sequence numbers of this run continue after the
+//!   highest one among them, so a restart never overwrites a file it counts.
+//!   A pattern whose directory part has conversions or `{seq}` names many
+//!   directories: then only this run's files count.
+//! * **Every deletion is reported**: [`RotatingWriter::take_deletions`]
+//!   hands over the deletions since it was last called, each with its file,
+//!   size, reason and, when the deletion failed, the error;
+//!   [`RotatingWriter::deletion_totals`] counts them all. A file that cannot
+//!   be deleted stays counted toward the budget (it is still on disk) and is
+//!   not tried again; the next oldest goes in its place, and when none is
+//!   left the write fails ([`RotateError::OverBudget`]). A file already gone
+//!   (removed by hand) counts as deleted.
+//!
 //! What a kill leaves: a file's header reaches the kernel when the file is
 //! opened, so no file is ever left empty by a kill after that. A file is
 //! closed (its buffer handed to the kernel, then `fdatasync`ed with its
@@ -39,14 +94,15 @@
 
 use super::{check_link_type, FileFormat, LinkTypeError, TraceWriter, TsPrecision};
 use crate::LinkType;
-use chrono::format::{Item, StrftimeItems};
+use chrono::format::{Item, Pad, StrftimeItems};
 use chrono::{DateTime, Utc};
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
 
-/// When to start a new file.
+/// When to start a new file, and which files to keep.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct RotationPolicy {
     /// Start a new file before one would grow past this many bytes.
@@ -55,20 +111,29 @@ pub struct RotationPolicy {
     pub max_seconds: Option<u64>,
     /// Start a new file after this many packets.
     pub max_packets: Option<u64>,
-    /// Keep at most this many files, deleting the oldest.
+    /// Keep at most this many files of this run, deleting the oldest.
     pub max_files: Option<usize>,
+    /// Keep every file, the open one and those of earlier runs included,
+    /// within this many bytes in total, deleting the oldest (see the module
+    /// documentation). Needs `max_bytes`, and at least twice it.
+    pub budget_bytes: Option<u64>,
+    /// Delete the files whose newest packet is older than this, in packet
+    /// time; files of earlier runs by their modification time. Needs rotation.
+    pub max_age: Option<Duration>,
 }
 
 impl RotateError {
     /// True when what the user named is at fault (no such directory, no
-    /// permission, a read-only file system, a bad pattern or link type), not
-    /// the system (a full disk, an I/O error): exit 2 rather than 1 in the CLI.
+    /// permission, a read-only file system, a bad pattern, limit or link
+    /// type), not the system (a full disk, an I/O error, a budget that
+    /// undeletable files fill): exit 2 rather than 1 in the CLI.
     pub fn is_bad_input(&self) -> bool {
         use io::ErrorKind::{IsADirectory, NotADirectory, NotFound, PermissionDenied, ReadOnlyFilesystem};
         match self {
             RotateError::Io { source, .. } => {
                 matches!(source.kind(), NotFound | PermissionDenied | ReadOnlyFilesystem | IsADirectory | NotADirectory)
             }
+            RotateError::OverBudget { .. } => false,
             _ => true,
         }
     }
@@ -78,6 +143,47 @@ impl RotationPolicy {
     /// Whether any limit starts new files; a file limit alone does not.
     pub fn rotates(&self) -> bool {
         self.max_bytes.is_some() || self.max_seconds.is_some() || self.max_packets.is_some()
+    }
+
+    /// Whether files of earlier runs count (a budget or an age limit is set).
+    fn rolls(&self) -> bool {
+        self.budget_bytes.is_some() || self.max_age.is_some()
+    }
+
+    /// The checks that need nothing but the policy.
+    fn check(&self) -> Result<(), RotateError> {
+        if self.max_bytes == Some(0) || self.max_packets == Some(0) || self.max_seconds == Some(0) {
+            return Err(RotateError::Policy("size, time and packet limits start at 1"));
+        }
+        if self.max_files == Some(0) {
+            return Err(RotateError::Policy("the file limit starts at 1"));
+        }
+        if self.max_age == Some(Duration::ZERO) {
+            return Err(RotateError::Policy("the age limit must be longer than 0"));
+        }
+        if self.max_age.is_some() && !self.rotates() {
+            return Err(RotateError::Budget(
+                "an age limit needs rotation by size, time or packet count: without it the only file is the open one, \
+                 which is never deleted"
+                    .into(),
+            ));
+        }
+        if let Some(budget) = self.budget_bytes {
+            let Some(max) = self.max_bytes else {
+                return Err(RotateError::Budget(
+                    "a byte budget needs a size limit on each file, which bounds the open file: without one the open file \
+                     could outgrow the budget"
+                        .into(),
+                ));
+            };
+            if budget < max.saturating_mul(2) {
+                return Err(RotateError::Budget(format!(
+                    "a byte budget of {budget} bytes cannot hold two files of the size limit ({max} bytes each): the oldest \
+                     closed file goes before a new one opens, so the budget must hold at least one closed file and the open one"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -138,6 +244,15 @@ pub struct FileSpec {
     pub precision: TsPrecision,
 }
 
+impl FileSpec {
+    /// The largest file a first packet can make: the header and one packet
+    /// of the snapshot length.
+    fn largest_first_packet_file(&self) -> io::Result<u64> {
+        let w = TraceWriter::new(io::sink(), self.format, self.link, self.snaplen, self.precision)?;
+        Ok(w.bytes_written() + w.record_len(self.snaplen as usize))
+    }
+}
+
 /// Why a [`RotatingWriter`] was refused or could not write.
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
@@ -149,8 +264,8 @@ pub enum RotateError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Creating, writing, syncing or deleting a file, or probing its
-    /// directory, failed. Shown as the path; the I/O error follows as its source.
+    /// Creating, writing, syncing or deleting a file, or probing or listing
+    /// its directory, failed. Shown as the path; the I/O error follows as its source.
     #[error("{}", path.display())]
     Io {
         /// The file or directory.
@@ -161,9 +276,93 @@ pub enum RotateError {
     /// A limit of the [`RotationPolicy`] is 0; the text says which.
     #[error("rotation limits must be positive: {0}")]
     Policy(&'static str),
+    /// The byte budget or the age limit cannot work with the other limits;
+    /// the text says why, with the numbers.
+    #[error("{0}")]
+    Budget(String),
+    /// Writing on would exceed the byte budget: the files that could make
+    /// room could not be deleted, or one record is larger than the budget.
+    #[error("the byte budget of {budget} bytes would be exceeded: {reason}")]
+    OverBudget {
+        /// The budget.
+        budget: u64,
+        /// Why no room could be made, naming the files.
+        reason: String,
+    },
     /// The file format cannot hold the link type.
     #[error(transparent)]
     LinkType(#[from] LinkTypeError),
+}
+
+/// Why a file was deleted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// To keep [`RotationPolicy::budget_bytes`].
+    Budget,
+    /// Older than [`RotationPolicy::max_age`].
+    Age,
+    /// One more than [`RotationPolicy::max_files`].
+    FileLimit,
+}
+
+impl std::fmt::Display for DeleteReason {
+    /// The word a log line starts with: `budget`, `max-age`, `max-files`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeleteReason::Budget => "budget",
+            DeleteReason::Age => "max-age",
+            DeleteReason::FileLimit => "max-files",
+        })
+    }
+}
+
+/// A file the writer deleted, or tried to.
+#[derive(Debug)]
+pub struct Deletion {
+    /// The file, as the pattern names it.
+    pub path: PathBuf,
+    /// Its length when it was closed (or found, for a file of an earlier run).
+    pub bytes: u64,
+    /// Why it was deleted.
+    pub reason: DeleteReason,
+    /// Left by an earlier run, found in the directory when this one started.
+    pub earlier_run: bool,
+    /// Why the deletion failed, if it did: the file is still on disk, still
+    /// counts toward the budget, and is not tried again.
+    pub error: Option<io::Error>,
+}
+
+/// Every deletion of a writer since it was made.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeletionTotals {
+    /// Files deleted.
+    pub files: u64,
+    /// Bytes they held.
+    pub bytes: u64,
+    /// Deletions that failed.
+    pub failed: u64,
+    /// Bytes of the files that could not be deleted, still on disk.
+    pub failed_bytes: u64,
+    /// Deletions counted here but not listed by
+    /// [`RotatingWriter::take_deletions`]: more than [`PENDING_DELETIONS`]
+    /// waited for it.
+    pub unlisted: u64,
+}
+
+/// The most deletions [`RotatingWriter::take_deletions`] holds for its
+/// caller; those beyond are only counted ([`DeletionTotals::unlisted`]), so a
+/// caller that never asks does not make the writer grow without end.
+pub const PENDING_DELETIONS: usize = 4096;
+
+/// The outcome of [`RotatingWriter::finish_with_deletions`].
+#[derive(Debug)]
+pub struct Finished {
+    /// The files this run wrote and kept, oldest first (for a stream, its name).
+    pub files: Vec<PathBuf>,
+    /// The deletions not yet taken with [`RotatingWriter::take_deletions`].
+    pub deletions: Vec<Deletion>,
+    /// Every deletion since the writer was made.
+    pub totals: DeletionTotals,
 }
 
 struct Current<W> {
@@ -174,6 +373,20 @@ struct Current<W> {
     window_end: Option<u64>,
     /// A regular file, which can be synced (pipes, FIFOs and devices cannot).
     regular: bool,
+    /// The newest packet time written into it, in ns (0 before any).
+    newest_ns: u64,
+}
+
+/// A closed file the writer accounts for.
+struct Kept {
+    path: PathBuf,
+    /// Its length: what it counts toward the budget.
+    bytes: u64,
+    /// Its newest packet time, or for a file of an earlier run its
+    /// modification time, in ns: what its age is measured from.
+    newest_ns: u64,
+    /// Left by an earlier run.
+    earlier: bool,
 }
 
 /// Where the files go.
@@ -191,9 +404,35 @@ pub struct RotatingWriter<K: FileKind = FileSpec> {
     kind: K,
     policy: RotationPolicy,
     cur: Option<Current<K::Writer>>,
+    /// A file of this run was opened (and the first file is not to be made
+    /// by [`finish`](Self::finish)).
+    started: bool,
     seq: u64,
-    kept: VecDeque<PathBuf>,
+    /// The closed files on disk that the limits apply to, oldest first:
+    /// those of earlier runs (the first `earlier_left`), then this run's.
+    kept: VecDeque<Kept>,
+    earlier_left: usize,
+    /// Bytes of the closed files, kept and undeletable: what the budget
+    /// holds besides the open file.
+    closed_bytes: u64,
+    /// Every name this run used, and those of earlier runs it adopted.
     used: HashSet<PathBuf>,
+    /// Earlier runs' files were looked for (once, before the first file).
+    scanned: bool,
+    /// Files and bytes of earlier runs adopted.
+    adopted: (usize, u64),
+    /// The largest header a file of this run opened with: the room a new
+    /// file needs at once, when it exceeds the size limit.
+    header_bytes: u64,
+    /// The newest packet time written, in ns: the age limit's "now".
+    now_ns: u64,
+    /// The earliest packet time at which some kept file becomes too old.
+    expire_at: u64,
+    pending: Vec<Deletion>,
+    totals: DeletionTotals,
+    /// The first file that could not be deleted, with its error: named when
+    /// the budget cannot be kept.
+    undeletable: Option<(PathBuf, String)>,
 }
 
 const SEQ: &str = "{seq}";
@@ -205,11 +444,26 @@ impl RotatingWriter<FileSpec> {
     ///
     /// # Errors
     ///
-    /// [`RotateError::Policy`] for a limit of 0, [`RotateError::Pattern`] for
-    /// an empty pattern or an invalid conversion, [`RotateError::LinkType`]
-    /// for a link type the format cannot hold.
+    /// [`RotateError::Policy`] for a limit of 0, [`RotateError::Budget`] for
+    /// a budget or age limit the other limits cannot keep (a budget also
+    /// needs `max_bytes` to hold a file header and a packet of `spec`'s
+    /// snapshot length), [`RotateError::Pattern`] for an empty pattern or an
+    /// invalid conversion, [`RotateError::LinkType`] for a link type the
+    /// format cannot hold.
     pub fn new(pattern: &str, spec: FileSpec, policy: RotationPolicy) -> Result<Self, RotateError> {
         check_link_type(spec.format, spec.link)?;
+        policy.check()?;
+        if let (Some(_), Some(max)) = (policy.budget_bytes, policy.max_bytes) {
+            let need = spec.largest_first_packet_file().map_err(|source| RotateError::Io { path: pattern.into(), source })?;
+            if max < need {
+                return Err(RotateError::Budget(format!(
+                    "with a byte budget, the size limit ({max} bytes) must hold a file's header and its first packet, \
+                     which may be as long as the snapshot length ({} bytes): {need} bytes in all; raise the size limit \
+                     or lower the snapshot length",
+                    spec.snaplen
+                )));
+            }
+        }
         Self::files(pattern, spec, policy)
     }
 
@@ -230,9 +484,14 @@ impl RotatingWriter<FileSpec> {
     ///
     /// # Errors
     ///
-    /// [`RotateError::Io`] from closing, creating, deleting or writing a file.
+    /// [`RotateError::Io`] from closing, creating, deleting or writing a file;
+    /// [`RotateError::OverBudget`] when the budget cannot hold the packet.
     pub fn write_packet(&mut self, ts_ns: u64, data: &[u8], wire_len: u32) -> Result<(), RotateError> {
-        // Without an open file a new one is started whatever the length.
+        // The record's length is the format's; without an open file one is
+        // opened first (a file's first packet goes in whatever its length).
+        if self.cur.is_none() {
+            self.open_next(Some(ts_ns))?;
+        }
         let len = self.cur.as_ref().map_or(0, |c| c.writer.record_len(data.len()));
         self.write_record(ts_ns, len, |w| w.write_packet(ts_ns, data, wire_len))
     }
@@ -245,15 +504,11 @@ impl<K: FileKind> RotatingWriter<K> {
     ///
     /// # Errors
     ///
-    /// [`RotateError::Policy`] for a limit of 0, [`RotateError::Pattern`] for
-    /// an empty pattern or an invalid conversion.
+    /// [`RotateError::Policy`] for a limit of 0, [`RotateError::Budget`] for
+    /// a budget or age limit the other limits cannot keep,
+    /// [`RotateError::Pattern`] for an empty pattern or an invalid conversion.
     pub fn files(pattern: &str, kind: K, policy: RotationPolicy) -> Result<Self, RotateError> {
-        if policy.max_bytes == Some(0) || policy.max_packets == Some(0) || policy.max_seconds == Some(0) {
-            return Err(RotateError::Policy("size, time and packet limits start at 1"));
-        }
-        if policy.max_files == Some(0) {
-            return Err(RotateError::Policy("the file limit starts at 1"));
-        }
+        policy.check()?;
         if pattern.is_empty() {
             return Err(RotateError::Pattern { pattern: pattern.into(), reason: "empty".into() });
         }
@@ -269,7 +524,26 @@ impl<K: FileKind> RotatingWriter<K> {
     }
 
     fn with_target(target: Target, kind: K, policy: RotationPolicy) -> Self {
-        RotatingWriter { target, kind, policy, cur: None, seq: 0, kept: VecDeque::new(), used: HashSet::new() }
+        RotatingWriter {
+            target,
+            kind,
+            policy,
+            cur: None,
+            started: false,
+            seq: 0,
+            kept: VecDeque::new(),
+            earlier_left: 0,
+            closed_bytes: 0,
+            used: HashSet::new(),
+            scanned: false,
+            adopted: (0, 0),
+            header_bytes: 0,
+            now_ns: 0,
+            expire_at: u64::MAX,
+            pending: Vec::new(),
+            totals: DeletionTotals::default(),
+            undeletable: None,
+        }
     }
 
     /// The file kind, to change what the next file opens with.
@@ -282,11 +556,21 @@ impl<K: FileKind> RotatingWriter<K> {
     /// cannot be written is reported at once. A pattern with strftime
     /// conversions names its files from their first packet, so for it only the
     /// directory is checked: a file is created in it and removed (when the
-    /// directory's own name has conversions, nothing can be checked).
+    /// directory's own name has conversions, nothing can be checked). With a
+    /// budget or an age limit, the files of earlier runs are adopted first
+    /// (see the module documentation); [`earlier_run`](Self::earlier_run)
+    /// says how many.
+    ///
+    /// # Errors
+    ///
+    /// [`RotateError::Io`] from listing the directory or creating the file;
+    /// [`RotateError::OverBudget`] when files of earlier runs fill the budget
+    /// and cannot be deleted.
     pub fn prepare(&mut self) -> Result<(), RotateError> {
-        if self.cur.is_some() || !self.kept.is_empty() {
+        if self.started {
             return Ok(());
         }
+        self.adopt_earlier()?;
         match &self.target {
             Target::Pattern { pattern, has_conversion: true, .. } => probe_directory(pattern),
             _ => self.open_next(None),
@@ -299,16 +583,35 @@ impl<K: FileKind> RotatingWriter<K> {
     ///
     /// # Errors
     ///
-    /// [`RotateError::Io`] from closing, creating, deleting or writing a file.
+    /// [`RotateError::Io`] from closing, creating, deleting or writing a file;
+    /// [`RotateError::OverBudget`] when the budget cannot hold the record.
     pub fn write_record(&mut self, ts_ns: u64, len: u64, write: impl FnOnce(&mut K::Writer) -> io::Result<()>) -> Result<(), RotateError> {
         if self.needs_new_file(ts_ns, len) {
             self.open_next(Some(ts_ns))?;
         }
+        if ts_ns > self.now_ns {
+            self.now_ns = ts_ns;
+            if ts_ns >= self.expire_at {
+                self.expire(ts_ns);
+            }
+        }
+        if let (Some(budget), Some(cur)) = (self.policy.budget_bytes, &self.cur) {
+            // Within the size limit this always holds (room for a whole file
+            // was made when the file was opened): one addition per record.
+            let open = cur.writer.bytes_written().saturating_add(len);
+            if self.closed_bytes.saturating_add(open) > budget {
+                self.make_room(budget, open)?;
+            }
+        }
         let max_seconds = self.policy.max_seconds;
-        let cur = self.cur.as_mut().expect("a file is open after open_next");
+        let Some(cur) = self.cur.as_mut() else {
+            // open_next either opens a file or fails; this is never reached.
+            return Err(RotateError::Io { path: PathBuf::new(), source: io::Error::other("no file is open") });
+        };
         if cur.window_end.is_none() {
             cur.window_end = Some(window_end(max_seconds, ts_ns));
         }
+        cur.newest_ns = cur.newest_ns.max(ts_ns);
         write(&mut cur.writer).map_err(|source| RotateError::Io { path: cur.path.clone(), source })
     }
 
@@ -319,6 +622,52 @@ impl<K: FileKind> RotatingWriter<K> {
             Some(cur) => cur.writer.flush().map_err(|source| RotateError::Io { path: cur.path.clone(), source }),
             None => Ok(()),
         }
+    }
+
+    /// Delete the closed files whose newest packet is older than
+    /// [`RotationPolicy::max_age`] before `now_ns` (ns since the Unix epoch),
+    /// oldest first. The writer does it itself with each packet's time; a
+    /// caller on a live source calls it with the wall clock too, so files
+    /// age while no packet comes. Nothing happens without an age limit. A
+    /// deletion that fails is reported ([`take_deletions`](Self::take_deletions)).
+    pub fn expire(&mut self, now_ns: u64) {
+        let Some(age) = self.policy.max_age else { return };
+        let age_ns = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        let mut i = 0;
+        while i < self.kept.len() {
+            if self.kept[i].newest_ns.saturating_add(age_ns) < now_ns {
+                if let Some(k) = self.take_kept(i) {
+                    self.delete(k, DeleteReason::Age);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        self.refresh_expiry();
+    }
+
+    /// The deletions since this was last called (or the writer was made),
+    /// oldest first, for the caller to log; at most [`PENDING_DELETIONS`].
+    pub fn take_deletions(&mut self) -> Vec<Deletion> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Every deletion since the writer was made, those taken included.
+    pub fn deletion_totals(&self) -> DeletionTotals {
+        self.totals
+    }
+
+    /// Bytes the limits count now: the closed files kept (earlier runs'
+    /// included), those that could not be deleted, and what was written to
+    /// the open file (some of it perhaps still buffered).
+    pub fn total_bytes(&self) -> u64 {
+        self.closed_bytes + self.cur.as_ref().map_or(0, |c| c.writer.bytes_written())
+    }
+
+    /// The files of earlier runs adopted (see the module documentation), and
+    /// the bytes they held, when they were found.
+    pub fn earlier_run(&self) -> (usize, u64) {
+        self.adopted
     }
 
     fn needs_new_file(&self, ts_ns: u64, len: u64) -> bool {
@@ -343,9 +692,13 @@ impl<K: FileKind> RotatingWriter<K> {
     }
 
     /// Close the open file and start the next, named from `ts_ns` (the first
-    /// packet that goes into it) or, before any packet, from the clock.
+    /// packet that goes into it) or, before any packet, from the clock. The
+    /// limits make room before the file is created, so that they hold while
+    /// it is written.
     fn open_next(&mut self, ts_ns: Option<u64>) -> Result<(), RotateError> {
         self.close_current()?;
+        self.adopt_earlier()?;
+        self.make_room_for_new_file()?;
         let (file, path) = match &mut self.target {
             Target::Pattern { pattern, has_conversion, has_seq } => {
                 let (pattern, has_conversion, has_seq) = (pattern.clone(), *has_conversion, *has_seq);
@@ -362,29 +715,194 @@ impl<K: FileKind> RotatingWriter<K> {
                 (file, path)
             }
         };
+        self.started = true;
+        self.used.insert(path.clone());
+        self.seq += 1;
         let io_err = |source| RotateError::Io { path: path.clone(), source };
         let regular = file.metadata().map_err(io_err)?.file_type().is_file();
         let mut writer = self.kind.start(file).map_err(io_err)?;
         writer.flush().map_err(io_err)?;
-        self.used.insert(path.clone());
-        self.kept.push_back(path.clone());
-        self.seq += 1;
-        if let Some(max) = self.policy.max_files {
-            while self.kept.len() > max {
-                let old = self.kept.pop_front().expect("more than max >= 1 files kept");
-                std::fs::remove_file(&old).map_err(|source| RotateError::Io { path: old, source })?;
+        let header = writer.bytes_written();
+        self.header_bytes = self.header_bytes.max(header);
+        let window_end = ts_ns.map(|ts| window_end(self.policy.max_seconds, ts));
+        self.cur = Some(Current { writer, path, window_end, regular, newest_ns: ts_ns.unwrap_or(0) });
+        // Only a header larger than the size limit (another format's) gets here.
+        if let Some(budget) = self.policy.budget_bytes {
+            if self.closed_bytes.saturating_add(header) > budget {
+                self.make_room(budget, header)?;
             }
         }
-        let window_end = ts_ns.map(|ts| window_end(self.policy.max_seconds, ts));
-        self.cur = Some(Current { writer, path, window_end, regular });
+        Ok(())
+    }
+
+    /// Before a new file: delete the oldest of this run beyond the file
+    /// limit, and the oldest of all until the budget holds the closed files
+    /// and a whole new one.
+    fn make_room_for_new_file(&mut self) -> Result<(), RotateError> {
+        if let Some(max) = self.policy.max_files {
+            while self.kept.len() - self.earlier_left >= max {
+                match self.take_kept(self.earlier_left) {
+                    Some(k) => self.delete(k, DeleteReason::FileLimit),
+                    None => break,
+                }
+            }
+        }
+        if let (Some(budget), Some(max)) = (self.policy.budget_bytes, self.policy.max_bytes) {
+            self.make_room(budget, max.max(self.header_bytes))?;
+        }
+        self.refresh_expiry();
+        Ok(())
+    }
+
+    /// Delete the oldest closed files until they and `open` bytes more fit
+    /// in `budget`.
+    fn make_room(&mut self, budget: u64, open: u64) -> Result<(), RotateError> {
+        while self.closed_bytes.saturating_add(open) > budget {
+            let Some(k) = self.take_kept(0) else {
+                let reason = match &self.undeletable {
+                    Some((path, e)) if self.totals.failed_bytes > 0 => format!(
+                        "{} bytes are in files that could not be deleted (the first: {}: {e}), and {open} more are needed",
+                        self.totals.failed_bytes,
+                        path.display()
+                    ),
+                    _ => format!("one file needs {open} bytes on its own"),
+                };
+                self.refresh_expiry();
+                return Err(RotateError::OverBudget { budget, reason });
+            };
+            self.delete(k, DeleteReason::Budget);
+        }
+        self.refresh_expiry();
+        Ok(())
+    }
+
+    /// Take the kept file at `i` out of the list (its bytes still counted
+    /// until [`delete`](Self::delete) frees them).
+    fn take_kept(&mut self, i: usize) -> Option<Kept> {
+        let k = self.kept.remove(i)?;
+        if k.earlier {
+            self.earlier_left -= 1;
+        }
+        Some(k)
+    }
+
+    /// Delete a file taken out of the list, count it and report it. One that
+    /// cannot be deleted stays counted toward the budget, as it is still on disk.
+    fn delete(&mut self, k: Kept, reason: DeleteReason) {
+        let error = match std::fs::remove_file(&k.path) {
+            Ok(()) => None,
+            // Removed by someone else: the bytes are free all the same.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => Some(e),
+        };
+        match &error {
+            None => {
+                self.closed_bytes -= k.bytes;
+                self.totals.files += 1;
+                self.totals.bytes += k.bytes;
+            }
+            Some(e) => {
+                self.totals.failed += 1;
+                self.totals.failed_bytes += k.bytes;
+                if self.undeletable.is_none() {
+                    self.undeletable = Some((k.path.clone(), e.to_string()));
+                }
+            }
+        }
+        if self.pending.len() < PENDING_DELETIONS {
+            self.pending.push(Deletion { path: k.path, bytes: k.bytes, reason, earlier_run: k.earlier, error });
+        } else {
+            self.totals.unlisted += 1;
+        }
+    }
+
+    /// When the next kept file becomes too old, in packet time.
+    fn refresh_expiry(&mut self) {
+        self.expire_at = match self.policy.max_age {
+            Some(age) => {
+                let age_ns = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+                self.kept.iter().map(|k| k.newest_ns.saturating_add(age_ns).saturating_add(1)).min().unwrap_or(u64::MAX)
+            }
+            None => u64::MAX,
+        };
+    }
+
+    /// With a budget or an age limit, once: adopt the files of earlier runs in
+    /// the pattern's directory whose names the pattern could have produced.
+    fn adopt_earlier(&mut self) -> Result<(), RotateError> {
+        if self.scanned || !self.policy.rolls() {
+            return Ok(());
+        }
+        self.scanned = true;
+        let Target::Pattern { pattern, .. } = &self.target else { return Ok(()) };
+        let (prefix, name) = match pattern.rfind('/') {
+            Some(i) => pattern.split_at(i + 1),
+            None => ("", pattern.as_str()),
+        };
+        // A directory part that changes with time or sequence is many
+        // directories; only this run's files are known then.
+        if name.is_empty() || has_conversion(prefix)? || prefix.contains(SEQ) {
+            return Ok(());
+        }
+        let matcher = NameMatcher::new(name);
+        let dir = if prefix.is_empty() { Path::new(".") } else { Path::new(prefix) };
+        let list_err = |source| RotateError::Io { path: dir.to_path_buf(), source };
+        let mut found = Vec::new();
+        let mut top_seq: Option<u64> = None;
+        for entry in std::fs::read_dir(dir).map_err(list_err)? {
+            let entry = entry.map_err(list_err)?;
+            let Some(file_name) = entry.file_name().to_str().map(str::to_string) else { continue };
+            let Some(seq) = matcher.matches(&file_name) else { continue };
+            let path = PathBuf::from(format!("{prefix}{file_name}"));
+            // Whatever holds a name this run could make (a symbolic link, a
+            // directory) is never created over: it sets the numbering, and a
+            // name from the clock that repeats it gets `.N`.
+            if let Some(s) = seq {
+                top_seq = Some(top_seq.map_or(s, |t| t.max(s)));
+            }
+            self.used.insert(path.clone());
+            // Not followed: a symbolic link is never ours to delete.
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_file() => m,
+                Ok(_) => continue,
+                // Gone since the listing.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => return Err(RotateError::Io { path, source }),
+            };
+            let mtime_ns = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            found.push((mtime_ns, path, meta.len()));
+        }
+        found.sort();
+        if let Some(top) = top_seq {
+            self.seq = self.seq.max(top.saturating_add(1));
+        }
+        self.adopted = (found.len(), found.iter().map(|f| f.2).sum());
+        // This run's files (none yet: this runs before the first) go after.
+        for (mtime_ns, path, bytes) in found.into_iter().rev() {
+            self.closed_bytes += bytes;
+            self.kept.push_front(Kept { path, bytes, newest_ns: mtime_ns, earlier: true });
+            self.earlier_left += 1;
+        }
+        self.refresh_expiry();
         Ok(())
     }
 
     /// Hand the file's last bytes to the kernel and, for a regular file, sync its
-    /// data and then its directory, which holds the file's name.
+    /// data and then its directory, which holds the file's name. The file is
+    /// counted as kept (and toward the budget) even when this fails: it is on disk.
     fn close_current(&mut self) -> Result<(), RotateError> {
         let Some(cur) = self.cur.take() else { return Ok(()) };
         let path = cur.path;
+        // Everything written, buffered or not: the file's length once written out,
+        // and at most that if writing out fails.
+        let bytes = cur.writer.bytes_written();
+        self.kept.push_back(Kept { path: path.clone(), bytes, newest_ns: cur.newest_ns, earlier: false });
+        self.closed_bytes += bytes;
+        self.refresh_expiry();
         let io_err = |source| RotateError::Io { path: path.clone(), source };
         let file = cur.writer.finish().map_err(io_err)?;
         if cur.regular {
@@ -400,17 +918,179 @@ impl<K: FileKind> RotatingWriter<K> {
 
     /// Close the last file; if nothing was written at all, write one empty
     /// file. Returns the files written and still kept, oldest first (for a
-    /// stream, its name).
+    /// stream, its name). Deletions not yet taken are dropped: see
+    /// [`finish_with_deletions`](Self::finish_with_deletions).
     ///
     /// # Errors
     ///
     /// [`RotateError::Io`] from writing out, syncing or creating a file.
-    pub fn finish(mut self) -> Result<Vec<PathBuf>, RotateError> {
-        if self.cur.is_none() && self.kept.is_empty() {
+    pub fn finish(self) -> Result<Vec<PathBuf>, RotateError> {
+        self.finish_with_deletions().map(|f| f.files)
+    }
+
+    /// [`finish`](Self::finish), with the deletions not yet taken (making
+    /// the one empty file may delete some for the budget) and the totals.
+    ///
+    /// # Errors
+    ///
+    /// As [`finish`](Self::finish).
+    pub fn finish_with_deletions(mut self) -> Result<Finished, RotateError> {
+        if !self.started {
             self.open_next(Some(now_ns()))?;
         }
         self.close_current()?;
-        Ok(self.kept.into_iter().collect())
+        let files = self.kept.into_iter().filter(|k| !k.earlier).map(|k| k.path).collect();
+        Ok(Finished { files, deletions: self.pending, totals: self.totals })
+    }
+}
+
+/// Which names a pattern's file-name part could have produced: its literal
+/// text, a run of digits for each numeric strftime conversion, `{seq}` and
+/// the inserted `.N`, and a run of letters, digits and signs for the others
+/// (month and day names, zones, fractions of a second).
+struct NameMatcher {
+    tokens: Vec<Token>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Token {
+    Literal(String),
+    /// One or more digits, after optional spaces (`%e`, `%k`).
+    Digits {
+        spaces: bool,
+    },
+    /// A sequence number: one or more digits.
+    Seq,
+    /// The `.N` weir may insert before the extension: absent, or a dot and digits.
+    Inserted,
+    /// Zero or more of the characters other conversions write.
+    Text,
+}
+
+impl NameMatcher {
+    fn new(name: &str) -> NameMatcher {
+        let mut tokens = Vec::new();
+        let mut literal = String::new();
+        let flush = |literal: &mut String, tokens: &mut Vec<Token>| {
+            let mut parts = literal.split(SEQ);
+            if let Some(first) = parts.next() {
+                if !first.is_empty() {
+                    tokens.push(Token::Literal(first.to_string()));
+                }
+                for part in parts {
+                    tokens.push(Token::Seq);
+                    if !part.is_empty() {
+                        tokens.push(Token::Literal(part.to_string()));
+                    }
+                }
+            }
+            literal.clear();
+        };
+        for item in StrftimeItems::new(name) {
+            match item {
+                Item::Literal(s) | Item::Space(s) => literal.push_str(s),
+                Item::OwnedLiteral(s) | Item::OwnedSpace(s) => literal.push_str(&s),
+                Item::Numeric(_, pad) => {
+                    flush(&mut literal, &mut tokens);
+                    tokens.push(Token::Digits { spaces: pad == Pad::Space });
+                }
+                Item::Fixed(_) => {
+                    flush(&mut literal, &mut tokens);
+                    tokens.push(Token::Text);
+                }
+                // Refused when the writer was made.
+                Item::Error => {}
+            }
+        }
+        flush(&mut literal, &mut tokens);
+        // The inserted `.N` goes before the last dot of the name, unless the
+        // name starts with it (insert_before_extension); else at the end.
+        let mut offset_known = true;
+        let mut offset = 0usize;
+        let mut split = None;
+        for (i, t) in tokens.iter().enumerate() {
+            if let Token::Literal(s) = t {
+                if let Some(dot) = s.rfind('.') {
+                    if !(offset_known && offset + dot == 0) {
+                        split = Some((i, dot));
+                    }
+                }
+                offset += s.len();
+            } else {
+                offset_known = false;
+            }
+        }
+        if let Some((i, dot)) = split {
+            if let Token::Literal(s) = &tokens[i] {
+                let (before, after) = s.split_at(dot);
+                let (before, after) = (before.to_string(), after.to_string());
+                let mut replaced = Vec::new();
+                if !before.is_empty() {
+                    replaced.push(Token::Literal(before));
+                }
+                replaced.push(Token::Inserted);
+                replaced.push(Token::Literal(after));
+                tokens.splice(i..=i, replaced);
+            }
+        } else {
+            tokens.push(Token::Inserted);
+        }
+        NameMatcher { tokens }
+    }
+
+    /// Whether the pattern could have produced `name`: `Some` with the
+    /// largest sequence number in it (`{seq}` or an inserted `.N`), if any.
+    fn matches(&self, name: &str) -> Option<Option<u64>> {
+        let mut best = None;
+        if match_from(&self.tokens, name.as_bytes(), None, &mut best) {
+            Some(best.flatten())
+        } else {
+            None
+        }
+    }
+}
+
+/// Backtracking match of `tokens` against all of `s`; on success `found`
+/// holds the largest sequence number of the first way that matched.
+fn match_from(tokens: &[Token], s: &[u8], seq: Option<u64>, found: &mut Option<Option<u64>>) -> bool {
+    let Some((first, rest)) = tokens.split_first() else {
+        if s.is_empty() {
+            *found = Some(seq);
+            return true;
+        }
+        return false;
+    };
+    let digits = |from: usize| from + s[from..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let with = |seq: Option<u64>, digits: &[u8]| -> Option<u64> {
+        // A run too long for a u64 still matches; it just sets no number.
+        let n = std::str::from_utf8(digits).ok().and_then(|d| d.parse::<u64>().ok());
+        match (seq, n) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    match first {
+        Token::Literal(l) => s.starts_with(l.as_bytes()) && match_from(rest, &s[l.len()..], seq, found),
+        Token::Digits { spaces } => {
+            let start = if *spaces { s.iter().take_while(|b| **b == b' ').count() } else { 0 };
+            let end = digits(start);
+            (start + 1..=end).rev().any(|e| match_from(rest, &s[e..], seq, found))
+        }
+        Token::Seq => {
+            let end = digits(0);
+            (1..=end).rev().any(|e| match_from(rest, &s[e..], with(seq, &s[..e]), found))
+        }
+        Token::Inserted => {
+            let dotted = s.first() == Some(&b'.') && {
+                let end = digits(1);
+                (2..=end).rev().any(|e| match_from(rest, &s[e..], with(seq, &s[1..e]), found))
+            };
+            dotted || match_from(rest, s, seq, found)
+        }
+        Token::Text => {
+            let end = s.iter().take_while(|b| b.is_ascii_alphanumeric() || b"+-:.,_ ".contains(b)).count();
+            (0..=end).rev().any(|e| match_from(rest, &s[e..], seq, found))
+        }
     }
 }
 
@@ -622,7 +1302,8 @@ mod tests {
         for i in 0..3u64 {
             w.write_packet(i * S, &[i as u8; 60], 60).unwrap();
         }
-        let files: Vec<PathBuf> = w.kept.iter().cloned().collect();
+        let mut files: Vec<PathBuf> = w.kept.iter().map(|k| k.path.clone()).collect();
+        files.extend(w.cur.as_ref().map(|c| c.path.clone()));
         assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 24 + 2 * (16 + 60), "a closed file is complete");
         assert_eq!(std::fs::metadata(&files[1]).unwrap().len(), 24, "the open file's header is on disk at once");
         w.flush().unwrap();
@@ -695,6 +1376,342 @@ mod tests {
         assert_eq!(names(&files, dir.path()), ["l.1.txt", "l.2.txt"], "the oldest deleted");
         assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), "HDR\nr2\n\nr3\n\n");
         assert_eq!(std::fs::read_to_string(&files[1]).unwrap(), "HDR\nr4\n\n");
+    }
+
+    /// A pcap file spec whose largest first packet makes a 24 + 16 + 600 byte file.
+    fn small_spec() -> FileSpec {
+        FileSpec { snaplen: 600, ..spec() }
+    }
+
+    /// The regular files in `dir` and their lengths, by name.
+    fn listing(dir: &Path) -> std::collections::BTreeMap<String, u64> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_type().unwrap().is_file())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+            .collect()
+    }
+
+    fn set_mtime(path: &Path, secs: u64) {
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.set_modified(UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+    }
+
+    /// Files that are not the writer's: another name, a compressed copy, a
+    /// name with letters where the pattern has digits, a symbolic link and a
+    /// directory named as the pattern would name a file.
+    fn bystanders(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        for (name, len) in [("notes.txt", 5000), ("out.pcap.gz", 7000), ("out.x.pcap", 9000), ("xout.1.pcap", 100), ("out.1.pcapng", 300)] {
+            let p = dir.join(name);
+            std::fs::write(&p, vec![b'z'; len]).unwrap();
+            set_mtime(&p, 1_000);
+            out.push((p, vec![b'z'; len]));
+        }
+        std::os::unix::fs::symlink(dir.join("notes.txt"), dir.join("out.99.pcap")).unwrap();
+        std::fs::create_dir(dir.join("out.98.pcap")).unwrap();
+        out
+    }
+
+    /// The naive model of the rolling buffer: closed files oldest first, and
+    /// the open one; a new file deletes the oldest closed until closed + max
+    /// fits the budget, and then grows by whole records up to max.
+    struct Model {
+        closed: VecDeque<(String, u64)>,
+        open: Option<(String, u64, u64)>,
+        seq: u64,
+        max: u64,
+        budget: u64,
+        deleted: Vec<(String, u64)>,
+    }
+
+    impl Model {
+        fn write(&mut self, rec: u64) {
+            let rotate = match &self.open {
+                None => true,
+                Some((_, size, records)) => *records > 0 && size + rec > self.max,
+            };
+            if rotate {
+                if let Some((name, size, _)) = self.open.take() {
+                    self.closed.push_back((name, size));
+                }
+                while self.closed.iter().map(|f| f.1).sum::<u64>() + self.max > self.budget {
+                    self.deleted.push(self.closed.pop_front().unwrap());
+                }
+                self.open = Some((format!("out.{}.pcap", self.seq), 24, 0));
+                self.seq += 1;
+            }
+            let open = self.open.as_mut().unwrap();
+            open.1 += rec;
+            open.2 += 1;
+        }
+        fn total(&self) -> u64 {
+            self.closed.iter().map(|f| f.1).sum::<u64>() + self.open.as_ref().map_or(0, |o| o.1)
+        }
+    }
+
+    #[test]
+    fn a_byte_budget_holds_at_every_packet_against_a_naive_model() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..24u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let dir = tempfile::tempdir().unwrap();
+            let others = bystanders(dir.path());
+            // Files of earlier runs: an unrotated run's, and rotated ones whose
+            // ages are not in sequence order (out.5 is the oldest).
+            let mut model = Model { closed: VecDeque::new(), open: None, seq: 0, max: 0, budget: 0, deleted: Vec::new() };
+            let earlier: Vec<(&str, u64)> =
+                if seed % 3 == 0 { vec![] } else { vec![("out.5.pcap", 10), ("out.pcap", 20), ("out.0.pcap", 30), ("out.2.pcap", 40)] };
+            for (name, mtime) in &earlier {
+                let len = rng.gen_range(24..3000u64);
+                std::fs::write(dir.path().join(name), vec![0u8; len as usize]).unwrap();
+                set_mtime(&dir.path().join(name), *mtime);
+                model.closed.push_back((name.to_string(), len));
+            }
+            // The symbolic link out.99.pcap among the bystanders sets the numbering.
+            model.seq = 100;
+            let max = rng.gen_range(640..4000u64);
+            let budget = rng.gen_range(2 * max..8 * max);
+            (model.max, model.budget) = (max, budget);
+            let policy = RotationPolicy { max_bytes: Some(max), budget_bytes: Some(budget), ..Default::default() };
+            let pattern = dir.path().join("out.pcap");
+            let mut w = RotatingWriter::new(pattern.to_str().unwrap(), small_spec(), policy).unwrap();
+            let mut reported = Vec::new();
+            for i in 0..rng.gen_range(50..400u64) {
+                let caplen = rng.gen_range(1..=600usize);
+                w.write_packet(i * S, &vec![i as u8; caplen], caplen as u32).unwrap();
+                model.write(16 + caplen as u64);
+                w.flush().unwrap();
+                // The writer's count and the disk agree with the model, and hold the budget.
+                assert!(w.total_bytes() <= budget, "seed {seed} packet {i}: {} > {budget}", w.total_bytes());
+                assert_eq!(w.total_bytes(), model.total(), "seed {seed} packet {i}");
+                let mut want: std::collections::BTreeMap<String, u64> = model.closed.iter().cloned().collect();
+                let open = model.open.as_ref().unwrap();
+                want.insert(open.0.clone(), open.1);
+                for (p, _) in &others {
+                    want.insert(p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::metadata(p).unwrap().len());
+                }
+                assert_eq!(listing(dir.path()), want, "seed {seed} packet {i}");
+                reported.extend(w.take_deletions());
+            }
+            let done = w.finish_with_deletions().unwrap();
+            reported.extend(done.deletions);
+            let got: Vec<(String, u64)> =
+                reported.iter().map(|d| (d.path.file_name().unwrap().to_string_lossy().into_owned(), d.bytes)).collect();
+            assert_eq!(got, model.deleted, "seed {seed}: every deletion reported, oldest first");
+            assert!(reported.iter().all(|d| d.reason == DeleteReason::Budget && d.error.is_none()));
+            let totals = done.totals;
+            assert_eq!((totals.files, totals.bytes), (got.len() as u64, got.iter().map(|d| d.1).sum()), "seed {seed}");
+            assert_eq!((totals.failed, totals.unlisted), (0, 0));
+            // The newest are kept: this run's files are the last ones of the model.
+            let ours: Vec<String> = model.closed.iter().map(|f| f.0.clone()).chain([model.open.unwrap().0]).collect();
+            let ours: Vec<&String> = ours.iter().filter(|n| !earlier.iter().any(|e| e.0 == n.as_str())).collect();
+            assert_eq!(names(&done.files, dir.path()).iter().collect::<Vec<_>>(), ours, "seed {seed}");
+            // Nothing else was touched.
+            for (p, content) in &others {
+                assert_eq!(&std::fs::read(p).unwrap(), content, "{}", p.display());
+            }
+            assert!(std::fs::symlink_metadata(dir.path().join("out.99.pcap")).unwrap().file_type().is_symlink());
+            assert!(dir.path().join("out.98.pcap").is_dir());
+        }
+    }
+
+    #[test]
+    fn a_budget_the_limits_cannot_keep_is_refused_up_front() {
+        let refused = |policy: RotationPolicy, says: &str| {
+            let e = RotatingWriter::new("never.pcap", small_spec(), policy).err().expect("refused");
+            assert!(matches!(e, RotateError::Budget(_)), "{e:?}");
+            assert!(e.to_string().contains(says), "{e}");
+            assert!(e.is_bad_input());
+        };
+        let p = RotationPolicy { max_bytes: Some(1000), budget_bytes: Some(1999), ..Default::default() };
+        refused(p, "cannot hold two files");
+        refused(RotationPolicy { max_bytes: None, max_packets: Some(5), ..p }, "needs a size limit");
+        refused(RotationPolicy { max_bytes: Some(600), budget_bytes: Some(10_000), ..p }, "640 bytes in all");
+        refused(RotationPolicy { max_age: Some(Duration::from_secs(60)), ..Default::default() }, "needs rotation");
+        let zero = RotationPolicy { max_packets: Some(1), max_age: Some(Duration::ZERO), ..Default::default() };
+        assert!(matches!(RotatingWriter::new("never.pcap", small_spec(), zero), Err(RotateError::Policy(_))));
+        let ok = RotationPolicy { max_bytes: Some(1000), budget_bytes: Some(2000), ..Default::default() };
+        assert!(RotatingWriter::new("never.pcap", small_spec(), ok).is_ok());
+    }
+
+    #[test]
+    fn files_older_than_the_age_limit_go_oldest_first_by_packet_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let others = bystanders(dir.path());
+        // An earlier run's file, last written at 1,000 s: older than any packet.
+        std::fs::write(dir.path().join("a.7.pcap"), [0u8; 100]).unwrap();
+        set_mtime(&dir.path().join("a.7.pcap"), 1_000);
+        // One written "later" than the packets (a trace replayed after it): it is young.
+        std::fs::write(dir.path().join("a.3.pcap"), [0u8; 50]).unwrap();
+        set_mtime(&dir.path().join("a.3.pcap"), 2_000_000_000);
+        let pattern = dir.path().join("a.pcap");
+        let policy = RotationPolicy { max_packets: Some(3), max_age: Some(Duration::from_secs(10)), ..Default::default() };
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), spec(), policy).unwrap();
+        w.prepare().unwrap();
+        assert_eq!(w.earlier_run(), (2, 150));
+        let base = 1_700_000_000 * S;
+        let mut deleted = Vec::new();
+        for t in 0..30u64 {
+            w.write_packet(base + t * S, &[0; 60], 60).unwrap();
+            for d in w.take_deletions() {
+                assert_eq!(d.reason, DeleteReason::Age);
+                deleted.push((t, d.path.file_name().unwrap().to_string_lossy().into_owned()));
+            }
+        }
+        // a.8 opened by prepare holds packets 0-2 (newest 2 s), a.9 3-5, ...: a
+        // file goes at the first packet more than 10 s after its newest.
+        let want: Vec<(u64, String)> =
+            std::iter::once((0, "a.7.pcap".to_string())).chain((0..6u64).map(|k| (3 * k + 2 + 11, format!("a.{}.pcap", 8 + k)))).collect();
+        assert_eq!(deleted, want);
+        let files = w.finish().unwrap();
+        assert_eq!(names(&files, dir.path()), ["a.14.pcap", "a.15.pcap", "a.16.pcap", "a.17.pcap"]);
+        assert!(dir.path().join("a.3.pcap").exists(), "a file whose time is ahead of the packets is young");
+        for (p, content) in &others {
+            assert_eq!(&std::fs::read(p).unwrap(), content);
+        }
+    }
+
+    #[test]
+    fn the_wall_clock_ages_files_while_no_packet_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("q.pcap");
+        let policy = RotationPolicy { max_packets: Some(1), max_age: Some(Duration::from_secs(60)), ..Default::default() };
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), spec(), policy).unwrap();
+        for t in 0..3u64 {
+            w.write_packet(t * S, &[0; 60], 60).unwrap();
+        }
+        w.expire(60 * S);
+        assert!(w.take_deletions().is_empty(), "a packet at 0 s is 60 s old, not older");
+        w.expire(62 * S);
+        let gone: Vec<String> =
+            w.take_deletions().into_iter().map(|d| d.path.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(gone, ["q.0.pcap", "q.1.pcap"], "the open file stays");
+        assert_eq!(names(&w.finish().unwrap(), dir.path()), ["q.2.pcap"]);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_deleted_is_reported_counted_and_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, mtime) in [("u.0.pcap", 10), ("u.1.pcap", 20)] {
+            std::fs::write(dir.path().join(name), [0u8; 1000]).unwrap();
+            set_mtime(&dir.path().join(name), mtime);
+        }
+        let pattern = dir.path().join("u.pcap");
+        let policy = RotationPolicy { max_bytes: Some(1000), budget_bytes: Some(2500), ..Default::default() };
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), small_spec(), policy).unwrap();
+        w.prepare().unwrap();
+        assert_eq!(w.earlier_run(), (2, 2000));
+        assert_eq!(w.take_deletions().len(), 1, "u.0 made room for the first file");
+        assert_eq!(w.total_bytes(), 1000 + 24, "u.1 and the open file's header");
+
+        // The oldest becomes a directory after it was adopted: unlink(2) refuses it.
+        let undeletable = |dir: &Path, sizes: &[usize]| {
+            for (i, len) in sizes.iter().enumerate() {
+                let name = dir.join(format!("u.{i}.pcap"));
+                std::fs::write(&name, vec![0u8; *len]).unwrap();
+                set_mtime(&name, 10 * (i as u64 + 1));
+            }
+        };
+        let dir2 = tempfile::tempdir().unwrap();
+        undeletable(dir2.path(), &[1100, 900, 900]);
+        let pattern = dir2.path().join("u.pcap");
+        let policy = RotationPolicy { max_bytes: Some(1000), budget_bytes: Some(2800), ..Default::default() };
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), small_spec(), policy).unwrap();
+        w.adopt_earlier().unwrap();
+        let stuck = dir2.path().join("u.0.pcap");
+        std::fs::remove_file(&stuck).unwrap();
+        std::fs::create_dir(&stuck).unwrap();
+        std::fs::write(stuck.join("x"), b"x").unwrap();
+        // 2900 closed + 1000 > 2800: u.0 cannot go, so u.1 and u.2 do.
+        w.prepare().unwrap();
+        let d = w.take_deletions();
+        let summary: Vec<(String, bool)> =
+            d.iter().map(|d| (d.path.file_name().unwrap().to_string_lossy().into_owned(), d.error.is_some())).collect();
+        assert_eq!(summary, [("u.0.pcap".to_string(), true), ("u.1.pcap".to_string(), false), ("u.2.pcap".to_string(), false)]);
+        let t = w.deletion_totals();
+        assert_eq!((t.files, t.bytes, t.failed, t.failed_bytes), (2, 1800, 1, 1100));
+        assert_eq!(w.total_bytes(), 1100 + 24, "the undeletable file still counts");
+        for i in 0..40u64 {
+            w.write_packet(i * S, &[0; 400], 400).unwrap();
+            assert!(w.total_bytes() <= 2800);
+        }
+        assert_eq!(w.deletion_totals().failed, 1, "not tried again");
+
+        // Where the undeletable file leaves no room for a whole file, nothing is written.
+        let dir3 = tempfile::tempdir().unwrap();
+        undeletable(dir3.path(), &[1100, 500]);
+        let pattern = dir3.path().join("u.pcap");
+        let policy = RotationPolicy { max_bytes: Some(1000), budget_bytes: Some(2000), ..Default::default() };
+        let mut w = RotatingWriter::new(pattern.to_str().unwrap(), small_spec(), policy).unwrap();
+        w.adopt_earlier().unwrap();
+        let stuck = dir3.path().join("u.0.pcap");
+        std::fs::remove_file(&stuck).unwrap();
+        std::fs::create_dir(&stuck).unwrap();
+        std::fs::write(stuck.join("x"), b"x").unwrap();
+        let e = w.prepare().expect_err("over budget");
+        assert!(matches!(e, RotateError::OverBudget { budget: 2000, .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("u.0.pcap") && text.contains("1100 bytes"), "{text}");
+        assert!(!e.is_bad_input());
+        assert_eq!(w.take_deletions().len(), 2, "u.0 tried, u.1 deleted");
+        assert_eq!(listing(dir3.path()).len(), 0, "no file was created");
+    }
+
+    #[test]
+    fn a_restart_counts_the_files_of_earlier_runs_and_never_overwrites_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("r.pcap");
+        let policy = RotationPolicy { max_bytes: Some(1000), budget_bytes: Some(4000), ..Default::default() };
+        let run = |from: u64| {
+            let mut w = RotatingWriter::new(pattern.to_str().unwrap(), small_spec(), policy).unwrap();
+            w.prepare().unwrap();
+            for i in from..from + 20 {
+                w.write_packet(i * S, &[i as u8; 300], 300).unwrap();
+                assert!(w.total_bytes() <= 4000);
+            }
+            w.finish_with_deletions().unwrap()
+        };
+        let first = run(0);
+        assert_eq!(names(&first.files, dir.path()), ["r.3.pcap", "r.4.pcap", "r.5.pcap", "r.6.pcap"]);
+        let second = run(100);
+        // Numbering goes on after r.6; the first run's files went first.
+        assert_eq!(names(&second.files, dir.path()), ["r.10.pcap", "r.11.pcap", "r.12.pcap", "r.13.pcap"]);
+        let gone: Vec<(String, bool)> =
+            second.deletions.iter().map(|d| (d.path.file_name().unwrap().to_string_lossy().into_owned(), d.earlier_run)).collect();
+        assert_eq!(
+            &gone[..4],
+            [("r.3.pcap".into(), true), ("r.4.pcap".into(), true), ("r.5.pcap".into(), true), ("r.6.pcap".into(), true)]
+        );
+        assert!(listing(dir.path()).values().sum::<u64>() <= 4000);
+    }
+
+    #[test]
+    fn names_the_pattern_could_have_produced() {
+        let m = |pattern: &str, name: &str| NameMatcher::new(pattern).matches(name);
+        assert_eq!(m("out.pcap", "out.pcap"), Some(None));
+        assert_eq!(m("out.pcap", "out.0.pcap"), Some(Some(0)));
+        assert_eq!(m("out.pcap", "out.123.pcap"), Some(Some(123)));
+        for not in ["out.pcap.gz", "out..pcap", "out.1a.pcap", "xout.1.pcap", "out.-1.pcap", "out.pcapng", "out.1.2.pcap", "out.", ""] {
+            assert_eq!(m("out.pcap", not), None, "{not}");
+        }
+        let t = "cap-%Y%m%d-%H%M%S.pcapng";
+        assert_eq!(m(t, "cap-20240101-000030.pcapng"), Some(None));
+        assert_eq!(m(t, "cap-20240101-000030.3.pcapng"), Some(Some(3)));
+        assert_eq!(m(t, "cap-2024-01.pcapng"), None);
+        assert_eq!(m(t, "cap-20240101-000030.pcap"), None);
+        assert_eq!(m("c-{seq}.pcap", "c-17.pcap"), Some(Some(17)));
+        assert_eq!(m("c-{seq}.pcap", "c-17.4.pcap"), Some(Some(17)), "a duplicate's .N too");
+        assert_eq!(m("c-{seq}.pcap", "c-.pcap"), None);
+        assert_eq!(m("%b-%e.pcap", "Jan- 5.pcap"), Some(None));
+        assert_eq!(m("%b-%e.pcap", "Jan/5.pcap"), None);
+        assert_eq!(m("t%s%.f.pcap", "t1700000000.123456.pcap"), Some(None));
+        assert_eq!(m(".hidden", ".hidden"), Some(None));
+        assert_eq!(m(".hidden", ".hidden.4"), Some(Some(4)));
+        assert_eq!(m("noext", "noext.9"), Some(Some(9)));
+        assert_eq!(m("100%%.pcap", "100%.2.pcap"), Some(Some(2)));
+        assert_eq!(m("out.pcap", "out.99999999999999999999999.pcap"), Some(None), "too long for a number, still the pattern's");
     }
 
     #[test]
