@@ -263,7 +263,7 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     // Across the reload, every packet the record branch saw was written or
     // filtered out, once: the recording holds TCP, then UDP.
     let delivered: u64 = log.split(" delivered,").next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap();
-    let rec = log.lines().find(|l| l.contains("[record]")).unwrap();
+    let rec = log.lines().find(|l| l.contains("[record]") && l.contains("written to")).unwrap();
     let nums: Vec<u64> = rec.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
     // "[record] P packets (F filtered out): W written ..."
     let (passed, filtered, written) = (nums[0], nums[1], nums[2]);

@@ -674,7 +674,10 @@ fn finish(
                 let files = match (s.error.take(), done) {
                     (None, Some(Ok(done))) => {
                         crate::record::log_deletions(&done.deletions);
-                        say(format!("[record] {}", crate::record::deletion_summary(&done.totals)));
+                        let r = cfg.record.as_ref().expect("record");
+                        if r.budget.is_some() || r.max_age.is_some() || r.rotation.max_files.is_some() {
+                            say(format!("[record] {}", crate::record::deletion_summary(&done.totals)));
+                        }
                         done.files
                     }
                     (e, f) => {
