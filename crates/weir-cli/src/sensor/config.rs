@@ -465,3 +465,86 @@ fn clap_problem(e: &clap::Error) -> (String, String) {
     };
     (key, message)
 }
+
+/// The annotated example config (`examples/sensor.toml`, and
+/// `weir sensor --example`): every key of every table, from the options'
+/// own definitions, with its default and the first sentence of its help.
+pub fn example() -> String {
+    let mut out = String::from(
+        "# weir sensor: an annotated config (made by `weir sensor --example`; a test holds the two equal).\n\
+         # Each key is shown with its default, commented out, and a one-line meaning; `weir <command> --help`\n\
+         # says more. A table's keys are the long options of its command. Tables left commented are off.\n\
+         # Check a config with `weir sensor --check FILE`, run it with `weir sensor FILE`.\n",
+    );
+    let line = |key: &str, default: &str, help: &str| {
+        // The first clause: up to the first sentence's end, `;` or `:`.
+        let help = help.replace('\n', " ");
+        let end = [". ", "; ", ": ", " (", ", e.g"].iter().filter_map(|s| help.find(s)).filter(|&i| i > 16).min().unwrap_or(help.len());
+        let first = help[..end].trim_end_matches('.');
+        format!("{:<44} # {first}\n", format!("# {key} = {default}"))
+    };
+    out += "\n[sensor]\n";
+    out += &line("name", "\"<host name>\"", "Its name in stats events, metrics and logs");
+    out += &line("status-interval", "10", "Seconds between two status lines on standard error (0: none)");
+    let table = |out: &mut String, name: &str, on: bool, cmd: Command, refused: &[String], set: &[(&str, &str)]| {
+        *out += &format!("\n{}[{name}]\n", if on { "" } else { "# " });
+        for (k, v) in set {
+            *out += &format!("{}{k} = {v}\n", if on { "" } else { "# " });
+        }
+        for a in cmd.get_arguments() {
+            let key = a.get_long().map_or_else(|| a.get_id().to_string(), str::to_string);
+            if key == "help" || refused.contains(&key) || elsewhere(&key).is_some() || set.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            let defaults: Vec<String> = a.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+            let default = match (a.get_action().takes_values(), defaults.first()) {
+                (false, _) => "false".to_string(),
+                (true, Some(d)) if d.parse::<f64>().is_ok() => d.clone(),
+                (true, Some(d)) => format!("\"{d}\""),
+                (true, None) => "(none)".to_string(),
+            };
+            *out += &line(&key, &default, &a.get_help().map(ToString::to_string).unwrap_or_default());
+        }
+    };
+    let none: Vec<String> = Vec::new();
+    let source = source_option_names();
+    table(&mut out, "capture", true, CaptureTable::augment_args(Command::new("capture")), &none, &[("source", "\"afpacket:eth1\"")]);
+    let no_source = |names: &[String]| names.iter().cloned().chain(["source".to_string()]).collect::<Vec<_>>();
+    table(
+        &mut out,
+        "record",
+        false,
+        crate::record::RecordArgs::augment_args(Command::new("record")),
+        &no_source(&source),
+        &[("write", "\"/var/lib/weir/pcap/%Y%m%d-%H%M%S.pcap\"")],
+    );
+    table(
+        &mut out,
+        "flows",
+        true,
+        crate::flows::FlowsArgs::augment_args(Command::new("flows")),
+        &no_source(&source),
+        &[("collector", "[\"127.0.0.1:9995\"]")],
+    );
+    table(&mut out, "streams", false, crate::streams::StreamsArgs::augment_args(Command::new("streams")), &no_source(&source), &[]);
+    let mut inspect = no_source(&source);
+    inspect.push("output".into());
+    table(&mut out, "inspect", false, crate::inspect::InspectArgs::augment_args(Command::new("inspect")), &inspect, &[]);
+    out += "\n[events]\npath = \"/var/log/weir/eve.json\"  # The file events are written to (\"-\": standard output); appended to, reopened on SIGHUP\n";
+    out += &line("types", "[\"flow\", \"stream\", \"alert\", \"stats\"]", "Which events: every type the outputs make by default");
+    out += &line("stats-interval", "60", "Seconds between two stats events");
+    out += "\n# [metrics]\n# listen = \"127.0.0.1:9101\"           # Serve Prometheus metrics there (no default: off without the table)\n";
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_annotated_example_is_the_options_and_parses() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sensor.toml");
+        let file = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(file == super::example(), "examples/sensor.toml is not `weir sensor --example`'s output: run it again into the file");
+        let parsed = super::parse(&file, &path);
+        assert!(parsed.is_ok(), "{}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
+    }
+}

@@ -50,8 +50,12 @@ Signals: HUP reopens the events file (logrotate), USR2 reloads the filters and r
 losing a packet, USR1 logs the counters, TERM and INT flush every record and exit 0.")]
 pub struct SensorArgs {
     /// The config file (TOML).
-    #[arg(value_name = "CONFIG")]
-    pub config: PathBuf,
+    #[arg(value_name = "CONFIG", required_unless_present = "example")]
+    pub config: Option<PathBuf>,
+
+    /// Print an annotated config with every key, its default and its meaning (examples/sensor.toml), and exit.
+    #[arg(long, conflicts_with = "check")]
+    pub example: bool,
 
     /// Check the config and exit without capturing or writing anything: 0 if the sensor would start, 2 with every
     /// problem found (file, line and key) if not.
@@ -60,10 +64,14 @@ pub struct SensorArgs {
 }
 
 pub fn run(args: SensorArgs) -> anyhow::Result<ExitCode> {
-    let cfg = config::load(&args.config).map_err(|e| bad_input(anyhow::anyhow!(e)))?;
+    let Some(file) = &args.config else {
+        crate::exit::out!("{}", config::example().trim_end());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let cfg = config::load(file).map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     let plan = run::Plan::check(&cfg).map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     if args.check {
-        eprintln!("weir sensor: {}: the config is good: {}", args.config.display(), plan.describe(&cfg));
+        eprintln!("weir sensor: {}: the config is good: {}", file.display(), plan.describe(&cfg));
         return Ok(ExitCode::SUCCESS);
     }
     run::run(cfg, plan)
