@@ -237,8 +237,22 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     };
     std::fs::write(p("s.toml"), config("tcp")).unwrap();
     let log = std::fs::File::create(p("log")).unwrap();
-    let mut child =
-        Command::new(env!("CARGO_BIN_EXE_weir")).args(["sensor", &p("s.toml")]).stdin(Stdio::null()).stderr(log).spawn().unwrap();
+    // systemd's side of Type=notify: a socket the test listens on.
+    let notify = std::os::unix::net::UnixDatagram::bind(d.path().join("notify")).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["sensor", &p("s.toml")])
+        .env("NOTIFY_SOCKET", d.path().join("notify"))
+        .stdin(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).expect("READY=1 within 30 s");
+    let ready = text(&buf[..n]);
+    assert!(ready.starts_with("READY=1\n") && ready.contains("STATUS=capturing"), "{ready}");
+    // Ready means every output is open: the recording's file exists.
+    assert!(Path::new(&p("rec.pcap")).exists());
     wait_for(Path::new(&p("log")), "capturing");
     wait_for(Path::new(&p("eve.json")), "\"stats\"");
     // logrotate's move, then SIGHUP: events go on in a new file of the name.
@@ -253,6 +267,9 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     std::thread::sleep(Duration::from_millis(500));
     signal(&child, "TERM");
     let status = child.wait().unwrap();
+    let said: Vec<String> = std::iter::from_fn(|| notify.recv(&mut buf).ok().map(|n| text(&buf[..n]))).take(3).collect();
+    assert!(said.iter().any(|m| m.starts_with("RELOADING=1\nMONOTONIC_USEC=")), "{said:?}");
+    assert!(said.last().is_some_and(|m| m == "STOPPING=1\n"), "{said:?}");
     let log = std::fs::read_to_string(p("log")).unwrap();
     assert!(status.success(), "{log}");
     wait_for(Path::new(&p("eve.json")), "\"stats\"");
