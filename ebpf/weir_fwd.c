@@ -11,8 +11,11 @@
  *   received    every packet the program saw, before the filter;
  *   filtered    what the filter rejected (the translated filter's reject
  *               block counts it and drops the packet);
- *   failed      redirects the kernel refused at once (the device map slot
- *               is empty, or the redirect helper failed), dropped;
+ *   failed      frames the output device cannot carry (longer than its
+ *               MTU allows, or shorter than an Ethernet header: see
+ *               `fits`), and redirects the kernel refused at once (the
+ *               device map slot is empty, or the redirect helper failed),
+ *               all dropped;
  *   forwarded   frames the output device took, and
  *   tx_failed   frames it gave back, both from the device map's transmit
  *               tracepoint (xdp_devmap_xmit), which reports each bulk flush
@@ -29,10 +32,19 @@
  * another XDP forwarder between devices of the same indexes in another
  * namespace would be counted too.
  *
- * The filter: weir translates it to eBPF (filter/ebpf) and puts it in
- * `weir_fwd_filter`; this program tail-calls it after counting the packet
- * received. Its accept block does the redirect below, its reject block counts
- * and drops. With no filter the tail call falls through.
+ * The filter: weir translates it to eBPF (filter/ebpf) and puts it in slot 0
+ * of `weir_fwd_slots`; this program tail-calls it after counting the packet
+ * received. Its accept block tail-calls slot 1, `weir_fwd_send`, which sends
+ * as this program does after the filter; its reject block counts and drops.
+ * With no filter the tail call falls through. So a frame is checked against
+ * the output's MTU in one place (`send`), whether a filter passed it or not.
+ *
+ * The MTU: a veth takes frames of its MTU + 18 bytes even untagged, and other
+ * drivers differ, so the device's own check does not make the backends agree.
+ * `send` refuses what afpacket and afxdp refuse: a frame longer than the
+ * output's MTU plus an Ethernet header (4 bytes more with a VLAN tag), the
+ * limits weir sets from the device's MTU (tx::longest_frames), or shorter than
+ * an Ethernet header. Such a frame is counted as failed and dropped.
  *
  * A packet limit (`-c`): with `weir_limit` above 0, the first `weir_limit`
  * packets are forwarded; every later one goes on up the stack untouched and
@@ -49,6 +61,16 @@
 volatile const __u32 weir_in_ifindex = 0;
 volatile const __u32 weir_out_ifindex = 0;
 volatile const __u64 weir_limit = 0;
+/* The longest frame the device each direction sends to carries, untagged and
+ * VLAN-tagged: direction 0 sends to OUT, direction 1 to IN. */
+volatile const __u64 weir_out_longest = 0;
+volatile const __u64 weir_out_longest_tagged = 0;
+volatile const __u64 weir_in_longest = 0;
+volatile const __u64 weir_in_longest_tagged = 0;
+
+#define ETH_HLEN 14
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88a8
 
 /* Field offsets are taken from the running kernel's BTF when the program
  * loads (CO-RE), so only the field used is declared. */
@@ -85,13 +107,14 @@ struct {
 	__type(value, __u32);
 } weir_fwd_out SEC(".maps");
 
-/* The translated filter: slot 0, empty when there is none. */
+/* Slot 0: the translated filter, empty when there is none. Slot 1:
+ * `weir_fwd_send`, which the filter's accept block tail-calls. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
-} weir_fwd_filter SEC(".maps");
+} weir_fwd_slots SEC(".maps");
 
 /* Packets taken so far, when limited. */
 struct {
@@ -106,13 +129,50 @@ static __always_inline __u32 direction_of(__u32 ifindex)
 	return ifindex == weir_in_ifindex ? 0 : 1;
 }
 
+/* Whether the device direction `dir` sends to can carry the frame of `len`
+ * bytes: a whole Ethernet header, and no longer than its MTU allows. The
+ * program is not multi-buffer (SEC("xdp"), not "xdp.frags"), so the frame is
+ * all in data..data_end. */
+static __always_inline int fits(struct xdp_md *ctx, __u32 dir, __u64 len)
+{
+	__u8 *data = (__u8 *)(long)ctx->data;
+	__u8 *end = (__u8 *)(long)ctx->data_end;
+	__u64 longest = dir == 0 ? weir_out_longest : weir_in_longest;
+	__u64 longest_tagged = dir == 0 ? weir_out_longest_tagged : weir_in_longest_tagged;
+	__u16 type;
+
+	if (data + ETH_HLEN > end)
+		return 0;
+	if (len <= longest)
+		return 1;
+	if (len > longest_tagged)
+		return 0;
+	/* Only a tagged frame may take the tag's bytes more. */
+	type = (__u16)data[12] << 8 | data[13];
+	return type == ETH_P_8021Q || type == ETH_P_8021AD;
+}
+
+/* Send a frame the filter passed (or every frame, with no filter) to the
+ * other interface, or count it as failed and drop it. */
+static __always_inline long send(struct xdp_md *ctx, __u32 dir, struct weir_fwd_counts *c, __u64 len)
+{
+	long verdict = XDP_DROP;
+
+	if (fits(ctx, dir, len))
+		verdict = bpf_redirect_map(&weir_fwd_out, dir, XDP_DROP);
+	if (verdict != XDP_REDIRECT) {
+		c->failed++;
+		c->failed_bytes += len;
+	}
+	return verdict;
+}
+
 SEC("xdp")
 int weir_fwd(struct xdp_md *ctx)
 {
 	__u32 dir = direction_of(ctx->ingress_ifindex);
 	struct weir_fwd_counts *c;
 	__u64 len = bpf_xdp_get_buff_len(ctx);
-	long verdict;
 
 	if (weir_limit) {
 		__u32 zero = 0;
@@ -126,13 +186,21 @@ int weir_fwd(struct xdp_md *ctx)
 		return XDP_DROP;
 	c->received++;
 	c->received_bytes += len;
-	bpf_tail_call(ctx, &weir_fwd_filter, 0);
-	verdict = bpf_redirect_map(&weir_fwd_out, dir, XDP_DROP);
-	if (verdict != XDP_REDIRECT) {
-		c->failed++;
-		c->failed_bytes += len;
-	}
-	return verdict;
+	bpf_tail_call(ctx, &weir_fwd_slots, 0);
+	return send(ctx, dir, c, len);
+}
+
+/* Slot 1: what the filter accepted. The packet was counted received before
+ * the filter ran. */
+SEC("xdp")
+int weir_fwd_send(struct xdp_md *ctx)
+{
+	__u32 dir = direction_of(ctx->ingress_ifindex);
+	struct weir_fwd_counts *c = bpf_map_lookup_elem(&weir_fwd_counts, &dir);
+
+	if (!c)
+		return XDP_DROP;
+	return send(ctx, dir, c, bpf_xdp_get_buff_len(ctx));
 }
 
 /* The direction whose sending device is `to`, received on `from`; 2 for a

@@ -33,10 +33,12 @@ kernel: weir's XDP program on IN runs the filter (translated to eBPF) and redire
 device map; no packet reaches weir, no copy, no system call per packet. The fastest, where nothing but the filter \
 decides. Needs native XDP on IN (and on OUT with --bidirectional) and a filter the kernel can run (not protochain); \
 OUT must take XDP frames (a veth's peer needs an XDP program or GRO on: ethtool -K PEER gro on). What OUT gives back \
-is counted in tx_failed from the kernel's XDP tracepoints.\n\n\
+is counted in tx_failed from the kernel's XDP tracepoints; a frame longer than OUT's MTU allows is counted in \
+tx_failed and dropped by the program, as on the other backends.\n\n\
 Counters, per lane: received (taken off the RX ring) = forwarded (the device took it) + filtered (the -f filter \
-rejected it: dropped by policy) + dropped (the application's verdict) + tx_failed (the kernel or device gave up \
-sending it) + in_flight (handed to TX, not completed when weir stopped); weir checks that sum. kernel_drops: packets \
+rejected it: dropped by policy) + dropped (the application's verdict) + tx_failed (OUT cannot carry it: longer \
+than its MTU plus 14 bytes, 18 with a VLAN tag, or shorter than an Ethernet header, on every backend; or the kernel \
+or device gave up sending it) + in_flight (handed to TX, not completed when weir stopped); weir checks that sum. kernel_drops: packets \
 the kernel lost before the RX ring (no free frame or ring slot: weir fell behind), not in received.\n\n\
 Interfaces should carry no IP address (a bump in the wire has none): with afxdp the host no longer sees their \
 traffic. Errors: a missing or down interface, an MTU whose frames do not fit a UMEM frame (afxdp: 2048-byte frames \

@@ -14,10 +14,20 @@
 //! has no native XDP (generic XDP redirects skbs, which the device map's
 //! transmit tracepoint never sees, so they could not be counted).
 //!
+//! A frame the sending device cannot carry (longer than its MTU plus the
+//! Ethernet header, 4 bytes more tagged, or shorter than an Ethernet header)
+//! is counted in `tx_failed` and dropped by the program, as afpacket and afxdp
+//! count it: the limits are the device's MTU through [`longest_frames`], set
+//! in the program before it loads, and checked after the filter passed the
+//! frame (the filter's accept block tail-calls the program's send, so the
+//! check is in one place).
+//!
 //! Counting (see the program's comment): forwarded and tx_failed come from
 //! the kernel's `xdp_devmap_xmit` tracepoint, redirect errors from
 //! `xdp_redirect_err`; both are attached while any lane runs. `tx_failed`
-//! sums what the program's redirect, the redirect and the device refused.
+//! sums what the program dropped (a frame the device cannot carry, or a
+//! redirect refused at once), the redirects that failed after the program,
+//! and what the device gave back.
 //! `forwarded_bytes` is exact while the device gives nothing back, and an
 //! estimate after ([`forwarded_bytes`]): the tracepoints give packets, not bytes.
 //! `kernel_drops` stays 0: no ring of weir's is between the device and the
@@ -31,12 +41,13 @@ use crate::source::afxdp::program::{clear_the_way, denied, FORWARD_PROGRAM_NAME}
 use crate::source::afxdp::sys::{self, Promiscuous};
 use crate::source::live::bpf::{bpf_error, os_error};
 use crate::source::live::sys::{load_xdp, map_set};
+use crate::tx::longest_frames;
 use aya::maps::{Array, DevMap, Map, MapData, PerCpuArray};
 use aya::programs::tp_btf::BtfTracePointLink;
 use aya::programs::xdp::XdpLink;
 use aya::programs::{BtfTracePoint, Xdp, XdpFlags};
 use aya::{Btf, EbpfLoader};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,9 +59,14 @@ const SETTLE: Duration = Duration::from_millis(20);
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/weir_fwd.o"));
 const PROGRAM: &str = FORWARD_PROGRAM_NAME;
+/// What the filter's accept block tail-calls: the check and the redirect.
+const SEND_PROGRAM: &str = "weir_fwd_send";
 const COUNTS: &str = "weir_fwd_counts";
 const OUT_MAP: &str = "weir_fwd_out";
-const FILTER_MAP: &str = "weir_fwd_filter";
+/// The program array: the filter in [`FILTER_SLOT`], the send program in [`SEND_SLOT`].
+const SLOTS_MAP: &str = "weir_fwd_slots";
+const FILTER_SLOT: u32 = 0;
+const SEND_SLOT: u32 = 1;
 const TAKEN: &str = "weir_fwd_taken";
 /// The name the kernel shows for the loaded filter.
 const FILTER_NAME: &str = "weir_fwd_filter";
@@ -71,7 +87,6 @@ mod field {
 type Counts = [u64; field::WORDS];
 
 const XDP_DROP: u32 = 1;
-const XDP_REDIRECT: i32 = 4;
 /// `struct xdp_md`'s `ingress_ifindex`.
 const XDP_MD_INGRESS_IFINDEX: i16 = 12;
 
@@ -82,9 +97,9 @@ struct Shared {
     counts: PerCpuArray<MapData, Counts>,
     taken: Array<MapData, u64>,
     limit: u64,
-    /// The filter's program array: its entry lives while a descriptor of it is open.
-    _filter_slot: MapData,
-    _devmap: OwnedFd,
+    /// The program array of the filter and the send program: its entries
+    /// live while a descriptor of it is open.
+    _slots: MapData,
     _promiscuous: Vec<Promiscuous>,
 }
 
@@ -109,8 +124,15 @@ impl Shared {
 pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Opened, SourceError> {
     // XDP sees frames of any length the device gives it; the device refuses
     // to attach where its MTU is too large for native XDP.
-    let (in_index, _) = check_interface(&opts.input, usize::MAX, "")?;
-    let (out_index, _) = check_interface(&opts.output, usize::MAX, "")?;
+    let (in_index, in_mtu) = check_interface(&opts.input, usize::MAX, "")?;
+    let (out_index, out_mtu) = check_interface(&opts.output, usize::MAX, "")?;
+    // The longest frames the program sends to each, as the other backends check them.
+    let limits = |mtu: u32| {
+        let (untagged, tagged) = longest_frames(mtu);
+        (untagged as u64, tagged as u64)
+    };
+    let (out_longest, out_longest_tagged) = limits(out_mtu);
+    let (in_longest, in_longest_tagged) = limits(in_mtu);
     check_host_addresses(&opts.input, opts.take_host_traffic)?;
     if opts.bidirectional {
         check_host_addresses(&opts.output, opts.take_host_traffic)?;
@@ -121,6 +143,10 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
         .set_global("weir_in_ifindex", &in_index, true)
         .set_global("weir_out_ifindex", &out_index, true)
         .set_global("weir_limit", &limit, true)
+        .set_global("weir_out_longest", &out_longest, true)
+        .set_global("weir_out_longest_tagged", &out_longest_tagged, true)
+        .set_global("weir_in_longest", &in_longest, true)
+        .set_global("weir_in_longest_tagged", &in_longest_tagged, true)
         .load(OBJECT)
         .map_err(|e| bpf_error("loading weir's forwarding program", &e, needs))?;
     let take = |ebpf: &mut aya::Ebpf, name: &str| {
@@ -139,14 +165,10 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
     let counts_fd = dup(counts_data, COUNTS)?;
     let counts = PerCpuArray::try_from(counts).map_err(|e| bpf_error("the forwarder's counters", &e, "CAP_BPF"))?;
     let taken = Array::try_from(take(&mut ebpf, TAKEN)?).map_err(|e| bpf_error("the forwarder's packet count", &e, "CAP_BPF"))?;
-    let Map::ProgramArray(slot) = take(&mut ebpf, FILTER_MAP)? else {
-        return Err(SourceError::Invalid(format!("{FILTER_MAP} is not a program array (a bug in weir)")));
+    let Map::ProgramArray(slots) = take(&mut ebpf, SLOTS_MAP)? else {
+        return Err(SourceError::Invalid(format!("{SLOTS_MAP} is not a program array (a bug in weir)")));
     };
     let devmap = take(&mut ebpf, OUT_MAP)?;
-    let Map::DevMap(devmap_data) = &devmap else {
-        return Err(SourceError::Invalid(format!("{OUT_MAP} is not a device map (a bug in weir)")));
-    };
-    let devmap_fd = dup(devmap_data, OUT_MAP)?;
     // aya sizes the map's values for the kernel (an index, and a program
     // where the kernel takes one), so it writes them too.
     let mut devmap = DevMap::try_from(devmap).map_err(|e| bpf_error("the forwarder's device map", &e, "CAP_BPF"))?;
@@ -159,8 +181,20 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
     if opts.bidirectional {
         set_out(1, in_index, &opts.input)?;
     }
+    // The send program goes in its slot before anything can tail-call it.
+    let send: &mut Xdp = ebpf
+        .program_mut(SEND_PROGRAM)
+        .ok_or_else(|| SourceError::Invalid(format!("ebpf/weir_fwd.c has no program {SEND_PROGRAM} (a bug in weir)")))?
+        .try_into()
+        .map_err(|e| bpf_error(SEND_PROGRAM, &e, "CAP_BPF"))?;
+    send.load().map_err(|e| bpf_error("loading weir's forwarding program (its send)", &e, needs))?;
+    let send_fd = send.fd().map_err(|e| bpf_error(SEND_PROGRAM, &e, "CAP_BPF"))?;
+    let value = u32::try_from(send_fd.as_fd().as_raw_fd()).unwrap_or(u32::MAX).to_ne_bytes();
+    // The array takes its own reference to the program.
+    map_set(slots.fd().as_fd(), &SEND_SLOT.to_ne_bytes(), Some(&value))
+        .map_err(|e| denied("installing the forwarder's send program".into(), e, "CAP_BPF"))?;
     if let Some(filter) = filter {
-        let blocks = Blocks { devmap: devmap_fd.as_raw_fd(), counts: counts_fd.as_raw_fd(), in_index };
+        let blocks = Blocks { slots: slots.fd().as_fd().as_raw_fd(), counts: counts_fd.as_raw_fd(), in_index };
         let program = filter.to_xdp(&blocks.accept(), &blocks.reject()).map_err(|why| {
             SourceError::Invalid(format!(
                 "the filter cannot run in the kernel, which --backend xdp needs: {}; use afxdp or afpacket",
@@ -174,7 +208,8 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
         })?;
         let value = u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX).to_ne_bytes();
         // The array takes its own reference to the program.
-        map_set(slot.fd().as_fd(), &0u32.to_ne_bytes(), Some(&value)).map_err(|e| denied("installing the filter".into(), e, "CAP_BPF"))?;
+        map_set(slots.fd().as_fd(), &FILTER_SLOT.to_ne_bytes(), Some(&value))
+            .map_err(|e| denied("installing the filter".into(), e, "CAP_BPF"))?;
     }
 
     let btf = Btf::from_sys_fs().map_err(|e| {
@@ -231,15 +266,7 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
             promiscuous.push(sys::promiscuous(*ifindex).map_err(|e| denied("entering promiscuous mode".into(), e, "CAP_NET_RAW"))?);
         }
     }
-    let shared = Arc::new(Shared {
-        _tracepoints: tracepoints,
-        counts,
-        taken,
-        limit,
-        _filter_slot: slot,
-        _devmap: devmap_fd,
-        _promiscuous: promiscuous,
-    });
+    let shared = Arc::new(Shared { _tracepoints: tracepoints, counts, taken, limit, _slots: slots, _promiscuous: promiscuous });
     let lanes = links
         .into_iter()
         .map(|(dir, name, link)| {
@@ -252,7 +279,8 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
 
 /// The filter's accept and reject blocks (see [`Filter::to_xdp`]).
 struct Blocks {
-    devmap: i32,
+    /// The program array whose [`SEND_SLOT`] the accept block tail-calls.
+    slots: i32,
     counts: i32,
     in_index: u32,
 }
@@ -273,22 +301,23 @@ impl Blocks {
         out.extend(asm::count(self.counts, key_at, (packets * 8) as i16));
     }
 
-    /// Redirect through the device map; count a refused redirect as failed.
+    /// Tail-call the program's send (the MTU check and the redirect, as
+    /// without a filter); a tail call does not return, so what follows runs
+    /// only if it failed (the slot were empty): count the packet as failed
+    /// and drop it.
     fn accept(&self) -> Vec<EbpfInsn> {
         let key_at = BLOCK_STACK - 4;
         let mut out = Vec::with_capacity(32);
+        out.push(asm::mov64(Reg::R1, CTX));
+        out.extend(asm::ld_map_fd(Reg::R2, self.slots));
+        out.push(asm::mov32_imm(Reg::R3, SEND_SLOT));
+        out.push(asm::call(helper::TAIL_CALL));
+        out.push(asm::mov64(Reg::R1, CTX));
+        out.push(asm::call(helper::XDP_GET_BUFF_LEN));
+        out.push(asm::mov64(Reg::R9, Reg::R0));
         self.direction(&mut out, key_at);
-        out.extend(asm::ld_map_fd(Reg::R1, self.devmap));
-        out.push(asm::mov32_imm(Reg::R3, XDP_DROP));
-        out.push(asm::call(helper::REDIRECT_MAP));
-        let tail = {
-            let mut t = vec![asm::mov64(Reg::R1, CTX), asm::call(helper::XDP_GET_BUFF_LEN), asm::mov64(Reg::R9, Reg::R0)];
-            self.count(&mut t, key_at, field::FAILED);
-            t.push(asm::mov32_imm(Reg::R0, XDP_DROP));
-            t
-        };
-        out.push(asm::jeq_imm(Reg::R0, XDP_REDIRECT, tail.len() as i16));
-        out.extend(tail);
+        self.count(&mut out, key_at, field::FAILED);
+        out.push(asm::mov32_imm(Reg::R0, XDP_DROP));
         out.push(asm::exit());
         out
     }

@@ -52,10 +52,23 @@ const VLAN_HLEN: usize = 4;
 /// kernel forwards, `is_skb_forwardable`). Every sender checks frames against
 /// it, so the backends skip or count the same frames: AF_PACKET (its TX ring
 /// refuses longer ones), AF_XDP (whose copy mode would hand them on) and the
-/// XDP generator. `frame` holds at least an Ethernet header.
+/// XDP generator; the in-kernel forwarder checks against [`longest_frames`].
+/// `frame` holds at least an Ethernet header.
 pub(crate) fn longest_frame(mtu: u32, frame: &[u8]) -> usize {
     let tagged = matches!(u16::from_be_bytes([frame[12], frame[13]]), 0x8100 | 0x88a8);
-    mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 }
+    let (untagged, with_tag) = longest_frames(mtu);
+    if tagged {
+        with_tag
+    } else {
+        untagged
+    }
+}
+
+/// [`longest_frame`] for an untagged frame and for a tagged one, for a
+/// checker that cannot call it per frame (an XDP program's limits).
+pub(crate) fn longest_frames(mtu: u32) -> (usize, usize) {
+    let untagged = mtu as usize + ETH_HLEN;
+    (untagged, untagged + VLAN_HLEN)
 }
 
 /// Blocks of the ring: big enough to hold many frames each, small enough to
