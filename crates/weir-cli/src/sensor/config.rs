@@ -250,7 +250,7 @@ impl Parser<'_> {
     /// Parses `t` as the options of `A`: each key a long option.
     /// `positional`: the value given for a required positional argument
     /// the table does not set (an output table's SOURCE, which is
-    /// [capture]'s). `refused`: keys that belong in [capture].
+    /// `[capture]`'s). `refused`: keys that belong in `[capture]`.
     fn command<A: Args + FromArgMatches>(
         &mut self,
         name: &'static str,

@@ -11,7 +11,7 @@
 //! - `[streams]` and `[inspect]`: one reassembling stream layer, whose data
 //!   goes to tcpflow-style files (`weir streams`' writer) and to the rules'
 //!   matcher (alerts as events), and whose closed streams go to the events.
-//!   The two share the layer, so its settings are [streams]'.
+//!   The two share the layer, so its settings are `[streams]`'.
 //!
 //! A flows-mode layer and a reassembling one differ in what ends a record
 //! (flows keep a connection open past its FIN until it is idle, to count

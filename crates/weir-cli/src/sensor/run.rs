@@ -25,7 +25,7 @@ use weir::{LinkType, QueueId};
 
 /// What the checks found and what the run builds from.
 pub struct Plan {
-    /// The reassembling layer's settings ([streams] and [inspect] share it).
+    /// The reassembling layer's settings (`[streams]` and `[inspect]` share it).
     stream_cfg: Option<StreamConfig>,
     /// The rules' matcher.
     matcher: Option<Arc<Matcher>>,
@@ -177,8 +177,8 @@ impl Plan {
                 Err(e) => p("inspect", if i.rules.is_some() { "rules" } else { "" }, format!("{e:#}")),
             }
         }
-        // [streams] and [inspect] share one layer: its settings are
-        // [streams']; [inspect] only adds the overlap its rules need.
+        // `[streams]` and `[inspect]` share one layer: its settings are
+        // [streams']; `[inspect]` only adds the overlap its rules need.
         let stream_cfg = match (streams_cfg, inspect_cfg) {
             (Some(s), Some(i)) => {
                 let same = StreamConfig { piece_overlap: s.piece_overlap, ..i.clone() } == s;
@@ -577,7 +577,7 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     finish(&cfg, &kinds, &mut report, record, exporting, events, final_counters, stats_every.is_some(), &say)
 }
 
-/// What a reload takes: each branch's filter, and the rules (with [inspect]).
+/// What a reload takes: each branch's filter, and the rules (with `[inspect]`).
 type Reloaded = (Vec<Option<Filter>>, Option<Arc<Matcher>>);
 
 /// The filters and rules the config file says now.
