@@ -230,7 +230,7 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     let config = |filter: &str| {
         format!(
             "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n\n[record]\nwrite = \"{}\"\nfilter = \"{filter}\"\n\n\
-             [flows]\nwrite = \"/dev/null\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n",
+             [flows]\nwrite = \"/dev/null\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
             p("rec.pcap"),
             p("eve.json")
         )
@@ -263,7 +263,31 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     wait_for(Path::new(&p("log")), "SIGUSR1: {");
     std::fs::write(p("s.toml"), config("udp")).unwrap();
     signal(&child, "USR2");
-    wait_for(Path::new(&p("log")), "SIGUSR2: reloaded");
+    let log = wait_for(Path::new(&p("log")), "SIGUSR2: reloaded");
+    // The metrics show each output's counts and the reload.
+    let url = log.split("metrics at http://").nth(1).and_then(|r| r.split('/').next()).unwrap_or_else(|| panic!("{log}"));
+    let scrape = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(url).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        body
+    };
+    for want in [
+        "weir_sensor_output_packets_total{",
+        "output=\"record\"",
+        "result=\"filtered\"",
+        "weir_sensor_record_packets_written_total{sensor=",
+        "weir_sensor_events_total{sensor=",
+        "weir_packets_delivered_total{",
+    ] {
+        assert!(scrape.contains(want), "no {want} in the scrape:\n{scrape}");
+    }
+    assert!(
+        scrape.lines().any(|l| l.starts_with("weir_sensor_reloads_total{") && l.contains("result=\"done\"") && l.ends_with(" 1")),
+        "{scrape}"
+    );
     std::thread::sleep(Duration::from_millis(500));
     signal(&child, "TERM");
     let status = child.wait().unwrap();

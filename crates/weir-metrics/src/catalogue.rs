@@ -43,6 +43,8 @@ pub enum When {
     Streams,
     /// By `weir forward`.
     Forward,
+    /// By `weir sensor`.
+    Sensor,
 }
 
 macro_rules! defs {
@@ -149,6 +151,20 @@ defs! {
         "Bytes of the packets received.";
     FORWARD_FORWARDED_BYTES = "weir_forward_forwarded_bytes_total", Counter, Forward, [],
         "Bytes of the packets forwarded.";
+    SENSOR_OUTPUT_PACKETS = "weir_sensor_output_packets_total", Counter, Sensor, ["output", "result"],
+        "Packets the sensor's capture handed to each output (record, flows, streams), by result: passed (to the output) or filtered (turned away by the output's own filter). Per queue, passed + filtered = delivered.";
+    SENSOR_RECORD_WRITTEN = "weir_sensor_record_packets_written_total", Counter, Sensor, [],
+        "Packets the record output wrote to its files (of those passed to it; the rest were not written, after a write error).";
+    SENSOR_EVENTS = "weir_sensor_events_total", Counter, Sensor, ["type"],
+        "Events made, by type: flow, stream, alert, stats. Made = written + unwritten + pending.";
+    SENSOR_EVENTS_WRITTEN = "weir_sensor_events_written_total", Counter, Sensor, [],
+        "Events whose bytes the events file took.";
+    SENSOR_EVENTS_UNWRITTEN = "weir_sensor_events_unwritten_total", Counter, Sensor, [],
+        "Events not written: the file refused them (a full disk) until it was reopened.";
+    SENSOR_EVENTS_PENDING = "weir_sensor_events_pending", Gauge, Sensor, [],
+        "Events in the writer's block, not yet handed to the file.";
+    SENSOR_RELOADS = "weir_sensor_reloads_total", Counter, Sensor, ["result"],
+        "Reloads asked for by SIGUSR2, by result: done or refused (the running filters and rules stayed).";
     THREAD_CPU = "weir_thread_cpu_seconds_total", Counter, Always, ["thread"],
         "CPU time (user and system) of the process's running threads, by thread name (weir-capture-*, weir-worker-*, ...; threads of one name added together).";
     PROCESS_CPU = "process_cpu_seconds_total", Counter, Always, [],

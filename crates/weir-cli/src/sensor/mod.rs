@@ -28,6 +28,7 @@
 //! Readiness goes to systemd (`Type=notify`) once every output is open.
 
 mod config;
+mod metrics;
 mod run;
 
 use crate::exit::bad_input;

@@ -469,7 +469,20 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let signals = Arc::new(Signals::default());
     take_signals(Arc::clone(&signals), stop.clone())?;
     announce("sensor", &running);
-    crate::metrics::serve(metrics, weir_metrics::EngineMetrics::new(running.watch()))?;
+    let reloads = Arc::new(super::metrics::Reloads::default());
+    let scrape = super::metrics::SensorMetrics {
+        engine: weir_metrics::EngineMetrics::new(running.watch()),
+        sensor: name.clone(),
+        branches: queues
+            .iter()
+            .zip(&counts)
+            .map(|(&q, per)| (q, kinds.iter().map(|k| k.name()).zip(per.iter().cloned()).collect()))
+            .collect(),
+        record: record.clone(),
+        events: events.clone(),
+        reloads: Arc::clone(&reloads),
+    };
+    crate::metrics::serve(metrics, scrape)?;
     crate::notify::ready(&format!("capturing {} on {} queue(s)", info.name, queues.len()));
     say(format!("capturing {} on {} queue(s): {}", info.name, queues.len(), plan.describe(&cfg)));
 
@@ -547,9 +560,14 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                         // Release: the workers that see the new generation find the new matcher.
                         r.generation.fetch_add(1, Ordering::Release);
                     }
+                    // Relaxed: a counter for scrapes.
+                    reloads.done.fetch_add(1, Ordering::Relaxed);
                     say(format!("SIGUSR2: reloaded the filters and rules of {} (reload {})", cfg.file.display(), filters.generation()));
                 }
-                Err(e) => say(format!("SIGUSR2: reload refused, the running filters and rules stay: {e:#}")),
+                Err(e) => {
+                    reloads.refused.fetch_add(1, Ordering::Relaxed);
+                    say(format!("SIGUSR2: reload refused, the running filters and rules stay: {e:#}"));
+                }
             }
             crate::notify::ready("reloaded");
         }
