@@ -19,11 +19,14 @@ pub struct Reloads {
     pub refused: AtomicU64,
 }
 
+/// One queue's outputs, each by name with its branch's counts.
+pub type QueueBranches = (QueueId, Vec<(&'static str, Arc<BranchCounts>)>);
+
 pub struct SensorMetrics {
     pub engine: EngineMetrics,
     pub sensor: String,
     /// Per queue, each output's name and its branch's counts.
-    pub branches: Vec<(QueueId, Vec<(&'static str, Arc<BranchCounts>)>)>,
+    pub branches: Vec<QueueBranches>,
     pub record: Option<Arc<Mutex<Shared>>>,
     pub events: Option<Events>,
     pub reloads: Arc<Reloads>,
