@@ -318,3 +318,46 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert_eq!(c["packets"].as_u64().unwrap() + u["packets"].as_u64().unwrap(), written);
     assert!(log.contains("reload 1"), "{log}");
 }
+
+#[test]
+fn an_output_that_fails_is_counted_and_the_others_go_on() {
+    let d = tempfile::tempdir().unwrap();
+    let t = trace(d.path(), 20_000);
+    let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
+    // The packet files fill their file system once 256 KiB are written (a
+    // file-size limit, its signal ignored, makes writes past it fail with
+    // EFBIG, as a full disk fails them); the events go to a device that is
+    // always full. The flow records stay well below the limit.
+    let config = format!(
+        "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\n[record]\nwrite = \"{}\"\n\
+         [flows]\nwrite = \"{}\"\n[events]\npath = \"/dev/full\"\n",
+        p("r.pcap"),
+        p("f.ipfix")
+    );
+    std::fs::write(p("s.toml"), config).unwrap();
+    let out = Command::new("bash")
+        .args(["-c", "trap '' XFSZ; ulimit -f 256; exec \"$0\" sensor \"$1\"", env!("CARGO_BIN_EXE_weir"), &p("s.toml")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Each failure named and counted: every packet of the record output and
+    // every event is written or counted as not.
+    let rec = err.lines().find(|l| l.contains("[record] error") && l.contains("packets not written")).unwrap_or_else(|| panic!("{err}"));
+    assert!(rec.contains("File too large"), "{rec}");
+    // Said when it happened, too.
+    assert!(err.contains("the capture and the other outputs go on"), "{err}");
+    let ev = err.lines().find(|l| l.contains("[events]")).unwrap_or_else(|| panic!("{err}"));
+    assert!(ev.contains("0 written") && ev.contains("/dev/full"), "{ev}");
+    // The capture went on to the end, and the flows output with it: the
+    // same records as weir flows on the trace.
+    assert!(err.contains("20000 packets received") && err.contains("20000 delivered"), "{err}");
+    let flows = err.lines().find(|l| l.contains("[flows]")).unwrap();
+    assert!(flows.contains("\"lost_to_send_errors\":0") && flows.contains("\"unwritten\":0"), "{flows}");
+    let alone = text(&weir(&["flows", &format!("{t}@0-1"), "-w", &p("g.ipfix"), "-q"]).stderr);
+    let records = |s: &str| s.split(" records (").next().and_then(|x| x.rsplit(' ').next()).map(str::to_string);
+    let exported: Value =
+        serde_json::from_str(flows.split_once(": ").unwrap().1.split_once(": ").map_or("", |x| x.1)).unwrap_or(Value::Null);
+    assert_eq!(Some(exported["exported"].to_string()), records(&alone), "{flows} / {alone}");
+}

@@ -489,6 +489,7 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     // On a live source packet time is the clock's: it ages the files on
     // through quiet periods (as weir record does).
     let wall_clock_ages = cfg.record.as_ref().is_some_and(|r| r.max_age.is_some()) && info.iface.is_some();
+    let (mut record_failure_said, mut events_failure_said) = (false, false);
     let (mut seen, mut last_stats, mut last_status) = ((0u64, 0u64, 0u64), Instant::now(), Instant::now());
     let stats_every = cfg.events.as_ref().filter(|_| wants("stats")).map(|e| Duration::from_secs_f64(e.stats_interval));
     let status_every = (cfg.sensor.status_interval > 0.0).then(|| Duration::from_secs_f64(cfg.sensor.status_interval));
@@ -524,6 +525,11 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                 if let Some(Err(e)) = s.writer.as_mut().map(weir::sink::rotate::RotatingWriter::flush) {
                     s.error = Some(anyhow!(e));
                 }
+            }
+            // A failed output is said when it fails, not months later.
+            if let (Some(e), false) = (&s.error, record_failure_said) {
+                say(format!("[record] error: {e:#}: no more packets are written; the capture and the other outputs go on"));
+                record_failure_said = true;
             }
             // The rolling buffer's deletions, said outside the lock the workers wait on.
             let deletions = match s.writer.as_mut() {
@@ -572,6 +578,15 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
             crate::notify::ready("reloaded");
         }
         seen = now;
+        if let Some(ev) = &events {
+            let error = ev.counts().0.error;
+            if error.is_some() != events_failure_said {
+                events_failure_said = error.is_some();
+                if let Some(e) = error {
+                    say(format!("[events] error: {e}: events are counted as not written until the file is reopened (SIGHUP)"));
+                }
+            }
+        }
         if let (Some(every), Some(ev)) = (stats_every, &events) {
             if last_stats.elapsed() >= every {
                 ev.stats(now_ns(), &counters(&running));
