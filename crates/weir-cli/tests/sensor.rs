@@ -329,7 +329,7 @@ fn an_output_that_fails_is_counted_and_the_others_go_on() {
     // EFBIG, as a full disk fails them); the events go to a device that is
     // always full. The flow records stay well below the limit.
     let config = format!(
-        "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\n[record]\nwrite = \"{}\"\n\
+        "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 20000\n[record]\nwrite = \"{}\"\n\
          [flows]\nwrite = \"{}\"\n[events]\npath = \"/dev/full\"\n",
         p("r.pcap"),
         p("f.ipfix")
