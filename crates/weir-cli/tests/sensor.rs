@@ -230,11 +230,14 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     let config = |filter: &str| {
         format!(
             "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n\n[record]\nwrite = \"{}\"\nfilter = \"{filter}\"\n\n\
-             [flows]\nwrite = \"/dev/null\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+             [flows]\nwrite = \"/dev/null\"\n\n[inspect]\nrules = \"{}\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
             p("rec.pcap"),
+            p("rules"),
             p("eve.json")
         )
     };
+    // The rules before and after the reload: contents the trace's web sessions carry.
+    std::fs::write(p("rules"), "9001 any \"HTTP/1.1 200 OK\"\n").unwrap();
     std::fs::write(p("s.toml"), config("tcp")).unwrap();
     let log = std::fs::File::create(p("log")).unwrap();
     // systemd's side of Type=notify: a socket the test listens on.
@@ -262,6 +265,7 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     signal(&child, "USR1");
     wait_for(Path::new(&p("log")), "SIGUSR1: {");
     std::fs::write(p("s.toml"), config("udp")).unwrap();
+    std::fs::write(p("rules"), "9002 any \"Connection: keep-alive\"\n").unwrap();
     signal(&child, "USR2");
     let log = wait_for(Path::new(&p("log")), "SIGUSR2: reloaded");
     // The metrics show each output's counts and the reload.
@@ -317,6 +321,10 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert!(c["packets"].as_u64().unwrap() > 0 && u["packets"].as_u64().unwrap() > 0, "{c} {u}");
     assert_eq!(c["packets"].as_u64().unwrap() + u["packets"].as_u64().unwrap(), written);
     assert!(log.contains("reload 1"), "{log}");
+    // The rules switched: alerts of the first set, then of the second, none else.
+    let sids: Vec<u64> = all.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter_map(|e| e["alert"]["signature_id"].as_u64()).collect();
+    assert!(sids.contains(&9001) && sids.contains(&9002), "{} alerts", sids.len());
+    assert!(sids.iter().all(|s| [9001, 9002].contains(s)));
 }
 
 #[test]
