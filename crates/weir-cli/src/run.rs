@@ -46,7 +46,9 @@ pub struct SourceArgs {
     #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
 
-    /// Stop after this many seconds (fractions allowed; at most ten years).
+    /// Stop after this many seconds (fractions allowed; at most ten years). From a pipe or
+    /// FIFO, counted from the start of the wait for its header (and for a FIFO's first writer),
+    /// which it ends too, as Ctrl-C does.
     #[arg(short = 'd', long = "duration", value_name = "SECS", value_parser = args::seconds(0.001))]
     pub duration: Option<Duration>,
 
@@ -388,7 +390,8 @@ impl SourceArgs {
         if let Some(p) = crate::profile::profiler() {
             b = b.profile(p);
         }
-        // Ctrl-C must also end the wait for a pipe's header, which the build does.
+        // Ctrl-C must also end the wait for a pipe's header (or a FIFO's first
+        // writer), which the build does.
         stop_building_on_signal(b.stop_handle())?;
         let engine = b.build().map_err(build_error)?;
         for note in &engine.info().notes {
@@ -464,7 +467,8 @@ pub fn drop_privileges(live: &LiveArgs) -> anyhow::Result<()> {
 }
 
 /// What the first Ctrl-C (or SIGTERM) does: the command's own action, and
-/// stopping the engine being built (whose build may wait for a pipe's header).
+/// stopping the engine being built (whose build may wait for a pipe's header,
+/// or a FIFO's first writer).
 #[derive(Default)]
 struct OnSignal {
     action: Option<Box<dyn Fn() + Send>>,
@@ -528,8 +532,9 @@ pub fn stop_on_signal(stop: StopHandle) -> anyhow::Result<()> {
 }
 
 /// Ctrl-C (or SIGTERM) stops the engine being built: its build may wait for
-/// the header of a trace from a pipe whose writer stays silent. Kept beside
-/// the command's own action (`replay` halts its sending too).
+/// the header of a trace from a pipe whose writer stays silent, or for a
+/// FIFO's first writer. Kept beside the command's own action (`replay` halts
+/// its sending too).
 fn stop_building_on_signal(stop: StopHandle) -> anyhow::Result<()> {
     set_on_signal(|s| s.building = Some(stop))
 }

@@ -2,7 +2,8 @@
 //! count -` or a collector: what has arrived is delivered at once, `-d` ends
 //! the run while the writer is still there, and bytes read but not reached when
 //! the run stops are reported (a pipe cannot be read again). `-d` and Ctrl-C
-//! also end the wait for a header that a silent writer never sends.
+//! also end the wait for a header that a silent writer never sends, and for a
+//! FIFO's first writer, which a blocking open(2) would wait for deaf to both.
 
 use std::io::Write;
 use std::path::Path;
@@ -192,4 +193,54 @@ fn ctrl_c_ends_the_wait_for_a_fifo_header() {
     assert_eq!(v["packets"], 0, "{v}");
     assert_eq!(v["stop"], "stopped on request", "{v}");
     assert!(err.contains("stopped on request before the trace's header arrived"), "{err}");
+}
+
+/// Wait (at most 5 s) until process `pid` holds `path` open.
+fn wait_until_open(pid: u32, path: &Path) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to == path)))
+            .unwrap_or(false);
+        if open {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A FIFO no writer has opened: open(2) for reading would wait for one, deaf
+/// to `-d`. `-d 1` ends the wait at 1 s, says why, and counts no packet.
+#[test]
+fn a_duration_ends_the_wait_for_a_fifo_no_writer_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let started = Instant::now();
+    let child = weir().args(["count", "--json", "-d", "1"]).arg(&fifo).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (v, err, took) = finished(child, started);
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(6), "{took:?}");
+    assert_eq!(v["packets"], 0, "{v}");
+    assert_eq!(v["stop"], "time limit reached", "{v}");
+    let said = format!("{}: time limit reached before the trace's header arrived: no writer opened the FIFO", fifo.display());
+    assert!(err.contains(&said), "{err}");
+}
+
+/// The same FIFO, no writer: SIGINT ends the wait for one, and the run ends
+/// as a stopped one, with no packet.
+#[test]
+fn ctrl_c_ends_the_wait_for_a_fifo_no_writer_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let started = Instant::now();
+    let child = weir().args(["count", "--json"]).arg(&fifo).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // weir waits with the FIFO open (a blocking open would not have returned).
+    wait_until_open(child.id(), &fifo);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (v, err, took) = finished(child, started);
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    assert_eq!(v["packets"], 0, "{v}");
+    assert_eq!(v["stop"], "stopped on request", "{v}");
+    assert!(err.contains("stopped on request before the trace's header arrived: no writer opened the FIFO"), "{err}");
 }

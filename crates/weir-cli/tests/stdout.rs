@@ -30,7 +30,7 @@ fn trace(dir: &Path) -> String {
 
 /// Every command's way of writing to standard output, `{}` for a scratch directory.
 fn commands(t: &str) -> Vec<Vec<String>> {
-    let cases: [&[&str]; 17] = [
+    let cases: [&[&str]; 18] = [
         &["count", "--json", t],
         &["count", t],
         &["streams", "--json", t],
@@ -48,6 +48,7 @@ fn commands(t: &str) -> Vec<Vec<String>> {
         &["profile", "--", "count", t],
         &["sim", "run", "--engine", "B-256,100", "--burst", "1000", "--json"],
         &["synth", "-o", "/dev/stdout", "--packets", "1000", "--flows", "10"],
+        &["synth", "-o", "-", "--packets", "1000", "--flows", "10"],
     ];
     cases.iter().map(|c| c.iter().map(|s| (*s).to_string()).collect()).collect()
 }

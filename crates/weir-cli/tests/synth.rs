@@ -5,7 +5,8 @@
 //! pcapng/nanosecond/snaplen output, `--from` keeping server ports, sizes and
 //! checksum verdicts of the real flows, a summary that says what the file shows
 //! (flows and concurrency counted here by 5-tuple), and exit code 2 with a clear
-//! message, and no file, for bad input and for flows the packets cannot start.
+//! message, and no file, for bad input and for flows the packets cannot start;
+//! `-o -` writes the same bytes to standard output.
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use std::collections::{HashMap, HashSet};
@@ -414,6 +415,39 @@ fn more_flows_than_the_packets_can_start_are_refused_without_a_file() {
     assert_eq!(std::fs::read(&out).unwrap(), b"an older file", "a refused run leaves the older file as it was");
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 3, "no temporary file left behind: {names:?}");
+}
+
+/// `-o -` writes to standard output the bytes `-o FILE` writes, a trace
+/// `weir count -` reads whole, and makes no file named "-". A trace refused
+/// after it went out still exits 2, and says what its reader got.
+#[test]
+fn a_dash_writes_the_trace_to_standard_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["-n", "2000", "-c", "50", "--seed", "3"];
+    let (path, _) = make(dir.path(), "t.pcap", &args);
+    let weir = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+        c.current_dir(dir.path());
+        c
+    };
+    let out = weir().args(["synth", "-o", "-"]).args(args).stdin(Stdio::null()).output().unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(out.stdout == std::fs::read(&path).unwrap(), "standard output holds {} bytes, not the file's", out.stdout.len());
+    assert!(err.contains("2000 packets") && err.contains("to standard output"), "{err}");
+    let mut synth = weir().args(["synth", "-o", "-"]).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+    let count = weir().args(["count", "--json", "-"]).stdin(synth.stdout.take().unwrap()).output().unwrap();
+    assert!(synth.wait().unwrap().success());
+    assert!(count.status.success(), "{}", text(&count.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&count.stdout).unwrap();
+    assert_eq!(v["packets"], 2000, "{v}");
+    // The first 15,000 flows start over a ramp that 30,000 packets do not cover.
+    let refused = weir().args(["synth", "-o", "-", "-n", "30000", "-c", "15000"]).stdin(Stdio::null()).output().unwrap();
+    let err = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("What went to standard output is that trace: discard it."), "{err}");
+    assert!(refused.stdout.len() > 24, "the refused trace went out: {} bytes", refused.stdout.len());
+    assert!(!dir.path().join("-").exists(), "no file named -");
 }
 
 #[test]

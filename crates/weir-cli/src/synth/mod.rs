@@ -16,6 +16,12 @@
 //! file. What cannot be done is refused with exit 2 and no file: more flows than
 //! packets (each flow needs one) before anything is written, and, after, a trace
 //! that ended before all `--flows` flows had started.
+//!
+//! `-o -` writes the trace to standard output, as `record -w -` does (the
+//! summary goes to standard error as always); a terminal is refused, and the
+//! disk-space check is skipped. A trace refused after it was written cannot be
+//! taken back there: the run still exits 2, and says the bytes sent are that
+//! refused trace.
 
 mod flow;
 mod from_traces;
@@ -32,6 +38,7 @@ use anyhow::Context;
 use clap::ValueEnum;
 use std::fs::File;
 use std::io::{self, IsTerminal};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -64,7 +71,8 @@ macro_rules! examples {
     () => {
         "Examples:\n  weir synth -o /tmp/t.pcap --packets 5000000 --flows 100000\n  \
 weir synth -o /tmp/t.pcapng --format pcapng --nanos --mbps 10000 --seed 7\n  \
-weir synth -o /tmp/real.pcap --from ../shared/corpus/zeek-traces --flows 2000"
+weir synth -o /tmp/real.pcap --from ../shared/corpus/zeek-traces --flows 2000\n  \
+weir synth -o - --packets 10000 --flows 100 | weir count -"
     };
 }
 
@@ -88,12 +96,16 @@ summary reports what the file shows: its flows (as a count of 5-tuples finds the
 the peak and mean concurrency. Refused (exit 2, no file): more flows than packets, and a trace that ends \
 before all --flows flows have started (the message says how many did).\n\n\
 Clients are in 198.18.0.0/16 and servers in 198.19.0.0/16, never anything else. The same arguments \
-always produce the same bytes. A summary goes to standard error, with a progress bar when it is a terminal.\n\n",
+always produce the same bytes. A summary goes to standard error, with a progress bar when it is a terminal.\n\n\
+-o - writes the trace to standard output (not to a terminal, which is refused; -o ./- names a file called -). \
+A trace refused after it was written (too few packets for --flows) has then already gone out: weir still exits 2 \
+and says so.\n\n",
         examples!()
     )
 )]
 pub struct SynthArgs {
-    /// Write the trace to this file, replacing it if it exists.
+    /// Write the trace to this file, replacing it if it exists; `-` writes it to standard
+    /// output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: PathBuf,
 
@@ -140,6 +152,10 @@ pub struct SynthArgs {
 /// at least its header and a minimum frame (60 bytes, or the snaplen), so
 /// below that no trace of `--packets` fits, whatever the model writes.
 fn check_room(args: &SynthArgs) -> anyhow::Result<()> {
+    if to_stdout(args) {
+        // Whatever reads standard output decides where the bytes go.
+        return Ok(());
+    }
     let record = match args.format {
         Format::Pcap => 16,
         Format::Pcapng => 32,
@@ -166,7 +182,23 @@ fn check_room(args: &SynthArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `-o -`: the trace goes to standard output.
+fn to_stdout(args: &SynthArgs) -> bool {
+    args.output.as_os_str() == "-"
+}
+
+/// Standard output's name in messages.
+const STDOUT: &str = "standard output";
+
 pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
+    let stdout = to_stdout(&args);
+    if stdout && io::stdout().is_terminal() {
+        return Err(bad_input(anyhow::anyhow!(
+            "-o - writes a binary trace to standard output, which is a terminal: redirect it to a file or pipe it \
+             to a reader (weir synth -o - ... | weir count -), or name a file with -o"
+        )));
+    }
+    let out_name = if stdout { STDOUT.to_string() } else { args.output.display().to_string() };
     check_room(&args)?;
     if args.flows == 0 || args.flows > MAX_FLOWS {
         return Err(bad_input(anyhow::anyhow!("--flows must be between 1 and {MAX_FLOWS}, not {}", args.flows)));
@@ -200,14 +232,21 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let rate_bps = args.mbps.unwrap_or(DEFAULT_MBPS) * 1e6;
-    let (file, temp) = open_output(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    let (file, temp) = if stdout {
+        // A duplicate of descriptor 1 as a File the writer owns and buffers
+        // itself, instead of Rust's locked, line-buffered stdout (as record does).
+        let fd = io::stdout().as_fd().try_clone_to_owned().context("-o -: cannot use standard output")?;
+        (File::from(fd), None)
+    } else {
+        open_output(&args.output).with_context(|| format!("cannot create {out_name}"))?
+    };
     let format = match args.format {
         Format::Pcap => FileFormat::Pcap,
         Format::Pcapng => FileFormat::PcapNg,
     };
     let precision = if args.nanos { TsPrecision::Nano } else { TsPrecision::Micro };
     let mut writer = TraceWriter::new(file, format, weir::LinkType::ETHERNET, args.snaplen, precision)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+        .with_context(|| format!("cannot write {out_name}"))?;
     let progress = progress_bar(args.packets);
     let snaplen = args.snaplen as usize;
     let ramp_ns = match &corpus {
@@ -236,9 +275,9 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
             outcome
         }
     }
-    .with_context(|| format!("cannot write {}", args.output.display()))?;
+    .with_context(|| format!("cannot write {out_name}"))?;
     let bytes = writer.bytes_written();
-    writer.finish().with_context(|| format!("cannot write {}", args.output.display()))?;
+    writer.finish().with_context(|| format!("cannot write {out_name}"))?;
     progress.finish_and_clear();
     if outcome.slots_started < args.flows {
         // Flows start evenly over the ramp, and the packet rate grows with the flows
@@ -250,7 +289,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
         return Err(bad_input(anyhow::anyhow!(
             "--flows {} needs more packets: the {} flows start over {:.3} s of traffic, but {} packets cover {:.3} s, \
              in which only {} of them started. Ask for about {} flows or fewer, or for more packets (about {} cover \
-             the start of all {}). Nothing was written.",
+             the start of all {}).{}",
             args.flows,
             args.flows,
             ramp_ns as f64 / 1e9,
@@ -259,11 +298,17 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
             outcome.slots_started,
             (args.flows as f64 * short) as u64,
             (args.packets as f64 / short).ceil() as u64,
-            args.flows
+            args.flows,
+            if stdout {
+                // Standard output cannot be taken back: say what its reader got.
+                " What went to standard output is that trace: discard it."
+            } else {
+                " Nothing was written."
+            }
         )));
     }
     if let Some(temp) = temp {
-        temp.persist(&args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
+        temp.persist(&args.output).with_context(|| format!("cannot write {out_name}"))?;
     }
     let span_s = outcome.last_ns.saturating_sub(outcome.first_ns) as f64 / 1e9;
     let rate = if span_s > 0.0 { outcome.wire_bytes as f64 * 8.0 / span_s / 1e6 } else { 0.0 };
@@ -288,7 +333,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
         outcome.flows,
         outcome.peak_concurrency,
         bytes,
-        args.output.display(),
+        out_name,
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)

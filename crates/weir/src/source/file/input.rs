@@ -27,8 +27,14 @@
 //! what a stream delivered but the run did not reach when it stopped (a
 //! partial record, blocks read ahead) is counted ([`Input::unreached`]),
 //! since unlike a file's rest it cannot be read again.
+//!
+//! A named FIFO is opened without waiting for a writer (`open(2)` would block
+//! until one opens it, deaf to a stop and to the time limit): [`Input::open`]
+//! waits for its first bytes (or a writer that came and went) in steps of
+//! [`WRITER_STEP`], and gives `None` if a stop, or the deadline, comes first.
 
 use super::mapped::{self, Watch};
+use super::sys::{self, Readable};
 use crate::capture::{Control, SourceError, StopReason};
 use crate::pool::{BlockArena, BlockId, BlockMut, BlockRef, CaptureSide};
 use crate::profile::{Profiler, Stage};
@@ -154,6 +160,8 @@ impl ReadConfig {
     }
 }
 
+/// Longest a wait for a FIFO's writer goes without looking at the stop and the deadline.
+const WRITER_STEP: Duration = Duration::from_millis(50);
 /// Blocks handed over ahead of the capture thread: look-ahead beyond the one it walks.
 const AHEAD: usize = 4;
 /// How long the capture thread waits for the next block before it publishes
@@ -270,19 +278,51 @@ fn opening(label: String, error: std::io::Error) -> SourceError {
     }
 }
 
+/// Open `path` for reading. A named FIFO is opened without waiting for a
+/// writer, then waited on in steps until it has something to read; `None`
+/// if `ctl` is asked to stop first, or `deadline` passes (which asks for a
+/// stop with [`StopReason::TimeLimit`]).
+fn open_file(path: &Path, label: &str, ctl: &Control, deadline: Option<Instant>) -> Result<Option<File>, SourceError> {
+    use std::os::unix::fs::FileTypeExt;
+    if !std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+        return File::open(path).map(Some).map_err(|e| opening(label.to_string(), e));
+    }
+    let file = sys::open_nonblocking(path).map_err(|e| opening(label.to_string(), e))?;
+    let io = |what: &str, error| SourceError::Io { what: format!("{label}: {what}"), error };
+    // An anonymous pipe (standard input from `cmd |`) is open already: its
+    // writer's silence is the read-ahead's to wait out (see the module's doc).
+    if !sys::is_pipe(&file).map_err(|e| io("asking its file system", e))? {
+        loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                ctl.request_stop(StopReason::TimeLimit);
+            }
+            if ctl.stop_requested() {
+                return Ok(None);
+            }
+            if sys::wait_readable(&file, WRITER_STEP).map_err(|e| io("waiting for a writer to open the FIFO", e))? == Readable::Now {
+                break;
+            }
+        }
+    }
+    sys::set_blocking(&file).map_err(|e| io("making its reads blocking", e))?;
+    Ok(Some(file))
+}
+
 impl Input {
-    pub(crate) fn open(path: Option<&Path>, cfg: ReadConfig) -> Result<(Input, Option<u64>), SourceError> {
+    /// Open a trace (`None`: standard input). `None` when a stop (or
+    /// `deadline`, see [`open_file`]) came before a FIFO's writer sent anything.
+    pub(crate) fn open(
+        path: Option<&Path>,
+        cfg: ReadConfig,
+        ctl: &Control,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(Input, Option<u64>)>, SourceError> {
         cfg.check()?;
-        let (label, file) = match path {
-            Some(p) => {
-                let f = File::open(p).map_err(|e| opening(p.display().to_string(), e))?;
-                (p.display().to_string(), f)
-            }
-            None => {
-                let f = File::open("/dev/stdin").map_err(|e| opening("stdin".into(), e))?;
-                ("stdin".to_string(), f)
-            }
+        let (label, path) = match path {
+            Some(p) => (p.display().to_string(), p),
+            None => ("stdin".to_string(), Path::new("/dev/stdin")),
         };
+        let Some(file) = open_file(path, &label, ctl, deadline)? else { return Ok(None) };
         let meta = file.metadata().map_err(|source| SourceError::Io { what: label.clone(), error: source })?;
         if meta.is_dir() {
             return Err(SourceError::Invalid(format!("{label}: is a directory, not a trace file")));
@@ -322,7 +362,7 @@ impl Input {
             cpus: sched_getaffinity(Pid::from_raw(0)).ok(),
             deadline: None,
         };
-        Ok((input, size))
+        Ok(Some((input, size)))
     }
 
     /// Whether the input is a stream (not a regular file).

@@ -5,11 +5,13 @@
 //!   or read ahead into blocks on a thread of its own.
 //! - `mapped`: mapping a regular file, and surviving its truncation.
 //! - `prewalk`: a mapped file's records parsed ahead on a thread of their own.
+//! - `sys`: the system calls of opening a FIFO without waiting for a writer.
 //! - `trace`: the source and its capture unit.
 
 mod input;
 mod mapped;
 mod prewalk;
+mod sys;
 mod trace;
 
 pub use input::{ReadConfig, TraceAccess};

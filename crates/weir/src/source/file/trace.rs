@@ -18,8 +18,9 @@
 //! offset, after every packet before it was captured.
 //!
 //! A stream's header is waited for until the run's stop or time limit (see
-//! [`HeaderWait`]): stopped first, the source has no units, so its run ends at
-//! once with no packet, and a note says why.
+//! [`HeaderWait`]), and so is a FIFO's first writer: stopped first, the
+//! source has no units, so its run ends at once with no packet, and a note
+//! says why.
 
 use super::input::{Input, ReadConfig};
 use super::prewalk::PreWalk;
@@ -59,7 +60,8 @@ fn malformed(label: &str, error: FormatError) -> SourceError {
 
 /// A trace opened and its header read (or the wait for it stopped), not yet capturing.
 struct TraceSource {
-    input: Input,
+    /// `None` when a stop came before a FIFO's writer sent anything.
+    input: Option<Input>,
     walker: Walker,
     /// False when a stop came before the header: nothing is read then.
     header: bool,
@@ -70,7 +72,8 @@ struct TraceSource {
 
 impl TraceSource {
     /// Open a trace (`None` = standard input) and read its header, or, from a
-    /// stream, wait for it until a stop or the time limit `wait` gives.
+    /// FIFO or another stream, wait for it until a stop or the time limit
+    /// `wait` gives (the wait for a FIFO's writer included).
     pub(crate) fn open(
         path: Option<&Path>,
         queues: QueueRange,
@@ -78,12 +81,36 @@ impl TraceSource {
         cfg: ReadConfig,
         wait: &HeaderWait<'_>,
     ) -> Result<TraceSource, SourceError> {
-        let (mut input, size) = Input::open(path, cfg)?;
-        let mut walker = Walker::new();
+        let deadline = wait.limit.map(|l| Instant::now() + l);
+        let walker = Walker::new();
+        let Some((input, size)) = Input::open(path, cfg, wait.ctl, deadline)? else {
+            let label = path.map_or_else(|| "stdin".to_string(), |p| p.display().to_string());
+            let why = wait.ctl.reason().unwrap_or(StopReason::Requested);
+            let note = format!(
+                "{label}: {why} before the trace's header arrived: no writer opened the FIFO, or one did and sent \
+                 nothing; nothing was read, so no packet is counted (the link type shown, {}, is a stand-in)",
+                LinkType::ETHERNET
+            );
+            let info = source_info(name, None, &queues, vec![note]);
+            return Ok(TraceSource { input: None, walker, header: false, info, queues, progress: Progress::new(None) });
+        };
+        Self::read_header(input, size, walker, queues, name, deadline, wait)
+    }
+
+    /// Read the opened trace's header (see [`open`](Self::open)).
+    fn read_header(
+        mut input: Input,
+        size: Option<u64>,
+        mut walker: Walker,
+        queues: QueueRange,
+        name: String,
+        deadline: Option<Instant>,
+        wait: &HeaderWait<'_>,
+    ) -> Result<TraceSource, SourceError> {
         if input.is_stream() {
             // A regular file's header is there to read; a stream's may never come.
             input.start_read_ahead(wait.profiler.clone())?;
-            input.wait_until(wait.limit.map(|l| Instant::now() + l));
+            input.wait_until(deadline);
         }
         let header: Option<TraceHeader> = loop {
             match walker.next(input.unread(), input.offset(), input.eof).map_err(|e| malformed(&input.label, e))? {
@@ -121,17 +148,23 @@ impl TraceSource {
                 LinkType::ETHERNET
             ));
         }
-        let info = SourceInfo {
-            name,
-            link_type: header.as_ref().map_or(LinkType::ETHERNET, |h| h.link_type),
-            snaplen: header.as_ref().map_or(crate::pool::MAX_CAPLEN as u32, |h| h.snaplen),
-            queues: queues.iter().map(QueueId).collect(),
-            iface: None,
-            trace: header,
-            notes,
-            link: None,
-        };
-        Ok(TraceSource { input, walker, header: info.trace.is_some(), info, queues, progress: Progress::new(size) })
+        let info = source_info(name, header, &queues, notes);
+        Ok(TraceSource { input: Some(input), walker, header: info.trace.is_some(), info, queues, progress: Progress::new(size) })
+    }
+}
+
+/// What a trace source says of itself; without a header, Ethernet and the
+/// largest snapshot length stand in.
+fn source_info(name: String, header: Option<TraceHeader>, queues: &QueueRange, notes: Vec<String>) -> SourceInfo {
+    SourceInfo {
+        name,
+        link_type: header.as_ref().map_or(LinkType::ETHERNET, |h| h.link_type),
+        snaplen: header.as_ref().map_or(crate::pool::MAX_CAPLEN as u32, |h| h.snaplen),
+        queues: queues.iter().map(QueueId).collect(),
+        iface: None,
+        trace: header,
+        notes,
+        link: None,
     }
 }
 
@@ -145,11 +178,14 @@ impl Source for TraceSource {
     }
 
     fn into_units(self: Box<Self>, opts: CaptureOptions) -> Result<Vec<Box<dyn CaptureUnit>>, SourceError> {
-        if !self.header {
-            // Stopped before the header: the bytes of it that came are lost with the pipe.
-            self.progress.set_unreached(self.input.unreached());
-            return Ok(Vec::new());
-        }
+        let input = match self.input {
+            Some(input) if self.header => input,
+            input => {
+                // Stopped before the header: the bytes of it that came are lost with the pipe.
+                self.progress.set_unreached(input.as_ref().map_or(0, Input::unreached));
+                return Ok(Vec::new());
+            }
+        };
         let total = self.queues.total();
         let rss = (total > 1).then(|| Rss::new(self.info.link_type, total));
         let steering = match (opts.balance.controller(), &rss) {
@@ -167,7 +203,7 @@ impl Source for TraceSource {
         let unit = TraceUnit {
             steering,
             balance: opts.balance_counters,
-            input: self.input,
+            input,
             walker: self.walker,
             prewalk: None,
             queues: self.queues,
