@@ -14,6 +14,7 @@ mod forward;
 mod handle;
 mod inspect;
 mod metrics;
+mod notify;
 mod profile;
 mod queues;
 mod record;
