@@ -235,6 +235,8 @@ def main():
     summary = next((l for l in stderr_lines if re.match(r"weir record: deleted \d+ files", l)), "")
     m = re.match(r"weir record: deleted (\d+) files \((\d+) bytes\)", summary)
     written = next((l for l in stderr_lines if " packets from " in l), "")
+    # Said only when something was filtered or dropped (a paced source drops what finds no free cell).
+    drops = next((l for l in stderr_lines if " capture drops, " in l), "")
     totals_agree = bool(m) and int(m.group(1)) == len(deleted) and int(m.group(2)) == said_bytes
 
     result = {
@@ -261,6 +263,9 @@ def main():
         "damaged": damaged,
         "exit_code": code,
         "record_summary": written,
+        "record_drops": drops,
+        # Every byte written is either deleted or still there.
+        "bytes_written": said_bytes + size,
     }
     write_result("record-budget", result)
     log(
