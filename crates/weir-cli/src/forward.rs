@@ -167,6 +167,7 @@ pub fn run(a: ForwardArgs) -> anyhow::Result<ExitCode> {
     crate::run::on_signal(move || stop.stop())?;
     eprintln!("weir forward: listening on {} lane(s): {} ({})", lanes.len(), lanes.join(", "), a.backend);
     crate::metrics::serve(metrics, weir_metrics::ForwardMetrics::new(running.watch()))?;
+    crate::notify::ready(&format!("weir forward: forwarding on {} lane(s)", lanes.len()));
     let mut last = LaneStats::sum("total", &running.stats());
     let mut last_at = Instant::now();
     while !running.finished() {
@@ -188,6 +189,7 @@ pub fn run(a: ForwardArgs) -> anyhow::Result<ExitCode> {
             (last, last_at) = (now, Instant::now());
         }
     }
+    crate::notify::stopping();
     let report = running.join();
     print_report(&report, &a);
     let total = LaneStats::sum("total", &report.lanes);

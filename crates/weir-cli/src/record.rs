@@ -275,6 +275,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     stop_on_signal(stop.clone())?;
     announce("record", &running);
     crate::metrics::serve(metrics, weir_metrics::EngineMetrics::new(running.watch()))?;
+    crate::run::notify_ready("record", &running);
     // On a live source packet time is the clock's: it ages the files on
     // through quiet periods (a trace's time is its own, and stands still).
     let wall_clock_ages = args.max_age.is_some() && info.iface.is_some();
@@ -302,6 +303,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         drop(s);
         log_deletions(&deletions);
     });
+    crate::notify::stopping();
     let report = running.join();
 
     let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());

@@ -446,8 +446,19 @@ pub fn watch_started<H: Handler>(running: Running<H>, cmd: &str, quiet: bool, me
     stop_on_signal(running.stop_handle())?;
     announce(cmd, &running);
     crate::metrics::serve(metrics, EngineMetrics::new(running.watch()))?;
+    notify_ready(cmd, &running);
     Monitor::new(&running, quiet).watch(&running, || {});
+    crate::notify::stopping();
     Ok(running.join())
+}
+
+/// Tell systemd the command is up (`READY=1`, with a status line), for units
+/// of `Type=notify`: called once the capture runs, root is dropped and every
+/// output is open (files, collectors, the metrics endpoint), as the command
+/// settles into watching. Nothing happens without `$NOTIFY_SOCKET`.
+pub fn notify_ready<H: Handler>(cmd: &str, running: &Running<H>) {
+    let info = running.info();
+    crate::notify::ready(&format!("weir {cmd}: capturing from {}, {} queue(s)", info.name, info.queues.len()));
 }
 
 /// Say that a live capture is listening, as tcpdump does, once its sockets are open.
@@ -511,6 +522,7 @@ fn set_on_signal(set: impl FnOnce(&mut OnSignal)) -> anyhow::Result<()> {
                 // Relaxed: a counter only this handler touches.
                 if hits.fetch_add(1, Ordering::Relaxed) == 0 {
                     eprintln!("\nweir: stopping (press Ctrl-C again to quit at once)");
+                    crate::notify::stopping();
                     if let Some(s) = ON_SIGNAL.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                         s.building.iter().for_each(StopHandle::stop);
                         s.action.iter().for_each(|a| a());

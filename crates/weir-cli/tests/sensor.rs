@@ -322,7 +322,8 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert_eq!(c["packets"].as_u64().unwrap() + u["packets"].as_u64().unwrap(), written);
     assert!(log.contains("reload 1"), "{log}");
     // The rules switched: alerts of the first set, then of the second, none else.
-    let sids: Vec<u64> = all.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter_map(|e| e["alert"]["signature_id"].as_u64()).collect();
+    let sids: Vec<u64> =
+        all.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter_map(|e| e["alert"]["signature_id"].as_u64()).collect();
     assert!(sids.contains(&9001) && sids.contains(&9002), "{} alerts", sids.len());
     assert!(sids.iter().all(|s| [9001, 9002].contains(s)));
 }

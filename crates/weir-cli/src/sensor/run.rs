@@ -596,10 +596,12 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         if let Some(every) = status_every {
             if last_status.elapsed() >= every {
                 let t = running.stats().total();
-                say(format!(
+                let line = format!(
                     "{} packets received, {} delivered ({} filtered, {}+{} dropped)",
                     t.received, t.delivered, t.filtered, t.capture_drops, t.delivery_drops
-                ));
+                );
+                crate::notify::status(&line);
+                say(line);
                 last_status = Instant::now();
             }
         }
