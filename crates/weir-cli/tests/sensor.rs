@@ -258,9 +258,18 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert!(Path::new(&p("rec.pcap")).exists());
     wait_for(Path::new(&p("log")), "capturing");
     wait_for(Path::new(&p("eve.json")), "\"stats\"");
-    // logrotate's move, then SIGHUP: events go on in a new file of the name.
-    std::fs::rename(p("eve.json"), p("eve.json.1")).unwrap();
-    signal(&child, "HUP");
+    // logrotate, with the snippet of dist/ (its paths and its signal made the
+    // test's): it renames the file and SIGHUPs the sensor, whose events go
+    // on in a new file of the name.
+    let snippet = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/weir-sensor.logrotate")).unwrap();
+    let conf = snippet
+        .replace("/var/log/weir/*.json /var/log/weir/*.log", &p("eve.json"))
+        .replace("systemctl kill --signal=HUP weir-sensor.service", &format!("kill -HUP {}", child.id()));
+    assert!(conf.contains(&p("eve.json")) && conf.contains("kill -HUP"), "the snippet's path or signal changed: {snippet}");
+    std::fs::write(p("logrotate.conf"), conf).unwrap();
+    let rotated =
+        Command::new("logrotate").args(["-f", "-s", &p("logrotate.state"), &p("logrotate.conf")]).output().expect("logrotate runs");
+    assert!(rotated.status.success(), "logrotate: {}", text(&rotated.stderr));
     wait_for(Path::new(&p("log")), "reopened the events file");
     signal(&child, "USR1");
     wait_for(Path::new(&p("log")), "SIGUSR1: {");
