@@ -160,17 +160,25 @@ pub(crate) struct Recorder {
 
 impl Handler for Recorder {
     fn packet(&mut self, p: &Packet<'_>) {
+        self.packets(std::slice::from_ref(p));
+    }
+
+    /// The lock is taken once per run of packets, not per packet: the
+    /// queues' workers share the writer.
+    fn packets(&mut self, run: &[Packet<'_>]) {
         let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        if s.error.is_some() {
-            return;
-        }
-        let written = match s.writer.as_mut() {
-            Some(w) => w.write_packet(p.ts_ns(), p.data(), p.wire_len()),
-            None => return,
-        };
-        match written {
-            Ok(()) => s.packets += 1,
-            Err(e) => s.error = Some(anyhow!(e)),
+        for p in run {
+            if s.error.is_some() {
+                return;
+            }
+            let written = match s.writer.as_mut() {
+                Some(w) => w.write_packet(p.ts_ns(), p.data(), p.wire_len()),
+                None => return,
+            };
+            match written {
+                Ok(()) => s.packets += 1,
+                Err(e) => s.error = Some(anyhow!(e)),
+            }
         }
     }
 }
