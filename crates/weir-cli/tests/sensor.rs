@@ -227,10 +227,10 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     let d = tempfile::tempdir().unwrap();
     let t = trace(d.path(), 20_000);
     let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
-    let config = |filter: &str| {
+    let config = |filter: &str, domain: u32| {
         format!(
             "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n\n[record]\nwrite = \"{}\"\nfilter = \"{filter}\"\n\n\
-             [flows]\nwrite = \"/dev/null\"\n\n[inspect]\nrules = \"{}\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+             [flows]\nwrite = \"/dev/null\"\ndomain = {domain}\n\n[inspect]\nrules = \"{}\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
             p("rec.pcap"),
             p("rules"),
             p("eve.json")
@@ -238,7 +238,7 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     };
     // The rules before and after the reload: contents the trace's web sessions carry.
     std::fs::write(p("rules"), "9001 any \"HTTP/1.1 200 OK\"\n").unwrap();
-    std::fs::write(p("s.toml"), config("tcp")).unwrap();
+    std::fs::write(p("s.toml"), config("tcp", 0)).unwrap();
     let log = std::fs::File::create(p("log")).unwrap();
     // systemd's side of Type=notify: a socket the test listens on.
     let notify = std::os::unix::net::UnixDatagram::bind(d.path().join("notify")).unwrap();
@@ -273,10 +273,16 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     wait_for(Path::new(&p("log")), "reopened the events file");
     signal(&child, "USR1");
     wait_for(Path::new(&p("log")), "SIGUSR1: {");
-    std::fs::write(p("s.toml"), config("udp")).unwrap();
+    // A filter that does not compile: the reload is refused, whole.
+    std::fs::write(p("s.toml"), config("udp and", 0)).unwrap();
+    signal(&child, "USR2");
+    wait_for(Path::new(&p("log")), "SIGUSR2: reload refused");
+    // A new filter and new rules are taken; the domain waits for a restart.
+    std::fs::write(p("s.toml"), config("udp", 7)).unwrap();
     std::fs::write(p("rules"), "9002 any \"Connection: keep-alive\"\n").unwrap();
     signal(&child, "USR2");
     let log = wait_for(Path::new(&p("log")), "SIGUSR2: reloaded");
+    assert!(log.contains("[flows] changed beyond the filters and rules"), "{log}");
     // The metrics show each output's counts and the reload.
     let url = log.split("metrics at http://").nth(1).and_then(|r| r.split('/').next()).unwrap_or_else(|| panic!("{log}"));
     let scrape = {

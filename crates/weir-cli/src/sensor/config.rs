@@ -97,6 +97,24 @@ pub struct Config {
     pub metrics: Option<String>,
     /// The line of each table's header, for later checks to point at.
     pub lines: Lines,
+    /// The file's tables as TOML, for a reload to tell what changed.
+    pub tables: toml::Table,
+}
+
+impl Config {
+    /// The tables whose settings differ in `new` beyond what a reload takes
+    /// (the outputs' filters, and the rules' file contents): those changes
+    /// wait for a restart.
+    pub fn changed_beyond_filters(&self, new: &Config) -> Vec<String> {
+        let strip = |t: &toml::Table, name: &str| -> Option<toml::Table> {
+            let mut t = t.get(name)?.as_table()?.clone();
+            if name != "capture" {
+                t.remove("filter");
+            }
+            Some(t)
+        };
+        TABLES.iter().filter(|name| strip(&self.tables, name) != strip(&new.tables, name)).map(|name| format!("[{name}]")).collect()
+    }
 }
 
 /// Where tables and keys are in the file.
@@ -219,7 +237,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let sensor = p.sensor(table("sensor").unwrap_or(&empty));
     if problems.is_empty() {
         if let (Some(capture), Some(sensor)) = (capture, sensor) {
-            return Ok(Config { file: file.to_path_buf(), sensor, capture, record, flows, streams, inspect, events, metrics, lines });
+            return Ok(Config { file: file.to_path_buf(), sensor, capture, record, flows, streams, inspect, events, metrics, lines, tables: doc });
         }
     }
     problems.sort_by_key(|p| p.line);

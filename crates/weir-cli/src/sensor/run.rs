@@ -558,8 +558,14 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         }
         if now.2 != seen.2 {
             crate::notify::reloading();
-            match reload(&cfg.file, &kinds, info.link_type, filter_engine) {
-                Ok((set, matcher)) => {
+            match reload(&cfg, &kinds, info.link_type, filter_engine) {
+                Ok(((set, matcher), waiting)) => {
+                    if !waiting.is_empty() {
+                        say(format!(
+                            "SIGUSR2: {} changed beyond the filters and rules: those settings take effect at the next start",
+                            waiting.join(", ")
+                        ));
+                    }
                     filters.replace(set);
                     if let (Some(r), Some(m)) = (&rules, matcher) {
                         *r.matcher.lock().unwrap_or_else(PoisonError::into_inner) = m;
@@ -615,12 +621,19 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
 /// What a reload takes: each branch's filter, and the rules (with `[inspect]`).
 type Reloaded = (Vec<Option<Filter>>, Option<Arc<Matcher>>);
 
-/// The filters and rules the config file says now.
-fn reload(file: &Path, kinds: &[Kind], link: LinkType, engine: weir::filter::FilterEngine) -> anyhow::Result<Reloaded> {
-    let cfg = super::config::load(file).map_err(|e| anyhow!("{e}"))?;
+/// The filters and rules the config file says now, and the tables whose
+/// other settings changed (they wait for a restart). Refused, with nothing
+/// taken, when the file does not parse, a filter or the rules do not
+/// compile, or the outputs are not the running ones.
+fn reload(running: &Config, kinds: &[Kind], link: LinkType, engine: weir::filter::FilterEngine) -> anyhow::Result<(Reloaded, Vec<String>)> {
+    let cfg = super::config::load(&running.file).map_err(|e| anyhow!("{e}"))?;
+    let shape = |c: &Config| [c.record.is_some(), c.flows.is_some(), c.streams.is_some(), c.inspect.is_some()];
+    if shape(&cfg) != shape(running) {
+        anyhow::bail!("the file adds or removes outputs ([record], [flows], [streams], [inspect]): that takes a restart");
+    }
     let set = compile_all(&branch_filters(&cfg, kinds), link, engine)?;
     let matcher = cfg.inspect.as_ref().map(crate::inspect::stream_matcher).transpose()?.map(|(m, _, _)| m);
-    Ok((set, matcher))
+    Ok(((set, matcher), running.changed_beyond_filters(&cfg)))
 }
 
 fn now_ns() -> u64 {
