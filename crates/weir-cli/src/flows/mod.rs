@@ -6,7 +6,9 @@
 //! thread (one for all queues, or with `--export per-queue` one per queue
 //! under its own observation domain), which sends IPFIX, NetFlow v9 or v5
 //! messages to the collectors and writes IPFIX files (`-w`, RFC 5655,
-//! rotated as `weir record`'s).
+//! rotated as `weir record`'s). The exporter is the library's
+//! ([`weir::output::flow`]); this module holds the options, the words and
+//! the hooks (`--events`, the messages of a failed file).
 //!
 //! Nothing is lost silently: every record the layer hands out is exported
 //! (alone or as a biflow's reverse direction), counted as one the format
@@ -15,28 +17,21 @@
 //! IP fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
-mod collector;
-mod encode;
-mod export;
-mod files;
-
 use crate::events::Events;
 use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
 use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsFile};
 use clap::Args;
-use collector::{Pacer, Pacing};
-pub(crate) use encode::FlowRecord;
-use encode::{EndReason, Format, Reverse};
-use export::Ready;
-use export::{ExportStats, Exporter};
-use files::FlowFiles;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Duration;
 use weir::engine::RunError;
+use weir::output::flow::encode::EncoderError;
+use weir::output::flow::export::{ExportHooks, OpenError};
+pub(crate) use weir::output::flow::FlowRecord;
+use weir::output::flow::{EndReason, ExportStats, Exporter, FlowFiles, Format, Pacer, Pacing, Ready, Reverse};
 use weir::stream::biflow::{Biflow, Pairer};
 use weir::stream::{CloseReason, Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::QueueId;
@@ -277,7 +272,7 @@ impl StreamHandler for ToExporter {
 }
 
 /// `fwd` with `rev` as its reverse direction, over the time of both (see
-/// `encode.rs` for why), ended for `end`: the end of the record that
+/// [`weir::output::flow::encode`] for why), ended for `end`: the end of the record that
 /// completed the pair (the later one handed out).
 fn join(fwd: &FlowRecord, rev: &FlowRecord, end: EndReason) -> FlowRecord {
     let reverse = Reverse { tcp_flags: rev.tcp_flags, packets: rev.packets, octets: rev.octets };
@@ -323,7 +318,8 @@ fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> a
                  exporters: leave out -C, -G, -W and --export per-queue, or write to files (-w NAME)"
             )));
         }
-        return Ok(Some(FlowFiles::stdout(templates).map_err(|e| anyhow::anyhow!("-w -: cannot use standard output: {e}"))?));
+        let files = FlowFiles::stdout(templates, crate::exit::end_if_reader_gone);
+        return Ok(Some(files.map_err(|e| anyhow::anyhow!("-w -: cannot use standard output: {e}"))?));
     }
     let name = match queue {
         Some(q) if pattern.contains(QUEUE) => pattern.replace(QUEUE, &q.0.to_string()),
@@ -383,13 +379,45 @@ fn lanes(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<(Vec<Lane>, Vec
                 collectors: collectors.clone(),
                 template_refresh: Duration::from_secs(args.template_refresh),
             };
-            let ready = exporter.open()?;
+            let ready = exporter.open().map_err(open_error)?;
             let files = flow_files(args, queue, ready.templates_message())?;
             let (tx, rx) = sync_channel(CHANNEL_RECORDS);
             Ok((Lane { ready, files, rx, queue }, tx))
         })
         .collect::<anyhow::Result<Vec<_>>>()
         .map(|v| v.into_iter().unzip())
+}
+
+/// An exporter that could not open, in `weir flows`' words.
+fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::Encoder(e @ EncoderError::BiflowNotIpfix(_)) => {
+            bad_input(anyhow::anyhow!("--biflow: {e} (use --format ipfix, or leave out --biflow)"))
+        }
+        OpenError::Encoder(e @ EncoderError::V5Domain(_)) => bad_input(anyhow::anyhow!("--domain: {e}")),
+        OpenError::Socket { addr, source } => anyhow::anyhow!("-n {addr}: cannot open a UDP socket to export to it: {source}"),
+    }
+}
+
+/// What an exporter thread tells `weir flows` (and the sensor): each record
+/// as an EVE `flow` event (`--events`), and a file that could not be written.
+struct Hooks {
+    events: Option<Events>,
+}
+
+impl ExportHooks for Hooks {
+    fn record(&mut self, r: &FlowRecord) {
+        if let Some(events) = &self.events {
+            events.record(r);
+        }
+    }
+
+    fn files_failed(&mut self, error: &str, stopping: bool) {
+        eprintln!("weir flows: cannot write {error}: no more records are written to files");
+        if stopping {
+            eprintln!("weir flows: no collector either: stopping");
+        }
+    }
 }
 
 /// The flow exporter as an output: its stream-layer settings, its
@@ -473,7 +501,7 @@ impl FlowOutput {
             .map(|Lane { ready, files, rx, queue }| {
                 let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
                 let (stop, events) = (stop.clone(), events.cloned());
-                std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, events, stop))
+                std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, Hooks { events }, stop))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Exporting { threads })
@@ -614,6 +642,14 @@ fn handed_out_to_exporters(orphaned: u64, folded: u64, total: &StreamStats) -> u
     total.streams + total.active_records - folded - orphaned
 }
 
+/// Words for the summary: "paced at 10000 datagrams/s per collector".
+fn describe(p: Pacing) -> String {
+    match p.rate {
+        Some(r) => format!("paced at {r} datagrams/s per collector"),
+        None => "not paced (--export-rate 0)".to_string(),
+    }
+}
+
 /// Time the exporters waited on the collectors' pacers, the longest of them.
 fn paced_s(st: &ExportStats) -> f64 {
     st.collectors.iter().map(|c| c.paced.as_secs_f64()).fold(0.0, f64::max)
@@ -674,7 +710,7 @@ fn print_stats(
         if args.collectors.is_empty() {
             "none".to_string()
         } else {
-            format!("{}, {:.2} s waited", Pacing::new(args.export_rate).describe(), paced_s(st))
+            format!("{}, {:.2} s waited", describe(Pacing::new(args.export_rate)), paced_s(st))
         },
         st.template_messages,
         match &args.write {
