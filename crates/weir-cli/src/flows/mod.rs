@@ -31,9 +31,9 @@ use weir::engine::RunError;
 use weir::output::flow::encode::EncoderError;
 use weir::output::flow::export::{ExportHooks, OpenError};
 pub(crate) use weir::output::flow::FlowRecord;
-use weir::output::flow::{EndReason, ExportStats, Exporter, FlowFiles, Format, Pacer, Pacing, Ready, Reverse};
+use weir::output::flow::{EndReason, ExportStats, Exporter, FlowFiles, FlowSettings, Format, Pacer, Pacing, Ready};
 use weir::stream::biflow::{Biflow, Pairer};
-use weir::stream::{CloseReason, Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::stream::{Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::QueueId;
 
 #[derive(Args, Debug)]
@@ -137,11 +137,11 @@ pub struct FlowsArgs {
     pub biflow: bool,
 
     /// Export a record of a flow still going after this long (seconds, packet time); it goes on in a next record.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = FlowSettings::DEFAULT.active_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub active_timeout: u64,
 
     /// Export a flow's records after this long without a packet of its connection (seconds, packet time).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = FlowSettings::DEFAULT.inactive_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub inactive_timeout: u64,
 
     /// Send the templates (IPFIX, v9) again this often (wall-clock seconds), so a collector started later
@@ -150,13 +150,13 @@ pub struct FlowsArgs {
     pub template_refresh: u64,
 
     /// Most connections tracked at once (all queues together); past it the least recently seen is exported early.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    #[arg(long, value_name = "N", default_value_t = FlowSettings::DEFAULT.max_flows)]
     pub max_flows: usize,
 
     /// Connections (all queues together) whose memory is made and written at start, before the first packet, and
     /// reused as connections close: a new connection then costs no page fault while traffic flows (each queue's
     /// share, at most --max-flows). Memory is checked with the rest before anything is allocated.
-    #[arg(long, value_name = "N", default_value_t = weir::stream::PREALLOC_CONNECTIONS)]
+    #[arg(long, value_name = "N", default_value_t = FlowSettings::DEFAULT.prealloc)]
     pub prealloc: usize,
 
     /// No status lines while running.
@@ -207,21 +207,7 @@ impl ToExporter {
 
     /// `last`: the stream closed with this record.
     fn send(&mut self, s: &Stream, end: EndReason, last: bool) {
-        let r = FlowRecord {
-            src: s.src,
-            dst: s.dst,
-            sport: s.sport,
-            dport: s.dport,
-            proto: s.proto,
-            tcp_flags: s.tcp_flags,
-            packets: s.packets,
-            octets: s.octets,
-            start_ms: s.first_ns / 1_000_000,
-            end_ms: s.last_ns / 1_000_000,
-            ingress: s.queue.0 as u32 + 1,
-            end,
-            reverse: None,
-        };
+        let r = FlowRecord::of(s, end);
         let Some(pairer) = self.pairer.as_mut() else { return self.forward(r) };
         for b in pairer.record(s, r, last).into_iter().flatten() {
             match b {
@@ -229,7 +215,7 @@ impl ToExporter {
                 Biflow::Pair { initiator, responder, last } => {
                     self.folded += 1;
                     let end = if last == Direction::Initiator { initiator.end } else { responder.end };
-                    self.forward(join(&initiator, &responder, end));
+                    self.forward(initiator.joined(&responder, end));
                 }
             }
         }
@@ -261,22 +247,8 @@ impl StreamHandler for ToExporter {
     }
 
     fn closed(&mut self, s: &Stream, _: ()) {
-        let end = match s.closed {
-            Some(CloseReason::Fin | CloseReason::Rst | CloseReason::Reused) => EndReason::EndOfFlow,
-            Some(CloseReason::Idle) => EndReason::Idle,
-            Some(CloseReason::Evicted) => EndReason::LackOfResources,
-            Some(CloseReason::EndOfInput) | None => EndReason::Forced,
-        };
-        self.send(s, end, true);
+        self.send(s, EndReason::of_close(s.closed), true);
     }
-}
-
-/// `fwd` with `rev` as its reverse direction, over the time of both (see
-/// [`weir::output::flow::encode`] for why), ended for `end`: the end of the record that
-/// completed the pair (the later one handed out).
-fn join(fwd: &FlowRecord, rev: &FlowRecord, end: EndReason) -> FlowRecord {
-    let reverse = Reverse { tcp_flags: rev.tcp_flags, packets: rev.packets, octets: rev.octets };
-    FlowRecord { start_ms: fwd.start_ms.min(rev.start_ms), end_ms: fwd.end_ms.max(rev.end_ms), end, reverse: Some(reverse), ..*fwd }
 }
 
 /// Resolves each `-n HOST:PORT`, naming the one that fails.
@@ -454,19 +426,13 @@ impl FlowOutput {
     /// Checks `args` and opens the exporters' sockets and (not yet written)
     /// files for the engine's `queues`.
     pub(crate) fn open(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<FlowOutput> {
-        let cfg = StreamConfig {
-            mode: weir::stream::Mode::Packets,
-            cutoff: Some(0),
-            flows: true,
-            idle_timeout_ns: args.inactive_timeout.saturating_mul(1_000_000_000),
-            active_timeout_ns: Some(args.active_timeout.saturating_mul(1_000_000_000)),
-            max_connections: args.max_flows,
-            prealloc_connections: args.prealloc,
-            // No payload is kept: no reassembly memory is needed.
-            memory: 0,
-            kernel_install_after: args.kernel.kernel_install_after,
-            ..StreamConfig::default()
+        let settings = FlowSettings {
+            active_timeout: Duration::from_secs(args.active_timeout),
+            inactive_timeout: Duration::from_secs(args.inactive_timeout),
+            max_flows: args.max_flows,
+            prealloc: args.prealloc,
         };
+        let cfg = StreamConfig { kernel_install_after: args.kernel.kernel_install_after, ..settings.stream_config() };
         cfg.check().map_err(|e| setting_error(&e))?;
         let (lanes, senders) = if queues.is_empty() { (Vec::new(), Vec::new()) } else { lanes(args, queues)? };
         Ok(FlowOutput { cfg, lanes, senders, queues: queues.to_vec(), export: args.export, biflow: args.biflow })
@@ -776,45 +742,4 @@ fn print_stats(
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }
     accounted == handed_out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::{IpAddr, Ipv4Addr};
-
-    #[test]
-    fn a_biflow_is_the_initiator_forward_over_the_time_of_both() {
-        let (client, server) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)));
-        let fwd = FlowRecord {
-            src: client,
-            dst: server,
-            sport: 40000,
-            dport: 443,
-            proto: 6,
-            tcp_flags: 0x02,
-            packets: 3,
-            octets: 300,
-            start_ms: 200,
-            end_ms: 210,
-            ingress: 1,
-            end: EndReason::Idle,
-            reverse: None,
-        };
-        let rev = FlowRecord {
-            src: server,
-            dst: client,
-            sport: 443,
-            dport: 40000,
-            tcp_flags: 0x12,
-            packets: 5,
-            octets: 500,
-            start_ms: 100,
-            end_ms: 205,
-            ..fwd
-        };
-        let joined = join(&fwd, &rev, EndReason::EndOfFlow);
-        let reverse = Reverse { tcp_flags: 0x12, packets: 5, octets: 500 };
-        assert_eq!(joined, FlowRecord { start_ms: 100, end_ms: 210, end: EndReason::EndOfFlow, reverse: Some(reverse), ..fwd });
-    }
 }

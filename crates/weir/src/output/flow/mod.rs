@@ -11,6 +11,9 @@
 //! - [`files`]: the IPFIX files, rotated as `weir record`'s ([`FlowFiles`]).
 //! - [`export`]: the exporter thread, from a channel of records to the
 //!   collectors and the files ([`Exporter`], [`Ready::run`]).
+//! - [`layer`]: the stream layer that makes the records
+//!   ([`FlowSettings::stream_config`]) and its streams made into records
+//!   ([`FlowRecord::of`]).
 //!
 //! Contract: every record handed to an exporter is exported (a collector's
 //! socket took its message or a file holds it), counted as one its format
@@ -22,8 +25,10 @@ pub mod collector;
 pub mod encode;
 pub mod export;
 pub mod files;
+pub mod layer;
 
 pub use collector::{CollectorStats, Pacer, Pacing};
 pub use encode::{Encoder, EncoderError, EndReason, FlowRecord, Format, Reverse};
 pub use export::{ExportHooks, ExportStats, Exporter, OpenError, Ready};
 pub use files::FlowFiles;
+pub use layer::FlowSettings;
