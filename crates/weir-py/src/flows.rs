@@ -1,6 +1,7 @@
 //! `weir.flows(source, **options)`: the flow records of the stream layer,
-//! as `weir flows` makes them (flows mode at cutoff 0: statistics only, every
-//! IP datagram in a flow, packet-time timeouts), as columns.
+//! as `weir flows` makes them (the same layer,
+//! [`weir::output::flow::FlowSettings`]: flows mode at cutoff 0, statistics
+//! only, every IP datagram in a flow, packet-time timeouts), as columns.
 //!
 //! Each queue's worker turns the records its layer hands out (a direction
 //! at its close or its active timeout) into rows, pairing the two directions
@@ -33,12 +34,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::time::Duration;
 use weir::engine::RunError;
+use weir::output::flow::FlowSettings;
 use weir::stream::biflow::{Biflow, Pairer};
 use weir::stream::community_id::{CommunityId, L4};
-use weir::stream::{CloseReason, Mode, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::stream::{CloseReason, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 
-/// Why a record was handed out: `end_reason`'s categories, by code.
+/// Why a record was handed out: `end_reason`'s categories, by code. Finer
+/// than IPFIX's flowEndReason, which folds fin, rst and reused into one
+/// (`weir::output::flow::EndReason::of_close`): a DataFrame keeps them apart.
 pub const END_REASONS: [&str; 7] = ["active", "fin", "rst", "idle", "evicted", "end-of-input", "reused"];
 
 fn end_code(closed: Option<CloseReason>) -> u8 {
@@ -227,24 +232,18 @@ pub fn flows<'py>(py: Python<'py>, source: &str, options: Option<&Bound<'py, PyD
     let k = Kwargs::new(py, "flows", options)?;
     let opts = EngineOptions::take(source, &k)?;
     let biflow = k.flag("biflow", true)?;
-    let secs = |key: &str, default: u64| -> PyResult<u64> {
-        Ok(k.int(key, 1, 10 * 366 * 86_400)?.unwrap_or(default).saturating_mul(1_000_000_000))
-    };
-    let cfg = StreamConfig {
-        mode: Mode::Packets,
-        cutoff: Some(0),
-        flows: true,
-        idle_timeout_ns: secs("idle_timeout", 60)?,
-        active_timeout_ns: Some(secs("active_timeout", 300)?),
-        max_connections: k.int("max_flows", 1, u64::from(u32::MAX - 1))?.map_or(1_000_000, |n| n as usize),
-        prealloc_connections: k.int("prealloc", 0, u64::from(u32::MAX))?.map_or(weir::stream::PREALLOC_CONNECTIONS, |n| n as usize),
-        // No payload is kept: no reassembly memory is needed.
-        memory: 0,
-        ..StreamConfig::default()
+    let secs =
+        |key: &str, default: Duration| -> PyResult<Duration> { Ok(k.int(key, 1, 10 * 366 * 86_400)?.map_or(default, Duration::from_secs)) };
+    let d = FlowSettings::DEFAULT;
+    let settings = FlowSettings {
+        inactive_timeout: secs("idle_timeout", d.inactive_timeout)?,
+        active_timeout: secs("active_timeout", d.active_timeout)?,
+        max_flows: k.int("max_flows", 1, u64::from(u32::MAX - 1))?.map_or(d.max_flows, |n| n as usize),
+        prealloc: k.int("prealloc", 0, u64::from(u32::MAX))?.map_or(d.prealloc, |n| n as usize),
     };
     let (kernel_flows, install_after) = kernel_cutoff(&k)?;
     k.finish()?;
-    let cfg = StreamConfig { kernel_install_after: install_after, ..cfg };
+    let cfg = StreamConfig { kernel_install_after: install_after, ..settings.stream_config() };
     cfg.check().map_err(|e| setting_error(&e))?;
     let engine = opts.build(py, cfg.memory_plan(1), kernel_flows)?;
     let info = engine.info().clone();

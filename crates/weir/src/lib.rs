@@ -25,6 +25,9 @@
 //! - [`setting`]: the settings errors are about, named for each front end to word.
 //! - [`flowtable`]: a flow table of bounded size, aged in packet time.
 //! - [`sink`]: pcap and pcapng writers.
+//! - [`output`]: where records leave weir: EVE JSON events, the flow exporter
+//!   (IPFIX, NetFlow v9 and v5, [`output::flow`]), and the tee of one capture into
+//!   several consumers.
 //! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
 //! - [`forward`]: inline forwarding from one interface out of another (`weir forward`), each
 //!   packet passed by a filter and the application's [`forward::Verdict`], on AF_XDP (a

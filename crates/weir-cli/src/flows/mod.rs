@@ -6,7 +6,9 @@
 //! thread (one for all queues, or with `--export per-queue` one per queue
 //! under its own observation domain), which sends IPFIX, NetFlow v9 or v5
 //! messages to the collectors and writes IPFIX files (`-w`, RFC 5655,
-//! rotated as `weir record`'s).
+//! rotated as `weir record`'s). The exporter is the library's
+//! ([`weir::output::flow`]); this module holds the options, the words and
+//! the hooks (`--events`, the messages of a failed file).
 //!
 //! Nothing is lost silently: every record the layer hands out is exported
 //! (alone or as a biflow's reverse direction), counted as one the format
@@ -15,30 +17,23 @@
 //! IP fragments of a datagram that never completed) are the stream layer's
 //! counts, printed with the rest.
 
-mod collector;
-mod encode;
-mod export;
-mod files;
-
 use crate::events::Events;
 use crate::exit::{bad_input, setting_error};
 use crate::record::RotationArgs;
 use crate::run::{drop_privileges, human_rate, watch_started, KernelCutoffArgs, SourceArgs};
 use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsFile};
 use clap::Args;
-use collector::{Pacer, Pacing};
-pub(crate) use encode::FlowRecord;
-use encode::{EndReason, Format, Reverse};
-use export::Ready;
-use export::{ExportStats, Exporter};
-use files::FlowFiles;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Duration;
 use weir::engine::RunError;
+use weir::output::flow::encode::EncoderError;
+use weir::output::flow::export::{ExportHooks, OpenError};
+pub(crate) use weir::output::flow::FlowRecord;
+use weir::output::flow::{EndReason, ExportStats, Exporter, FlowFiles, FlowSettings, Format, Pacer, Pacing, Ready};
 use weir::stream::biflow::{Biflow, Pairer};
-use weir::stream::{CloseReason, Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
+use weir::stream::{Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::QueueId;
 
 #[derive(Args, Debug)]
@@ -142,11 +137,11 @@ pub struct FlowsArgs {
     pub biflow: bool,
 
     /// Export a record of a flow still going after this long (seconds, packet time); it goes on in a next record.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = FlowSettings::DEFAULT.active_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub active_timeout: u64,
 
     /// Export a flow's records after this long without a packet of its connection (seconds, packet time).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = FlowSettings::DEFAULT.inactive_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub inactive_timeout: u64,
 
     /// Send the templates (IPFIX, v9) again this often (wall-clock seconds), so a collector started later
@@ -155,13 +150,13 @@ pub struct FlowsArgs {
     pub template_refresh: u64,
 
     /// Most connections tracked at once (all queues together); past it the least recently seen is exported early.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    #[arg(long, value_name = "N", default_value_t = FlowSettings::DEFAULT.max_flows)]
     pub max_flows: usize,
 
     /// Connections (all queues together) whose memory is made and written at start, before the first packet, and
     /// reused as connections close: a new connection then costs no page fault while traffic flows (each queue's
     /// share, at most --max-flows). Memory is checked with the rest before anything is allocated.
-    #[arg(long, value_name = "N", default_value_t = weir::stream::PREALLOC_CONNECTIONS)]
+    #[arg(long, value_name = "N", default_value_t = FlowSettings::DEFAULT.prealloc)]
     pub prealloc: usize,
 
     /// No status lines while running.
@@ -212,21 +207,7 @@ impl ToExporter {
 
     /// `last`: the stream closed with this record.
     fn send(&mut self, s: &Stream, end: EndReason, last: bool) {
-        let r = FlowRecord {
-            src: s.src,
-            dst: s.dst,
-            sport: s.sport,
-            dport: s.dport,
-            proto: s.proto,
-            tcp_flags: s.tcp_flags,
-            packets: s.packets,
-            octets: s.octets,
-            start_ms: s.first_ns / 1_000_000,
-            end_ms: s.last_ns / 1_000_000,
-            ingress: s.queue.0 as u32 + 1,
-            end,
-            reverse: None,
-        };
+        let r = FlowRecord::of(s, end);
         let Some(pairer) = self.pairer.as_mut() else { return self.forward(r) };
         for b in pairer.record(s, r, last).into_iter().flatten() {
             match b {
@@ -234,7 +215,7 @@ impl ToExporter {
                 Biflow::Pair { initiator, responder, last } => {
                     self.folded += 1;
                     let end = if last == Direction::Initiator { initiator.end } else { responder.end };
-                    self.forward(join(&initiator, &responder, end));
+                    self.forward(initiator.joined(&responder, end));
                 }
             }
         }
@@ -266,22 +247,8 @@ impl StreamHandler for ToExporter {
     }
 
     fn closed(&mut self, s: &Stream, _: ()) {
-        let end = match s.closed {
-            Some(CloseReason::Fin | CloseReason::Rst | CloseReason::Reused) => EndReason::EndOfFlow,
-            Some(CloseReason::Idle) => EndReason::Idle,
-            Some(CloseReason::Evicted) => EndReason::LackOfResources,
-            Some(CloseReason::EndOfInput) | None => EndReason::Forced,
-        };
-        self.send(s, end, true);
+        self.send(s, EndReason::of_close(s.closed), true);
     }
-}
-
-/// `fwd` with `rev` as its reverse direction, over the time of both (see
-/// `encode.rs` for why), ended for `end`: the end of the record that
-/// completed the pair (the later one handed out).
-fn join(fwd: &FlowRecord, rev: &FlowRecord, end: EndReason) -> FlowRecord {
-    let reverse = Reverse { tcp_flags: rev.tcp_flags, packets: rev.packets, octets: rev.octets };
-    FlowRecord { start_ms: fwd.start_ms.min(rev.start_ms), end_ms: fwd.end_ms.max(rev.end_ms), end, reverse: Some(reverse), ..*fwd }
 }
 
 /// Resolves each `-n HOST:PORT`, naming the one that fails.
@@ -323,7 +290,8 @@ fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> a
                  exporters: leave out -C, -G, -W and --export per-queue, or write to files (-w NAME)"
             )));
         }
-        return Ok(Some(FlowFiles::stdout(templates).map_err(|e| anyhow::anyhow!("-w -: cannot use standard output: {e}"))?));
+        let files = FlowFiles::stdout(templates, crate::exit::end_if_reader_gone);
+        return Ok(Some(files.map_err(|e| anyhow::anyhow!("-w -: cannot use standard output: {e}"))?));
     }
     let name = match queue {
         Some(q) if pattern.contains(QUEUE) => pattern.replace(QUEUE, &q.0.to_string()),
@@ -383,13 +351,45 @@ fn lanes(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<(Vec<Lane>, Vec
                 collectors: collectors.clone(),
                 template_refresh: Duration::from_secs(args.template_refresh),
             };
-            let ready = exporter.open()?;
+            let ready = exporter.open().map_err(open_error)?;
             let files = flow_files(args, queue, ready.templates_message())?;
             let (tx, rx) = sync_channel(CHANNEL_RECORDS);
             Ok((Lane { ready, files, rx, queue }, tx))
         })
         .collect::<anyhow::Result<Vec<_>>>()
         .map(|v| v.into_iter().unzip())
+}
+
+/// An exporter that could not open, in `weir flows`' words.
+fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::Encoder(e @ EncoderError::BiflowNotIpfix(_)) => {
+            bad_input(anyhow::anyhow!("--biflow: {e} (use --format ipfix, or leave out --biflow)"))
+        }
+        OpenError::Encoder(e @ EncoderError::V5Domain(_)) => bad_input(anyhow::anyhow!("--domain: {e}")),
+        OpenError::Socket { addr, source } => anyhow::anyhow!("-n {addr}: cannot open a UDP socket to export to it: {source}"),
+    }
+}
+
+/// What an exporter thread tells `weir flows` (and the sensor): each record
+/// as an EVE `flow` event (`--events`), and a file that could not be written.
+struct Hooks {
+    events: Option<Events>,
+}
+
+impl ExportHooks for Hooks {
+    fn record(&mut self, r: &FlowRecord) {
+        if let Some(events) = &self.events {
+            events.record(r);
+        }
+    }
+
+    fn files_failed(&mut self, error: &str, stopping: bool) {
+        eprintln!("weir flows: cannot write {error}: no more records are written to files");
+        if stopping {
+            eprintln!("weir flows: no collector either: stopping");
+        }
+    }
 }
 
 /// The flow exporter as an output: its stream-layer settings, its
@@ -426,19 +426,13 @@ impl FlowOutput {
     /// Checks `args` and opens the exporters' sockets and (not yet written)
     /// files for the engine's `queues`.
     pub(crate) fn open(args: &FlowsArgs, queues: &[QueueId]) -> anyhow::Result<FlowOutput> {
-        let cfg = StreamConfig {
-            mode: weir::stream::Mode::Packets,
-            cutoff: Some(0),
-            flows: true,
-            idle_timeout_ns: args.inactive_timeout.saturating_mul(1_000_000_000),
-            active_timeout_ns: Some(args.active_timeout.saturating_mul(1_000_000_000)),
-            max_connections: args.max_flows,
-            prealloc_connections: args.prealloc,
-            // No payload is kept: no reassembly memory is needed.
-            memory: 0,
-            kernel_install_after: args.kernel.kernel_install_after,
-            ..StreamConfig::default()
+        let settings = FlowSettings {
+            active_timeout: Duration::from_secs(args.active_timeout),
+            inactive_timeout: Duration::from_secs(args.inactive_timeout),
+            max_flows: args.max_flows,
+            prealloc: args.prealloc,
         };
+        let cfg = StreamConfig { kernel_install_after: args.kernel.kernel_install_after, ..settings.stream_config() };
         cfg.check().map_err(|e| setting_error(&e))?;
         let (lanes, senders) = if queues.is_empty() { (Vec::new(), Vec::new()) } else { lanes(args, queues)? };
         Ok(FlowOutput { cfg, lanes, senders, queues: queues.to_vec(), export: args.export, biflow: args.biflow })
@@ -473,7 +467,7 @@ impl FlowOutput {
             .map(|Lane { ready, files, rx, queue }| {
                 let name = queue.map_or("weir-export".to_string(), |q| format!("weir-export-{}", q.0));
                 let (stop, events) = (stop.clone(), events.cloned());
-                std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, events, stop))
+                std::thread::Builder::new().name(name).spawn(move || ready.run(&rx, files, Hooks { events }, stop))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Exporting { threads })
@@ -614,6 +608,14 @@ fn handed_out_to_exporters(orphaned: u64, folded: u64, total: &StreamStats) -> u
     total.streams + total.active_records - folded - orphaned
 }
 
+/// Words for the summary: "paced at 10000 datagrams/s per collector".
+fn describe(p: Pacing) -> String {
+    match p.rate {
+        Some(r) => format!("paced at {r} datagrams/s per collector"),
+        None => "not paced (--export-rate 0)".to_string(),
+    }
+}
+
 /// Time the exporters waited on the collectors' pacers, the longest of them.
 fn paced_s(st: &ExportStats) -> f64 {
     st.collectors.iter().map(|c| c.paced.as_secs_f64()).fold(0.0, f64::max)
@@ -674,7 +676,7 @@ fn print_stats(
         if args.collectors.is_empty() {
             "none".to_string()
         } else {
-            format!("{}, {:.2} s waited", Pacing::new(args.export_rate).describe(), paced_s(st))
+            format!("{}, {:.2} s waited", describe(Pacing::new(args.export_rate)), paced_s(st))
         },
         st.template_messages,
         match &args.write {
@@ -740,45 +742,4 @@ fn print_stats(
         eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
     }
     accounted == handed_out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::{IpAddr, Ipv4Addr};
-
-    #[test]
-    fn a_biflow_is_the_initiator_forward_over_the_time_of_both() {
-        let (client, server) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)));
-        let fwd = FlowRecord {
-            src: client,
-            dst: server,
-            sport: 40000,
-            dport: 443,
-            proto: 6,
-            tcp_flags: 0x02,
-            packets: 3,
-            octets: 300,
-            start_ms: 200,
-            end_ms: 210,
-            ingress: 1,
-            end: EndReason::Idle,
-            reverse: None,
-        };
-        let rev = FlowRecord {
-            src: server,
-            dst: client,
-            sport: 443,
-            dport: 40000,
-            tcp_flags: 0x12,
-            packets: 5,
-            octets: 500,
-            start_ms: 100,
-            end_ms: 205,
-            ..fwd
-        };
-        let joined = join(&fwd, &rev, EndReason::EndOfFlow);
-        let reverse = Reverse { tcp_flags: 0x12, packets: 5, octets: 500 };
-        assert_eq!(joined, FlowRecord { start_ms: 100, end_ms: 210, end: EndReason::EndOfFlow, reverse: Some(reverse), ..fwd });
-    }
 }

@@ -1,5 +1,13 @@
-//! One collector of `-n HOST:PORT`: its own connected UDP socket, the token
-//! bucket that paces the datagrams sent to it, and what became of them.
+//! One collector (`weir flows -n HOST:PORT`): its own connected UDP socket,
+//! the token bucket that paces the datagrams sent to it, and what became of
+//! them.
+//!
+//! Contract: a datagram counts as sent once the socket took it
+//! ([`CollectorStats::datagrams`]), as not sent when it did not
+//! ([`CollectorStats::send_errors`]); what came back port unreachable is
+//! counted on top ([`CollectorStats::bounced`], a floor); no collector gets
+//! more than [`Pacing::rate`] datagrams a second beyond a burst of
+//! [`Pacing::burst`], whichever exporter threads send to it.
 //!
 //! UDP has no flow control: a burst larger than the collector's socket
 //! buffer is dropped by the collector's kernel, and nobody tells the sender.
@@ -9,7 +17,8 @@
 //! bursts of at most [`Pacing::burst`], which a collector on the same host
 //! reads as fast as they come (bench and test figures in the README). The
 //! bucket of a collector is shared by every exporter thread of the run
-//! (`--export per-queue`), so the rate is the collector's, not a lane's.
+//! (one a queue with `weir flows --export per-queue`), so the rate is the
+//! collector's, not a lane's.
 //!
 //! The socket is connected, so the ICMP port unreachable that a closed port
 //! answers with comes back: the kernel reports it as ECONNREFUSED on the
@@ -54,18 +63,12 @@ impl Pacing {
     /// without a loss at its default socket buffer (see the README's flow
     /// export section for the measurement).
     pub const DEFAULT_RATE: u32 = 10_000;
+    /// The burst: see [`Pacing::burst`].
     pub const BURST: u32 = 32;
 
+    /// At most `rate` datagrams a second (0: no pacing), in bursts of [`Pacing::BURST`].
     pub fn new(rate: u32) -> Pacing {
         Pacing { rate: (rate > 0).then_some(rate), burst: Pacing::BURST }
-    }
-
-    /// Words for the summary: "10000 datagrams/s per collector".
-    pub fn describe(&self) -> String {
-        match self.rate {
-            Some(r) => format!("paced at {r} datagrams/s per collector"),
-            None => "not paced (--export-rate 0)".to_string(),
-        }
     }
 }
 
@@ -105,6 +108,7 @@ impl Bucket {
 pub struct Pacer(Arc<Mutex<Bucket>>);
 
 impl Pacer {
+    /// A bucket for one collector, full (a burst may go at once).
     pub fn new(pacing: Pacing) -> Pacer {
         let burst = f64::from(pacing.burst.max(1));
         Pacer(Arc::new(Mutex::new(Bucket { pacing, tokens: burst, at: Instant::now(), waited: Duration::ZERO })))
@@ -126,15 +130,18 @@ impl Pacer {
 /// thread's share; [`CollectorStats::add`] sums the threads).
 #[derive(Clone, Debug, Default)]
 pub struct CollectorStats {
+    /// The collector's address.
     pub addr: Option<SocketAddr>,
     /// Datagrams handed to the socket.
     pub datagrams: u64,
-    /// Datagrams that came back port unreachable (ECONNREFUSED), and the
-    /// records they carried.
+    /// Datagrams that came back port unreachable (ECONNREFUSED), as the
+    /// kernel reported them (a floor),
     pub bounced: u64,
+    /// and the records they carried.
     pub bounced_records: u64,
-    /// Datagrams the socket did not take (any other error), and the first error.
+    /// Datagrams the socket did not take (any other error),
     pub send_errors: u64,
+    /// and the first error.
     pub first_error: Option<String>,
     /// The first datagram bounced and so did one of the last ones: nothing
     /// listens at the collector's port.
@@ -144,6 +151,7 @@ pub struct CollectorStats {
 }
 
 impl CollectorStats {
+    /// Adds another exporter thread's counts of the same collector.
     pub fn add(&mut self, o: &CollectorStats) {
         // Every exporter thread that sent to it found nobody there.
         self.nothing_listens = match (self.datagrams, o.datagrams) {
@@ -170,7 +178,7 @@ impl CollectorStats {
 const LATE: u64 = 100;
 
 /// One collector, as one exporter thread sends to it.
-pub struct Collector {
+pub(crate) struct Collector {
     sock: UdpSocket,
     pacer: Pacer,
     /// Records in the last datagram handed over: those of a bounce reported later.
@@ -178,13 +186,13 @@ pub struct Collector {
     /// The first datagram bounced; the number of the last one that did.
     first_bounced: bool,
     last_bounce: u64,
-    pub stats: CollectorStats,
+    pub(crate) stats: CollectorStats,
 }
 
 impl Collector {
     /// A socket connected to `addr` (a connect on UDP only sets the peer:
     /// nothing is sent), its send buffer raised.
-    pub fn open(addr: SocketAddr, pacer: Pacer) -> io::Result<Collector> {
+    pub(crate) fn open(addr: SocketAddr, pacer: Pacer) -> io::Result<Collector> {
         let sock = UdpSocket::bind(if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })?;
         sock.connect(addr)?;
         raise_send_buffer(&sock);
@@ -200,7 +208,7 @@ impl Collector {
 
     /// Sends one message of `records` records when the pacer allows; false
     /// if the socket did not take it.
-    pub fn send(&mut self, msg: &[u8], records: u64) -> bool {
+    pub(crate) fn send(&mut self, msg: &[u8], records: u64) -> bool {
         self.pacer.take();
         let mut sent = self.sock.send(msg);
         if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
@@ -233,7 +241,7 @@ impl Collector {
 
     /// After the last send: takes a bounce reported since (SO_ERROR), after
     /// `settle` for the ICMP error to come back.
-    pub fn finish(&mut self, settle: Duration) {
+    pub(crate) fn finish(&mut self, settle: Duration) {
         self.stats.paced = self.pacer.waited();
         if self.stats.datagrams == 0 {
             return;

@@ -1,7 +1,12 @@
-//! IPFIX files (RFC 5655) for `weir flows -w`: the exporter's messages, the
-//! same bytes the collectors get, written into files that rotate as
-//! `weir record`'s do (by size, packet time and a file limit, named from the
-//! same patterns), through the same [`RotatingWriter`].
+//! IPFIX files (RFC 5655), as `weir flows -w` writes them: the exporter's
+//! messages, the same bytes the collectors get, written into files that
+//! rotate as `weir record`'s do (by size, packet time and a file limit, named
+//! from the same patterns), through the same [`RotatingWriter`].
+//!
+//! Contract: a message is in a file whole or not at all; a message counted
+//! as written ([`FlowFiles::write`] returned `Ok`) is in the kernel; every
+//! file can be read by itself (it opens with the templates); the files read
+//! in order carry one unbroken sequence of sequence numbers.
 //!
 //! RFC 5655 makes an IPFIX file a plain sequence of IPFIX messages (it has no
 //! file header), and asks that templates come before the records that use
@@ -12,10 +17,12 @@
 //! and the wall clock. Sequence numbers run on across files: a reader of all
 //! the files in order sees one unbroken sequence per observation domain.
 //!
-//! `-w -` writes the messages to standard output instead, as one file that
-//! never rotates (an IPFIX file is a stream of messages, so a pipe to a
-//! collector's reader carries one as well). A reader that went away ends
-//! weir quietly, as `weir record -w -` does.
+//! [`FlowFiles::stdout`] (`-w -`) writes the messages to standard output
+//! instead, as one file that never rotates (an IPFIX file is a stream of
+//! messages, so a pipe to a collector's reader carries one as well). A write
+//! there that fails is first shown to the caller's hook (the CLI ends weir
+//! quietly when the reader went away, as `weir record -w -` does), then
+//! returned as any failed write.
 //!
 //! A file's time (its name's strftime conversions, its `-G` window) is the
 //! export time of its first message: packet time, as everything exported.
@@ -29,16 +36,20 @@
 //! ends on a whole message and stays readable.
 
 use super::encode::offsets::ipfix as o;
+use crate::sink::rotate::{FileKind, FileWriter, RotateError, RotatingWriter, RotationPolicy};
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
-use weir::sink::rotate::{FileKind, FileWriter, RotateError, RotatingWriter, RotationPolicy};
+
+/// What is called with a failed write to standard output, before it is
+/// returned (see the module doc).
+pub type StdoutError = fn(&io::Error);
 
 /// What every file opens with: a templates-only message.
 struct IpfixFiles {
     templates: Vec<u8>,
-    /// Writing to standard output, which is never cut back.
-    stdout: bool,
+    /// Writing to standard output, which is never cut back: the hook.
+    stdout: Option<StdoutError>,
 }
 
 impl FileKind for IpfixFiles {
@@ -56,16 +67,16 @@ struct MessageFile {
     out: File,
     bytes: u64,
     records: u64,
-    stdout: bool,
+    stdout: Option<StdoutError>,
 }
 
 impl MessageFile {
     fn write(&mut self, msg: &[u8], records: u64) -> io::Result<()> {
         if let Err(e) = self.out.write_all(msg) {
-            if self.stdout {
+            if let Some(hook) = self.stdout {
                 // Standard output may be a file opened at any offset (`>>`),
                 // so it is never cut: its reader sees the cut message.
-                crate::exit::end_if_reader_gone(&e);
+                hook(&e);
                 return Err(e);
             }
             // Part of the message may be in the file: cut it off. When even
@@ -107,14 +118,16 @@ impl FlowFiles {
     /// Files named from `pattern`, rotated by `policy`; `templates` is the
     /// encoder's templates-only message. Nothing is created yet.
     pub fn new(pattern: &str, policy: RotationPolicy, templates: Vec<u8>) -> Result<FlowFiles, RotateError> {
-        Ok(FlowFiles { writer: RotatingWriter::files(pattern, IpfixFiles { templates, stdout: false }, policy)? })
+        Ok(FlowFiles { writer: RotatingWriter::files(pattern, IpfixFiles { templates, stdout: None }, policy)? })
     }
 
-    /// The messages to standard output (`-w -`), never rotated.
-    pub fn stdout(templates: Vec<u8>) -> io::Result<FlowFiles> {
+    /// The messages to standard output (`-w -`), never rotated; `on_error`
+    /// sees every write there that fails, before it is returned.
+    pub fn stdout(templates: Vec<u8>, on_error: StdoutError) -> io::Result<FlowFiles> {
         // A duplicate of descriptor 1 the writer owns, as `weir record -w -`'s.
         let fd = std::os::fd::AsFd::as_fd(&io::stdout()).try_clone_to_owned()?;
-        Ok(FlowFiles { writer: RotatingWriter::stream_of(File::from(fd), "standard output", IpfixFiles { templates, stdout: true }) })
+        let kind = IpfixFiles { templates, stdout: Some(on_error) };
+        Ok(FlowFiles { writer: RotatingWriter::stream_of(File::from(fd), "standard output", kind) })
     }
 
     /// Opens the first file (a pattern with strftime conversions: checks its

@@ -5,7 +5,7 @@
 //! formats read them (collectors, parsers); none writes all three with
 //! template refresh and per-domain sequence numbers, and what an exporter
 //! needs of them is small: a header, a template per address family, and
-//! fixed-size data records. The field lists are shared ([`Field`]): IPFIX
+//! fixed-size data records. The field lists are shared (`Field`): IPFIX
 //! information elements 1 to 127 are NetFlow v9's field types, so one record
 //! writer serves both.
 //!
@@ -29,6 +29,20 @@
 //! the header (lengths, counts, time and sequence number) in place and hands
 //! out the bytes to send. Every byte offset of a header is named in
 //! [`offsets`].
+//!
+//! Contract:
+//! - every record [`Encoder::add`] is given is in exactly one message
+//!   ([`Added::Yes`]), refused by the format ([`Added::NotCarried`]: IPv6 in
+//!   NetFlow v5, for the caller to count), or refused by this message only
+//!   ([`Added::Full`]: finish and send it, then add the record again, which
+//!   an empty message always takes);
+//! - no message is longer than [`MAX_MESSAGE`] (no IP fragmentation on the
+//!   way to a collector over an Ethernet MTU);
+//! - an encoder's sequence numbers count as its format says (IPFIX and v5:
+//!   the data records of the messages before; v9: the messages), with no gap
+//!   between messages it finished, so a collector counts none lost;
+//! - a message's time is the records' own (the latest end among them), never
+//!   the wall clock: the same records make the same bytes.
 
 use std::net::IpAddr;
 
@@ -44,7 +58,7 @@ pub enum Format {
 }
 
 impl Format {
-    /// The name the command line uses.
+    /// Its name: `ipfix`, `v9` or `v5` (what `str::parse` takes).
     pub fn name(self) -> &'static str {
         match self {
             Format::Ipfix => "ipfix",
@@ -100,13 +114,20 @@ impl EndReason {
 /// One flow record: one direction of a connection over one export interval.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FlowRecord {
+    /// Source address of the direction.
     pub src: IpAddr,
+    /// Destination address of the direction.
     pub dst: IpAddr,
+    /// Source port (0 for protocols without ports).
     pub sport: u16,
+    /// Destination port (0 for protocols without ports; ICMP's type and
+    /// code as `type << 8 | code`, as the stream layer keys ICMP flows).
     pub dport: u16,
+    /// IP protocol number.
     pub proto: u8,
     /// The TCP flags of its packets, OR'ed.
     pub tcp_flags: u8,
+    /// Its packets.
     pub packets: u64,
     /// IP bytes, headers included.
     pub octets: u64,
@@ -116,8 +137,9 @@ pub struct FlowRecord {
     pub end_ms: u64,
     /// The interface index it came in on (its queue number plus one).
     pub ingress: u32,
+    /// Why it was exported.
     pub end: EndReason,
-    /// With `--biflow`: the opposite direction of the connection (the source
+    /// In a biflow: the opposite direction of the connection (the source
     /// and destination swapped), when it was seen.
     pub reverse: Option<Reverse>,
 }
@@ -125,8 +147,11 @@ pub struct FlowRecord {
 /// The opposite direction of a biflow: its counters.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reverse {
+    /// The TCP flags of its packets, OR'ed.
     pub tcp_flags: u8,
+    /// Its packets.
     pub packets: u64,
+    /// Its IP bytes, headers included.
     pub octets: u64,
 }
 
@@ -141,52 +166,88 @@ const V5_MAX_RECORDS: usize = 30;
 pub mod offsets {
     /// IPFIX message header (RFC 7011 3.1).
     pub mod ipfix {
+        /// Version number: 10.
         pub const VERSION: usize = 0;
+        /// Length of the message in bytes, header included.
         pub const LENGTH: usize = 2;
+        /// Export time, seconds since the epoch.
         pub const EXPORT_TIME: usize = 4;
+        /// Sequence number: data records sent before this message.
         pub const SEQUENCE: usize = 8;
+        /// Observation domain id.
         pub const DOMAIN: usize = 12;
+        /// Length of the header.
         pub const HEADER_LEN: usize = 16;
     }
     /// NetFlow v9 packet header (RFC 3954 5.1).
     pub mod v9 {
+        /// Version number: 9.
         pub const VERSION: usize = 0;
+        /// Records in the packet, template and data.
         pub const COUNT: usize = 2;
+        /// The exporter's uptime at export, ms.
         pub const UPTIME: usize = 4;
+        /// Export time, seconds since the epoch.
         pub const UNIX_SECS: usize = 8;
+        /// Sequence number: packets sent before this one.
         pub const SEQUENCE: usize = 12;
+        /// Source id (the observation domain).
         pub const SOURCE_ID: usize = 16;
+        /// Length of the header.
         pub const HEADER_LEN: usize = 20;
     }
     /// NetFlow v5 header and record.
     pub mod v5 {
+        /// Version number: 5.
         pub const VERSION: usize = 0;
+        /// Records in the packet.
         pub const COUNT: usize = 2;
+        /// The exporter's uptime at export, ms.
         pub const UPTIME: usize = 4;
+        /// Export time, seconds since the epoch.
         pub const UNIX_SECS: usize = 8;
+        /// Export time, the nanoseconds past the second.
         pub const UNIX_NSECS: usize = 12;
+        /// Sequence number: records sent before this packet.
         pub const SEQUENCE: usize = 16;
+        /// Engine type (the domain's high byte).
         pub const ENGINE_TYPE: usize = 20;
+        /// Engine id (the domain's low byte).
         pub const ENGINE_ID: usize = 21;
+        /// Sampling mode and interval (0: none).
         pub const SAMPLING: usize = 22;
+        /// Length of the header.
         pub const HEADER_LEN: usize = 24;
-        /// Offsets within one 48-byte record.
+        /// Offsets within one 48-byte record: its source address.
         pub const SRC_ADDR: usize = 0;
+        /// Destination address.
         pub const DST_ADDR: usize = 4;
+        /// Input interface index.
         pub const INPUT: usize = 12;
+        /// Packets.
         pub const PACKETS: usize = 16;
+        /// Octets.
         pub const OCTETS: usize = 20;
+        /// Uptime at the first packet, ms.
         pub const FIRST: usize = 24;
+        /// Uptime at the last packet, ms.
         pub const LAST: usize = 28;
+        /// Source port.
         pub const SRC_PORT: usize = 32;
+        /// Destination port.
         pub const DST_PORT: usize = 34;
+        /// TCP flags, OR'ed.
         pub const TCP_FLAGS: usize = 37;
+        /// IP protocol.
         pub const PROTO: usize = 38;
+        /// Length of a record.
         pub const RECORD_LEN: usize = 48;
     }
-    /// A set (IPFIX) or flowset (v9) header: its id and length.
+    /// A set (IPFIX) or flowset (v9) header: its id,
     pub const SET_ID: usize = 0;
+    /// its length in bytes, header included,
     pub const SET_LENGTH: usize = 2;
+    /// and the header's length.
     pub const SET_HEADER_LEN: usize = 4;
 }
 
@@ -339,6 +400,17 @@ pub enum Added {
     NotCarried,
 }
 
+/// Why [`Encoder::new`] refused its settings.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncoderError {
+    /// Biflows were asked of a format other than IPFIX.
+    #[error("biflows (RFC 5103) are IPFIX's: NetFlow {} has no reverse fields", .0.name())]
+    BiflowNotIpfix(Format),
+    /// NetFlow v5 and an observation domain past 16 bits.
+    #[error("NetFlow v5 carries the observation domain in two bytes (engine type and id): {0} is more than 65535")]
+    V5Domain(u32),
+}
+
 /// Builds the messages of one observation domain in one format.
 pub struct Encoder {
     format: Format,
@@ -363,17 +435,12 @@ impl Encoder {
     /// An encoder for `format`, with `domain` as IPFIX's observation domain,
     /// v9's source id, or v5's engine type (high byte) and id (low byte);
     /// with biflow templates if `biflow` (IPFIX only).
-    pub fn new(format: Format, domain: u32, biflow: bool) -> Result<Encoder, String> {
+    pub fn new(format: Format, domain: u32, biflow: bool) -> Result<Encoder, EncoderError> {
         if biflow && format != Format::Ipfix {
-            return Err(format!(
-                "--biflow: biflows (RFC 5103) are IPFIX's: NetFlow {} has no reverse fields (use --format ipfix, or leave out --biflow)",
-                format.name()
-            ));
+            return Err(EncoderError::BiflowNotIpfix(format));
         }
         if format == Format::V5 && domain > 0xffff {
-            return Err(format!(
-                "--domain: NetFlow v5 carries the observation domain in two bytes (engine type and id): {domain} is more than 65535"
-            ));
+            return Err(EncoderError::V5Domain(domain));
         }
         let mut e = Encoder {
             format,
@@ -462,7 +529,7 @@ impl Encoder {
     }
 
     /// A message holding the templates only, with sequence number 0 and
-    /// export time 0 (a file writer sets both, see `files.rs`).
+    /// export time 0 (a file writer sets both, see [`super::files`]).
     pub fn templates_message(&self) -> Vec<u8> {
         let mut e = Encoder { buf: Vec::new(), ..*self };
         e.clear();
@@ -591,7 +658,7 @@ impl Encoder {
     }
 
     /// Completes the message, its export time the latest end of its
-    /// records (packet time, see `export.rs`), and returns its bytes; call
+    /// records (packet time, see [`super::export`]), and returns its bytes; call
     /// [`reset`](Self::reset) before the next record. The sequence number
     /// moves on by the records (IPFIX, v5) or by one message (v9).
     pub fn finish(&mut self) -> &[u8] {

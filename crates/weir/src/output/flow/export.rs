@@ -1,20 +1,28 @@
 //! An exporter thread: flow records from the workers it serves (every
-//! worker, or with `--export per-queue` one) come in over one channel, are
-//! packed into messages by one [`Encoder`] (so the sequence numbers of its
-//! observation domain count in order whatever queue a record came from),
-//! sent over UDP to every collector, paced, on a connected socket each
-//! ([`Collector`]), and written to the IPFIX files of `-w` ([`FlowFiles`]),
-//! the same bytes to each.
+//! worker, or with `weir flows --export per-queue` one) come in over one
+//! channel, are packed into messages by one [`Encoder`] (so the sequence
+//! numbers of its observation domain count in order whatever queue a record
+//! came from), sent over UDP to every collector, paced, on a connected socket
+//! each ([`super::collector`]), and written to the IPFIX files
+//! ([`FlowFiles`]), the same bytes to each.
 //!
 //! A record is *exported* once a collector's socket took its message or a
 //! file was written with it: UDP says no more. What came back port
 //! unreachable is counted per collector ([`CollectorStats`]).
 //!
+//! Contract: every record that comes in is shown once to the caller's
+//! [`ExportHooks::record`], then counted exactly once in [`ExportStats`]:
+//! `records in = exported + not_carried + lost` (exported by reason in
+//! [`ExportStats::by_reason`]; with files, each record of a message is
+//! either `written` or `unwritten`). The exporter ends when every sender of
+//! its channel is gone, after sending what it holds.
+//!
 //! A file that cannot be written (a full disk, a file size limit) ends the
 //! writing of files: the error is kept, naming the file, and every record not
-//! written from then on is counted; the collectors still get theirs. Without
-//! collectors there is nowhere left to export to, and the run is stopped, as
-//! `weir record` stops on a write error.
+//! written from then on is counted; the collectors still get theirs. The
+//! caller hears of it ([`ExportHooks::files_failed`]). Without collectors
+//! there is nowhere left to export to, and the run is stopped (its
+//! [`StopHandle`]), as `weir record` stops on a write error.
 //!
 //! A message goes out when it is full, when its oldest record has waited a
 //! second of wall time (a quiet live link still reports promptly), and at
@@ -27,14 +35,15 @@
 //! flows by its packets, not by the day it was read.
 
 use super::collector::{Collector, CollectorStats, Pacer};
-use super::encode::{self, Added, Encoder, EndReason, FlowRecord, Format};
+use super::encode::{self, Added, Encoder, EncoderError, EndReason, FlowRecord, Format};
 use super::files::FlowFiles;
-use crate::events::Events;
+use crate::capture::control::StopHandle;
+use std::error::Error;
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
-use weir::StopHandle;
 
 /// What the exporter counted.
 #[derive(Clone, Debug, Default)]
@@ -49,10 +58,11 @@ pub struct ExportStats {
     pub not_carried: u64,
     /// Records in messages no collector took (every send failed).
     pub lost_to_send_errors: u64,
-    /// Records written to files, and records not written because a file
-    /// could not be written (the first such error, naming the file).
+    /// Records written to files,
     pub written: u64,
+    /// records not written because a file could not be written,
     pub unwritten: u64,
+    /// and the first such error, naming the file.
     pub file_error: Option<String>,
     /// The files written and kept, oldest first.
     pub files: Vec<PathBuf>,
@@ -62,7 +72,7 @@ pub struct ExportStats {
     pub messages: u64,
     /// Messages that carried the templates.
     pub template_messages: u64,
-    /// Each collector's datagrams, in the order of `-n`.
+    /// Each collector's datagrams, in the order of [`Exporter::collectors`].
     pub collectors: Vec<CollectorStats>,
 }
 
@@ -77,12 +87,13 @@ impl ExportStats {
         self.collectors.iter().map(|c| c.send_errors).sum()
     }
 
-    /// The first send error, naming its collector (the first in `-n`'s order that had one).
+    /// The first send error, naming its collector (the first in
+    /// [`Exporter::collectors`]' order that had one).
     pub fn first_send_error(&self) -> Option<String> {
         self.collectors.iter().find_map(|c| Some(format!("{}: {}", c.addr?, c.first_error.as_ref()?)))
     }
 
-    /// Adds the counts of another exporter (`--export per-queue`).
+    /// Adds the counts of another exporter (one a queue).
     pub fn add(&mut self, o: ExportStats) {
         self.exported += o.exported;
         for (sum, n) in self.by_reason.iter_mut().zip(o.by_reason) {
@@ -107,14 +118,51 @@ impl ExportStats {
 
 /// The exporter's settings.
 pub struct Exporter {
+    /// The format of its messages.
     pub format: Format,
+    /// Its observation domain (see [`Encoder::new`]).
     pub domain: u32,
     /// Biflow records (RFC 5103, IPFIX only).
     pub biflow: bool,
     /// The collectors, each with its pacer (shared by every exporter of the run).
     pub collectors: Vec<(SocketAddr, Pacer)>,
+    /// How often (wall time) the templates go again (IPFIX and v9), for a
+    /// collector started later.
     pub template_refresh: Duration,
 }
+
+/// Why [`Exporter::open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The format refused the settings.
+    #[error(transparent)]
+    Encoder(#[from] EncoderError),
+    /// A collector's socket could not be opened.
+    #[error("cannot open a UDP socket to export to {addr}")]
+    Socket {
+        /// The collector.
+        addr: SocketAddr,
+        /// What the system said.
+        source: io::Error,
+    },
+}
+
+/// What an exporter thread tells its caller as it goes, for the caller's
+/// own outputs (the CLI writes each record as an EVE event, and its
+/// messages). Every method does nothing unless written; `()` is the hook of
+/// a caller that wants nothing.
+pub trait ExportHooks: Send {
+    /// Each record that comes in, once, before it is encoded (whatever then
+    /// becomes of it).
+    fn record(&mut self, _record: &FlowRecord) {}
+
+    /// A file could not be written: `error` names it and says why; no more
+    /// files are written. With `stopping` there is no collector either, and
+    /// the exporter stops the run when this returns.
+    fn files_failed(&mut self, _error: &str, _stopping: bool) {}
+}
+
+impl ExportHooks for () {}
 
 /// How long the last datagram's ICMP error, if any, is waited for at the end.
 const SETTLE: Duration = Duration::from_millis(50);
@@ -128,10 +176,10 @@ pub struct Ready {
 }
 
 /// Where messages go: the collectors and the files.
-struct Outputs<'a> {
+struct Outputs<'a, H> {
     collectors: &'a mut [Collector],
-    /// `--events`: every record handed over, as an EVE flow event.
-    events: Option<Events>,
+    /// The caller's: sees every record handed over.
+    hooks: H,
     /// `None` without `-w`.
     files: Option<FlowFiles>,
     /// A file could not be written: none is written any more.
@@ -142,16 +190,13 @@ struct Outputs<'a> {
 impl Exporter {
     /// Opens the sockets and checks the domain against the format, before
     /// the run starts, so a failure stops it early.
-    pub fn open(&self) -> anyhow::Result<Ready> {
-        let encoder = Encoder::new(self.format, self.domain, self.biflow).map_err(|e| crate::exit::bad_input(anyhow::anyhow!("{e}")))?;
+    pub fn open(&self) -> Result<Ready, OpenError> {
+        let encoder = Encoder::new(self.format, self.domain, self.biflow)?;
         let collectors = self
             .collectors
             .iter()
-            .map(|(addr, pacer)| {
-                Collector::open(*addr, pacer.clone())
-                    .map_err(|e| anyhow::anyhow!("-n {addr}: cannot open a UDP socket to export to it: {e}"))
-            })
-            .collect::<anyhow::Result<_>>()?;
+            .map(|(addr, pacer)| Collector::open(*addr, pacer.clone()).map_err(|source| OpenError::Socket { addr: *addr, source }))
+            .collect::<Result<_, _>>()?;
         Ok(Ready { encoder, collectors, format: self.format, refresh: self.template_refresh })
     }
 }
@@ -163,10 +208,10 @@ impl Ready {
     }
 
     /// Exports what comes over `rx` until every sender is gone, to the
-    /// collectors and into `files`; `stop` stops the run when no output is
-    /// left.
-    pub fn run(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, events: Option<Events>, stop: StopHandle) -> ExportStats {
-        let mut out = Outputs { collectors: &mut self.collectors, events, files, failed: false, stop };
+    /// collectors and into `files`, showing each record to `hooks`; `stop`
+    /// stops the run when no output is left.
+    pub fn run<H: ExportHooks>(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, hooks: H, stop: StopHandle) -> ExportStats {
+        let mut out = Outputs { collectors: &mut self.collectors, hooks, files, failed: false, stop };
         let mut st = run(&mut self.encoder, self.format, &mut out, self.refresh, rx);
         for c in out.collectors.iter_mut() {
             c.finish(SETTLE);
@@ -179,7 +224,7 @@ impl Ready {
                 // the kernel) but may not be on disk. After a failed write
                 // this may fail again: the first error is the one kept.
                 Err(e) => {
-                    st.file_error.get_or_insert_with(|| format!("{:#}", anyhow::Error::new(e)));
+                    st.file_error.get_or_insert_with(|| with_causes(&e));
                 }
             }
         }
@@ -187,7 +232,18 @@ impl Ready {
     }
 }
 
-fn run(enc: &mut Encoder, format: Format, out: &mut Outputs<'_>, refresh: Duration, rx: &Receiver<FlowRecord>) -> ExportStats {
+/// `e` and its causes, joined by ": " (as the CLI's anyhow shows an error with `{:#}`).
+fn with_causes(e: &(dyn Error + 'static)) -> String {
+    std::iter::successors(Some(e), |e| (*e).source()).map(ToString::to_string).collect::<Vec<_>>().join(": ")
+}
+
+fn run<H: ExportHooks>(
+    enc: &mut Encoder,
+    format: Format,
+    out: &mut Outputs<'_, H>,
+    refresh: Duration,
+    rx: &Receiver<FlowRecord>,
+) -> ExportStats {
     let mut st = ExportStats::default();
     let mut templates_at: Option<Instant> = None;
     let mut oldest: Option<Instant> = None;
@@ -201,9 +257,7 @@ fn run(enc: &mut Encoder, format: Format, out: &mut Outputs<'_>, refresh: Durati
             Err(RecvTimeoutError::Disconnected) => break,
         };
         if let Some(r) = record {
-            if let Some(events) = &out.events {
-                events.record(&r);
-            }
+            out.hooks.record(&r);
             if enc.is_empty() {
                 templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
             }
@@ -237,13 +291,13 @@ fn run(enc: &mut Encoder, format: Format, out: &mut Outputs<'_>, refresh: Durati
 }
 
 /// A file could not be written: no more are, and the error is kept.
-fn file_failed(out: &mut Outputs<'_>, e: weir::sink::rotate::RotateError, st: &mut ExportStats) {
-    let text = format!("{:#}", anyhow::Error::new(e));
-    eprintln!("weir flows: cannot write {text}: no more records are written to files");
+fn file_failed<H: ExportHooks>(out: &mut Outputs<'_, H>, e: crate::sink::rotate::RotateError, st: &mut ExportStats) {
+    let text = with_causes(&e);
+    let stopping = out.collectors.is_empty();
+    out.hooks.files_failed(&text, stopping);
     st.file_error.get_or_insert(text);
     out.failed = true;
-    if out.collectors.is_empty() {
-        eprintln!("weir flows: no collector either: stopping");
+    if stopping {
         out.stop.stop();
     }
 }
@@ -264,7 +318,7 @@ fn reason_index(r: EndReason) -> usize {
 
 /// Sends the message to every collector, writes it to the files, and
 /// counts it.
-fn send(enc: &mut Encoder, out: &mut Outputs<'_>, reasons: &mut [u64; 5], st: &mut ExportStats) {
+fn send<H: ExportHooks>(enc: &mut Encoder, out: &mut Outputs<'_, H>, reasons: &mut [u64; 5], st: &mut ExportStats) {
     let records = enc.records() as u64;
     let msg = enc.finish();
     st.messages += 1;
