@@ -237,7 +237,19 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let sensor = p.sensor(table("sensor").unwrap_or(&empty));
     if problems.is_empty() {
         if let (Some(capture), Some(sensor)) = (capture, sensor) {
-            return Ok(Config { file: file.to_path_buf(), sensor, capture, record, flows, streams, inspect, events, metrics, lines, tables: doc });
+            return Ok(Config {
+                file: file.to_path_buf(),
+                sensor,
+                capture,
+                record,
+                flows,
+                streams,
+                inspect,
+                events,
+                metrics,
+                lines,
+                tables: doc,
+            });
         }
     }
     problems.sort_by_key(|p| p.line);
