@@ -4,13 +4,15 @@
 //! contract says, with every packet accounted for across a reload.
 
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "support/eve.rs"]
 mod eve;
+#[path = "support/outputs.rs"]
+mod outputs;
+use outputs::{alerts, flow_events, of_type, tree};
 
 fn weir(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
@@ -37,19 +39,6 @@ fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
 }
 
-fn of_type(events: &[String], t: &str) -> Vec<Value> {
-    events.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|e| e["event_type"] == t).collect()
-}
-
-/// Every file under `dir`, by name, with its bytes.
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
-        .collect()
-}
-
 #[test]
 fn one_sensor_equals_record_flows_streams_and_inspect_run_on_what_it_recorded() {
     let d = tempfile::tempdir().unwrap();
@@ -66,7 +55,7 @@ fn one_sensor_equals_record_flows_streams_and_inspect_run_on_what_it_recorded() 
     std::fs::write(p("s.toml"), config).unwrap();
     let err = ok(&weir(&["sensor", &p("s.toml")]));
     assert!(err.contains("[events]") && err.contains("0 not written"), "{err}");
-    let events = lines(Path::new(&p("eve.json")));
+    let events = outputs::json_lines(Path::new(&p("eve.json")));
     assert_eq!(eve::check(Path::new(&p("eve.json"))), events.len() as u64);
 
     // The recording holds every packet.
@@ -78,11 +67,7 @@ fn one_sensor_equals_record_flows_streams_and_inspect_run_on_what_it_recorded() 
     // The same flow records as weir flows, as events.
     let rec = format!("{}@0-1", p("rec.pcap"));
     ok(&weir(&["flows", &rec, "-w", "/dev/null", "--events", &p("flows.json"), "-q"]));
-    let mut mine: Vec<String> = of_type(&events, "flow").iter().map(Value::to_string).collect();
-    let mut theirs: Vec<String> =
-        lines(Path::new(&p("flows.json"))).iter().map(|l| serde_json::from_str::<Value>(l).unwrap().to_string()).collect();
-    mine.sort();
-    theirs.sort();
+    let (mine, theirs) = flow_events(&events, Path::new(&p("flows.json")));
     assert!(!mine.is_empty());
     assert_eq!(mine, theirs, "flow events differ from weir flows'");
 
@@ -94,21 +79,7 @@ fn one_sensor_equals_record_flows_streams_and_inspect_run_on_what_it_recorded() 
 
     // The same alerts as weir inspect --streams.
     ok(&weir(&["inspect", &rec, "--streams", "-o", &p("alerts.json"), "-q"]));
-    let key = |cid: &Value, dir: &str, offset: &Value, rule: &Value| format!("{cid} {dir} {offset} {rule}");
-    let mut mine: Vec<String> = of_type(&events, "alert")
-        .iter()
-        .map(|e| {
-            let dir = if e["alert"]["direction"] == "toserver" { "initiator" } else { "responder" };
-            key(&e["community_id"], dir, &e["alert"]["offset"], &e["alert"]["signature_id"])
-        })
-        .collect();
-    let mut theirs: Vec<String> = lines(Path::new(&p("alerts.json")))
-        .iter()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .map(|a| key(&a["community_id"], a["direction"].as_str().unwrap(), &a["offset"], &a["alert"]))
-        .collect();
-    mine.sort();
-    theirs.sort();
+    let (mine, theirs) = alerts(&events, Path::new(&p("alerts.json")));
     assert!(mine.len() > 100, "{} alerts", mine.len());
     assert_eq!(mine, theirs, "alerts differ from weir inspect's");
     // One stream event per stream the layer closed.

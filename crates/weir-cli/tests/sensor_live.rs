@@ -6,11 +6,14 @@
 //! `cargo test`, run by `make test`'s privileged step.
 
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use testbed::{Reaped, TestBed};
+
+#[path = "support/outputs.rs"]
+mod outputs;
+use outputs::{alerts, flow_events, json_lines, tree};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -18,18 +21,6 @@ fn text(b: &[u8]) -> String {
 
 fn weir(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
-        .collect()
 }
 
 #[test]
@@ -83,16 +74,12 @@ fn a_sensor_on_afxdp_equals_the_commands_on_what_it_recorded() {
     let rec = format!("{}@0-1", p("rec.pcap"));
     let count: Value = serde_json::from_slice(&weir(&["count", "--json", &p("rec.pcap")]).stdout).unwrap();
     assert_eq!(count["packets"].as_u64(), Some(20000), "{count}");
-    let events = lines(Path::new(&p("eve.json")));
-    let of = |t: &str| events.iter().filter(|e| e["event_type"] == t).cloned().collect::<Vec<_>>();
+    let events = json_lines(Path::new(&p("eve.json")));
 
     // Flow records.
     let o = weir(&["flows", &rec, "-w", "/dev/null", "--events", &p("flows.json"), "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let mut mine: Vec<String> = of("flow").iter().map(Value::to_string).collect();
-    let mut theirs: Vec<String> = lines(Path::new(&p("flows.json"))).iter().map(Value::to_string).collect();
-    mine.sort();
-    theirs.sort();
+    let (mine, theirs) = flow_events(&events, Path::new(&p("flows.json")));
     assert!(mine.len() > 100, "{} flow events", mine.len());
     assert_eq!(mine, theirs, "flow records differ from weir flows' on the recording");
 
@@ -105,20 +92,7 @@ fn a_sensor_on_afxdp_equals_the_commands_on_what_it_recorded() {
     // Alerts.
     let o = weir(&["inspect", &rec, "--streams", "-o", &p("alerts.json"), "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let key = |cid: &Value, dir: &str, off: &Value, rule: &Value| format!("{cid} {dir} {off} {rule}");
-    let mut mine: Vec<String> = of("alert")
-        .iter()
-        .map(|e| {
-            let dir = if e["alert"]["direction"] == "toserver" { "initiator" } else { "responder" };
-            key(&e["community_id"], dir, &e["alert"]["offset"], &e["alert"]["signature_id"])
-        })
-        .collect();
-    let mut theirs: Vec<String> = lines(Path::new(&p("alerts.json")))
-        .iter()
-        .map(|a| key(&a["community_id"], a["direction"].as_str().unwrap(), &a["offset"], &a["alert"]))
-        .collect();
-    mine.sort();
-    theirs.sort();
+    let (mine, theirs) = alerts(&events, Path::new(&p("alerts.json")));
     assert!(mine.len() > 50, "{} alerts", mine.len());
     assert_eq!(mine, theirs, "alerts differ from weir inspect's on the recording");
 }
