@@ -52,8 +52,15 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("what", ["count", "packets", "flows", "streams", "fifo"])
 def test_ctrl_c_stops_a_capture_cleanly(synth, what):
+    # A shell that starts a job in the background without job control (as a CI
+    # runner may) leaves SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: the child gets the default disposition back.
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, what, synth], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, what, synth],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert child.stdout.readline().strip() == "started"
     time.sleep(0.8)
