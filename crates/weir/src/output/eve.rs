@@ -60,57 +60,22 @@ pub struct FlowEvent {
     pub reason: &'static str,
 }
 
-/// Writes events as JSON lines into `out`.
-///
-/// Events made = [`EveWriter::written`] (the writer took their bytes) +
-/// [`EveWriter::pending`] (in the block, not yet handed over) +
-/// [`EveWriter::unwritten`] (in a block the writer refused: a line cut
-/// short by a full disk is not an event).
-pub struct EveWriter<W: Write> {
-    out: W,
-    buf: Vec<u8>,
+/// Formats one event at a time into a caller's buffer, with no line end:
+/// the events file ([`EveWriter`]) adds one per event and gathers them in
+/// blocks; a message bus (the CLI's Kafka output) sends each event as one
+/// message. Each method returns the event's Community ID digest (`None`
+/// for `stats`, and for a key that lacks what the ID needs), which a bus
+/// uses as the message key.
+#[derive(Default)]
+pub struct EveEncoder {
     ids: CommunityId,
-    written: u64,
-    pending: u64,
-    unwritten: u64,
 }
 
-impl<W: Write> EveWriter<W> {
-    /// Bytes gathered before they go to the writer.
-    pub const BLOCK: usize = 256 << 10;
-
-    /// A writer into `out`.
-    pub fn new(out: W) -> EveWriter<W> {
-        EveWriter {
-            out,
-            buf: Vec::with_capacity(EveWriter::<W>::BLOCK + 4096),
-            ids: CommunityId::default(),
-            written: 0,
-            pending: 0,
-            unwritten: 0,
-        }
-    }
-
-    /// Events whose bytes the writer took.
-    pub fn written(&self) -> u64 {
-        self.written
-    }
-
-    /// Events in the block, not yet handed to the writer.
-    pub fn pending(&self) -> u64 {
-        self.pending
-    }
-
-    /// Events in blocks the writer failed to take.
-    pub fn unwritten(&self) -> u64 {
-        self.unwritten
-    }
-
-    /// Writes one `flow` event.
-    pub fn flow(&mut self, e: &FlowEvent) -> io::Result<()> {
+impl EveEncoder {
+    /// Appends one `flow` event to `b`.
+    pub fn flow(&self, b: &mut Vec<u8>, e: &FlowEvent) -> Option<[u8; 20]> {
         let l4 = L4::of_key(e.proto, e.sport, e.dport, true);
-        self.header(e.end_ns, "flow", e.src, e.dst, e.proto, l4);
-        let b = &mut self.buf;
+        let digest = self.header(b, e.end_ns, "flow", e.src, e.dst, e.proto, l4);
         b.extend_from_slice(b",\"flow\":{\"pkts_toserver\":");
         number(b, e.pkts_toserver);
         b.extend_from_slice(b",\"pkts_toclient\":");
@@ -138,16 +103,16 @@ impl<W: Write> EveWriter<W> {
             hex(b, e.tcp_flags_tc);
             b.extend_from_slice(b"\"}");
         }
-        self.end()
+        b.push(b'}');
+        digest
     }
 
-    /// Writes one `stream` event: a stream (one direction of a connection)
+    /// Appends one `stream` event: a stream (one direction of a connection)
     /// the stream layer closed, with what became of its bytes.
-    pub fn stream(&mut self, s: &Stream) -> io::Result<()> {
+    pub fn stream(&self, b: &mut Vec<u8>, s: &Stream) -> Option<[u8; 20]> {
         // Streams mode keys ICMP by its addresses alone: no ports, no types.
         let l4 = L4::of_key(s.proto, s.sport, s.dport, false);
-        self.header(s.last_ns, "stream", s.src, s.dst, s.proto, l4);
-        let b = &mut self.buf;
+        let digest = self.header(b, s.last_ns, "stream", s.src, s.dst, s.proto, l4);
         b.extend_from_slice(b",\"stream\":{\"direction\":\"");
         b.extend_from_slice(direction(s.direction));
         b.extend_from_slice(b"\",\"start\":\"");
@@ -174,16 +139,15 @@ impl<W: Write> EveWriter<W> {
         b.extend_from_slice(s.mode.name().as_bytes());
         b.extend_from_slice(b"\",\"reason\":\"");
         b.extend_from_slice(s.closed.map_or("end-of-input", |c| c.name()).as_bytes());
-        b.extend_from_slice(b"\"}");
-        self.end()
+        b.extend_from_slice(b"\"}}");
+        digest
     }
 
-    /// Writes one `alert` event: rule `rule` matched stream `s`'s data at
+    /// Appends one `alert` event: rule `rule` matched stream `s`'s data at
     /// stream offset `offset`.
-    pub fn alert(&mut self, s: &Stream, rule: u32, offset: u64) -> io::Result<()> {
+    pub fn alert(&self, b: &mut Vec<u8>, s: &Stream, rule: u32, offset: u64) -> Option<[u8; 20]> {
         let l4 = L4::of_key(s.proto, s.sport, s.dport, false);
-        self.header(s.last_ns, "alert", s.src, s.dst, s.proto, l4);
-        let b = &mut self.buf;
+        let digest = self.header(b, s.last_ns, "alert", s.src, s.dst, s.proto, l4);
         b.extend_from_slice(b",\"alert\":{\"signature_id\":");
         number(b, u64::from(rule));
         b.extend_from_slice(b",\"direction\":\"");
@@ -192,33 +156,46 @@ impl<W: Write> EveWriter<W> {
         number(b, offset);
         b.extend_from_slice(b",\"stream_start\":\"");
         timestamp(b, s.first_ns);
-        b.extend_from_slice(b"\"}");
-        self.end()
+        b.extend_from_slice(b"\"}}");
+        digest
     }
 
-    /// Writes one `stats` event at `ts_ns`: `object` is the counters as one
-    /// JSON object, written as it is (the caller makes it, once a period).
-    pub fn stats(&mut self, ts_ns: u64, object: &str) -> io::Result<()> {
-        let b = &mut self.buf;
+    /// Appends one `stats` event at `ts_ns`: `object` is the counters as
+    /// one JSON object, written as it is (the caller makes it, once a period).
+    pub fn stats(&self, b: &mut Vec<u8>, ts_ns: u64, object: &str) {
         b.extend_from_slice(b"{\"timestamp\":\"");
         timestamp(b, ts_ns);
         b.extend_from_slice(b"\",\"event_type\":\"stats\",\"stats\":");
         b.extend_from_slice(object.as_bytes());
-        self.end()
+        b.push(b'}');
+    }
+
+    /// The Community ID digest of a flow record's key (flows mode: ICMP
+    /// keyed by type and code) or, `icmp_by_type` false, of a stream's.
+    pub fn digest(&self, src: IpAddr, dst: IpAddr, proto: u8, sport: u16, dport: u16, icmp_by_type: bool) -> Option<[u8; 20]> {
+        L4::of_key(proto, sport, dport, icmp_by_type).and_then(|l4| self.ids.digest(src, dst, proto, l4))
     }
 
     /// The opening every event with endpoints shares, up to and including
     /// `community_id`. `l4` `None`: the key lacks what the ID needs (ICMP
     /// keyed without its type): no ports, and a null ID.
-    fn header(&mut self, ts_ns: u64, event_type: &str, src: IpAddr, dst: IpAddr, proto: u8, l4: Option<L4>) {
+    #[allow(clippy::too_many_arguments)]
+    fn header(
+        &self,
+        b: &mut Vec<u8>,
+        ts_ns: u64,
+        event_type: &str,
+        src: IpAddr,
+        dst: IpAddr,
+        proto: u8,
+        l4: Option<L4>,
+    ) -> Option<[u8; 20]> {
         let digest = l4.and_then(|l4| self.ids.digest(src, dst, proto, l4));
         let l4 = l4.unwrap_or(L4::None);
-        let b = &mut self.buf;
         b.extend_from_slice(b"{\"timestamp\":\"");
         timestamp(b, ts_ns);
         b.extend_from_slice(b"\",\"flow_id\":");
-        let flow_id = digest.map_or(0, |d| u64::from_be_bytes(d[..8].try_into().expect("8 of 20 bytes")) >> 1);
-        number(b, flow_id);
+        number(b, digest.map_or(0, |d| flow_id(&d)));
         b.extend_from_slice(b",\"event_type\":\"");
         b.extend_from_slice(event_type.as_bytes());
         b.extend_from_slice(b"\",\"src_ip\":\"");
@@ -262,11 +239,88 @@ impl<W: Write> EveWriter<W> {
             }
             None => b.extend_from_slice(b"null"),
         }
+        digest
+    }
+}
+
+/// `flow_id`: the Community ID digest's first 63 bits as a number.
+pub fn flow_id(digest: &[u8; 20]) -> u64 {
+    u64::from_be_bytes(digest[..8].try_into().expect("8 of 20 bytes")) >> 1
+}
+
+/// Writes events as JSON lines into `out`.
+///
+/// Events made = [`EveWriter::written`] (the writer took their bytes) +
+/// [`EveWriter::pending`] (in the block, not yet handed over) +
+/// [`EveWriter::unwritten`] (in a block the writer refused: a line cut
+/// short by a full disk is not an event).
+pub struct EveWriter<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    enc: EveEncoder,
+    written: u64,
+    pending: u64,
+    unwritten: u64,
+}
+
+impl<W: Write> EveWriter<W> {
+    /// Bytes gathered before they go to the writer.
+    pub const BLOCK: usize = 256 << 10;
+
+    /// A writer into `out`.
+    pub fn new(out: W) -> EveWriter<W> {
+        EveWriter {
+            out,
+            buf: Vec::with_capacity(EveWriter::<W>::BLOCK + 4096),
+            enc: EveEncoder::default(),
+            written: 0,
+            pending: 0,
+            unwritten: 0,
+        }
     }
 
-    /// Closes the event's line and hands a full block over.
+    /// Events whose bytes the writer took.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Events in the block, not yet handed to the writer.
+    pub fn pending(&self) -> u64 {
+        self.pending
+    }
+
+    /// Events in blocks the writer failed to take.
+    pub fn unwritten(&self) -> u64 {
+        self.unwritten
+    }
+
+    /// Writes one `flow` event.
+    pub fn flow(&mut self, e: &FlowEvent) -> io::Result<()> {
+        self.enc.flow(&mut self.buf, e);
+        self.end()
+    }
+
+    /// Writes one `stream` event (see [`EveEncoder::stream`]).
+    pub fn stream(&mut self, s: &Stream) -> io::Result<()> {
+        self.enc.stream(&mut self.buf, s);
+        self.end()
+    }
+
+    /// Writes one `alert` event (see [`EveEncoder::alert`]).
+    pub fn alert(&mut self, s: &Stream, rule: u32, offset: u64) -> io::Result<()> {
+        self.enc.alert(&mut self.buf, s, rule, offset);
+        self.end()
+    }
+
+    /// Writes one `stats` event (see [`EveEncoder::stats`]).
+    pub fn stats(&mut self, ts_ns: u64, object: &str) -> io::Result<()> {
+        self.enc.stats(&mut self.buf, ts_ns, object);
+        self.end()
+    }
+
+    /// Ends the event's line and hands a full block over.
     fn end(&mut self) -> io::Result<()> {
-        self.buf.extend_from_slice(b"}\n");
+        self.buf.push(b'\n');
         self.pending += 1;
         if self.buf.len() >= EveWriter::<W>::BLOCK {
             self.write_block()?;
