@@ -13,6 +13,7 @@
 //! output that went away ends weir quietly, as every command's output does.
 
 use crate::flows::FlowRecord;
+use crate::kafka::Kafka;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -49,9 +50,35 @@ struct Out {
     stats: EventStats,
 }
 
-/// The events output, shared by the threads that make events.
+/// The events outputs, shared by the threads that make events: the file
+/// (with the types it takes, [`TYPES`]' order) and Kafka.
 #[derive(Clone)]
-pub struct Events(Arc<Mutex<Out>>);
+pub struct Events {
+    file: Option<(Arc<Mutex<Out>>, [bool; 4])>,
+    kafka: Option<Kafka>,
+}
+
+/// A flow record as an EVE `flow` event: the record's direction to the
+/// server, with `--biflow` the reverse direction's counters to the client.
+pub fn flow_event(r: &FlowRecord) -> FlowEvent {
+    let rev = r.reverse.unwrap_or_default();
+    FlowEvent {
+        src: r.src,
+        dst: r.dst,
+        sport: r.sport,
+        dport: r.dport,
+        proto: r.proto,
+        start_ns: r.start_ms * 1_000_000,
+        end_ns: r.end_ms * 1_000_000,
+        pkts_toserver: r.packets,
+        bytes_toserver: r.octets,
+        pkts_toclient: rev.packets,
+        bytes_toclient: rev.octets,
+        tcp_flags_ts: r.tcp_flags,
+        tcp_flags_tc: rev.tcp_flags,
+        reason: r.end.name(),
+    }
+}
 
 fn open(path: &str, append: bool) -> io::Result<File> {
     OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(path)
@@ -66,7 +93,7 @@ impl Events {
             "-" => (Box::new(io::stdout()), "standard output".into(), None),
             path => (Box::new(open(path, append)?), path.into(), Some(path.into())),
         };
-        Ok(Events(Arc::new(Mutex::new(Out {
+        let out = Out {
             writer: EveWriter::new(sink),
             name,
             path,
@@ -74,16 +101,56 @@ impl Events {
             closed_unwritten: 0,
             refused: 0,
             stats: EventStats::default(),
-        }))))
+        };
+        Ok(Events { file: Some((Arc::new(Mutex::new(out)), [true; 4])), kafka: None })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Out> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Events that go to Kafka alone.
+    pub fn kafka_only(kafka: Kafka) -> Events {
+        Events { file: None, kafka: Some(kafka) }
     }
 
-    /// Writes one event of type `kind` (an index in [`TYPES`]) with `write`.
+    /// The same events to Kafka too.
+    pub fn with_kafka(mut self, kafka: Option<Kafka>) -> Events {
+        self.kafka = kafka;
+        self
+    }
+
+    /// The file takes only the events of these types.
+    pub fn file_types(mut self, types: &[String]) -> Events {
+        if let Some((_, wants)) = &mut self.file {
+            *wants = TYPES.map(|t| types.iter().any(|x| x == t));
+        }
+        self
+    }
+
+    /// Whether there is a file (else the events go to Kafka alone).
+    pub fn has_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Whether the file takes events of type `t`.
+    pub fn file_takes(&self, t: &str) -> bool {
+        self.file.as_ref().is_some_and(|(_, wants)| TYPES.iter().position(|x| *x == t).is_some_and(|i| wants[i]))
+    }
+
+    /// The Kafka output, if events go there.
+    pub fn kafka(&self) -> Option<&Kafka> {
+        self.kafka.as_ref()
+    }
+
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, Out>> {
+        self.file.as_ref().map(|(f, _)| f.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Writes one event of type `kind` (an index in [`TYPES`]) with `write`,
+    /// if the file takes that type.
     fn event(&self, kind: usize, write: impl FnOnce(&mut EveWriter<Box<dyn Write + Send>>) -> io::Result<()>) {
-        let mut o = self.lock();
+        let Some((file, wants)) = &self.file else { return };
+        if !wants[kind] {
+            return;
+        }
+        let mut o = file.lock().unwrap_or_else(PoisonError::into_inner);
         o.stats.made[kind] += 1;
         if o.stats.error.is_some() {
             o.refused += 1;
@@ -97,46 +164,45 @@ impl Events {
     /// Writes `r` as a flow event: the record's direction to the server,
     /// with `--biflow` the reverse direction's counters to the client.
     pub fn record(&self, r: &FlowRecord) {
-        let rev = r.reverse.unwrap_or_default();
-        let e = FlowEvent {
-            src: r.src,
-            dst: r.dst,
-            sport: r.sport,
-            dport: r.dport,
-            proto: r.proto,
-            start_ns: r.start_ms * 1_000_000,
-            end_ns: r.end_ms * 1_000_000,
-            pkts_toserver: r.packets,
-            bytes_toserver: r.octets,
-            pkts_toclient: rev.packets,
-            bytes_toclient: rev.octets,
-            tcp_flags_ts: r.tcp_flags,
-            tcp_flags_tc: rev.tcp_flags,
-            reason: r.end.name(),
-        };
-        self.event(0, |w| w.flow(&e));
+        if self.file.is_some() {
+            let e = flow_event(r);
+            self.event(0, |w| w.flow(&e));
+        }
+        if let Some(k) = &self.kafka {
+            k.record(r);
+        }
     }
 
     /// Writes a closed stream as a `stream` event.
     pub fn stream(&self, s: &Stream) {
         self.event(1, |w| w.stream(s));
+        if let Some(k) = &self.kafka {
+            k.stream(s);
+        }
     }
 
     /// Writes a rule's match in a stream as an `alert` event.
     pub fn alert(&self, s: &Stream, rule: u32, offset: u64) {
         self.event(2, |w| w.alert(s, rule, offset));
+        if let Some(k) = &self.kafka {
+            k.alert(s, rule, offset);
+        }
     }
 
     /// Writes the counters as a `stats` event, and hands everything that
     /// waits to the file (once a period, so a reader is never far behind).
     pub fn stats(&self, ts_ns: u64, object: &serde_json::Value) {
-        self.event(3, |w| w.stats(ts_ns, &object.to_string()));
+        let text = object.to_string();
+        self.event(3, |w| w.stats(ts_ns, &text));
+        if let Some(k) = &self.kafka {
+            k.stats(ts_ns, &text);
+        }
         self.flush();
     }
 
     /// Hands what waits to the file.
     pub fn flush(&self) {
-        let mut o = self.lock();
+        let Some(mut o) = self.lock() else { return };
         if o.stats.error.is_none() {
             if let Err(e) = o.writer.flush() {
                 fail(&mut o, &e);
@@ -149,7 +215,7 @@ impl Events {
     /// failed output resumes if the name can be opened. Standard output is
     /// kept as it is.
     pub fn reopen(&self) -> io::Result<()> {
-        let mut o = self.lock();
+        let Some(mut o) = self.lock() else { return Ok(()) };
         let Some(path) = o.path.clone() else { return Ok(()) };
         if o.stats.error.is_none() {
             if let Err(e) = o.writer.flush() {
@@ -165,9 +231,10 @@ impl Events {
         Ok(())
     }
 
-    /// The counts now (pending events count as neither written nor not).
+    /// The file's counts now (pending events count as neither written
+    /// nor not); all zero without a file.
     pub fn counts(&self) -> (EventStats, u64) {
-        let o = self.lock();
+        let Some(o) = self.lock() else { return (EventStats::default(), 0) };
         let mut st = o.stats.clone();
         st.written = o.closed_written + o.writer.written();
         st.unwritten = o.closed_unwritten + o.writer.unwritten() + o.refused;

@@ -14,6 +14,7 @@ mod flows;
 mod forward;
 mod handle;
 mod inspect;
+mod kafka;
 mod metrics;
 mod notify;
 mod profile;
@@ -105,5 +106,17 @@ pub(crate) fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Queues(a) => queues::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Run(a) => wrap::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks its arguments (unique ids, valid defaults) only when a
+    /// command is built; this builds every command, so a clash between
+    /// flattened option groups fails here rather than at a user's first run.
+    #[test]
+    fn every_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

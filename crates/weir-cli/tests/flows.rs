@@ -30,9 +30,12 @@ use weir::filter::oracle::Oracle;
 
 #[path = "support/collector.rs"]
 mod collector;
+#[path = "support/ipfix.rs"]
+mod ipfix;
 #[path = "flows/nfpcapd.rs"]
 mod nfpcapd;
 use collector::{nfcapd_files, stored_lines, text, tool, Collector};
+use ipfix::ipfix_dump;
 use nfpcapd::{compare_nfpcapd, NfpWhy};
 
 /// Longer than any trace: one year, in seconds.
@@ -623,56 +626,6 @@ fn a_live_run_exports_as_flows_go_idle_refreshes_templates_and_flushes_on_sigint
     // Every IP packet of the trace is in a record the collector stored.
     let packets: u64 = truth.flows.values().map(|t| t.packets).sum();
     assert_eq!(rows.iter().map(|r| r.packets).sum::<u64>(), packets, "{stderr}");
-}
-
-/// One IPFIX message as ipfixDump prints it: its header, how many template
-/// records it holds, and its data records (field name to value).
-#[derive(Debug, Default)]
-struct Message {
-    domain: u32,
-    sequence: u32,
-    templates: usize,
-    /// Whether a template record came before any data record.
-    templates_first: bool,
-    records: Vec<BTreeMap<String, String>>,
-}
-
-/// Reads an IPFIX file with ipfixDump (libfixbuf-tools), which must take it
-/// without complaint: exit status 0 and nothing on standard error (it
-/// reports a cut or malformed message there, and still exits 0).
-fn ipfix_dump(file: &Path) -> Vec<Message> {
-    let o = tool("ipfixDump").args(["--in", file.to_str().unwrap()]).output().unwrap();
-    assert!(o.status.success() && o.stderr.is_empty(), "ipfixDump --in {}: {}", file.display(), text(&o.stderr));
-    let mut msgs: Vec<Message> = Vec::new();
-    let number = |line: &str, after: &str| -> u64 {
-        let rest = &line[line.find(after).unwrap_or_else(|| panic!("`{after}` in `{line}`")) + after.len()..];
-        rest.split_whitespace().next().unwrap().parse().unwrap()
-    };
-    for line in text(&o.stdout).lines() {
-        if line.starts_with("--- Message Header ---") {
-            msgs.push(Message::default());
-            continue;
-        }
-        let m = msgs.last_mut().expect("a message header comes first");
-        if line.contains("observation domain id:") {
-            m.domain = number(line, "observation domain id:") as u32;
-        }
-        if line.contains("sequence number:") {
-            m.sequence = number(line, "sequence number:") as u32;
-        }
-        if line.starts_with("--- template record ---") {
-            m.templates += 1;
-            m.templates_first |= m.records.is_empty();
-        } else if line.starts_with("--- data record") {
-            m.records.push(BTreeMap::new());
-        } else if let (Some(r), Some((name, value))) =
-            (m.records.last_mut(), line.trim_start().strip_prefix('(').and_then(|l| l.split_once(" : ")))
-        {
-            let name = name.split_once(')').expect("(id) name").1.trim();
-            r.insert(name.to_string(), value.trim().to_string());
-        }
-    }
-    msgs
 }
 
 /// A data record of ipfixDump's as nfdump prints the same flow, in the

@@ -58,6 +58,12 @@ const TEXT: &[&str] = &[
     "--class",
     "--backend",
     "--metrics",
+    "--kafka",
+    "--topic",
+    "--kafka-format",
+    "--kafka-property",
+    "--kafka-config",
+    "--kafka-types",
 ];
 
 struct Case {
@@ -90,6 +96,10 @@ const SOURCE_NUMERIC: &[&str] = &[
 
 /// The stream layer's numeric options (`weir streams`, `weir inspect --streams`).
 const STREAM_NUMERIC: &[&str] = &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--prealloc", "--memory"];
+
+/// The Kafka output's numeric options (driven without a broker: a value is
+/// refused, or taken and unused).
+const KAFKA_NUMERIC: &[&str] = &["--kafka-buffer", "--kafka-wait", "--kafka-flush-timeout"];
 
 /// The engine's numeric options, which every subcommand that captures has, and `extra`.
 fn with_source(extra: &[&'static str]) -> Vec<&'static str> {
@@ -134,7 +144,10 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
         Case {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null"]),
-            numeric: with_source(&["--group-rules", "--max-flows", "--idle-timeout", "--kernel-flows", "--kernel-install-after"]),
+            numeric: with_source(
+                &[&["--group-rules", "--max-flows", "--idle-timeout", "--kernel-flows", "--kernel-install-after"][..], KAFKA_NUMERIC]
+                    .concat(),
+            ),
             // Refused without --streams; driven in the case below.
             text: &["--cutoff", "--hold-limit", "--piece", "--flush-timeout", "--max-streams", "--prealloc", "--memory", "--kernel-cutoff"],
         },
@@ -142,7 +155,8 @@ fn cases(dir: &Path, trace: &str, lib: &Path) -> Vec<Case> {
             cmd: &["inspect"],
             base: engine(&["-q", "--group-rules", "4", "-o", "/dev/null", "--streams"]),
             numeric: with_source(
-                &[&["--group-rules", "--idle-timeout", "--kernel-flows", "--kernel-install-after"][..], STREAM_NUMERIC].concat(),
+                &[&["--group-rules", "--idle-timeout", "--kernel-flows", "--kernel-install-after"][..], STREAM_NUMERIC, KAFKA_NUMERIC]
+                    .concat(),
             ),
             // Refused with --streams; driven in the case above.
             text: &["--max-flows", "--kernel-cutoff"],

@@ -154,6 +154,11 @@ fn broken_configs_are_refused_with_file_line_and_key_and_start_nothing() {
         (format!("[sensor]\nname = \"a b\"\n{good}"), 2, "[sensor] name"),
         (format!("[sensor]\nstatus-interval = -1\n{good}"), 2, "status-interval"),
         (format!("sensor = 1\n{good}"), 1, "must be a table"),
+        (format!("{good}[kafka]\ntopic = \"x\"\n"), 6, "[kafka] brokers"),
+        (format!("{good}[kafka]\nbrokers = \"127.0.0.1:1\"\ntopic = \"bad topic {{type}}\"\n"), 8, "not a Kafka topic name"),
+        (format!("{good}[kafka]\nbrokers = \"127.0.0.1:1\"\nkafka-format = \"avro\"\n"), 8, "kafka-format"),
+        (format!("{good}[kafka]\nbrokers = \"127.0.0.1:1\"\nkafka-buffer = 0\n"), 8, "kafka-buffer"),
+        (format!("[capture]\nsource = \"{t}\"\n[flows]\nwrite = \"{dir}/f\"\nkafka = \"127.0.0.1:9092\"\n"), 5, "[kafka] table"),
     ];
     assert!(cases.len() >= 30);
     let mut wrong = Vec::new();

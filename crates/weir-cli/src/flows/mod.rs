@@ -164,6 +164,8 @@ pub struct FlowsArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
+    #[command(flatten)]
+    pub kafka: crate::kafka::KafkaArgs,
 }
 
 /// How the queues' records reach the collectors.
@@ -265,9 +267,6 @@ fn collectors(specs: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
 /// The rotating files of `-w` for the exporter of `queue` (`None`: the one
 /// exporter of all queues), checked against the other options.
 fn flow_files(args: &FlowsArgs, queue: Option<QueueId>, templates: Vec<u8>) -> anyhow::Result<Option<FlowFiles>> {
-    if args.collectors.is_empty() && args.write.is_none() {
-        return Err(bad_input(anyhow::anyhow!("nowhere to export to: give a collector (-n HOST:PORT), IPFIX files (-w OUT), or both")));
-    }
     let Some(pattern) = &args.write else {
         let r = &args.rotation;
         if r.file_size.is_some() || r.rotate_seconds.is_some() || r.max_files.is_some() {
@@ -514,10 +513,16 @@ impl Exporting {
                                       "unwritten": st.unwritten, "orphaned": orphaned, "folded": folded,
                                       "export_rate_datagrams_per_s": args.export_rate, "paced_s": paced_s(&st),
                                       "collectors": collectors, "to_events": made});
-        if let Some(ev) = events {
+        if let Some(ev) = events.filter(|e| e.file_takes("flow")) {
             let flow_events = ev.counts().0.made[0];
             if flow_events != made {
                 eprintln!("weir flows: internal accounting error: {made} records handed to the exporters, {flow_events} flow events");
+            }
+        }
+        if let Some(k) = events.and_then(Events::kafka).filter(|k| k.wants("flow")) {
+            let published = k.counts().made.get("flow").copied().unwrap_or(0);
+            if published != made {
+                eprintln!("weir flows: internal accounting error: {made} records handed to the exporters, {published} to Kafka");
             }
         }
         Ok(FlowSummary {
@@ -531,6 +536,12 @@ impl Exporting {
 }
 
 pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
+    if args.collectors.is_empty() && args.write.is_none() && args.events.is_none() && args.kafka.brokers.is_none() {
+        return Err(bad_input(anyhow::anyhow!(
+            "nowhere to export to: give a collector (-n HOST:PORT), IPFIX files (-w OUT), events (--events OUT), Kafka brokers \
+             (--kafka BROKERS), or several"
+        )));
+    }
     let cfg = FlowOutput::open(&args, &[])?.cfg;
     let stats = StatsFile::create(args.stats.as_deref())?;
     let events = match &args.events {
@@ -539,6 +550,11 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         }
         Some(out) => Some(Events::create(out, false).map_err(|e| bad_input(anyhow::anyhow!("--events {out}: {e}")))?),
         None => None,
+    };
+    let kafka = crate::kafka::start_for(&args.kafka, &["flow"])?;
+    let events = match events {
+        Some(ev) => Some(ev.with_kafka(kafka.clone())),
+        None => kafka.clone().map(Events::kafka_only),
     };
     let metrics = args.metrics.bind()?;
     let engine = args.src.engine_with(cfg.memory_plan(1), args.kernel.entries())?;
@@ -571,7 +587,8 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     let handlers: Vec<ToExporter> = std::mem::take(&mut report.handlers).into_iter().map(|(_, l)| l.into_handler()).collect();
     drop(report);
     let summary = exporting.finish(&args, handlers, &total, elapsed, events.as_ref())?;
-    let ev = events.as_ref().map(Events::finish);
+    let ev = events.as_ref().filter(|e| e.has_file()).map(Events::finish);
+    let kafka = kafka.as_ref().map(|k| crate::kafka::finish_and_report("flows", k));
     if let Some(ev) = &ev {
         eprintln!("weir flows: {} flow events written to {}", ev.written, args.events.as_deref().unwrap_or("?"));
         if let Some(e) = &ev.error {
@@ -584,6 +601,9 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         if let Some(ev) = &ev {
             j["events"] = serde_json::json!({"written": ev.written, "unwritten": ev.unwritten, "error": ev.error});
         }
+        if let Some((k, _)) = &kafka {
+            j["kafka"] = serde_json::json!(k);
+        }
         j["elapsed_s"] = serde_json::json!(elapsed.as_secs_f64());
         stats.write(&j)?;
     }
@@ -593,7 +613,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
     if bad {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
-    let events_ok = ev.is_none_or(|ev| ev.error.is_none());
+    let events_ok = ev.is_none_or(|ev| ev.error.is_none()) && kafka.as_ref().is_none_or(|(_, ok)| *ok);
     Ok(if errors.is_empty() && summary.lost == 0 && !summary.bounced && events_ok && !summary.file_error && summary.adds_up {
         ExitCode::SUCCESS
     } else {

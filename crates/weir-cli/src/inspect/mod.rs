@@ -166,6 +166,9 @@ pub struct InspectArgs {
     pub stream: StreamOptions,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
+    /// `--kafka` (with --streams): every match as an `alert` record, as it is found.
+    #[command(flatten)]
+    pub kafka: crate::kafka::KafkaArgs,
 }
 
 /// 1,000,000 flows: about 100 MiB of flow tables.
@@ -519,6 +522,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             Some(rules::parse(&text, &origin).map_err(bad_input)?)
         }
     };
+    if args.kafka.brokers.is_some() && !args.streams {
+        return Err(bad_input(anyhow!("--kafka publishes the alerts of --streams (each with its stream, as the sensor's): add --streams")));
+    }
     let stream_cfg = match (&rules, args.streams) {
         (Some(r), true) => Some(stream_mode::config(&args, r)?),
         (None, true) => return Err(bad_input(anyhow!("--streams matches the rules on stream data: --work flows has no rules"))),
@@ -556,6 +562,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     }
     // The kernel cutoff needs the stream layer: without --streams, no map.
     let metrics = args.metrics.bind()?;
+    let kafka = crate::kafka::start_for(&args.kafka, &["alert"])?;
     let engine = args.src.engine_with(app, if stream_cfg.is_some() { args.kernel.entries() } else { 0 })?;
     let matcher = match layout {
         None => None,
@@ -580,7 +587,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(cfg) = stream_cfg {
         let matcher = matcher.expect("--streams has rules, so a matcher");
-        return stream_mode::run(engine, &cfg, matcher, out, &args, metrics);
+        return stream_mode::run(engine, &cfg, matcher, out, &args, metrics, kafka);
     }
     let link = engine.info().link_type;
     let queues = engine.info().queues.len().max(1);

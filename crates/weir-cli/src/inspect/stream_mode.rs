@@ -36,6 +36,7 @@ use super::spill::{self, Spill};
 use super::{community_id, flow_text, mib, InspectArgs, Matcher, SPILL_RECORDS};
 use crate::count::finish;
 use crate::exit::{bad_input, out, setting_error};
+use crate::kafka::Kafka;
 use crate::run::{human_rate, run_started};
 use crate::streams::{check_packets, kernel_line, packet_line, stats_json};
 use anyhow::{anyhow, Context};
@@ -76,6 +77,8 @@ struct StreamInspector {
     alerts: Spill<StreamAlert>,
     /// The first failure to write a spill file: reported at the end, and the run fails.
     error: Option<std::io::Error>,
+    /// `--kafka`: each match as an alert record, as it is found.
+    kafka: Option<Kafka>,
 }
 
 /// The stream's tuple from its sender to its receiver.
@@ -103,7 +106,7 @@ impl StreamHandler for StreamInspector {
     fn data(&mut self, ctl: &mut StreamCtl<'_>, port: &mut Option<u16>, piece: &Piece<'_>) {
         let Some(port) = *port else { return };
         let s = ctl.stream();
-        let (alerts, error) = (&mut self.alerts, &mut self.error);
+        let (alerts, error, kafka) = (&mut self.alerts, &mut self.error, &self.kafka);
         self.matcher.each_match(port, piece.data, |rule, m| {
             // Ends in the bytes repeated from the previous piece: reported with it.
             if m.end() <= piece.overlap {
@@ -116,6 +119,9 @@ impl StreamHandler for StreamInspector {
                 offset: piece.offset + m.start() as u64,
                 rule,
             };
+            if let Some(k) = kafka {
+                k.alert(s, rule, a.offset);
+            }
             if let Err(e) = alerts.push(a) {
                 error.get_or_insert(e);
             }
@@ -134,10 +140,12 @@ pub(super) fn run(
     mut out: Box<dyn Write>,
     args: &InspectArgs,
     metrics: Option<weir_metrics::Listener>,
+    kafka: Option<Kafka>,
 ) -> anyhow::Result<ExitCode> {
     let queues = engine.info().queues.len().max(1);
-    let mut workers: Vec<StreamInspector> =
-        (0..queues).map(|_| StreamInspector { matcher: matcher.clone(), alerts: Spill::new(SPILL_RECORDS), error: None }).collect();
+    let mut workers: Vec<StreamInspector> = (0..queues)
+        .map(|_| StreamInspector { matcher: matcher.clone(), alerts: Spill::new(SPILL_RECORDS), error: None, kafka: kafka.clone() })
+        .collect();
     let spill_bytes: usize = workers.iter().map(|w| w.alerts.memory_bytes()).sum();
     if !args.quiet {
         eprintln!(
@@ -193,6 +201,12 @@ pub(super) fn run(
     }
     w.flush()?;
     drop(w);
+    let kafka = kafka.as_ref().map(|k| crate::kafka::finish_and_report("inspect", k));
+    if let Some((k, _)) = &kafka {
+        if k.made_total() != alerts && args.kafka.types.iter().all(|t| t == "alert") {
+            eprintln!("weir inspect: internal accounting error: {alerts} alerts, {} handed to Kafka", k.made_total());
+        }
+    }
     let packets = report.stats.total();
     if args.json {
         let summary = serde_json::json!({
@@ -211,6 +225,7 @@ pub(super) fn run(
             "records_spilled_to_disk": spilled,
             "capture_drops": packets.capture_drops,
             "delivery_drops": packets.delivery_drops,
+            "kafka": kafka.as_ref().map(|(k, _)| k),
         });
         out!("{summary}");
     } else {
@@ -236,5 +251,6 @@ pub(super) fn run(
             eprintln!("weir inspect: {line}");
         }
     }
-    finish(&report)
+    let code = finish(&report)?;
+    Ok(if kafka.is_some_and(|(_, ok)| !ok) { ExitCode::FAILURE } else { code })
 }

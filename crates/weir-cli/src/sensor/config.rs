@@ -60,6 +60,14 @@ pub struct CaptureTable {
     pub src: crate::run::SourceArgs,
 }
 
+/// The `[kafka]` table's options: those of `--kafka` on the commands, the
+/// brokers under the key `brokers` (the commands' `--kafka`).
+#[derive(Args, Debug)]
+pub struct KafkaTable {
+    #[command(flatten)]
+    pub kafka: crate::kafka::KafkaArgs,
+}
+
 /// `[events]`: the EVE JSON lines (Suricata's eve.json shape).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventsConfig {
@@ -93,6 +101,8 @@ pub struct Config {
     pub streams: Option<crate::streams::StreamsArgs>,
     pub inspect: Option<crate::inspect::InspectArgs>,
     pub events: Option<EventsConfig>,
+    /// `[kafka]`: the options of `--kafka` (`brokers` for `kafka`).
+    pub kafka: Option<crate::kafka::KafkaArgs>,
     /// `[metrics] listen`.
     pub metrics: Option<String>,
     /// The line of each table's header, for later checks to point at.
@@ -156,7 +166,10 @@ impl Lines {
 }
 
 /// The tables the sensor knows, in the order they are read.
-const TABLES: [&str; 8] = ["sensor", "capture", "record", "flows", "streams", "inspect", "events", "metrics"];
+const TABLES: [&str; 9] = ["sensor", "capture", "record", "flows", "streams", "inspect", "events", "kafka", "metrics"];
+
+/// Seconds between two `stats` events when `[events]` does not say.
+pub const STATS_INTERVAL: f64 = 60.0;
 
 /// Keys of the commands' options that the sensor leaves to another table
 /// or does itself, and what to say instead.
@@ -164,6 +177,8 @@ fn elsewhere(key: &str) -> Option<&'static str> {
     Some(match key {
         "metrics" => "metrics are served by the [metrics] table (listen = \"ADDR:PORT\")",
         "stats" => "the sensor's totals go to its log at the end and as `stats` events ([events])",
+        "kafka" | "brokers" | "topic" => "Kafka is set in the [kafka] table, for every output at once",
+        k if k.starts_with("kafka-") => "Kafka is set in the [kafka] table, for every output at once",
         "events" => "events go to the [events] table's file",
         "json" => "records go out as events: add \"stream\" to [events] types",
         "quiet" => "status lines are set in [sensor] (status-interval = 0 for none)",
@@ -233,6 +248,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let streams = table("streams").and_then(|t| p.command::<crate::streams::StreamsArgs>("streams", t, Some("-"), &source_ids));
     let inspect = table("inspect").and_then(|t| p.command::<crate::inspect::InspectArgs>("inspect", t, Some("-"), &source_ids));
     let events = table("events").and_then(|t| p.events(t));
+    let kafka = table("kafka").and_then(|t| p.command::<KafkaTable>("kafka", t, None, &source_ids)).map(|k| k.kafka);
     let metrics = table("metrics").and_then(|t| p.metrics(t));
     let sensor = p.sensor(table("sensor").unwrap_or(&empty));
     if problems.is_empty() {
@@ -246,6 +262,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
                 streams,
                 inspect,
                 events,
+                kafka,
                 metrics,
                 lines,
                 tables: doc,
@@ -297,12 +314,13 @@ impl Parser<'_> {
                 self.problem(name, key, format!("`{key}` is a capture option: it belongs in [capture] (one capture feeds every output)"));
                 continue;
             }
-            if let Some(why) = elsewhere(key) {
+            // [kafka] is the options of --kafka, whose own value is `brokers`.
+            let long = if name == "kafka" && key == "brokers" { "kafka" } else { key.as_str() };
+            if let Some(why) = elsewhere(key).filter(|_| name != "kafka") {
                 self.problem(name, key, format!("not in a sensor's [{name}]: {why}"));
                 continue;
             }
-            let arg =
-                cmd.get_arguments().find(|a| a.get_long() == Some(key.as_str()) || (a.get_long().is_none() && a.get_id() == key.as_str()));
+            let arg = cmd.get_arguments().find(|a| a.get_long() == Some(long) || (a.get_long().is_none() && a.get_id() == long));
             let Some(arg) = arg else {
                 let known: BTreeSet<&str> =
                     cmd.get_arguments().filter_map(|a| a.get_long()).filter(|l| !refused.iter().any(|r| r == l)).collect();
@@ -384,7 +402,7 @@ impl Parser<'_> {
         let mut c = EventsConfig {
             path: String::new(),
             types: crate::events::TYPES.map(str::to_string).to_vec(),
-            stats_interval: 60.0,
+            stats_interval: STATS_INTERVAL,
             explicit_types: false,
         };
         let before = self.problems.len();
@@ -523,7 +541,8 @@ pub fn example() -> String {
         }
         for a in cmd.get_arguments() {
             let key = a.get_long().map_or_else(|| a.get_id().to_string(), str::to_string);
-            if key == "help" || refused.contains(&key) || elsewhere(&key).is_some() || set.iter().any(|(k, _)| *k == key) {
+            let moved = elsewhere(&key).is_some() && name != "kafka";
+            if key == "help" || refused.contains(&key) || moved || set.iter().any(|(k, _)| *k == key) {
                 continue;
             }
             let defaults: Vec<String> = a.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
@@ -560,6 +579,14 @@ pub fn example() -> String {
     let mut inspect = no_source(&source);
     inspect.push("output".into());
     table(&mut out, "inspect", false, crate::inspect::InspectArgs::augment_args(Command::new("inspect")), &inspect, &[]);
+    table(
+        &mut out,
+        "kafka",
+        false,
+        KafkaTable::augment_args(Command::new("kafka")),
+        &["kafka".to_string()],
+        &[("brokers", "\"127.0.0.1:9092\"")],
+    );
     out += "\n[events]\npath = \"/var/log/weir/eve.json\"  # The file events are written to (\"-\": standard output); appended to, reopened on SIGHUP\n";
     out += &line("types", "[\"flow\", \"stream\", \"alert\", \"stats\"]", "Which events: every type the outputs make by default");
     out += &line("stats-interval", "60", "Seconds between two stats events");

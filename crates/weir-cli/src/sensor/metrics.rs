@@ -4,6 +4,7 @@
 //! output's count is read under its writer's lock, for a moment).
 
 use crate::events::{Events, TYPES};
+use crate::kafka::Kafka;
 use crate::record::Shared;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +30,7 @@ pub struct SensorMetrics {
     pub branches: Vec<QueueBranches>,
     pub record: Option<Arc<Mutex<Shared>>>,
     pub events: Option<Events>,
+    pub kafka: Option<Kafka>,
     pub reloads: Arc<Reloads>,
 }
 
@@ -51,7 +53,20 @@ impl Scrape for SensorMetrics {
             let written = r.lock().unwrap_or_else(PoisonError::into_inner).packets;
             out.counter(&c::SENSOR_RECORD_WRITTEN, &l, written as f64);
         }
-        if let Some(ev) = &self.events {
+        if let Some(k) = &self.kafka {
+            let st = k.counts();
+            for (t, n) in &st.made {
+                out.counter(&c::SENSOR_KAFKA_RECORDS, &[("sensor", sensor), ("type", t)], *n as f64);
+            }
+            out.counter(&c::SENSOR_KAFKA_RESULTS, &[("sensor", sensor), ("result", "acked"), ("reason", "")], st.acked as f64);
+            for (result, map) in [("dropped", &st.dropped), ("failed", &st.failed)] {
+                for (reason, n) in map {
+                    out.counter(&c::SENSOR_KAFKA_RESULTS, &[("sensor", sensor), ("result", result), ("reason", reason)], *n as f64);
+                }
+            }
+            out.gauge(&c::SENSOR_KAFKA_IN_FLIGHT, &l, st.in_flight as f64);
+        }
+        if let Some(ev) = self.events.as_ref().filter(|e| e.has_file()) {
             let (st, pending) = ev.counts();
             for (t, n) in TYPES.iter().zip(st.made) {
                 out.counter(&c::SENSOR_EVENTS, &[("sensor", sensor), ("type", t)], n as f64);

@@ -7,6 +7,7 @@ use super::config::{Config, ConfigError, Problem};
 use crate::events::Events;
 use crate::flows::{FlowOutput, ToExporter};
 use crate::inspect::Matcher;
+use crate::kafka::Kafka;
 use crate::record::{Recorder, Shared};
 use crate::run::{announce, drop_privileges, human_rate};
 use crate::streams::{packet_line, Writer};
@@ -211,8 +212,24 @@ impl Plan {
                 }
             }
         }
-        if cfg.inspect.is_some() && !cfg.events.as_ref().is_some_and(|e| e.types.iter().any(|t| t == "alert")) {
-            p("inspect", "", "alerts go to [events]: add an [events] table (with \"alert\" among its types)".into());
+        let kafka_alerts = cfg.kafka.as_ref().is_some_and(|k| k.types.is_empty() || k.types.iter().any(|t| t == "alert"));
+        if cfg.inspect.is_some() && !kafka_alerts && !cfg.events.as_ref().is_some_and(|e| e.types.iter().any(|t| t == "alert")) {
+            p("inspect", "", "alerts go to [events] or [kafka]: add an [events] table (with \"alert\" among its types) or [kafka]".into());
+        }
+        let kafka_flows = cfg.kafka.as_ref().is_some_and(|k| k.types.is_empty() || k.types.iter().any(|t| t == "flow"));
+        let event_flows = cfg.events.as_ref().is_some_and(|e| e.types.iter().any(|t| t == "flow"));
+        if let Some(f) = &cfg.flows {
+            if f.collectors.is_empty() && f.write.is_none() && !kafka_flows && !event_flows {
+                p("flows", "", "nowhere to export the records to: give `collector` or `write`, or add [kafka] or [events] (with \"flow\" among its types)".into());
+            }
+        }
+        if let Some(k) = &cfg.kafka {
+            if k.brokers.is_none() {
+                p("kafka", "brokers", "missing: the brokers to publish to, \"HOST:PORT,...\"".into());
+            }
+            if let Err(e) = crate::kafka::topics(&k.topic, &cfg.sensor.name) {
+                p("kafka", "topic", e);
+            }
         }
         if let Some(m) = &cfg.metrics {
             if let Err(e) = weir_metrics::listen(m) {
@@ -239,6 +256,7 @@ impl Plan {
             ("streams", cfg.streams.is_some()),
             ("inspect", cfg.inspect.is_some()),
             ("events", cfg.events.is_some()),
+            ("kafka", cfg.kafka.is_some()),
             ("metrics", cfg.metrics.is_some()),
         ] {
             if on {
@@ -370,11 +388,20 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let engine = cfg.capture.src.engine_with(plan.memory.clone(), 0)?;
     let info = engine.info().clone();
     let queues = info.queues.clone();
-    let events = match &cfg.events {
-        Some(e) => Some(Events::create(&e.path, true).map_err(|err| bad(anyhow!("[events] path {}: {err}", e.path)))?),
+    let kafka = match &cfg.kafka {
+        Some(k) => Some(Kafka::start(k, &name, &made_types(&cfg)).map_err(|e| bad(anyhow!("[kafka] {e}")))?),
         None => None,
     };
-    let wants = |t: &str| cfg.events.as_ref().is_some_and(|e| e.types.iter().any(|x| x == t));
+    let events = match &cfg.events {
+        Some(e) => Some(
+            Events::create(&e.path, true)
+                .map_err(|err| bad(anyhow!("[events] path {}: {err}", e.path)))?
+                .file_types(&e.types)
+                .with_kafka(kafka.clone()),
+        ),
+        None => kafka.clone().map(Events::kafka_only),
+    };
+    let wants = |t: &str| cfg.events.as_ref().is_some_and(|e| e.types.iter().any(|x| x == t)) || kafka.as_ref().is_some_and(|k| k.wants(t));
     let mut kinds = Vec::new();
     let record = match &cfg.record {
         Some(r) => {
@@ -418,8 +445,10 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                 }
                 Kind::Streams => {
                     let c = plan.stream_cfg.as_ref().expect("a streams branch has its settings");
-                    let writer =
-                        cfg.streams.as_ref().map(|s| Writer::new(if s.output.is_some() { dir.clone() } else { None }, ethernet, false));
+                    let writer = cfg
+                        .streams
+                        .as_ref()
+                        .map(|s| Writer::new(if s.output.is_some() { dir.clone() } else { None }, ethernet, false, None));
                     let alerts = rules.as_ref().zip(events.as_ref()).map(|(r, ev)| AlertMatcher {
                         rules: Arc::clone(r),
                         matcher: r.matcher.lock().unwrap_or_else(PoisonError::into_inner).clone(),
@@ -480,6 +509,7 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
             .collect(),
         record: record.clone(),
         events: events.clone(),
+        kafka: kafka.clone(),
         reloads: Arc::clone(&reloads),
     };
     crate::metrics::serve(metrics, scrape)?;
@@ -491,7 +521,8 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let wall_clock_ages = cfg.record.as_ref().is_some_and(|r| r.max_age.is_some()) && info.iface.is_some();
     let (mut record_failure_said, mut events_failure_said) = (false, false);
     let (mut seen, mut last_stats, mut last_status) = ((0u64, 0u64, 0u64), Instant::now(), Instant::now());
-    let stats_every = cfg.events.as_ref().filter(|_| wants("stats")).map(|e| Duration::from_secs_f64(e.stats_interval));
+    let stats_every =
+        wants("stats").then(|| Duration::from_secs_f64(cfg.events.as_ref().map_or(super::config::STATS_INTERVAL, |e| e.stats_interval)));
     let status_every = (cfg.sensor.status_interval > 0.0).then(|| Duration::from_secs_f64(cfg.sensor.status_interval));
     let counters = |running: &weir::engine::Running<Tee>| -> serde_json::Value {
         let total = running.stats().total();
@@ -507,7 +538,7 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
             let s = r.lock().unwrap_or_else(PoisonError::into_inner);
             outputs["record"]["written"] = json!(s.packets);
         }
-        let ev = events.as_ref().map(|e| {
+        let ev = events.as_ref().filter(|e| e.has_file()).map(|e| {
             let (st, pending) = e.counts();
             json!({"made": crate::events::TYPES.iter().zip(st.made).map(|(t, n)| (t.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
                    "written": st.written, "unwritten": st.unwritten, "pending": pending, "reopened": st.reopened, "error": st.error})
@@ -516,7 +547,8 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                "capture": {"received": total.received, "delivered": total.delivered, "filtered": total.filtered,
                            "capture_drops": total.capture_drops, "delivery_drops": total.delivery_drops, "in_flight": total.in_flight},
                "outputs": outputs,
-               "events": ev})
+               "events": ev,
+               "kafka": kafka.as_ref().map(Kafka::counts)})
     };
     while !running.wait_for(Duration::from_millis(250)) {
         if let Some(r) = &record {
@@ -616,6 +648,22 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let final_counters = counters(&running);
     let mut report = running.join();
     finish(&cfg, &kinds, &mut report, record, exporting, events, final_counters, stats_every.is_some(), &say)
+}
+
+/// The record types the config's outputs make: what `[kafka]` publishes
+/// unless its `kafka-types` says otherwise.
+fn made_types(cfg: &Config) -> Vec<&'static str> {
+    let mut t = vec!["stats"];
+    if cfg.flows.is_some() {
+        t.push("flow");
+    }
+    if cfg.streams.is_some() {
+        t.push("stream");
+    }
+    if cfg.inspect.is_some() {
+        t.push("alert");
+    }
+    t
 }
 
 /// What a reload takes: each branch's filter, and the rules (with `[inspect]`).
@@ -785,10 +833,10 @@ fn finish(
             }
         }
     }
-    if let Some(ev) = &events {
-        if stats_events {
-            ev.stats(now_ns(), &counters);
-        }
+    if let (Some(ev), true) = (&events, stats_events) {
+        ev.stats(now_ns(), &counters);
+    }
+    if let Some(ev) = events.as_ref().filter(|e| e.has_file()) {
         let st = ev.finish();
         let made: u64 = st.made.iter().sum();
         say(format!(
@@ -803,6 +851,21 @@ fn finish(
             say(format!("internal accounting error: {made} events made, {} written or not", st.written + st.unwritten));
         }
         ok &= st.error.is_none();
+    }
+    if let Some(k) = events.as_ref().and_then(Events::kafka) {
+        let st = k.finish();
+        say(format!("[kafka] {} ({}): {}", k.brokers(), k.topic_pattern(), st.line()));
+        if st.in_flight > 0 {
+            say(format!(
+                "[kafka] {} records were still in flight after kafka-flush-timeout and are lost{}",
+                st.in_flight,
+                st.broker_error.as_ref().map(|e| format!(" (the brokers: {e})")).unwrap_or_default()
+            ));
+        }
+        if !st.adds_up() {
+            say(format!("internal accounting error: [kafka] {}", st.line()));
+        }
+        ok &= st.adds_up() && st.dropped_total() + st.failed_total() + st.in_flight == 0;
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

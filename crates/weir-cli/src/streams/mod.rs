@@ -13,6 +13,7 @@
 pub mod tcpflow;
 
 use crate::exit::{bad_input, out, setting_error};
+use crate::kafka::Kafka;
 use crate::run::{human_rate, run_started, KernelCutoffArgs, SourceArgs};
 use anyhow::Context;
 use clap::Args;
@@ -82,6 +83,9 @@ pub struct StreamsArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
+    /// `--kafka`: every closed stream as a `stream` record.
+    #[command(flatten)]
+    pub kafka: crate::kafka::KafkaArgs,
 }
 
 /// The stream layer's options that `weir streams` and `weir inspect --streams` share.
@@ -174,6 +178,8 @@ pub(crate) struct Writer {
     /// tcpflow names files after a VLAN tag only on Ethernet links.
     ethernet: bool,
     json: bool,
+    /// `--kafka`: each closed stream as a record.
+    kafka: Option<Kafka>,
     /// A running sum of every delivered byte, so the data is read.
     sum: u64,
     pub(crate) files: u64,
@@ -192,9 +198,10 @@ pub(crate) struct Out {
 
 impl Writer {
     /// Writes each TCP stream's bytes into `dir` (tcpflow's layout), with
-    /// `json` a line per closed stream on standard output.
-    pub(crate) fn new(dir: Option<Arc<PathBuf>>, ethernet: bool, json: bool) -> Writer {
-        Writer { dir, ethernet, json, sum: 0, files: 0, write_errors: 0, first_error: None }
+    /// `json` a line per closed stream on standard output, with `kafka` a
+    /// record per closed stream to Kafka.
+    pub(crate) fn new(dir: Option<Arc<PathBuf>>, ethernet: bool, json: bool, kafka: Option<Kafka>) -> Writer {
+        Writer { dir, ethernet, json, kafka, sum: 0, files: 0, write_errors: 0, first_error: None }
     }
 
     fn open(&mut self, dir: &Path, s: &Stream, vlan: Option<u16>) -> Option<(File, String)> {
@@ -288,6 +295,9 @@ impl StreamHandler for Writer {
             });
             out!("{line}");
         }
+        if let Some(k) = &self.kafka {
+            k.stream(s);
+        }
     }
 }
 
@@ -332,10 +342,11 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     // Without a cutoff no stream is ever installed: no flow map then.
     let cut = cfg.cutoff.is_some() || cfg.classes.iter().any(|c| matches!(c.cutoff, Some(Some(_))));
     let metrics = args.metrics.bind()?;
+    let kafka = crate::kafka::start_for(&args.kafka, &["stream"])?;
     let engine = args.src.engine_with(cfg.memory_plan(1), if cut { args.kernel.entries() } else { 0 })?;
     let dir = args.output.clone().map(Arc::new);
     let ethernet = engine.info().link_type == weir::LinkType::ETHERNET;
-    let running = engine.start_streams(&cfg, |_| Writer::new(dir.clone(), ethernet, args.json)).map_err(|e| match e {
+    let running = engine.start_streams(&cfg, |_| Writer::new(dir.clone(), ethernet, args.json, kafka.clone())).map_err(|e| match e {
         RunError::Setting(s) => setting_error(&s),
         other => anyhow::Error::new(other),
     })?;
@@ -354,6 +365,15 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     }
     check_packets(&report, &total)?;
     let elapsed = report.elapsed;
+    // The workers' clones of the producer went with their handlers' last use;
+    // the acknowledgements of what is in flight are waited for here.
+    let kafka =
+        kafka.as_ref().map(|k| (k.wants("stream"), crate::kafka::finish_and_report("streams", k))).map(|(wants, (k, ok))| (k, ok, wants));
+    if let Some((k, _, true)) = &kafka {
+        if k.made.get("stream").copied().unwrap_or(0) != total.streams {
+            eprintln!("weir streams: internal accounting error: {} streams closed, {} handed to Kafka", total.streams, k.made_total());
+        }
+    }
     if let Some(stats) = stats {
         let mut j = stats_json(&total);
         for (k, v) in [
@@ -366,6 +386,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
                                                      "park_drops": b.park_drops, "handover_drops": b.handover_drops}))),
             ),
             ("elapsed_s", json!(elapsed.as_secs_f64())),
+            ("kafka", json!(kafka.as_ref().map(|(k, _, _)| k))),
         ] {
             j[k] = v;
         }
@@ -402,7 +423,7 @@ pub fn run(args: StreamsArgs) -> anyhow::Result<ExitCode> {
     if report.failed_on_bad_input() {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
     }
-    Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if report.errors.is_empty() && kafka.is_none_or(|(_, ok, _)| ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// The stream layer's totals as JSON: every packet and byte category, the
