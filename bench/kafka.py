@@ -2,13 +2,14 @@
 every flow record into a local single-node broker (scripts/kafka), JSON and
 protobuf, against the same run writing IPFIX to /dev/null, in turn.
 
-Two traces, both `weir synth`:
-- the `make demo` trace (2 million packets, 100,000 flows open at once):
-  the records a real link makes; here the stream layer is the larger cost;
-- a trace of short flows (2 million packets in 1 million flows): as many
-  records as packets allow, so the output's own cost shows.
+Two cases on the `make demo` trace (`weir synth`, 2 million packets,
+100,000 flows open at once):
+- demo: the default timeouts, the records a real link makes; here the
+  stream layer is the larger cost;
+- timeouts-1s: `--active-timeout 1 --inactive-timeout 1`, about three times
+  the records from the same packets, so the output's own cost shows.
 
-Per trace and encoding, RUNS runs of each command in turn, the trace warmed
+Per case and encoding, RUNS runs of each command in turn, the trace warmed
 first. For each: wall time until the last record was acknowledged, weir's
 CPU (user + system), the broker's CPU over the same run (its JVM, from
 /proc), and the records made and acknowledged. Reported, as medians:
@@ -24,7 +25,7 @@ ipfixcol2 publishes 200,000 to 400,000 JSON records/s (its documentation's
 figure, on its own hardware): the comparison is with that published range,
 not a run here.
 
-With --check, the records consumed from the broker after each trace's
+With --check, the records consumed from the broker after each case's
 first JSON and protobuf runs are compared field by field with the IPFIX
 file of the same run (read by ipfixDump), as the tests do on smaller traces.
 
@@ -45,9 +46,10 @@ from common import ROOT, WEIR, WORK, log, machine, median, sh, warm, write_resul
 
 RUNS = 5
 PORT = 19392
-TRACES = {
-    "demo": ["-n", "2000000", "-c", "100000", "--seed", "1"],
-    "short-flows": ["-n", "2000000", "-c", "1000000", "--seed", "2"],
+SYNTH = ["-n", "2000000", "-c", "100000", "--seed", "1"]
+CASES = {
+    "demo": [],
+    "timeouts-1s": ["--active-timeout", "1", "--inactive-timeout", "1"],
 }
 
 
@@ -132,20 +134,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=RUNS)
     ap.add_argument("--check", action="store_true", help="compare the consumed records with the IPFIX file (first runs)")
-    ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--cases", default=",".join(CASES))
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     data = tempfile.mkdtemp(prefix="weir-kafka-bench-")
     addr = sh([str(ROOT / "scripts/kafka"), "start", "--dir", data, "--port", str(PORT), "--partitions", "4"]).stdout.strip()
     broker_pid = int(open(f"{data}/pid").read())
     result = {"machine": machine(), "runs": args.runs, "broker": "Kafka 4.1.1 KRaft, one node, 4 partitions, 512 MiB heap",
-              "traces": {}}
+              "trace": f"weir synth {' '.join(SYNTH)}", "cases": {}}
     try:
-        for name in args.traces.split(","):
-            trace = WORK / f"kafka-{name}.pcap"
-            if not trace.exists():
-                log(f"synthesizing {trace}")
-                sh([str(WEIR), "synth", "-o", str(trace), *TRACES[name]])
+        trace = WORK / "kafka-demo.pcap"
+        if not trace.exists():
+            log(f"synthesizing {trace}")
+            sh([str(WEIR), "synth", "-o", str(trace), *SYNTH])
+        for name in args.cases.split(","):
             warm(trace)
             out = {}
             sides = {"ipfix-devnull": None, "json": "json", "protobuf": "protobuf"}
@@ -154,7 +156,7 @@ def main():
             for i in range(args.runs):
                 for side, fmt in sides.items():
                     stats = Path(data) / "stats.json"
-                    cmd = [str(WEIR), "flows", str(trace), "-q", "--stats", str(stats)]
+                    cmd = [str(WEIR), "flows", str(trace), "-q", "--stats", str(stats), *CASES[name]]
                     ipfix = Path(data) / f"{name}-{side}.ipfix"
                     if fmt is None:
                         cmd += ["-w", "/dev/null"]
@@ -189,7 +191,7 @@ def main():
                     log(f"{name} {side}: {rec / wall:,.0f} records/s, {rec / cpu:,.0f} per weir CPU-second, "
                         f"output {(cpu - base_cpu) / rec * 1e6:.2f} us/record; busy: weir {cpu / wall:.0%}, broker {broker / wall:.0%}")
             out["checks"] = checks
-            result["traces"][name] = out
+            result["cases"][name] = out
     finally:
         subprocess.run([str(ROOT / "scripts/kafka"), "kill", "--dir", data])
         subprocess.run(["rm", "-rf", data])

@@ -25,7 +25,7 @@ use crate::streams::{check_packets, kernel_line, packet_line, stats_json, StatsF
 use clap::Args;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 use weir::engine::RunError;
 use weir::output::flow::encode::EncoderError;
@@ -183,6 +183,10 @@ fn parse_format(s: &str) -> Result<Format, String> {
 /// that finds the channel full waits (no record is dropped).
 const CHANNEL_RECORDS: usize = 1 << 16;
 
+/// How long a worker that finds the channel full waits before it tries
+/// again: a few hundred records' worth of the exporter's time.
+const FULL_BACKOFF: Duration = Duration::from_micros(500);
+
 /// One queue's handler: turns each handed-out stream record into a flow
 /// record for the exporter (with `--biflow`, joins the two directions
 /// first).
@@ -201,9 +205,25 @@ impl ToExporter {
         ToExporter { tx, orphaned: 0, pairer: biflow.then(Pairer::default), folded: 0 }
     }
 
-    fn forward(&mut self, r: FlowRecord) {
-        if self.tx.send(r).is_err() {
-            self.orphaned += 1;
+    /// A full channel makes the worker wait, but not in `send`: a sender
+    /// blocked there is woken by each record the exporter takes, one slot
+    /// at a time, two context switches a record whenever the exporter is
+    /// the slower side (as it is when it publishes to Kafka). Sleeping a
+    /// short while instead lets the exporter take a run of records between
+    /// the worker's attempts.
+    fn forward(&mut self, mut r: FlowRecord) {
+        loop {
+            match self.tx.try_send(r) {
+                Ok(()) => return,
+                Err(TrySendError::Full(back)) => {
+                    r = back;
+                    std::thread::sleep(FULL_BACKOFF);
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.orphaned += 1;
+                    return;
+                }
+            }
         }
     }
 
