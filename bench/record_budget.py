@@ -14,6 +14,11 @@ At the end, the deletions weir said on standard error must match its summary.
 
     python3 bench/record_budget.py --minutes 1 --weir /work/target-b/debug/weir
 
+With --sensor the recorder is `weir sensor` with the same settings in its
+[capture] and [record] tables (the sensor's rolling buffer is the same
+code, and says its deletions in the same lines); the result then goes to
+bench/results/record-budget-sensor.json.
+
 The result goes to bench/results/record-budget.json. Disk space is checked
 first: the budget, the trace and a margin must be free, or the run is refused.
 A run that passes removes its files; one that fails leaves them to look at.
@@ -46,6 +51,7 @@ def parse_args():
     p.add_argument("--interval", type=float, default=0.5, help="seconds between samples of the directory (default 0.5)")
     p.add_argument("--weir", default=str(WEIR), help=f"the weir binary (default {WEIR})")
     p.add_argument("--work", default=str(WORK / "record_budget"), help="where the trace and the files go")
+    p.add_argument("--sensor", action="store_true", help="record with weir sensor's [record] instead of weir record")
     return p.parse_args()
 
 
@@ -180,7 +186,15 @@ def main():
 
     seconds = a.minutes * 60
     mb = f"{budget / 1e6:.6f}"
-    cmd = [weir, "record", "-q", "--mbps", str(a.mbps), "-", "-w", str(out / "rec.pcap"), "-C", str(a.file_mb), "--budget", mb]
+    if a.sensor:
+        config = work / "sensor.toml"
+        config.write_text(
+            f'[sensor]\nname = "budget"\nstatus-interval = 0\n\n[capture]\nsource = "-"\nmbps = {a.mbps}\n\n'
+            f'[record]\nwrite = "{out / "rec.pcap"}"\nfile-size = {a.file_mb}\nbudget = {mb}\n'
+        )
+        cmd = [weir, "sensor", str(config)]
+    else:
+        cmd = [weir, "record", "-q", "--mbps", str(a.mbps), "-", "-w", str(out / "rec.pcap"), "-C", str(a.file_mb), "--budget", mb]
     log(f"recording for {a.minutes} min at {a.mbps} Mbit/s: {' '.join(cmd)}")
     weir_proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=False)
     stderr_lines = []
@@ -232,8 +246,9 @@ def main():
     deleted = [l for l in stderr_lines if re.match(r"weir record: budget: deleted ", l)]
     failed = [l for l in stderr_lines if "cannot delete" in l]
     said_bytes = sum(int(re.search(r"\((\d+) bytes", l).group(1)) for l in deleted)
-    summary = next((l for l in stderr_lines if re.match(r"weir record: deleted \d+ files", l)), "")
-    m = re.match(r"weir record: deleted (\d+) files \((\d+) bytes\)", summary)
+    said = r"(?:weir record:|weir sensor budget: \[record\]) deleted"
+    summary = next((l for l in stderr_lines if re.match(said + r" \d+ files", l)), "")
+    m = re.match(said + r" (\d+) files \((\d+) bytes\)", summary)
     written = next((l for l in stderr_lines if " packets from " in l), "")
     # Said only when something was filtered or dropped (a paced source drops what finds no free cell).
     drops = next((l for l in stderr_lines if " capture drops, " in l), "")
@@ -267,7 +282,8 @@ def main():
         # Every byte written is either deleted or still there.
         "bytes_written": said_bytes + size,
     }
-    write_result("record-budget", result)
+    result["recorder"] = "weir sensor [record]" if a.sensor else "weir record"
+    write_result("record-budget-sensor" if a.sensor else "record-budget", result)
     log(
         f"{elapsed:.0f} s, {fed['bytes'] / 1e6:.0f} MB fed, {samples} samples: largest total {worst} bytes "
         f"({worst / MIB:.2f} MiB) of a {budget} byte budget ({a.budget_mib:g} MiB), allocated at most {worst_alloc / MIB:.2f} MiB; "
@@ -276,7 +292,7 @@ def main():
     )
     problems = []
     if code != 0:
-        problems.append(f"weir record exited {code}: {stderr_lines[-5:]}")
+        problems.append(f"{cmd[1]} exited {code}: {stderr_lines[-5:]}")
     if over:
         problems.append(f"the budget was exceeded in {len(over)} samples, first {over[0]}")
     if damaged:

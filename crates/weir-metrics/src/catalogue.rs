@@ -166,7 +166,7 @@ defs! {
     SENSOR_RELOADS = "weir_sensor_reloads_total", Counter, Sensor, ["result"],
         "Reloads asked for by SIGUSR2, by result: done or refused (the running filters and rules stayed).";
     SENSOR_KAFKA_RECORDS = "weir_sensor_kafka_records_total", Counter, Sensor, ["type"],
-        "Records made for the Kafka output ([kafka]), by type: flow, stream, alert, stats.";
+        "Records made for the Kafka output (`[kafka]`), by type: flow, stream, alert, stats.";
     SENSOR_KAFKA_RESULTS = "weir_sensor_kafka_results_total", Counter, Sensor, ["result", "reason"],
         "What became of the Kafka output's records: acked by the broker, dropped (reason buffer-full) or failed (reason: librdkafka's error name). Made = acked + dropped + failed + in flight.";
     SENSOR_KAFKA_IN_FLIGHT = "weir_sensor_kafka_in_flight", Gauge, Sensor, [],
