@@ -2,11 +2,40 @@
 //! shares: the address is bound as the options are read, before anything is
 //! opened, and served from the moment the engine runs until the process exits
 //! (the serving is `weir-metrics`'s).
+//!
+//! An output with counts of its own (the Kafka output) registers them with
+//! [`also_serve`] when it starts; [`serve`] serves them after the command's
+//! own, so a new output adds its metrics in its own module, whatever
+//! command runs it.
 
 use crate::exit::bad_input;
 use clap::Args;
-use std::sync::Arc;
-use weir_metrics::{Listener, Scrape};
+use std::sync::{Arc, Mutex, PoisonError};
+use weir_metrics::{Families, Listener, Scrape};
+
+/// The outputs' scrapes, process-wide (as a Prometheus client's default
+/// registry is): a command starts its outputs before it serves.
+static OUTPUTS: Mutex<Vec<Arc<dyn Scrape>>> = Mutex::new(Vec::new());
+
+/// Serve `what` beside the command's metrics from the next [`serve`] on.
+pub fn also_serve(what: impl Scrape) {
+    OUTPUTS.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::new(what));
+}
+
+/// The command's scrape, then each output's.
+struct WithOutputs<S> {
+    command: S,
+    outputs: Vec<Arc<dyn Scrape>>,
+}
+
+impl<S: Scrape> Scrape for WithOutputs<S> {
+    fn collect(&self, out: &mut Families) {
+        self.command.collect(out);
+        for o in &self.outputs {
+            o.collect(out);
+        }
+    }
+}
 
 /// The help text's heading and option, shared by the commands.
 #[derive(Args, Clone, Debug, Default)]
@@ -41,7 +70,8 @@ impl MetricsArgs {
 pub fn serve(listener: Option<Listener>, what: impl Scrape) -> anyhow::Result<()> {
     let Some(l) = listener else { return Ok(()) };
     let url = l.url();
-    l.serve(Arc::new(what)).map_err(|e| anyhow::anyhow!("--metrics {url}: cannot start serving: {e}"))?;
+    let outputs = OUTPUTS.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    l.serve(Arc::new(WithOutputs { command: what, outputs })).map_err(|e| anyhow::anyhow!("--metrics {url}: cannot start serving: {e}"))?;
     eprintln!("weir: metrics at {url}");
     Ok(())
 }

@@ -345,6 +345,64 @@ fn corpus_flow_records_in_kafka_equal_the_ipfix_files_in_json_and_protobuf() {
     }
 }
 
+/// The samples of `GET /metrics` at `addr` whose name starts with `prefix`,
+/// as (name and labels, value).
+fn scrape(addr: &str, prefix: &str) -> Vec<(String, f64)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    raw.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').unwrap();
+            (series.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `--metrics` of a command with `--kafka` serves the output's accounting
+/// while it runs, and it adds up in every scrape.
+#[test]
+fn the_metrics_of_a_command_serve_the_kafka_accounting() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    // 20 Mbit/s: about 10 s of packet time, so the 1 s timeouts make records all along the run.
+    let trace = synth(dir.path(), &["-n", "30000", "-c", "500", "--mbps", "20"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["flows", trace.to_str().unwrap(), "-q", "--pps", "6000", "--active-timeout", "1", "--inactive-timeout", "1"])
+        .args(["--metrics", "127.0.0.1:0", "--kafka", &broker.addr(), "--topic", "m"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let addr = loop {
+        let l = lines.next().expect("weir ended before it said where its metrics are").unwrap();
+        if let Some(url) = l.strip_prefix("weir: metrics at http://") {
+            break url.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    let mut acked_seen = 0.0;
+    let until = Instant::now() + Duration::from_secs(30);
+    while acked_seen == 0.0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(300));
+        let m = scrape(&addr, "weir_kafka_");
+        let get = |series: &str| m.iter().filter(|(s, _)| s.starts_with(series)).map(|(_, v)| v).sum::<f64>();
+        let made = get("weir_kafka_records_total{type=\"flow\"}");
+        let settled = get("weir_kafka_results_total") + get("weir_kafka_in_flight");
+        // In flight is read first: a record acknowledged in between counts twice, never not at all.
+        assert!(settled >= made, "made {made}, acked + dropped + failed + in flight {settled}: {m:?}");
+        acked_seen = get("weir_kafka_results_total{result=\"acked\"");
+    }
+    assert!(acked_seen > 0.0, "no acknowledged record served within 30 s");
+    let status = child.wait().unwrap();
+    let stderr = rest.join().unwrap();
+    assert!(status.success(), "{stderr}");
+}
+
 #[test]
 fn a_broker_absent_at_start_is_a_clear_error_and_without_waiting_every_record_is_counted() {
     let dir = tempfile::tempdir().unwrap();

@@ -45,6 +45,8 @@ pub enum When {
     Forward,
     /// By `weir sensor`.
     Sensor,
+    /// With a Kafka output (`--kafka`, the sensor's `[kafka]`).
+    Kafka,
 }
 
 macro_rules! defs {
@@ -165,11 +167,11 @@ defs! {
         "Events in the writer's block, not yet handed to the file.";
     SENSOR_RELOADS = "weir_sensor_reloads_total", Counter, Sensor, ["result"],
         "Reloads asked for by SIGUSR2, by result: done or refused (the running filters and rules stayed).";
-    SENSOR_KAFKA_RECORDS = "weir_sensor_kafka_records_total", Counter, Sensor, ["type"],
-        "Records made for the Kafka output (`[kafka]`), by type: flow, stream, alert, stats.";
-    SENSOR_KAFKA_RESULTS = "weir_sensor_kafka_results_total", Counter, Sensor, ["result", "reason"],
+    KAFKA_RECORDS = "weir_kafka_records_total", Counter, Kafka, ["type"],
+        "Records made for the Kafka output, by type: flow, stream, alert, stats.";
+    KAFKA_RESULTS = "weir_kafka_results_total", Counter, Kafka, ["result", "reason"],
         "What became of the Kafka output's records: acked by the broker, dropped (reason buffer-full) or failed (reason: librdkafka's error name). Made = acked + dropped + failed + in flight.";
-    SENSOR_KAFKA_IN_FLIGHT = "weir_sensor_kafka_in_flight", Gauge, Sensor, [],
+    KAFKA_IN_FLIGHT = "weir_kafka_in_flight", Gauge, Kafka, [],
         "The Kafka output's records in librdkafka's queue or in a request, not yet acknowledged.";
     THREAD_CPU = "weir_thread_cpu_seconds_total", Counter, Always, ["thread"],
         "CPU time (user and system) of the process's running threads, by thread name (weir-capture-*, weir-worker-*, ...; threads of one name added together).";

@@ -29,6 +29,7 @@ fn the_readme_lists_every_metric_with_its_type_labels_and_when() {
             When::Streams => "stream layer",
             When::Forward => "`weir forward`",
             When::Sensor => "`weir sensor`",
+            When::Kafka => "`--kafka`, `[kafka]`",
         };
         let row = format!("| `{}` | {kind} | {labels} | {when} | {} |", d.name, d.help);
         assert!(s.contains(&row), "README's Metrics table has no row\n{row}");

@@ -318,6 +318,24 @@ fn properties(args: &KafkaArgs, brokers: &str) -> Result<Vec<(String, String)>, 
     Ok(props)
 }
 
+/// `weir_kafka_*`: the accounting, as the end of a run prints it.
+impl weir_metrics::Scrape for Kafka {
+    fn collect(&self, out: &mut weir_metrics::Families) {
+        use weir_metrics::catalogue as c;
+        let st = self.counts();
+        for (t, n) in &st.made {
+            out.counter(&c::KAFKA_RECORDS, &[("type", t)], *n as f64);
+        }
+        out.counter(&c::KAFKA_RESULTS, &[("result", "acked"), ("reason", "")], st.acked as f64);
+        for (result, map) in [("dropped", &st.dropped), ("failed", &st.failed)] {
+            for (reason, n) in map {
+                out.counter(&c::KAFKA_RESULTS, &[("result", result), ("reason", reason)], *n as f64);
+            }
+        }
+        out.gauge(&c::KAFKA_IN_FLIGHT, &[], st.in_flight as f64);
+    }
+}
+
 impl Kafka {
     /// Checks the settings, the buffer's memory and (unless --kafka-wait 0)
     /// that a broker answers, then starts the producer. `sensor`: the name
@@ -343,7 +361,7 @@ impl Kafka {
                 return Err(StartError::NoBroker { brokers, secs: args.wait, error: e.to_string() });
             }
         }
-        Ok(Kafka(Arc::new(Inner {
+        let k = Kafka(Arc::new(Inner {
             producer,
             counts,
             format: args.format,
@@ -352,7 +370,9 @@ impl Kafka {
             enc: EveEncoder::default(),
             flush_timeout: Duration::from_secs_f64(args.flush_timeout),
             brokers,
-        })))
+        }));
+        crate::metrics::also_serve(k.clone());
+        Ok(k)
     }
 
     /// Whether records of `kind` are published.

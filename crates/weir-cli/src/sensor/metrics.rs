@@ -4,7 +4,6 @@
 //! output's count is read under its writer's lock, for a moment).
 
 use crate::events::{Events, TYPES};
-use crate::kafka::Kafka;
 use crate::record::Shared;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,7 +29,6 @@ pub struct SensorMetrics {
     pub branches: Vec<QueueBranches>,
     pub record: Option<Arc<Mutex<Shared>>>,
     pub events: Option<Events>,
-    pub kafka: Option<Kafka>,
     pub reloads: Arc<Reloads>,
 }
 
@@ -52,19 +50,6 @@ impl Scrape for SensorMetrics {
         if let Some(r) = &self.record {
             let written = r.lock().unwrap_or_else(PoisonError::into_inner).packets;
             out.counter(&c::SENSOR_RECORD_WRITTEN, &l, written as f64);
-        }
-        if let Some(k) = &self.kafka {
-            let st = k.counts();
-            for (t, n) in &st.made {
-                out.counter(&c::SENSOR_KAFKA_RECORDS, &[("sensor", sensor), ("type", t)], *n as f64);
-            }
-            out.counter(&c::SENSOR_KAFKA_RESULTS, &[("sensor", sensor), ("result", "acked"), ("reason", "")], st.acked as f64);
-            for (result, map) in [("dropped", &st.dropped), ("failed", &st.failed)] {
-                for (reason, n) in map {
-                    out.counter(&c::SENSOR_KAFKA_RESULTS, &[("sensor", sensor), ("result", result), ("reason", reason)], *n as f64);
-                }
-            }
-            out.gauge(&c::SENSOR_KAFKA_IN_FLIGHT, &l, st.in_flight as f64);
         }
         if let Some(ev) = self.events.as_ref().filter(|e| e.has_file()) {
             let (st, pending) = ev.counts();

@@ -509,7 +509,6 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
             .collect(),
         record: record.clone(),
         events: events.clone(),
-        kafka: kafka.clone(),
         reloads: Arc::clone(&reloads),
     };
     crate::metrics::serve(metrics, scrape)?;
