@@ -249,7 +249,8 @@ def main():
     said = r"(?:weir record:|weir sensor budget: \[record\]) deleted"
     summary = next((l for l in stderr_lines if re.match(said + r" \d+ files", l)), "")
     m = re.match(said + r" (\d+) files \((\d+) bytes\)", summary)
-    written = next((l for l in stderr_lines if " packets from " in l), "")
+    # weir record's "N packets from ..." line, or the sensor's "[record] N packets ...: W written" one.
+    written = next((l for l in stderr_lines if " packets from " in l or ("[record]" in l and " written" in l)), "")
     # Said only when something was filtered or dropped (a paced source drops what finds no free cell).
     drops = next((l for l in stderr_lines if " capture drops, " in l), "")
     totals_agree = bool(m) and int(m.group(1)) == len(deleted) and int(m.group(2)) == said_bytes
