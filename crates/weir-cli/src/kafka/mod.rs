@@ -257,8 +257,9 @@ struct Inner {
 pub struct Kafka(Arc<Inner>);
 
 thread_local! {
-    /// Each thread's message buffer: librdkafka copies the bytes it takes.
-    static MESSAGE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(1024));
+    /// Each thread's message and key buffers: librdkafka copies the bytes
+    /// it takes, so neither is allocated per record.
+    static MESSAGE: RefCell<(Vec<u8>, Vec<u8>)> = RefCell::new((Vec::with_capacity(1024), Vec::with_capacity(64)));
 }
 
 /// The topic of each type from a pattern.
@@ -405,20 +406,25 @@ impl Kafka {
         }
         // Relaxed: counts read for reports only.
         k.counts.made[kind].fetch_add(1, Ordering::Relaxed);
-        MESSAGE.with_borrow_mut(|buf| {
+        MESSAGE.with_borrow_mut(|(buf, key)| {
             buf.clear();
-            let key = match k.format {
-                KafkaFormat::Json => json(&k.enc, buf).map(|d| CommunityId::render(&d)),
+            key.clear();
+            match k.format {
+                KafkaFormat::Json => {
+                    if let Some(d) = json(&k.enc, buf) {
+                        CommunityId::render_into(&d, key);
+                    }
+                }
                 KafkaFormat::Protobuf => {
                     let r = pb();
                     // Encoding into a Vec cannot run out of room.
                     let _ = r.encode_length_delimited(buf);
-                    Some(r.community_id).filter(|id| !id.is_empty())
+                    key.extend_from_slice(r.community_id.as_bytes());
                 }
-            };
-            let mut rec = BaseRecord::<str, [u8]>::to(&k.topics[kind]).payload(&buf[..]);
-            if let Some(key) = &key {
-                rec = rec.key(key.as_str());
+            }
+            let mut rec = BaseRecord::<[u8], [u8]>::to(&k.topics[kind]).payload(&buf[..]);
+            if !key.is_empty() {
+                rec = rec.key(&key[..]);
             }
             match k.producer.send(rec) {
                 Ok(()) => {
