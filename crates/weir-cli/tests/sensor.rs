@@ -364,3 +364,39 @@ fn an_output_that_fails_is_counted_and_the_others_go_on() {
         serde_json::from_str(flows.split_once(": ").unwrap().1.split_once(": ").map_or("", |x| x.1)).unwrap_or(Value::Null);
     assert_eq!(Some(exported["exported"].to_string()), records(&alone), "{flows} / {alone}");
 }
+
+/// Owner of `path`.
+fn owner(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).uid()
+}
+
+#[test]
+#[ignore = "needs root: the sensor drops from root to `nobody` before its outputs open"]
+fn the_outputs_open_their_files_as_the_user_the_sensor_drops_to() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let t = trace(d.path(), 5_000);
+    let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
+    let config = format!(
+        "[sensor]\nname = \"u\"\nstatus-interval = 0\n\n[capture]\nsource = \"{t}\"\nuser = \"nobody\"\n\n[record]\nwrite = \"{}\"\n\n\
+         [flows]\nwrite = \"{}\"\n\n[streams]\noutput = \"{}\"\n",
+        p("rec.pcap"),
+        p("flows.ipfix"),
+        p("streams")
+    );
+    std::fs::write(p("s.toml"), config).unwrap();
+    let err = ok(&weir(&["sensor", &p("s.toml")]));
+    assert!(err.contains("[record] 5000 packets"), "{err}");
+    let nobody = 65534;
+    let streams = d.path().join("streams");
+    let files = tree(&streams);
+    assert!(!files.is_empty(), "{err}");
+    for f in [p("rec.pcap"), p("flows.ipfix"), p("streams")].iter().map(Path::new) {
+        assert_eq!(owner(f), nobody, "{} is not nobody's", f.display());
+    }
+    for name in files.keys() {
+        assert_eq!(owner(&streams.join(name)), nobody, "{name}");
+    }
+}

@@ -3,8 +3,8 @@
 //! outputs keep anyway, so a scrape never slows the capture (the record
 //! output's count is read under its writer's lock, for a moment).
 
+use super::output::Output;
 use crate::events::{Events, TYPES};
-use crate::record::Shared;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use weir::output::tee::BranchCounts;
@@ -27,7 +27,8 @@ pub struct SensorMetrics {
     pub sensor: String,
     /// Per queue, each output's name and its branch's counts.
     pub branches: Vec<QueueBranches>,
-    pub record: Option<Arc<Mutex<Shared>>>,
+    /// The outputs, for their own families (taken away at the end).
+    pub outputs: Arc<Mutex<Vec<Box<dyn Output>>>>,
     pub events: Option<Events>,
     pub reloads: Arc<Reloads>,
 }
@@ -47,9 +48,8 @@ impl Scrape for SensorMetrics {
             }
         }
         let l = [("sensor", sensor)];
-        if let Some(r) = &self.record {
-            let written = r.lock().unwrap_or_else(PoisonError::into_inner).packets;
-            out.counter(&c::SENSOR_RECORD_WRITTEN, &l, written as f64);
+        for o in self.outputs.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            o.collect(sensor, out);
         }
         if let Some(ev) = self.events.as_ref().filter(|e| e.has_file()) {
             let (st, pending) = ev.counts();

@@ -2,7 +2,9 @@
 //! service from a config file ([`config`] reads it).
 //!
 //! Per queue, one worker runs a [`Tee`](weir::output::tee::Tee) whose
-//! branches are the enabled outputs, each behind its own filter:
+//! branches are the enabled outputs, each behind its own filter. The
+//! outputs are composed in [`output`]: each is one file there, and the run
+//! knows none by name.
 //! - `[record]`: the packets into rotating pcap or pcapng files, as
 //!   `weir record` writes them (its handler and writer);
 //! - `[flows]`: a flows-mode stream layer (statistics only) whose records go
@@ -12,6 +14,9 @@
 //!   goes to tcpflow-style files (`weir streams`' writer) and to the rules'
 //!   matcher (alerts as events), and whose closed streams go to the events.
 //!   The two share the layer, so its settings are `[streams]`'.
+//!
+//! Every output opens its files after root is dropped, and no packet
+//! reaches a branch before all of them are open.
 //!
 //! A flows-mode layer and a reassembling one differ in what ends a record
 //! (flows keep a connection open past its FIN until it is idle, to count
@@ -29,6 +34,7 @@
 
 mod config;
 mod metrics;
+mod output;
 mod run;
 
 use crate::exit::bad_input;

@@ -4,13 +4,12 @@
 //! queue, the signals taken, and at the end each output's accounting.
 
 use super::config::{Config, ConfigError, Problem};
+use super::output::{self, Commit, End, Env, Gate, Gated, Output, Type};
 use crate::events::Events;
-use crate::flows::{FlowOutput, ToExporter};
+use crate::flows::FlowOutput;
 use crate::inspect::Matcher;
 use crate::kafka::Kafka;
-use crate::record::{Recorder, Shared};
 use crate::run::{announce, drop_privileges, human_rate};
-use crate::streams::{packet_line, Writer};
 use anyhow::anyhow;
 use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
@@ -20,16 +19,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use weir::filter::Filter;
-use weir::output::tee::{Branch, BranchCounts, Filters, Tee};
-use weir::stream::{Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats, Streams};
+use weir::output::tee::{BranchCounts, Filters, Tee};
+use weir::stream::StreamConfig;
 use weir::{LinkType, QueueId};
 
 /// What the checks found and what the run builds from.
 pub struct Plan {
     /// The reassembling layer's settings (`[streams]` and `[inspect]` share it).
-    stream_cfg: Option<StreamConfig>,
+    pub(super) stream_cfg: Option<StreamConfig>,
     /// The rules' matcher.
-    matcher: Option<Arc<Matcher>>,
+    pub(super) matcher: Option<Arc<Matcher>>,
     memory: weir::memory::Plan,
 }
 
@@ -267,98 +266,9 @@ impl Plan {
     }
 }
 
-/// The reassembling layer's consumers: files, the rules, events.
-type StreamBranch = (Option<Writer>, (Option<AlertMatcher>, Option<StreamEvents>));
-
-/// The rules currently in force, replaced by a reload.
-struct Rules {
-    matcher: Mutex<Arc<Matcher>>,
-    generation: AtomicU64,
-}
-
-/// One queue's matcher of stream data: each match is an `alert` event.
-struct AlertMatcher {
-    rules: Arc<Rules>,
-    matcher: Arc<Matcher>,
-    generation: u64,
-    events: Events,
-    alerts: u64,
-}
-
-impl StreamHandler for AlertMatcher {
-    /// The service port whose rules the stream is matched with; `None`: not TCP or UDP.
-    type State = Option<u16>;
-
-    fn created(&mut self, ctl: &mut StreamCtl<'_>) -> Option<u16> {
-        let s = ctl.stream();
-        matches!(s.proto, 6 | 17).then(|| s.sport.min(s.dport))
-    }
-
-    fn data(&mut self, ctl: &mut StreamCtl<'_>, port: &mut Option<u16>, piece: &Piece<'_>) {
-        let Some(port) = *port else { return };
-        // Acquire: pairs with the reload's Release, after the matcher was stored.
-        let g = self.rules.generation.load(Ordering::Acquire);
-        if g != self.generation {
-            self.matcher = self.rules.matcher.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            self.generation = g;
-        }
-        let s = ctl.stream();
-        let (events, alerts) = (&self.events, &mut self.alerts);
-        self.matcher.each_match(port, piece.data, |rule, m| {
-            // Ends in the bytes repeated from the previous piece: reported with it.
-            if m.end() <= piece.overlap {
-                return;
-            }
-            *alerts += 1;
-            events.alert(s, rule, piece.offset + m.start() as u64);
-        });
-    }
-
-    fn closed(&mut self, _: &Stream, _: Option<u16>) {}
-}
-
-/// Closed streams as `stream` events.
-struct StreamEvents(Events);
-
-impl StreamHandler for StreamEvents {
-    type State = ();
-    fn created(&mut self, _: &mut StreamCtl<'_>) {}
-    fn data(&mut self, _: &mut StreamCtl<'_>, _: &mut (), _: &Piece<'_>) {}
-    fn closed(&mut self, s: &Stream, _: ()) {
-        self.0.stream(s);
-    }
-}
-
-/// The outputs' branch of each kind, in the tee's order.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum Kind {
-    Record,
-    Flows,
-    Streams,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Record => "record",
-            Kind::Flows => "flows",
-            Kind::Streams => "streams",
-        }
-    }
-}
-
-/// Each branch's filter expression (its own, or none).
-fn branch_filters(cfg: &Config, kinds: &[Kind]) -> Vec<Option<String>> {
-    kinds
-        .iter()
-        .map(|k| match k {
-            Kind::Record => cfg.record.as_ref().and_then(|r| r.src.filter.clone()),
-            Kind::Flows => cfg.flows.as_ref().and_then(|r| r.src.filter.clone()),
-            Kind::Streams => {
-                cfg.streams.as_ref().and_then(|r| r.src.filter.clone()).or_else(|| cfg.inspect.as_ref().and_then(|r| r.src.filter.clone()))
-            }
-        })
-        .collect()
+/// Each output's filter expression (its own, or none), in `outputs`' order.
+fn branch_filters(cfg: &Config, outputs: &[&Type]) -> Vec<Option<String>> {
+    outputs.iter().map(|t| (t.filter)(cfg)).collect()
 }
 
 fn compile_all(exprs: &[Option<String>], link: LinkType, engine: weir::filter::FilterEngine) -> anyhow::Result<Vec<Option<Filter>>> {
@@ -402,102 +312,43 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         None => kafka.clone().map(Events::kafka_only),
     };
     let wants = |t: &str| cfg.events.as_ref().is_some_and(|e| e.types.iter().any(|x| x == t)) || kafka.as_ref().is_some_and(|k| k.wants(t));
-    let mut kinds = Vec::new();
-    let record = match &cfg.record {
-        Some(r) => {
-            kinds.push(Kind::Record);
-            Some(Arc::new(Mutex::new(Shared { writer: Some(crate::record::writer(r, &info)?), error: None, packets: 0 })))
-        }
-        None => None,
-    };
-    let flows = match &cfg.flows {
-        Some(f) => {
-            kinds.push(Kind::Flows);
-            Some(FlowOutput::open(f, &queues)?)
-        }
-        None => None,
-    };
-    let flow_cfg = flows.as_ref().map(|f| f.cfg.clone());
-    let rules = plan.matcher.clone().map(|m| Arc::new(Rules { matcher: Mutex::new(m), generation: AtomicU64::new(0) }));
-    if let Some(c) = &plan.stream_cfg {
-        kinds.push(Kind::Streams);
-        if let Some(dir) = cfg.streams.as_ref().and_then(|s| s.output.as_ref()) {
-            std::fs::create_dir_all(dir).map_err(|e| bad(anyhow!("[streams] output {}: cannot make the directory: {e}", dir.display())))?;
-        }
-        c.check().map_err(|e| crate::exit::setting_error(&e))?;
-    }
+    let env = Env { info: &info, events: events.as_ref(), wants: &wants };
+    let types = output::present(&cfg);
+    let mut outputs = types.iter().map(|t| (t.open)(&cfg, &plan, &env)).collect::<anyhow::Result<Vec<_>>>()?;
     let filter_engine = cfg.capture.src.filter_engine;
-    let filters = Filters::new(compile_all(&branch_filters(&cfg, &kinds), info.link_type, filter_engine).map_err(bad)?);
+    let filters = Filters::new(compile_all(&branch_filters(&cfg, &types), info.link_type, filter_engine).map_err(bad)?);
     let counts: Vec<Vec<Arc<BranchCounts>>> =
-        queues.iter().map(|_| kinds.iter().map(|_| Arc::new(BranchCounts::default())).collect()).collect();
-    let ethernet = info.link_type == LinkType::ETHERNET;
-    let dir = cfg.streams.as_ref().and_then(|s| s.output.clone()).map(Arc::new);
-    let make = |qi: usize, q: QueueId| -> anyhow::Result<Tee> {
-        let mut branches: Vec<(Box<dyn Branch>, Arc<BranchCounts>)> = Vec::new();
-        for (i, k) in kinds.iter().enumerate() {
-            let handler: Box<dyn Branch> = match k {
-                Kind::Record => Box::new(Recorder { shared: Arc::clone(record.as_ref().expect("a record branch has a writer")) }),
-                Kind::Flows => {
-                    let h = flows.as_ref().expect("a flows branch has an output").handler(q);
-                    let layer = Streams::new(flow_cfg.as_ref().expect("flows"), info.link_type, q, queues.len(), h)
-                        .map_err(|e| crate::exit::setting_error(&e))?;
-                    Box::new(layer)
-                }
-                Kind::Streams => {
-                    let c = plan.stream_cfg.as_ref().expect("a streams branch has its settings");
-                    let writer = cfg
-                        .streams
-                        .as_ref()
-                        .map(|s| Writer::new(if s.output.is_some() { dir.clone() } else { None }, ethernet, false, None));
-                    let alerts = rules.as_ref().zip(events.as_ref()).map(|(r, ev)| AlertMatcher {
-                        rules: Arc::clone(r),
-                        matcher: r.matcher.lock().unwrap_or_else(PoisonError::into_inner).clone(),
-                        generation: r.generation.load(Ordering::Acquire),
-                        events: ev.clone(),
-                        alerts: 0,
-                    });
-                    let stream_events = events.as_ref().filter(|_| wants("stream")).map(|ev| StreamEvents(ev.clone()));
-                    let h: StreamBranch = (writer, (alerts, stream_events));
-                    let layer = Streams::new(c, info.link_type, q, queues.len(), h).map_err(|e| crate::exit::setting_error(&e))?;
-                    Box::new(layer)
-                }
-            };
-            branches.push((handler, Arc::clone(&counts[qi][i])));
-        }
-        Ok(Tee::new(branches, Arc::clone(&filters)))
-    };
+        queues.iter().map(|_| types.iter().map(|_| Arc::new(BranchCounts::default())).collect()).collect();
+    let gate = Arc::new(Gate::default());
     let mut tees = Vec::new();
     for (qi, &q) in queues.iter().enumerate() {
-        tees.push(make(qi, q)?);
+        let branches = outputs
+            .iter()
+            .zip(&counts[qi])
+            .map(|(o, c)| Ok((o.branch(q, queues.len(), &info)?, Arc::clone(c))))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        tees.push(Gated::new(Tee::new(branches, Arc::clone(&filters)), Arc::clone(&gate)));
     }
-    // The workers wait on the recorder's lock until its file is open, so
-    // nothing is written before root is dropped.
-    let gate = record.as_ref().map(|r| r.lock().unwrap_or_else(PoisonError::into_inner));
     let mut tees = tees.into_iter();
     let running = engine.start(move |_| tees.next().expect("a tee per queue"))?;
     let stop = running.stop_handle();
-    let opened = (|| -> anyhow::Result<Option<crate::flows::Exporting>> {
+    let started = (|| -> anyhow::Result<()> {
         drop_privileges(&cfg.capture.src.live)?;
-        let mut gate = gate;
-        if let Some(g) = gate.as_mut() {
-            g.writer.as_mut().expect("the writer is only taken at the end").prepare().map_err(|e| anyhow!("[record] write: {e}"))?;
-        }
-        drop(gate);
-        flows.map(|f| f.start(&stop, events.as_ref().filter(|_| wants("flow")))).transpose()
+        outputs.iter_mut().try_for_each(|o| o.start(&stop, &env))
     })();
-    let exporting = match opened {
-        Ok(x) => x,
-        Err(e) => {
-            stop.stop();
-            if running.wait_for(Duration::from_secs(1)) {
-                running.join();
-            }
-            return Err(e);
+    if let Err(e) = started {
+        gate.fail();
+        stop.stop();
+        if running.wait_for(Duration::from_secs(1)) {
+            running.join();
         }
-    };
+        return Err(e);
+    }
+    gate.open();
     let signals = Arc::new(Signals::default());
     take_signals(Arc::clone(&signals), stop.clone())?;
     announce("sensor", &running);
+    let outputs = Arc::new(Mutex::new(outputs));
     let reloads = Arc::new(super::metrics::Reloads::default());
     let scrape = super::metrics::SensorMetrics {
         engine: weir_metrics::EngineMetrics::new(running.watch()),
@@ -505,9 +356,9 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         branches: queues
             .iter()
             .zip(&counts)
-            .map(|(&q, per)| (q, kinds.iter().map(|k| k.name()).zip(per.iter().cloned()).collect()))
+            .map(|(&q, per)| (q, types.iter().map(|t| t.name).zip(per.iter().cloned()).collect()))
             .collect(),
-        record: record.clone(),
+        outputs: Arc::clone(&outputs),
         events: events.clone(),
         reloads: Arc::clone(&reloads),
     };
@@ -515,27 +366,25 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     crate::notify::ready(&format!("capturing {} on {} queue(s)", info.name, queues.len()));
     say(format!("capturing {} on {} queue(s): {}", info.name, queues.len(), plan.describe(&cfg)));
 
-    // On a live source packet time is the clock's: it ages the files on
-    // through quiet periods (as weir record does).
-    let wall_clock_ages = cfg.record.as_ref().is_some_and(|r| r.max_age.is_some()) && info.iface.is_some();
-    let (mut record_failure_said, mut events_failure_said) = (false, false);
+    let lock = || outputs.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut events_failure_said = false;
     let (mut seen, mut last_stats, mut last_status) = ((0u64, 0u64, 0u64), Instant::now(), Instant::now());
     let stats_every =
         wants("stats").then(|| Duration::from_secs_f64(cfg.events.as_ref().map_or(super::config::STATS_INTERVAL, |e| e.stats_interval)));
     let status_every = (cfg.sensor.status_interval > 0.0).then(|| Duration::from_secs_f64(cfg.sensor.status_interval));
-    let counters = |running: &weir::engine::Running<Tee>| -> serde_json::Value {
+    let counters = |running: &weir::engine::Running<Gated<Tee>>| -> serde_json::Value {
         let total = running.stats().total();
-        let mut outputs = serde_json::Map::new();
-        for (i, k) in kinds.iter().enumerate() {
+        let mut by_name = serde_json::Map::new();
+        for (i, (t, o)) in types.iter().zip(lock().iter()).enumerate() {
             let (passed, filtered) = counts.iter().fold((0, 0), |(a, b), q| {
                 let (p, f) = q[i].get();
                 (a + p, b + f)
             });
-            outputs.insert(k.name().into(), json!({"packets": passed, "filtered": filtered}));
-        }
-        if let Some(r) = &record {
-            let s = r.lock().unwrap_or_else(PoisonError::into_inner);
-            outputs["record"]["written"] = json!(s.packets);
+            let mut c = serde_json::Map::new();
+            c.insert("packets".into(), passed.into());
+            c.insert("filtered".into(), filtered.into());
+            o.counters(&mut c);
+            by_name.insert(t.name.into(), c.into());
         }
         let ev = events.as_ref().filter(|e| e.has_file()).map(|e| {
             let (st, pending) = e.counts();
@@ -545,36 +394,12 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         json!({"sensor": name, "uptime_s": running.elapsed().as_secs_f64(),
                "capture": {"received": total.received, "delivered": total.delivered, "filtered": total.filtered,
                            "capture_drops": total.capture_drops, "delivery_drops": total.delivery_drops, "in_flight": total.in_flight},
-               "outputs": outputs,
+               "outputs": by_name,
                "events": ev,
                "kafka": kafka.as_ref().map(Kafka::counts)})
     };
     while !running.wait_for(Duration::from_millis(250)) {
-        if let Some(r) = &record {
-            let mut s = r.lock().unwrap_or_else(PoisonError::into_inner);
-            if s.error.is_none() {
-                if let Some(Err(e)) = s.writer.as_mut().map(weir::sink::rotate::RotatingWriter::flush) {
-                    s.error = Some(anyhow!(e));
-                }
-            }
-            // A failed output is said when it fails, not months later.
-            if let (Some(e), false) = (&s.error, record_failure_said) {
-                say(format!("[record] error: {e:#}: no more packets are written; the capture and the other outputs go on"));
-                record_failure_said = true;
-            }
-            // The rolling buffer's deletions, said outside the lock the workers wait on.
-            let deletions = match s.writer.as_mut() {
-                Some(w) => {
-                    if wall_clock_ages {
-                        w.expire(crate::record::wall_clock_ns());
-                    }
-                    w.take_deletions()
-                }
-                None => Vec::new(),
-            };
-            drop(s);
-            crate::record::log_deletions(&deletions);
-        }
+        lock().iter_mut().for_each(|o| o.tick(&say));
         let now = (signals.hup.load(Ordering::Relaxed), signals.usr1.load(Ordering::Relaxed), signals.usr2.load(Ordering::Relaxed));
         if now.0 != seen.0 {
             if let Some(ev) = &events {
@@ -589,8 +414,8 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         }
         if now.2 != seen.2 {
             crate::notify::reloading();
-            match reload(&cfg, &kinds, info.link_type, filter_engine) {
-                Ok(((set, matcher), waiting)) => {
+            match reload(&cfg, &types, &lock(), info.link_type, filter_engine) {
+                Ok((set, commits, waiting)) => {
                     if !waiting.is_empty() {
                         say(format!(
                             "SIGUSR2: {} changed beyond the filters and rules: those settings take effect at the next start",
@@ -598,11 +423,7 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                         ));
                     }
                     filters.replace(set);
-                    if let (Some(r), Some(m)) = (&rules, matcher) {
-                        *r.matcher.lock().unwrap_or_else(PoisonError::into_inner) = m;
-                        // Release: the workers that see the new generation find the new matcher.
-                        r.generation.fetch_add(1, Ordering::Release);
-                    }
+                    commits.into_iter().for_each(|c| c());
                     // Relaxed: a counter for scrapes.
                     reloads.done.fetch_add(1, Ordering::Relaxed);
                     say(format!("SIGUSR2: reloaded the filters and rules of {} (reload {})", cfg.file.display(), filters.generation()));
@@ -646,7 +467,8 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     crate::notify::stopping();
     let final_counters = counters(&running);
     let mut report = running.join();
-    finish(&cfg, &kinds, &mut report, record, exporting, events, final_counters, stats_every.is_some(), &say)
+    let outputs = std::mem::take(&mut *lock());
+    finish(&cfg, &types, outputs, &mut report, events, final_counters, stats_every.is_some(), &say)
 }
 
 /// The record types the config's outputs make: what `[kafka]` publishes
@@ -665,22 +487,32 @@ fn made_types(cfg: &Config) -> Vec<&'static str> {
     t
 }
 
-/// What a reload takes: each branch's filter, and the rules (with `[inspect]`).
-type Reloaded = (Vec<Option<Filter>>, Option<Arc<Matcher>>);
+/// What a reload puts in force (each branch's filter, each output's
+/// commit), and the tables whose other settings wait for a restart.
+type Reloaded = (Vec<Option<Filter>>, Vec<Commit>, Vec<String>);
 
 /// The filters and rules the config file says now, and the tables whose
 /// other settings changed (they wait for a restart). Refused, with nothing
 /// taken, when the file does not parse, a filter or the rules do not
 /// compile, or the outputs are not the running ones.
-fn reload(running: &Config, kinds: &[Kind], link: LinkType, engine: weir::filter::FilterEngine) -> anyhow::Result<(Reloaded, Vec<String>)> {
+fn reload(
+    running: &Config,
+    types: &[&Type],
+    outputs: &[Box<dyn Output>],
+    link: LinkType,
+    engine: weir::filter::FilterEngine,
+) -> anyhow::Result<Reloaded> {
     let cfg = super::config::load(&running.file).map_err(|e| anyhow!("{e}"))?;
-    let shape = |c: &Config| [c.record.is_some(), c.flows.is_some(), c.streams.is_some(), c.inspect.is_some()];
-    if shape(&cfg) != shape(running) {
+    let names = |c: &Config| output::present(c).iter().map(|t| t.name).collect::<Vec<_>>();
+    if names(&cfg) != names(running)
+        || cfg.streams.is_some() != running.streams.is_some()
+        || cfg.inspect.is_some() != running.inspect.is_some()
+    {
         anyhow::bail!("the file adds or removes outputs ([record], [flows], [streams], [inspect]): that takes a restart");
     }
-    let set = compile_all(&branch_filters(&cfg, kinds), link, engine)?;
-    let matcher = cfg.inspect.as_ref().map(crate::inspect::stream_matcher).transpose()?.map(|(m, _, _)| m);
-    Ok(((set, matcher), running.changed_beyond_filters(&cfg)))
+    let set = compile_all(&branch_filters(&cfg, types), link, engine)?;
+    let commits = outputs.iter().map(|o| o.reload(&cfg)).collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((set, commits, running.changed_beyond_filters(&cfg)))
 }
 
 fn now_ns() -> u64 {
@@ -722,10 +554,9 @@ fn take_signals(signals: Arc<Signals>, stop: weir::engine::StopHandle) -> anyhow
 #[allow(clippy::too_many_arguments)]
 fn finish(
     cfg: &Config,
-    kinds: &[Kind],
-    report: &mut weir::engine::Report<Tee>,
-    record: Option<Arc<Mutex<Shared>>>,
-    exporting: Option<crate::flows::Exporting>,
+    types: &[&Type],
+    outputs: Vec<Box<dyn Output>>,
+    report: &mut weir::engine::Report<Gated<Tee>>,
     events: Option<Events>,
     counters: serde_json::Value,
     stats_events: bool,
@@ -747,90 +578,17 @@ fn finish(
         total.capture_drops,
         total.delivery_drops
     ));
-    let mut by_kind: Vec<Vec<Box<dyn std::any::Any + Send>>> = kinds.iter().map(|_| Vec::new()).collect();
+    let mut by_output: Vec<Vec<Box<dyn std::any::Any + Send>>> = outputs.iter().map(|_| Vec::new()).collect();
     for (_, tee) in std::mem::take(&mut report.handlers) {
-        for (i, b) in tee.into_branches().into_iter().enumerate() {
-            by_kind[i].push(b);
+        for (i, b) in tee.into_inner().into_branches().into_iter().enumerate() {
+            by_output[i].push(b);
         }
     }
-    let outputs = &counters["outputs"];
-    let mut exporting = exporting;
-    for (k, handlers) in kinds.iter().zip(by_kind) {
-        let o = &outputs[k.name()];
-        match k {
-            Kind::Record => {
-                let r = record.as_ref().expect("record");
-                let mut s = r.lock().unwrap_or_else(PoisonError::into_inner);
-                let passed = o["packets"].as_u64().unwrap_or(0);
-                let done = s.writer.take().map(|mut w| {
-                    crate::record::log_deletions(&w.take_deletions());
-                    w.finish_with_deletions()
-                });
-                let files = match (s.error.take(), done) {
-                    (None, Some(Ok(done))) => {
-                        crate::record::log_deletions(&done.deletions);
-                        let r = cfg.record.as_ref().expect("record");
-                        if r.budget.is_some() || r.max_age.is_some() || r.rotation.max_files.is_some() {
-                            say(format!("[record] {}", crate::record::deletion_summary(&done.totals)));
-                        }
-                        done.files
-                    }
-                    (e, f) => {
-                        ok = false;
-                        let e = e.map(|e| format!("{e:#}")).or_else(|| f.and_then(Result::err).map(|e| e.to_string())).unwrap_or_default();
-                        say(format!("[record] error: {e}: {} packets not written", passed.saturating_sub(s.packets)));
-                        Vec::new()
-                    }
-                };
-                say(format!(
-                    "[record] {} packets ({} filtered out): {} written to {} file(s){}",
-                    passed,
-                    o["filtered"],
-                    s.packets,
-                    files.len(),
-                    files.last().map_or(String::new(), |f| format!(", the last {}", f.display()))
-                ));
-            }
-            Kind::Flows => {
-                let mut layer = StreamStats::default();
-                let mut hs = Vec::new();
-                for h in handlers {
-                    let l = h.downcast::<Streams<ToExporter>>().map_err(|_| anyhow!("the flows branch is a flows layer"))?;
-                    layer.add(&l.stats());
-                    hs.push(l.into_handler());
-                }
-                let flows = cfg.flows.as_ref().expect("flows");
-                if let Some(x) = exporting.take() {
-                    let s = x.finish(flows, hs, &layer, elapsed, events.as_ref())?;
-                    ok &= s.lost == 0 && !s.bounced && !s.file_error && s.adds_up;
-                    say(format!("[flows] {} packets ({} filtered out): {}", o["packets"], o["filtered"], s.json));
-                }
-            }
-            Kind::Streams => {
-                let mut layer = StreamStats::default();
-                let (mut files, mut write_errors, mut first_error, mut alerts) = (0, 0, None, 0);
-                for h in handlers {
-                    let l = h.downcast::<Streams<StreamBranch>>().map_err(|_| anyhow!("the streams branch is a stream layer"))?;
-                    layer.add(&l.stats());
-                    let (w, (a, _)) = l.into_handler();
-                    if let Some(w) = w {
-                        files += w.files;
-                        write_errors += w.write_errors;
-                        first_error = first_error.or(w.first_error);
-                    }
-                    alerts += a.map_or(0, |a| a.alerts);
-                }
-                say(format!(
-                    "[streams] {} packets ({} filtered out): {} streams in {} connections, {} bytes delivered, {} files, {} alerts",
-                    o["packets"], o["filtered"], layer.streams, layer.connections, layer.delivered, files, alerts
-                ));
-                say(format!("[streams] {}", packet_line(&layer)));
-                if let Some(e) = first_error {
-                    ok = false;
-                    say(format!("[streams] {write_errors} write error(s), the first: {e}"));
-                }
-            }
-        }
+    for ((t, o), branches) in types.iter().zip(outputs).zip(by_output) {
+        let c = &counters["outputs"][t.name];
+        let count = |k: &str| c[k].as_u64().unwrap_or(0);
+        let end = End { cfg, elapsed, passed: count("packets"), filtered: count("filtered"), events: events.as_ref(), say };
+        ok &= o.finish(branches, &end)?;
     }
     if let (Some(ev), true) = (&events, stats_events) {
         ev.stats(now_ns(), &counters);
