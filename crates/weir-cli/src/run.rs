@@ -263,8 +263,9 @@ impl LiveArgs {
 /// The kernel cutoff's options, for the commands on the stream layer.
 #[derive(Args, Debug)]
 pub struct KernelCutoffArgs {
-    /// The kernel cutoff (on by default): on a live source (afxdp, afpacket), once a stream passed its cutoff
-    /// (--cutoff; flows: at once) weir installs it in an eBPF flow map, and the kernel drops its packets before
+    /// Drop a stream's packets in the kernel once it is past its cutoff, and count them there (on by default): on a
+    /// live source (afxdp, afpacket), once a stream passed its cutoff (--cutoff; flows: at once) weir installs it
+    /// in an eBPF flow map, and the kernel drops its packets before
     /// they reach weir (in the XDP program for afxdp, a socket filter for afpacket), all but TCP SYN, FIN and
     /// RST, counting them in the map; weir adds the counts to the stream's record, so records and statistics
     /// are the same as with off, the cutoff in user space only. Trace files have no kernel to do it in: there

@@ -15,6 +15,8 @@
 //! - `weir inspect --streams --cutoff 2000` on both: the same alerts.
 //! - With `--filter`, the kernel cutoff stays off on both (nothing
 //!   installed) and the records are those of `--kernel-cutoff off`.
+//! - `weir sensor` with `[flows]` alone and `kernel-cutoff` in
+//!   `[capture]`, on afpacket and afxdp: the same flows, on and off.
 //!
 //! Each run also holds the totals to each other: the packets that reached
 //! weir plus those the kernel dropped are the packets of the run without the
@@ -328,4 +330,78 @@ fn afpacket_inspect_alerts_are_the_same_with_the_kernel_cutoff() {
 #[ignore = "needs root: weir inspect --streams --cutoff on afxdp with and without the kernel cutoff, on a veth test bed"]
 fn afxdp_inspect_alerts_are_the_same_with_the_kernel_cutoff() {
     check_inspect("afxdp");
+}
+
+/// A `weir sensor` with `[flows]` alone (exported to an nfcapd) on the test
+/// bed, the kernel cutoff `on` or `off` in `[capture]`: the flows the
+/// collector stored, and the packets that reached the flows layer and that
+/// the kernel dropped, from the sensor's log.
+fn sensor_flows(tb: &TestBed, trace: &str, source: &str, cutoff: &str, dir: &Path) -> (BTreeMap<String, Vec<String>>, u64, u64) {
+    let c = Collector::start();
+    let config = dir.join(format!("sensor-{cutoff}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[sensor]\nname = \"k\"\nstatus-interval = 0\n\n[capture]\nsource = \"{source}\"\nnetns = \"{}\"\ntake-host-traffic = true\n\
+             kernel-cutoff = \"{cutoff}\"\nkernel-install-after = {AFTER}\n\n[flows]\ncollector = [\"{}\"]\n",
+            tb.rx_ns,
+            c.addr()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["sensor", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = testbed::wait_listening(&mut child, "weir sensor");
+    let err = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    let replay = tb.in_tx("tcpreplay").args(["-q", "-i", &tb.tx_if, "--pps", PPS, trace]).output().expect("tcpreplay runs");
+    assert!(replay.status.success(), "tcpreplay: {}", text(&replay.stderr));
+    std::thread::sleep(Duration::from_millis(1000));
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    let err = err.join().unwrap();
+    println!("weir sensor, kernel cutoff {cutoff}: {err}");
+    assert!(status.success(), "{err}");
+    let number_before = |what: &str| -> u64 {
+        let Some(at) = err.find(what) else { return 0 };
+        err[..at].rsplit(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).unwrap().parse().unwrap()
+    };
+    let flows_packets = number_before(" packets (0 filtered out)");
+    let kernel = err.split("kernel cutoff: ").nth(1).map_or(0, |l| l.split(' ').next().unwrap().parse().unwrap());
+    (flows_of(c), flows_packets, kernel)
+}
+
+fn check_sensor_flows(source_kind: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    testbed::require_tools(&["tcpreplay", "nfcapd", "nfdump"]);
+    let tb = TestBed::new(1);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace(dir.path());
+    let source = format!("{source_kind}:{}", tb.rx_if);
+    let (off, seen_off, kernel_off) = sensor_flows(&tb, &trace, &source, "off", dir.path());
+    let (on, seen_on, kernel_on) = sensor_flows(&tb, &trace, &source, "on", dir.path());
+    assert!(off.len() > 400, "the replay makes hundreds of flows: {}", off.len());
+    let differ: Vec<_> =
+        off.iter().filter(|(k, v)| on.get(*k) != Some(v)).map(|(k, v)| format!("{k}: off {v:?}, on {:?}", on.get(k))).collect();
+    assert!(differ.is_empty() && on.len() == off.len(), "{} flows differ: {differ:#?}", differ.len());
+    let packets: u64 = PACKETS.parse().unwrap();
+    assert_eq!((seen_off, kernel_off), (packets, 0), "off: every packet reaches the flows layer");
+    assert_eq!(seen_on + kernel_on, packets, "on: the packets that reached weir and those the kernel dropped");
+    assert!(seen_on < packets / 2, "most packets stay in the kernel: {seen_on} of {packets} reached weir");
+    println!("weir sensor [flows] {source_kind}: {seen_on} of {packets} packets reached weir with the kernel cutoff, {kernel_on} dropped and counted in the kernel");
+}
+
+#[test]
+#[ignore = "needs root: weir sensor's [flows] on afpacket with and without the kernel cutoff, on a veth test bed with tcpreplay"]
+fn afpacket_sensor_flows_are_the_same_with_the_kernel_cutoff() {
+    check_sensor_flows("afpacket");
+}
+
+#[test]
+#[ignore = "needs root: weir sensor's [flows] on afxdp with and without the kernel cutoff, on a veth test bed with tcpreplay"]
+fn afxdp_sensor_flows_are_the_same_with_the_kernel_cutoff() {
+    check_sensor_flows("afxdp");
 }

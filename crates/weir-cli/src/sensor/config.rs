@@ -53,11 +53,14 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The `[capture]` table's options: every capturing command's source options.
+/// The `[capture]` table's options: every capturing command's source
+/// options, and the kernel cutoff of `weir flows` and `weir streams`.
 #[derive(Args, Debug)]
 pub struct CaptureTable {
     #[command(flatten)]
     pub src: crate::run::SourceArgs,
+    #[command(flatten)]
+    pub kernel: crate::run::KernelCutoffArgs,
 }
 
 /// The `[kafka]` table's options: those of `--kafka` on the commands, the
@@ -184,10 +187,6 @@ fn elsewhere(key: &str) -> Option<&'static str> {
         "quiet" => "status lines are set in [sensor] (status-interval = 0 for none)",
         "print-rules" => "print the rules with `weir inspect --print-rules`",
         "streams" => "the sensor's [inspect] always matches on the stream layer's data",
-        "kernel-cutoff" | "kernel-flows" | "kernel-install-after" => {
-            "the kernel cutoff is not in the sensor: it drops a stream's packets in the kernel, and [record] and the \
-             other outputs of the one capture need them all"
-        }
         _ => return None,
     })
 }

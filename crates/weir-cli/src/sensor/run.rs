@@ -4,7 +4,7 @@
 //! queue, the signals taken, and at the end each output's accounting.
 
 use super::config::{Config, ConfigError, Problem};
-use super::output::{self, Commit, End, Env, Gate, Gated, Output, Type};
+use super::output::{self, Commit, End, Env, Gate, Gated, Output, Queue, Type};
 use crate::events::Events;
 use crate::flows::FlowOutput;
 use crate::inspect::Matcher;
@@ -30,6 +30,47 @@ pub struct Plan {
     /// The rules' matcher.
     pub(super) matcher: Option<Arc<Matcher>>,
     memory: weir::memory::Plan,
+    kernel: KernelPlan,
+}
+
+/// The kernel cutoff as the config has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelPlan {
+    /// `kernel-cutoff = "off"`.
+    Off,
+    /// On by default, and off because the outputs need what it would drop.
+    Unfit(&'static str),
+    /// The flow map's entries to ask a live source for (a trace file has
+    /// no kernel to cut in: there it does nothing).
+    On(u32),
+}
+
+/// Whether the kernel cutoff can be on. It drops a stream direction's
+/// packets in the kernel once the stream layer is past its cutoff, and only
+/// counts them: exact for that one layer's records, wrong for any output
+/// that needs the packets themselves or cuts elsewhere.
+fn kernel_plan(cfg: &Config) -> Result<KernelPlan, String> {
+    let k = &cfg.capture.kernel;
+    if !k.kernel_cutoff {
+        return Ok(KernelPlan::Off);
+    }
+    let layers = usize::from(cfg.flows.is_some()) + usize::from(cfg.streams.is_some() || cfg.inspect.is_some());
+    let filtered = cfg.capture.src.filter.is_some() || output::present(cfg).iter().any(|t| (t.filter)(cfg).is_some());
+    let unfit = if cfg.record.is_some() {
+        Some("[record] keeps every packet, and the kernel cutoff drops a stream's packets once it is past its cutoff")
+    } else if layers > 1 {
+        Some("[flows] and [streams]/[inspect] run two stream layers, which cut a stream at different points, and the one flow map would cut for both")
+    } else if filtered {
+        Some("a filter (in [capture] or an output) may tell apart packets of one stream, which the kernel's counts could not")
+    } else {
+        None
+    };
+    let explicit = cfg.tables.get("capture").and_then(toml::Value::as_table).is_some_and(|t| t.contains_key("kernel-cutoff"));
+    match unfit {
+        Some(why) if explicit => Err(format!("cannot be on here: {why} (leave it out or say \"off\")")),
+        Some(why) => Ok(KernelPlan::Unfit(why)),
+        None => Ok(KernelPlan::On(k.kernel_flows)),
+    }
 }
 
 fn problem(cfg: &Config, table: &str, key: &str, message: impl Into<String>) -> Problem {
@@ -235,11 +276,17 @@ impl Plan {
                 p("metrics", "listen", e.to_string());
             }
         }
+        let kernel = kernel_plan(cfg).unwrap_or_else(|e| {
+            p("capture", "kernel-cutoff", e);
+            KernelPlan::Off
+        });
+        // The cutoff's installs wait as long in whichever layer cuts.
+        let stream_cfg = stream_cfg.map(|c| StreamConfig { kernel_install_after: cfg.capture.kernel.kernel_install_after, ..c });
         if let Err(e) = memory.check() {
             p("capture", "", format!("{e}"));
         }
         if problems.is_empty() {
-            Ok(Plan { stream_cfg, matcher, memory })
+            Ok(Plan { stream_cfg, matcher, memory, kernel })
         } else {
             problems.sort_by_key(|p| p.line);
             Err(ConfigError { file: cfg.file.clone(), problems })
@@ -261,6 +308,13 @@ impl Plan {
             if on {
                 parts.push(name.to_string());
             }
+        }
+        let live =
+            cfg.capture.src.source.parse::<weir::source::SourceSpec>().is_ok_and(|s| matches!(s, weir::source::SourceSpec::Live { .. }));
+        match self.kernel {
+            KernelPlan::On(_) if live => parts.push("the kernel cutoff".into()),
+            KernelPlan::Unfit(why) if live => parts.push(format!("no kernel cutoff ({why})")),
+            _ => {}
         }
         parts.join(", ")
     }
@@ -295,7 +349,11 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let say = |m: String| eprintln!("weir sensor {name}: {m}");
     crate::run::own_signals();
     let metrics = cfg.metrics.as_ref().map(|m| weir_metrics::listen(m)).transpose().map_err(|e| bad(anyhow!("[metrics] listen: {e}")))?;
-    let engine = cfg.capture.src.engine_with(plan.memory.clone(), 0)?;
+    let kernel_flows = match plan.kernel {
+        KernelPlan::On(entries) => entries,
+        KernelPlan::Off | KernelPlan::Unfit(_) => 0,
+    };
+    let engine = cfg.capture.src.engine_with(plan.memory.clone(), kernel_flows)?;
     let info = engine.info().clone();
     let queues = info.queues.clone();
     let kafka = match &cfg.kafka {
@@ -322,11 +380,9 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
     let gate = Arc::new(Gate::default());
     let mut tees = Vec::new();
     for (qi, &q) in queues.iter().enumerate() {
-        let branches = outputs
-            .iter()
-            .zip(&counts[qi])
-            .map(|(o, c)| Ok((o.branch(q, queues.len(), &info)?, Arc::clone(c))))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut queue = Queue { id: q, of: queues.len(), info: &info, kernel: engine.kernel_cutoff()? };
+        let branches =
+            outputs.iter().zip(&counts[qi]).map(|(o, c)| Ok((o.branch(&mut queue)?, Arc::clone(c)))).collect::<anyhow::Result<Vec<_>>>()?;
         tees.push(Gated::new(Tee::new(branches, Arc::clone(&filters)), Arc::clone(&gate)));
     }
     let mut tees = tees.into_iter();

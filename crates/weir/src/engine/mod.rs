@@ -506,6 +506,21 @@ impl Engine {
         &self.info
     }
 
+    /// A handle on the kernel cutoff's flow map, for one queue's stream
+    /// layer ([`Streams::set_kernel_cutoff`](crate::stream::Streams::set_kernel_cutoff)):
+    /// `None` when the source has no map (a trace file, or a live source
+    /// opened with no `kernel_flows`), or when the engine has a filter,
+    /// which may tell apart packets of one stream where the kernel's counts
+    /// could not.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::Source`] when the map's descriptor cannot be duplicated.
+    pub fn kernel_cutoff(&self) -> Result<Option<crate::stream::KernelCutoff>, RunError> {
+        let Some(flows) = self.source.kernel_flows().filter(|_| self.filter.is_none()) else { return Ok(None) };
+        flows.handle().map(Some).map_err(|error| RunError::Source { unit: self.info.name.clone(), error })
+    }
+
     /// The pool every queue gets (the default raised for locality buffering,
     /// unless [`EngineBuilder::pool`] gave one).
     pub fn pool_config(&self) -> &PoolConfig {
@@ -586,11 +601,9 @@ impl Engine {
         let mut layers = Vec::new();
         for &q in &self.info.queues {
             let mut layer = crate::stream::Streams::new(cfg, link, q, queues, make(q)).map_err(RunError::Setting)?;
-            // The kernel cutoff: each worker its own handle on the source's
-            // flow map. Not with a filter, which may tell apart packets of
-            // one stream where the kernel's counts could not.
-            if let Some(flows) = self.source.kernel_flows().filter(|_| self.filter.is_none()) {
-                layer.set_kernel_cutoff(flows.handle().map_err(|error| RunError::Source { unit: self.info.name.clone(), error })?);
+            // The kernel cutoff: each worker its own handle on the source's flow map.
+            if let Some(k) = self.kernel_cutoff()? {
+                layer.set_kernel_cutoff(k);
             }
             layers.push(Some(layer));
         }

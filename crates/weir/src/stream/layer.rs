@@ -292,8 +292,10 @@ impl<H: StreamHandler> Streams<H> {
     }
 
     /// Enforces the cutoff in the kernel too, through the source's flow map
-    /// (`kernel.rs` says how).
-    pub(crate) fn set_kernel_cutoff(&mut self, kernel: KernelCutoff) {
+    /// (`kernel.rs` says how), with a handle from
+    /// [`Engine::kernel_cutoff`](crate::engine::Engine::kernel_cutoff).
+    /// [`Engine::start_streams`](crate::engine::Engine::start_streams) does it itself.
+    pub fn set_kernel_cutoff(&mut self, kernel: KernelCutoff) {
         self.kernel = Some(kernel);
     }
 

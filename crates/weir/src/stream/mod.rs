@@ -61,6 +61,7 @@ mod handover;
 mod layer;
 pub mod reassembly;
 
+pub use crate::source::live::cutoff::KernelCutoff;
 pub use api::{CloseReason, Direction, KernelStats, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 pub use board::StreamsNow;
 pub(crate) use board::{read_all as read_boards, Board};

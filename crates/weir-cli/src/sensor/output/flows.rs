@@ -2,14 +2,13 @@
 //! records go to `weir flows`' exporters ([`FlowOutput`]: collectors and
 //! IPFIX files) and, as `flow` events, to `[events]` and `[kafka]`.
 
-use super::{End, Env, Output, Type};
+use super::{End, Env, Output, Queue, Type};
 use crate::flows::{Exporting, FlowOutput, ToExporter};
 use anyhow::anyhow;
 use std::any::Any;
-use weir::engine::{SourceInfo, StopHandle};
+use weir::engine::StopHandle;
 use weir::output::tee::Branch;
 use weir::stream::{StreamConfig, StreamStats, Streams};
-use weir::QueueId;
 
 pub const TYPE: Type = Type {
     name: "flows",
@@ -17,7 +16,8 @@ pub const TYPE: Type = Type {
     filter: |cfg| cfg.flows.as_ref().and_then(|r| r.src.filter.clone()),
     open: |cfg, _, env| {
         let out = FlowOutput::open(cfg.flows.as_ref().expect("open is called for a present output"), &env.info.queues)?;
-        Ok(Box::new(Flows { cfg: out.cfg.clone(), output: Some(out), exporting: None }))
+        let layer = StreamConfig { kernel_install_after: cfg.capture.kernel.kernel_install_after, ..out.cfg.clone() };
+        Ok(Box::new(Flows { cfg: layer, output: Some(out), exporting: None }))
     },
 };
 
@@ -31,9 +31,12 @@ struct Flows {
 }
 
 impl Output for Flows {
-    fn branch(&self, q: QueueId, queues: usize, info: &SourceInfo) -> anyhow::Result<Box<dyn Branch>> {
-        let h = self.output.as_ref().expect("branches are made before the start").handler(q);
-        let layer = Streams::new(&self.cfg, info.link_type, q, queues, h).map_err(|e| crate::exit::setting_error(&e))?;
+    fn branch(&self, queue: &mut Queue<'_>) -> anyhow::Result<Box<dyn Branch>> {
+        let h = self.output.as_ref().expect("branches are made before the start").handler(queue.id);
+        let mut layer = Streams::new(&self.cfg, queue.info.link_type, queue.id, queue.of, h).map_err(|e| crate::exit::setting_error(&e))?;
+        if let Some(k) = queue.kernel.take() {
+            layer.set_kernel_cutoff(k);
+        }
         Ok(Box::new(layer))
     }
 

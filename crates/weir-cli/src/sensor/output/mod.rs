@@ -27,6 +27,7 @@ use std::any::Any;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use weir::engine::{SourceInfo, StopHandle};
 use weir::output::tee::Branch;
+use weir::stream::KernelCutoff;
 use weir::{FlowBucket, Handler, Handover, Packet, QueueId};
 use weir_metrics::Families;
 
@@ -62,6 +63,18 @@ pub struct Env<'a> {
 /// What puts a compiled reload in force.
 pub type Commit = Box<dyn FnOnce()>;
 
+/// The queue a branch is made for.
+pub struct Queue<'a> {
+    pub id: QueueId,
+    /// How many queues the capture has.
+    pub of: usize,
+    pub info: &'a SourceInfo,
+    /// The kernel cutoff's handle on this queue, for the one stream layer
+    /// that cuts (the check lets one output have a stream layer when the
+    /// cutoff is on): that output takes it.
+    pub kernel: Option<KernelCutoff>,
+}
+
 /// What ending the run gives each output.
 pub struct End<'a> {
     pub cfg: &'a Config,
@@ -75,8 +88,8 @@ pub struct End<'a> {
 
 /// One running output (see the module's doc for the order of the calls).
 pub trait Output: Send {
-    /// Its branch on queue `q`, one of `queues`.
-    fn branch(&self, q: QueueId, queues: usize, info: &SourceInfo) -> anyhow::Result<Box<dyn Branch>>;
+    /// Its branch on `queue`.
+    fn branch(&self, queue: &mut Queue<'_>) -> anyhow::Result<Box<dyn Branch>>;
 
     /// Opens its files and starts its threads, as the user the sensor now is.
     fn start(&mut self, _stop: &StopHandle, _env: &Env<'_>) -> anyhow::Result<()> {

@@ -3,14 +3,13 @@
 //! queues, behind a lock taken once per run of packets, and the rolling
 //! buffer's deletions said in the log.
 
-use super::{End, Env, Output, Type};
+use super::{End, Env, Output, Queue, Type};
 use crate::record::{Recorder, Shared};
 use anyhow::anyhow;
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
-use weir::engine::{SourceInfo, StopHandle};
+use weir::engine::StopHandle;
 use weir::output::tee::Branch;
-use weir::QueueId;
 use weir_metrics::catalogue as c;
 use weir_metrics::Families;
 
@@ -45,7 +44,7 @@ impl Record {
 }
 
 impl Output for Record {
-    fn branch(&self, _: QueueId, _: usize, _: &SourceInfo) -> anyhow::Result<Box<dyn Branch>> {
+    fn branch(&self, _: &mut Queue<'_>) -> anyhow::Result<Box<dyn Branch>> {
         Ok(Box::new(Recorder { shared: Arc::clone(&self.shared) }))
     }
 

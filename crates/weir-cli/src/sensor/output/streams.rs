@@ -4,7 +4,7 @@
 //! streams go out as `stream` events. The two tables share the layer, so
 //! its settings are `[streams]`' (the check makes sure of it).
 
-use super::{End, Env, Output, Type};
+use super::{End, Env, Output, Queue, Type};
 use crate::events::Events;
 use crate::inspect::Matcher;
 use crate::streams::{packet_line, Writer};
@@ -13,10 +13,10 @@ use std::any::Any;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use weir::engine::{SourceInfo, StopHandle};
+use weir::engine::StopHandle;
 use weir::output::tee::Branch;
 use weir::stream::{Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats, Streams};
-use weir::{LinkType, QueueId};
+use weir::LinkType;
 
 pub const TYPE: Type = Type {
     name: "streams",
@@ -53,8 +53,8 @@ struct StreamsOutput {
 type StreamBranch = (Option<Writer>, (Option<AlertMatcher>, Option<StreamEvents>));
 
 impl Output for StreamsOutput {
-    fn branch(&self, q: QueueId, queues: usize, info: &SourceInfo) -> anyhow::Result<Box<dyn Branch>> {
-        let ethernet = info.link_type == LinkType::ETHERNET;
+    fn branch(&self, queue: &mut Queue<'_>) -> anyhow::Result<Box<dyn Branch>> {
+        let ethernet = queue.info.link_type == LinkType::ETHERNET;
         let writer = self.files.as_ref().map(|dir| Writer::new(dir.clone(), ethernet, false, None));
         let alerts = self.rules.as_ref().zip(self.events.as_ref()).map(|(r, ev)| AlertMatcher {
             rules: Arc::clone(r),
@@ -65,7 +65,11 @@ impl Output for StreamsOutput {
         });
         let stream_events = self.events.as_ref().filter(|_| self.stream_events).map(|ev| StreamEvents(ev.clone()));
         let h: StreamBranch = (writer, (alerts, stream_events));
-        let layer = Streams::new(&self.layer, info.link_type, q, queues, h).map_err(|e| crate::exit::setting_error(&e))?;
+        let mut layer =
+            Streams::new(&self.layer, queue.info.link_type, queue.id, queue.of, h).map_err(|e| crate::exit::setting_error(&e))?;
+        if let Some(k) = queue.kernel.take() {
+            layer.set_kernel_cutoff(k);
+        }
         Ok(Box::new(layer))
     }
 

@@ -153,9 +153,11 @@ impl FlowMap {
     }
 }
 
-/// One worker's way into the flow map.
+/// One worker's way into the kernel cutoff's flow map: given to one queue's
+/// stream layer, which installs the directions past their cutoff and reads
+/// back what the kernel counted of them.
 #[derive(Debug)]
-pub(crate) struct KernelCutoff {
+pub struct KernelCutoff {
     fd: OwnedFd,
 }
 
