@@ -212,18 +212,23 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     let d = tempfile::tempdir().unwrap();
     let t = trace(d.path(), 20_000);
     let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
-    let config = |filter: &str, domain: u32| {
+    // The capture's filter and the recording's: TCP is recorded before the
+    // reload, UDP after it (the capture keeps only UDP then).
+    let config = |capture: &str, record: &str, domain: u32| {
+        let filter = |f: &str| if f.is_empty() { String::new() } else { format!("filter = \"{f}\"\n") };
         format!(
-            "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n\n[record]\nwrite = \"{}\"\nfilter = \"{filter}\"\n\n\
+            "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n{}\n[record]\nwrite = \"{}\"\n{}\n\
              [flows]\nwrite = \"/dev/null\"\ndomain = {domain}\n\n[inspect]\nrules = \"{}\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            filter(capture),
             p("rec.pcap"),
+            filter(record),
             p("rules"),
             p("eve.json")
         )
     };
     // The rules before and after the reload: contents the trace's web sessions carry.
     std::fs::write(p("rules"), "9001 any \"HTTP/1.1 200 OK\"\n").unwrap();
-    std::fs::write(p("s.toml"), config("tcp", 0)).unwrap();
+    std::fs::write(p("s.toml"), config("", "tcp", 0)).unwrap();
     let log = std::fs::File::create(p("log")).unwrap();
     // systemd's side of Type=notify: a socket the test listens on.
     let notify = std::os::unix::net::UnixDatagram::bind(d.path().join("notify")).unwrap();
@@ -259,11 +264,11 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     signal(&child, "USR1");
     wait_for(Path::new(&p("log")), "SIGUSR1: {");
     // A filter that does not compile: the reload is refused, whole.
-    std::fs::write(p("s.toml"), config("udp and", 0)).unwrap();
+    std::fs::write(p("s.toml"), config("", "udp and", 0)).unwrap();
     signal(&child, "USR2");
     wait_for(Path::new(&p("log")), "SIGUSR2: reload refused");
-    // A new filter and new rules are taken; the domain waits for a restart.
-    std::fs::write(p("s.toml"), config("udp", 7)).unwrap();
+    // New filters and new rules are taken; the domain waits for a restart.
+    std::fs::write(p("s.toml"), config("udp", "", 7)).unwrap();
     std::fs::write(p("rules"), "9002 any \"Connection: keep-alive\"\n").unwrap();
     signal(&child, "USR2");
     let log = wait_for(Path::new(&p("log")), "SIGUSR2: reloaded");
@@ -310,7 +315,14 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert!(made.contains(&format!("{} written, 0 not written", all.len())), "{made}: {} lines", all.len());
     // Across the reload, every packet the record branch saw was written or
     // filtered out, once: the recording holds TCP, then UDP.
-    let delivered: u64 = log.split(" delivered,").next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap();
+    let number_before = |what: &str| -> u64 { log.split(what).next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap() };
+    let (received, delivered, dropped) =
+        (number_before(" packets received"), number_before(" delivered,"), number_before(" capture drops"));
+    // The capture filter took over at the reload: the TCP packets after it
+    // were filtered there, each packet judged once.
+    let filtered_by_capture = number_before(" filtered,");
+    assert!(filtered_by_capture > 0, "{log}");
+    assert_eq!(received, delivered + filtered_by_capture + dropped, "{log}");
     let rec = log.lines().find(|l| l.contains("[record]") && l.contains("written to")).unwrap();
     let nums: Vec<u64> = rec.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
     // "[record] P packets (F filtered out): W written ..."

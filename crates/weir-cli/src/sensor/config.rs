@@ -116,14 +116,12 @@ pub struct Config {
 
 impl Config {
     /// The tables whose settings differ in `new` beyond what a reload takes
-    /// (the outputs' filters, and the rules' file contents): those changes
-    /// wait for a restart.
+    /// (the capture's and the outputs' filters, and the rules' file
+    /// contents): those changes wait for a restart.
     pub fn changed_beyond_filters(&self, new: &Config) -> Vec<String> {
         let strip = |t: &toml::Table, name: &str| -> Option<toml::Table> {
             let mut t = t.get(name)?.as_table()?.clone();
-            if name != "capture" {
-                t.remove("filter");
-            }
+            t.remove("filter");
             Some(t)
         };
         TABLES.iter().filter(|name| strip(&self.tables, name) != strip(&new.tables, name)).map(|name| format!("[{name}]")).collect()

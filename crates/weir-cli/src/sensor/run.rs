@@ -470,8 +470,14 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
         }
         if now.2 != seen.2 {
             crate::notify::reloading();
-            match reload(&cfg, &types, &lock(), info.link_type, filter_engine) {
-                Ok((set, commits, waiting)) => {
+            let taken = reload(&cfg, plan.kernel, &types, &lock(), info.link_type, filter_engine).and_then(|r| {
+                // The capture filter first: the kernel may refuse it, and then
+                // nothing else changes.
+                running.replace_filter(r.capture.clone()).map_err(|e| anyhow!("the capture filter could not be put in place: {e}"))?;
+                Ok(r)
+            });
+            match taken {
+                Ok(Reloaded { capture: _, outputs: set, commits, waiting }) => {
                     if !waiting.is_empty() {
                         say(format!(
                             "SIGUSR2: {} changed beyond the filters and rules: those settings take effect at the next start",
@@ -543,16 +549,25 @@ fn made_types(cfg: &Config) -> Vec<&'static str> {
     t
 }
 
-/// What a reload puts in force (each branch's filter, each output's
-/// commit), and the tables whose other settings wait for a restart.
-type Reloaded = (Vec<Option<Filter>>, Vec<Commit>, Vec<String>);
+/// What a reload puts in force, compiled.
+struct Reloaded {
+    /// The capture filter.
+    capture: Option<Filter>,
+    /// Each output's filter, in the tee's order.
+    outputs: Vec<Option<Filter>>,
+    /// Each output's own part (its rules).
+    commits: Vec<Commit>,
+    /// The tables whose other settings changed: they wait for a restart.
+    waiting: Vec<String>,
+}
 
-/// The filters and rules the config file says now, and the tables whose
-/// other settings changed (they wait for a restart). Refused, with nothing
+/// The filters and rules the config file says now. Refused, with nothing
 /// taken, when the file does not parse, a filter or the rules do not
-/// compile, or the outputs are not the running ones.
+/// compile, the outputs are not the running ones, or the new filters would
+/// turn the running kernel cutoff off.
 fn reload(
     running: &Config,
+    kernel: KernelPlan,
     types: &[&Type],
     outputs: &[Box<dyn Output>],
     link: LinkType,
@@ -566,9 +581,14 @@ fn reload(
     {
         anyhow::bail!("the file adds or removes outputs ([record], [flows], [streams], [inspect]): that takes a restart");
     }
-    let set = compile_all(&branch_filters(&cfg, types), link, engine)?;
+    if matches!(kernel, KernelPlan::On(_)) && kernel_plan(&cfg) != Ok(kernel) {
+        anyhow::bail!("the kernel cutoff is on, and a filter would turn it off: that takes a restart");
+    }
+    let mut set = compile_all(&[cfg.capture.src.filter.clone()], link, engine)?;
+    let capture = set.pop().flatten();
+    let outputs_set = compile_all(&branch_filters(&cfg, types), link, engine)?;
     let commits = outputs.iter().map(|o| o.reload(&cfg)).collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((set, commits, running.changed_beyond_filters(&cfg)))
+    Ok(Reloaded { capture, outputs: outputs_set, commits, waiting: running.changed_beyond_filters(&cfg) })
 }
 
 fn now_ns() -> u64 {

@@ -657,6 +657,7 @@ impl Engine {
             pools: l.pools,
             locality: l.locality.is_some(),
             streams: Vec::new(),
+            filter: l.filter,
         })
     }
 
@@ -966,6 +967,8 @@ pub struct Running<H> {
     locality: bool,
     /// Each queue's stream layer board, when the workers run the stream layer.
     streams: Vec<(QueueId, Arc<crate::stream::Board>)>,
+    /// The capture units' filter, replaceable while they run.
+    filter: FilterSwitch,
 }
 
 impl<H> Running<H> {
@@ -999,6 +1002,21 @@ impl<H> Running<H> {
     /// Bytes of input consumed and in total (total 0 when unknown), for finite sources.
     pub fn progress(&self) -> Option<(u64, u64)> {
         self.progress.as_ref().map(|p| p.get())
+    }
+
+    /// Replaces the capture filter while the capture runs, as
+    /// [`Reader::replace_filter`] does: a kernel filter (afpacket) is swapped
+    /// before this returns, a capture thread that filters in user space takes
+    /// it before its next batch. Each packet is judged by one filter, the old
+    /// or the new, and counted once, filtered or delivered. `filter` is
+    /// compiled for the source's link type.
+    ///
+    /// # Errors
+    ///
+    /// The kernel's refusal of the new program; the capture threads take it
+    /// all the same.
+    pub fn replace_filter(&self, filter: Option<Filter>) -> std::io::Result<()> {
+        self.filter.replace(filter)
     }
 
     /// Time since the threads started.
