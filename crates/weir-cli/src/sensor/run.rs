@@ -584,7 +584,7 @@ fn reload(
     if matches!(kernel, KernelPlan::On(_)) && kernel_plan(&cfg) != Ok(kernel) {
         anyhow::bail!("the kernel cutoff is on, and a filter would turn it off: that takes a restart");
     }
-    let mut set = compile_all(&[cfg.capture.src.filter.clone()], link, engine)?;
+    let mut set = compile_all(std::slice::from_ref(&cfg.capture.src.filter), link, engine)?;
     let capture = set.pop().flatten();
     let outputs_set = compile_all(&branch_filters(&cfg, types), link, engine)?;
     let commits = outputs.iter().map(|o| o.reload(&cfg)).collect::<anyhow::Result<Vec<_>>>()?;
