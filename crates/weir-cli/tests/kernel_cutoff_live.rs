@@ -82,27 +82,45 @@ fn capture(tb: &TestBed, trace: &str, args: &[&str], stats: Option<&Path>) -> (S
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = testbed::wait_listening(&mut child, &format!("weir {args:?}"));
-    let err = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
     let mut out = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut out, &mut s).unwrap();
         s
     });
-    let replay = tb.in_tx("tcpreplay").args(["-q", "-i", &tb.tx_if, "--pps", PPS, trace]).output().expect("tcpreplay runs");
-    assert!(replay.status.success(), "tcpreplay: {}", text(&replay.stderr));
-    std::thread::sleep(Duration::from_millis(1000));
-    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    let status = child.wait().unwrap();
-    let (stdout, stderr) = (reader.join().unwrap(), err.join().unwrap());
-    assert!(status.success(), "weir {args:?} failed: {stderr}");
+    let stderr = replay_into(tb, trace, child, &format!("weir {args:?}"));
+    let stdout = reader.join().unwrap();
     println!("weir {}: {stderr}", args.join(" "));
     let json = match stats {
         Some(path) => std::fs::read_to_string(path).unwrap(),
         None => stdout.lines().last().unwrap_or_default().to_string(),
     };
     (stdout, serde_json::from_str(&json).unwrap())
+}
+
+/// Replays the trace into `child` (a capture of the receiving end, its
+/// stderr piped) once it listens, stops it with SIGINT once the replay is
+/// through, and returns what it said on stderr; it must exit 0.
+fn replay_into(tb: &TestBed, trace: &str, mut child: std::process::Child, what: &str) -> String {
+    let lines = testbed::wait_listening(&mut child, what);
+    let err = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    let replay = tb.in_tx("tcpreplay").args(["-q", "-i", &tb.tx_if, "--pps", PPS, trace]).output().expect("tcpreplay runs");
+    assert!(replay.status.success(), "tcpreplay: {}", text(&replay.stderr));
+    std::thread::sleep(Duration::from_millis(1000));
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    let stderr = err.join().unwrap();
+    assert!(status.success(), "{what} failed: {stderr}");
+    stderr
+}
+
+/// Every flow of the run without the kernel cutoff has the same records in
+/// the run with it, and there are no others.
+fn assert_same_flows(off: &BTreeMap<String, Vec<String>>, on: &BTreeMap<String, Vec<String>>) {
+    assert!(off.len() > 400, "the replay makes hundreds of flows: {}", off.len());
+    let differ: Vec<_> =
+        off.iter().filter(|(k, v)| on.get(*k) != Some(v)).map(|(k, v)| format!("{k}: off {v:?}, on {:?}", on.get(k))).collect();
+    assert!(differ.is_empty() && on.len() == off.len(), "{} flows differ: {differ:#?}", differ.len());
 }
 
 /// The totals of a run with the kernel cutoff and one without agree: every
@@ -172,10 +190,7 @@ fn check_flows(source_kind: &str) {
     let source = format!("{source_kind}:{}", tb.rx_if);
     let (off, s_off) = flows(&tb, &trace, &source, "off", dir.path());
     let (on, s_on) = flows(&tb, &trace, &source, "on", dir.path());
-    assert!(off.len() > 400, "the replay makes hundreds of flows: {}", off.len());
-    let differ: Vec<_> =
-        off.iter().filter(|(k, v)| on.get(*k) != Some(v)).map(|(k, v)| format!("{k}: off {v:?}, on {:?}", on.get(k))).collect();
-    assert!(differ.is_empty() && on.len() == off.len(), "{} flows differ: {differ:#?}", differ.len());
+    assert_same_flows(&off, &on);
     let share = totals_agree(&format!("weir flows {source_kind}"), &s_on, &s_off);
     assert!(share < 0.5, "most packets stay in the kernel: {:.1}% reached weir", share * 100.0);
 }
@@ -349,22 +364,14 @@ fn sensor_flows(tb: &TestBed, trace: &str, source: &str, cutoff: &str, dir: &Pat
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["sensor", config.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = testbed::wait_listening(&mut child, "weir sensor");
-    let err = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
-    let replay = tb.in_tx("tcpreplay").args(["-q", "-i", &tb.tx_if, "--pps", PPS, trace]).output().expect("tcpreplay runs");
-    assert!(replay.status.success(), "tcpreplay: {}", text(&replay.stderr));
-    std::thread::sleep(Duration::from_millis(1000));
-    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    let status = child.wait().unwrap();
-    let err = err.join().unwrap();
+    let err = replay_into(tb, trace, child, "weir sensor");
     println!("weir sensor, kernel cutoff {cutoff}: {err}");
-    assert!(status.success(), "{err}");
     let number_before = |what: &str| -> u64 {
         let Some(at) = err.find(what) else { return 0 };
         err[..at].rsplit(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).unwrap().parse().unwrap()
@@ -383,10 +390,7 @@ fn check_sensor_flows(source_kind: &str) {
     let source = format!("{source_kind}:{}", tb.rx_if);
     let (off, seen_off, kernel_off) = sensor_flows(&tb, &trace, &source, "off", dir.path());
     let (on, seen_on, kernel_on) = sensor_flows(&tb, &trace, &source, "on", dir.path());
-    assert!(off.len() > 400, "the replay makes hundreds of flows: {}", off.len());
-    let differ: Vec<_> =
-        off.iter().filter(|(k, v)| on.get(*k) != Some(v)).map(|(k, v)| format!("{k}: off {v:?}, on {:?}", on.get(k))).collect();
-    assert!(differ.is_empty() && on.len() == off.len(), "{} flows differ: {differ:#?}", differ.len());
+    assert_same_flows(&off, &on);
     let packets: u64 = PACKETS.parse().unwrap();
     assert_eq!((seen_off, kernel_off), (packets, 0), "off: every packet reaches the flows layer");
     assert_eq!(seen_on + kernel_on, packets, "on: the packets that reached weir and those the kernel dropped");
