@@ -30,8 +30,14 @@ fn ok(out: &Output) -> String {
 
 /// A trace of `packets` packets with payloads the built-in rules match.
 fn trace(dir: &Path, packets: u32) -> String {
+    trace_at(dir, packets, 1000)
+}
+
+/// A trace whose packet time runs at `mbps` (what the flow timeouts count).
+fn trace_at(dir: &Path, packets: u32, mbps: u32) -> String {
     let t = dir.join("t.pcap");
-    ok(&weir(&["synth", "-o", t.to_str().unwrap(), "--packets", &packets.to_string(), "--flows", "300", "--seed", "7"]));
+    let (packets, mbps) = (packets.to_string(), mbps.to_string());
+    ok(&weir(&["synth", "-o", t.to_str().unwrap(), "--packets", &packets, "--flows", "300", "--seed", "7", "--mbps", &mbps]));
     t.to_str().unwrap().to_string()
 }
 
@@ -210,7 +216,10 @@ fn wait_for(path: &Path, what: &str) -> String {
 #[test]
 fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     let d = tempfile::tempdir().unwrap();
-    let t = trace(d.path(), 20_000);
+    // Packet time about as long as the paced replay (5 s): flows end by the
+    // inactive timeout while it runs, so an IPFIX file holds records by the
+    // SIGHUP.
+    let t = trace_at(d.path(), 20_000, 25);
     let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
     // The capture's filter and the recording's: TCP is recorded before the
     // reload, UDP after it (the capture keeps only UDP then).
@@ -218,10 +227,11 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
         let filter = |f: &str| if f.is_empty() { String::new() } else { format!("filter = \"{f}\"\n") };
         format!(
             "[sensor]\nstatus-interval = 0\n[capture]\nsource = \"{t}@0-1\"\npps = 4000\n{}\n[record]\nwrite = \"{}\"\n{}\n\
-             [flows]\nwrite = \"/dev/null\"\ndomain = {domain}\n\n[inspect]\nrules = \"{}\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+             [flows]\nwrite = \"{}\"\ndomain = {domain}\ninactive-timeout = 1\n\n[inspect]\nrules = \"{}\"\n\n[events]\npath = \"{}\"\nstats-interval = 1\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
             filter(capture),
             p("rec.pcap"),
             filter(record),
+            p("f.ipfix"),
             p("rules"),
             p("eve.json")
         )
@@ -248,6 +258,13 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert!(Path::new(&p("rec.pcap")).exists());
     wait_for(Path::new(&p("log")), "capturing");
     wait_for(Path::new(&p("eve.json")), "\"stats\"");
+    // The IPFIX file holds a record (a message after its templates' own),
+    // so the SIGHUP has a file to close.
+    let start = Instant::now();
+    while !std::fs::read(p("f.ipfix")).is_ok_and(|b| b.len() > 4 && b.len() > usize::from(u16::from_be_bytes([b[2], b[3]]))) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no flow record written to f.ipfix");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // logrotate, with the snippet of dist/ (its paths and its signal made the
     // test's): it renames the file and SIGHUPs the sensor, whose events go
     // on in a new file of the name.
@@ -261,6 +278,10 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
         Command::new("logrotate").args(["-f", "-s", &p("logrotate.state"), &p("logrotate.conf")]).output().expect("logrotate runs");
     assert!(rotated.status.success(), "logrotate: {}", text(&rotated.stderr));
     wait_for(Path::new(&p("log")), "reopened the events file");
+    // The same SIGHUP closed the packet and IPFIX files: the next starts at
+    // the next packet or message, under the name a rotation gives it.
+    wait_for(Path::new(&p("log")), "SIGHUP: [record] the next packet starts a new file");
+    wait_for(Path::new(&p("log")), "SIGHUP: [flows] an open IPFIX file that holds a record is closed");
     signal(&child, "USR1");
     wait_for(Path::new(&p("log")), "SIGUSR1: {");
     // A filter that does not compile: the reload is refused, whole.
@@ -331,10 +352,24 @@ fn signals_reopen_log_reload_without_a_lost_packet_and_stop_cleanly() {
     assert_eq!(passed, written, "{rec}");
     let stats: Value = serde_json::from_str(&all.iter().rev().find(|l| l.contains("\"stats\"")).unwrap().clone()).unwrap();
     assert!(stats["stats"]["outputs"]["record"]["packets"].as_u64().is_some(), "{stats}");
-    let c: Value = serde_json::from_slice(&weir(&["count", "--json", &p("rec.pcap"), "-f", "tcp"]).stdout).unwrap();
-    let u: Value = serde_json::from_slice(&weir(&["count", "--json", &p("rec.pcap"), "-f", "udp"]).stdout).unwrap();
-    assert!(c["packets"].as_u64().unwrap() > 0 && u["packets"].as_u64().unwrap() > 0, "{c} {u}");
-    assert_eq!(c["packets"].as_u64().unwrap() + u["packets"].as_u64().unwrap(), written);
+    // Two packet files, the second begun at the SIGHUP; together they hold
+    // every packet written.
+    assert!(rec.contains("written to 2 file(s)") && rec.ends_with("rec.1.pcap"), "{rec}");
+    let count = |file: &str, f: &str| -> u64 {
+        let v: Value = serde_json::from_slice(&weir(&["count", "--json", &p(file), "-f", f]).stdout).unwrap();
+        v["packets"].as_u64().unwrap()
+    };
+    let (c, u) = (count("rec.pcap", "tcp") + count("rec.1.pcap", "tcp"), count("rec.pcap", "udp") + count("rec.1.pcap", "udp"));
+    assert!(c > 0 && u > 0 && count("rec.1.pcap", "tcp or udp") > 0, "{c} {u}");
+    assert_eq!(c + u, written);
+    // Two IPFIX files, each opening with a message of templates alone
+    // (version 10, then a template set, id 2), so each is read by itself.
+    for f in ["f.ipfix", "f.1.ipfix"] {
+        let b = std::fs::read(p(f)).unwrap();
+        assert!(b.len() > 20 && b[..2] == [0, 10] && b[16..18] == [0, 2], "{f}: {} bytes", b.len());
+    }
+    let flows = log.lines().find(|l| l.contains("[flows]") && l.contains("\"unwritten\"")).unwrap_or_else(|| panic!("{log}"));
+    assert!(flows.contains("\"unwritten\":0"), "{flows}");
     assert!(log.contains("reload 1"), "{log}");
     // The rules switched: alerts of the first set, then of the second, none else.
     let sids: Vec<u64> =

@@ -31,7 +31,7 @@ use weir::engine::RunError;
 use weir::output::flow::encode::EncoderError;
 use weir::output::flow::export::{ExportHooks, OpenError};
 pub(crate) use weir::output::flow::FlowRecord;
-use weir::output::flow::{EndReason, ExportStats, Exporter, FlowFiles, FlowSettings, Format, Pacer, Pacing, Ready};
+use weir::output::flow::{EndReason, ExportStats, Exporter, FlowFiles, FlowSettings, Format, NextFile, Pacer, Pacing, Ready};
 use weir::stream::biflow::{Biflow, Pairer};
 use weir::stream::{Direction, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::QueueId;
@@ -455,6 +455,12 @@ impl FlowOutput {
         cfg.check().map_err(|e| setting_error(&e))?;
         let (lanes, senders) = if queues.is_empty() { (Vec::new(), Vec::new()) } else { lanes(args, queues)? };
         Ok(FlowOutput { cfg, lanes, senders, queues: queues.to_vec(), export: args.export, biflow: args.biflow })
+    }
+
+    /// Handles by which the sensor's SIGHUP starts the next IPFIX file of
+    /// each exporter.
+    pub(crate) fn next_files(&self) -> Vec<NextFile> {
+        self.lanes.iter().filter_map(|l| l.files.as_ref().map(FlowFiles::next_file)).collect()
     }
 
     /// Queue `q`'s handler, on its stream layer.

@@ -26,7 +26,10 @@
 //! per output.
 //!
 //! Signals, as Suricata takes them: SIGHUP reopens the events file (for
-//! logrotate); SIGUSR2 reads the config again and takes its filters (the
+//! logrotate) and closes the open packet and IPFIX files, their next
+//! starting at the next packet or message under the name a rotation would
+//! give it (so a file is whole when taken away, and none is overwritten);
+//! SIGUSR2 reads the config again and takes its filters (the
 //! capture's and the outputs') and rules without stopping the capture (a
 //! capture thread switches filters between two batches, each worker between
 //! two runs of packets: no packet is lost or judged twice); SIGUSR1 writes the
@@ -54,7 +57,7 @@ Every table but [capture] is optional; a table's keys are the long options of th
 (weir record, flows, streams, inspect: see their --help), plus `filter`, the output's own libpcap filter on \
 top of the capture's. Check a config with --check (exit 0, or 2 with each problem's file, line and key), \
 then run it in the foreground (dist/weir-sensor.service runs it under systemd).\n\n\
-Signals: HUP reopens the events file (logrotate), USR2 reloads the filters (the capture's and the outputs') and rules from the config without \
+Signals: HUP reopens the events file (logrotate) and closes the open packet and IPFIX files, the next packet or message starting the next file of their sequence; USR2 reloads the filters (the capture's and the outputs') and rules from the config without \
 losing a packet, USR1 logs the counters, TERM and INT flush every record and exit 0.")]
 pub struct SensorArgs {
     /// The config file (TOML).

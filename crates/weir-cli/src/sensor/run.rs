@@ -464,6 +464,11 @@ pub fn run(cfg: Config, plan: Plan) -> anyhow::Result<ExitCode> {
                     Err(e) => say(format!("SIGHUP: cannot reopen the events file: {e}")),
                 }
             }
+            for (t, o) in types.iter().zip(lock().iter_mut()) {
+                if let Some(done) = o.next_file() {
+                    say(format!("SIGHUP: [{}] {done}", t.name));
+                }
+            }
         }
         if now.1 != seen.1 {
             say(format!("SIGUSR1: {}", counters(&running)));

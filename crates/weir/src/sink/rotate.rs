@@ -421,6 +421,9 @@ pub struct RotatingWriter<K: FileKind = FileSpec> {
     used: HashSet<PathBuf>,
     /// Earlier runs' files were looked for (once, before the first file).
     scanned: bool,
+    /// [`start_next_file`](RotatingWriter::start_next_file) was called: the
+    /// next packet goes into a new file.
+    next_file_asked: bool,
     /// Files and bytes of earlier runs adopted.
     adopted: (usize, u64),
     /// The largest header a file of this run opened with: the room a new
@@ -538,6 +541,7 @@ impl<K: FileKind> RotatingWriter<K> {
             closed_bytes: 0,
             used: HashSet::new(),
             scanned: false,
+            next_file_asked: false,
             adopted: (0, 0),
             header_bytes: 0,
             now_ns: 0,
@@ -617,6 +621,19 @@ impl<K: FileKind> RotatingWriter<K> {
         write(&mut cur.writer).map_err(|source| RotateError::Io { path: cur.path.clone(), source })
     }
 
+    /// Close the open file at the next packet and start the next one, named
+    /// as a rotation would name it (the sensor's SIGHUP, so that the file is
+    /// whole for whoever takes it away). The limits apply as at any rotation.
+    /// False when there is nothing to close: no file is open, it has no
+    /// packet yet (it stays the current one), or it is not a regular file (a
+    /// device, a FIFO, standard output: there is no next file to make of it).
+    pub fn start_next_file(&mut self) -> bool {
+        let open = self.cur.as_ref().is_some_and(|c| c.regular && c.writer.records_written() > 0);
+        let asked = open && matches!(self.target, Target::Pattern { .. });
+        self.next_file_asked |= asked;
+        asked
+    }
+
     /// Hand the open file's buffer to the kernel, so a kill from here on loses
     /// none of the packets written so far.
     pub fn flush(&mut self) -> Result<(), RotateError> {
@@ -679,7 +696,7 @@ impl<K: FileKind> RotatingWriter<K> {
         let by_size = self.policy.max_bytes.is_some_and(|max| w.bytes_written() + len > max);
         let by_count = self.policy.max_packets.is_some_and(|max| w.records_written() >= max);
         let by_time = cur.window_end.is_some_and(|end| ts_ns >= end);
-        !first_in_file && (by_size || by_count || by_time)
+        !first_in_file && (by_size || by_count || by_time || self.next_file_asked)
     }
 
     fn name_for(&self, pattern: &str, has_conversion: bool, has_seq: bool, ts_ns: u64) -> PathBuf {
@@ -698,6 +715,7 @@ impl<K: FileKind> RotatingWriter<K> {
     /// limits make room before the file is created, so that they hold while
     /// it is written.
     fn open_next(&mut self, ts_ns: Option<u64>) -> Result<(), RotateError> {
+        self.next_file_asked = false;
         self.close_current()?;
         self.adopt_earlier()?;
         self.make_room_for_new_file()?;

@@ -7,6 +7,7 @@ use crate::flows::{Exporting, FlowOutput, ToExporter};
 use anyhow::anyhow;
 use std::any::Any;
 use weir::engine::StopHandle;
+use weir::output::flow::NextFile;
 use weir::output::tee::Branch;
 use weir::stream::{StreamConfig, StreamStats, Streams};
 
@@ -17,7 +18,7 @@ pub const TYPE: Type = Type {
     open: |cfg, _, env| {
         let out = FlowOutput::open(cfg.flows.as_ref().expect("open is called for a present output"), &env.info.queues)?;
         let layer = StreamConfig { kernel_install_after: cfg.capture.kernel.kernel_install_after, ..out.cfg.clone() };
-        Ok(Box::new(Flows { cfg: layer, output: Some(out), exporting: None }))
+        Ok(Box::new(Flows { cfg: layer, next_files: out.next_files(), output: Some(out), exporting: None }))
     },
 };
 
@@ -28,6 +29,8 @@ struct Flows {
     output: Option<FlowOutput>,
     /// From [`Output::start`] on.
     exporting: Option<Exporting>,
+    /// One per exporter that writes files.
+    next_files: Vec<NextFile>,
 }
 
 impl Output for Flows {
@@ -44,6 +47,12 @@ impl Output for Flows {
         let out = self.output.take().expect("started once");
         self.exporting = Some(out.start(stop, env.events.filter(|_| (env.wants)("flow")))?);
         Ok(())
+    }
+
+    fn next_file(&mut self) -> Option<String> {
+        self.next_files.iter().for_each(NextFile::ask);
+        (!self.next_files.is_empty())
+            .then(|| "an open IPFIX file that holds a record is closed at the next message, which starts the next file".into())
     }
 
     fn finish(self: Box<Self>, branches: Vec<Box<dyn Any + Send>>, end: &End<'_>) -> anyhow::Result<bool> {

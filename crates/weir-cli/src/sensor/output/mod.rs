@@ -103,6 +103,12 @@ pub trait Output: Send {
         Ok(Box::new(|| ()))
     }
 
+    /// SIGHUP: close its open files and start the next ones, as logrotate
+    /// expects; what it did, for the log (`None`: it writes no such file).
+    fn next_file(&mut self) -> Option<String> {
+        None
+    }
+
     /// A quarter second passed: flush and age what it writes, say a failure once.
     fn tick(&mut self, _say: &dyn Fn(String)) {}
 

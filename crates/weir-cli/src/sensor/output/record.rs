@@ -79,6 +79,14 @@ impl Output for Record {
         crate::record::log_deletions(&deletions);
     }
 
+    fn next_file(&mut self) -> Option<String> {
+        let started = self.shared().writer.as_mut().is_some_and(weir::sink::rotate::RotatingWriter::start_next_file);
+        Some(
+            if started { "the next packet starts a new file" } else { "no packet file to close (none written yet, or not a regular file)" }
+                .into(),
+        )
+    }
+
     fn counters(&self, o: &mut serde_json::Map<String, serde_json::Value>) {
         o.insert("written".into(), self.shared().packets.into());
     }

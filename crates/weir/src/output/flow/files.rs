@@ -24,6 +24,10 @@
 //! quietly when the reader went away, as `weir record -w -` does), then
 //! returned as any failed write.
 //!
+//! [`FlowFiles::next_file`] hands out a [`NextFile`] by which another thread
+//! (the sensor's, on SIGHUP) asks for the open file to be closed at the next
+//! message and the next one started, named as a rotation names it.
+//!
 //! A file's time (its name's strftime conversions, its `-G` window) is the
 //! export time of its first message: packet time, as everything exported.
 //!
@@ -40,6 +44,8 @@ use crate::sink::rotate::{FileKind, FileWriter, RotateError, RotatingWriter, Rot
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What is called with a failed write to standard output, before it is
 /// returned (see the module doc).
@@ -112,13 +118,30 @@ impl FileWriter for MessageFile {
 /// The rotating IPFIX files of a run.
 pub struct FlowFiles {
     writer: RotatingWriter<IpfixFiles>,
+    next: NextFile,
+    /// The requests of `next` acted on.
+    seen: u64,
+}
+
+/// Asks the [`FlowFiles`] it came from, on whatever thread they are
+/// written, to start their next file at their next message.
+#[derive(Clone, Default)]
+pub struct NextFile(Arc<AtomicU64>);
+
+impl NextFile {
+    /// Asks for the next file: acted on at the next message written.
+    pub fn ask(&self) {
+        // Relaxed: a count of requests, compared by the writer at its next
+        // message; no data rides on it.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl FlowFiles {
     /// Files named from `pattern`, rotated by `policy`; `templates` is the
     /// encoder's templates-only message. Nothing is created yet.
     pub fn new(pattern: &str, policy: RotationPolicy, templates: Vec<u8>) -> Result<FlowFiles, RotateError> {
-        Ok(FlowFiles { writer: RotatingWriter::files(pattern, IpfixFiles { templates, stdout: None }, policy)? })
+        Ok(FlowFiles::of(RotatingWriter::files(pattern, IpfixFiles { templates, stdout: None }, policy)?))
     }
 
     /// The messages to standard output (`-w -`), never rotated; `on_error`
@@ -127,7 +150,18 @@ impl FlowFiles {
         // A duplicate of descriptor 1 the writer owns, as `weir record -w -`'s.
         let fd = std::os::fd::AsFd::as_fd(&io::stdout()).try_clone_to_owned()?;
         let kind = IpfixFiles { templates, stdout: Some(on_error) };
-        Ok(FlowFiles { writer: RotatingWriter::stream_of(File::from(fd), "standard output", kind) })
+        Ok(FlowFiles::of(RotatingWriter::stream_of(File::from(fd), "standard output", kind)))
+    }
+
+    fn of(writer: RotatingWriter<IpfixFiles>) -> FlowFiles {
+        FlowFiles { writer, next: NextFile::default(), seen: 0 }
+    }
+
+    /// A handle by which another thread asks for the next file (see the
+    /// module's doc). Standard output and devices have none to start: the
+    /// request is then let go.
+    pub fn next_file(&self) -> NextFile {
+        self.next.clone()
     }
 
     /// Opens the first file (a pattern with strftime conversions: checks its
@@ -143,6 +177,12 @@ impl FlowFiles {
     /// Writes one finished message of `records` data records, into a new
     /// file first when the rotation says so.
     pub fn write(&mut self, msg: &[u8], records: usize) -> Result<(), RotateError> {
+        // Relaxed: see NextFile::ask.
+        let asked = self.next.0.load(Ordering::Relaxed);
+        if asked != self.seen {
+            self.seen = asked;
+            self.writer.start_next_file();
+        }
         // A file this message opens starts with the templates under the
         // message's own export time and sequence number (and domain).
         self.writer.kind_mut().templates[o::EXPORT_TIME..o::HEADER_LEN].copy_from_slice(&msg[o::EXPORT_TIME..o::HEADER_LEN]);

@@ -30,5 +30,5 @@ pub mod layer;
 pub use collector::{CollectorStats, Pacer, Pacing};
 pub use encode::{Encoder, EncoderError, EndReason, FlowRecord, Format, Reverse};
 pub use export::{ExportHooks, ExportStats, Exporter, OpenError, Ready};
-pub use files::FlowFiles;
+pub use files::{FlowFiles, NextFile};
 pub use layer::FlowSettings;

@@ -543,3 +543,32 @@ fn extension_insertion() {
     assert_eq!(insert_before_extension("dir.d/out", ".3"), "dir.d/out.3");
     assert_eq!(insert_before_extension(".hidden", ".3"), ".hidden.3");
 }
+
+#[test]
+fn a_next_file_asked_for_starts_at_the_next_packet_and_only_where_there_is_one_to_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("rec.pcap");
+    let mut w = RotatingWriter::new(pattern.to_str().unwrap(), spec(), RotationPolicy::default()).unwrap();
+    assert!(!w.start_next_file(), "no file is open yet");
+    w.prepare().unwrap();
+    assert!(!w.start_next_file(), "the open file has no packet: it stays the current one");
+    w.write_packet(S, &[1; 60], 60).unwrap();
+    assert!(w.start_next_file());
+    assert!(w.start_next_file(), "asked twice before a packet: still one new file");
+    w.write_packet(2 * S, &[2; 60], 60).unwrap();
+    w.write_packet(3 * S, &[3; 60], 60).unwrap();
+    let files = w.finish().unwrap();
+    // The first name is taken: the next one gets its sequence number, so
+    // nothing is overwritten.
+    assert_eq!(names(&files, dir.path()), ["rec.pcap", "rec.1.pcap"]);
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 24 + 16 + 60);
+    assert_eq!(std::fs::metadata(&files[1]).unwrap().len(), 24 + 2 * (16 + 60));
+
+    let mut dev = RotatingWriter::new("/dev/null", spec(), RotationPolicy::default()).unwrap();
+    dev.write_packet(S, &[0; 60], 60).unwrap();
+    assert!(!dev.start_next_file(), "a device has no next file");
+    let path = dir.path().join("stream.pcap");
+    let mut stream = RotatingWriter::stream(File::create(&path).unwrap(), "standard output", spec()).unwrap();
+    stream.write_packet(S, &[0; 60], 60).unwrap();
+    assert!(!stream.start_next_file(), "a stream is one file");
+}
