@@ -26,6 +26,20 @@ four commands', at the highest rate both held without loss: the processes'
 own CPU, and that plus the machine's softirq time (where the kernel copies
 each packet into every capture's ring).
 
+Where the receivers run: by default both sides' processes are pinned to
+CPU 1 (`--receiver-cpus 1`), the sender alone on CPU 0. The XDP sender keeps
+its CPU busy while it paces (it runs its program until a frame is due), and
+unpinned, the receivers' threads share that CPU with it by the scheduler's
+fairness, which gives each runnable thread an equal share: four processes'
+twenty threads then take more of it from the sender than the sensor's few,
+and the loss-free rate measures their number, not their work. Pinned, each
+side has the same one CPU, and the kernel's receive work (softirq) is on the
+sender's. `--receiver-cpus all` leaves them unpinned (the earlier runs;
+results then in bench/results/sensor-shared-cpu.json).
+
+The two sides alternate run by run within a rate step, so a change of the
+machine's speed during the bench falls on both.
+
 Outputs are written to a tmpfs directory (packet files, stream files, IPFIX
 files, events), emptied after every run; the memory it may take is checked
 against MemAvailable first.
@@ -55,6 +69,8 @@ SECONDS_PER_STEP = 3.0
 MAX_PACKETS_PER_RUN = 1_200_000
 RATES_KPPS = [10, 20, 40, 60, 80, 100, 130, 160]
 LOSSY_STEPS_TO_STOP = 2
+# taskset's CPU list for both sides' processes; "all": not pinned.
+RECEIVER_CPUS = "1"
 TRACE = WORK / "sensor-trace.pcap"
 # weir replay --xdp holds the trace in kernel memory: at most 65,536 packets.
 TRACE_PACKETS = 60_000
@@ -82,7 +98,8 @@ class Proc:
 
     def __init__(self, name, argv, out):
         self.name, self.out = name, out
-        self.proc = subprocess.Popen(live.ns("RX") + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pin = [] if RECEIVER_CPUS == "all" else ["taskset", "-c", RECEIVER_CPUS]
+        self.proc = subprocess.Popen(live.ns("RX") + pin + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait_listening(self):
         deadline = time.time() + 30
@@ -203,22 +220,30 @@ def inner(runs):
     live.pass_program(True)
     base = tempfile.mkdtemp(prefix="weir-bench-sensor-", dir="/dev/shm")
     result = {"machine": machine(), "queues": 2, "runs_per_step": runs, "seconds_per_step": SECONDS_PER_STEP,
-              "trace_packets": TRACE_PACKETS, "sides": {}}
+              "trace_packets": TRACE_PACKETS, "receiver_cpus": RECEIVER_CPUS, "sender_cpu": 0,
+              "sides": {"sensor": {"steps": []}, "commands": {"steps": []}}}
+    name = "sensor" if RECEIVER_CPUS != "all" else "sensor-shared-cpu"
+    sides = ("sensor", "commands")
+    lossy = {side: 0 for side in sides}
     try:
-        for side in ("sensor", "commands"):
-            steps, lossy = [], 0
-            for kpps in rates:
-                if lossy >= LOSSY_STEPS_TO_STOP:
-                    break
-                rs = [run_once(side, kpps, base) for _ in range(runs)]
-                med = {k: statistics.median(r[k] for r in rs)
+        for kpps in rates:
+            going = [side for side in sides if lossy[side] < LOSSY_STEPS_TO_STOP]
+            if not going:
+                break
+            rs = {side: [] for side in going}
+            for _ in range(runs):
+                for side in going:
+                    rs[side].append(run_once(side, kpps, base))
+            for side in going:
+                med = {k: statistics.median(r[k] for r in rs[side])
                        for k in ("sent", "delivered", "lost", "cpu_s", "cpu_ns_per_packet", "softirq_ns_per_packet", "total_ns_per_packet")}
-                steps.append({"kpps": kpps, **{f"median_{k}": v for k, v in med.items()}, "runs": rs})
-                lossy = lossy + 1 if med["lost"] else 0
+                result["sides"][side]["steps"].append({"kpps": kpps, **{f"median_{k}": v for k, v in med.items()}, "runs": rs[side]})
+                lossy[side] = lossy[side] + 1 if med["lost"] else 0
                 log(f"  {side:9} {kpps:4} kpps: lost {med['lost']:.0f} of {med['sent']:.0f}, CPU {med['cpu_ns_per_packet']:.0f} ns/packet, "
                     f"softirq {med['softirq_ns_per_packet']:.0f}, together {med['total_ns_per_packet']:.0f}")
-                result["sides"][side] = {"steps": steps}
-                write_result("sensor", result)
+            write_result(name, result)
+        for side in sides:
+            steps = result["sides"][side]["steps"]
             result["sides"][side]["loss_free_kpps"] = max((s["kpps"] for s in steps if s["median_lost"] == 0), default=0)
     finally:
         sh(["rm", "-rf", base])
@@ -232,30 +257,41 @@ def inner(runs):
         result["cpu_ratio_sensor_over_commands"] = at(s, "median_cpu_ns_per_packet") / at(c, "median_cpu_ns_per_packet")
         result["total_ratio_sensor_over_commands"] = at(s, "median_total_ns_per_packet") / at(c, "median_total_ns_per_packet")
     result["loss_free_ratio_sensor_over_commands"] = s["loss_free_kpps"] / max(c["loss_free_kpps"], 1)
-    write_result("sensor", result)
+    write_result(name, result)
     log(f"loss-free: sensor {s['loss_free_kpps']} kpps, the four commands {c['loss_free_kpps']} kpps; "
         f"at {result.get('at_kpps')} kpps, sensor / commands: CPU per packet {result.get('cpu_ratio_sensor_over_commands')}, "
         f"with softirq {result.get('total_ratio_sensor_over_commands')}")
 
 
 def main():
+    global RECEIVER_CPUS
     args = sys.argv[1:]
     runs = RUNS
+    usage = "usage: bench/sensor.py [--runs N] [--rates KPPS,...] [--receiver-cpus LIST|all]"
     if args[:1] in (["-h"], ["--help"]):
-        sys.exit("usage: bench/sensor.py [--runs N] [--rates KPPS,...]")
-    if args[:1] == ["--runs"]:
-        runs, args = int(args[1]), args[2:]
-    if args[:1] == ["--rates"]:
-        RATES_KPPS[:] = [int(x) for x in args[1].split(",")]
-        args = args[2:]
-    if args[:1] == ["--inner"]:
+        sys.exit(usage)
+    inner_run = False
+    while args:
+        if args[0] == "--runs" and len(args) > 1:
+            runs, args = int(args[1]), args[2:]
+        elif args[0] == "--rates" and len(args) > 1:
+            RATES_KPPS[:] = [int(x) for x in args[1].split(",")]
+            args = args[2:]
+        elif args[0] == "--receiver-cpus" and len(args) > 1:
+            RECEIVER_CPUS, args = args[1], args[2:]
+        elif args[0] == "--inner":
+            inner_run, args = True, args[1:]
+        else:
+            sys.exit(f"bench/sensor.py: unknown argument {args[0]!r}\n{usage}")
+    if inner_run:
         return inner(runs)
     if os.geteuid() != 0:
         sys.exit("bench/sensor.py needs root (it builds network namespaces)")
     if not WEIR.exists():
         sys.exit(f"bench/sensor.py: {WEIR} is missing: build it (make build, or set CARGO_TARGET_DIR)")
     trace()
-    argv = [sys.executable, __file__, "--runs", str(runs), "--rates", ",".join(map(str, RATES_KPPS)), "--inner"]
+    argv = [sys.executable, __file__, "--runs", str(runs), "--rates", ",".join(map(str, RATES_KPPS)),
+            "--receiver-cpus", RECEIVER_CPUS, "--inner"]
     return subprocess.run([str(ROOT / "scripts" / "testbed"), "--queues", "2", "--", *argv]).returncode
 
 
