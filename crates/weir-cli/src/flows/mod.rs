@@ -510,6 +510,7 @@ impl Exporting {
         total: &StreamStats,
         elapsed: Duration,
         events: Option<&Events>,
+        say: &dyn Fn(String),
     ) -> anyhow::Result<FlowSummary> {
         let exporters = self.threads.len();
         let (mut orphaned, mut folded) = (0, 0);
@@ -521,8 +522,8 @@ impl Exporting {
         for t in self.threads {
             st.add(t.join().map_err(|_| anyhow::anyhow!("an exporter thread panicked"))?);
         }
-        let adds_up = print_stats(args, total, &st, orphaned, folded, exporters, elapsed);
-        let bounced = report_collectors(&st);
+        let adds_up = print_stats(args, total, &st, Handed { orphaned, folded }, exporters, elapsed, say);
+        let bounced = report_collectors(&st, say);
         let collectors: Vec<serde_json::Value> = st
             .collectors
             .iter()
@@ -542,13 +543,13 @@ impl Exporting {
         if let Some(ev) = events.filter(|e| e.file_takes("flow")) {
             let flow_events = ev.counts().0.made[0];
             if flow_events != made {
-                eprintln!("weir flows: internal accounting error: {made} records handed to the exporters, {flow_events} flow events");
+                say(format!("internal accounting error: {made} records handed to the exporters, {flow_events} flow events"));
             }
         }
         if let Some(k) = events.and_then(Events::kafka).filter(|k| k.wants("flow")) {
             let published = k.counts().made.get("flow").copied().unwrap_or(0);
             if published != made {
-                eprintln!("weir flows: internal accounting error: {made} records handed to the exporters, {published} to Kafka");
+                say(format!("internal accounting error: {made} records handed to the exporters, {published} to Kafka"));
             }
         }
         Ok(FlowSummary {
@@ -612,13 +613,14 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         (report.elapsed, report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(), report.failed_on_bad_input());
     let handlers: Vec<ToExporter> = std::mem::take(&mut report.handlers).into_iter().map(|(_, l)| l.into_handler()).collect();
     drop(report);
-    let summary = exporting.finish(&args, handlers, &total, elapsed, events.as_ref())?;
+    let say = |m: String| eprintln!("weir flows: {m}");
+    let summary = exporting.finish(&args, handlers, &total, elapsed, events.as_ref(), &say)?;
     let ev = events.as_ref().filter(|e| e.has_file()).map(Events::finish);
     let kafka = kafka.as_ref().map(|k| crate::kafka::finish_and_report("flows", k));
     if let Some(ev) = &ev {
-        eprintln!("weir flows: {} flow events written to {}", ev.written, args.events.as_deref().unwrap_or("?"));
+        say(format!("{} flow events written to {}", ev.written, args.events.as_deref().unwrap_or("?")));
         if let Some(e) = &ev.error {
-            eprintln!("weir flows: cannot write events to {e}: {} events were not written", ev.unwritten);
+            say(format!("cannot write events to {e}: {} events were not written", ev.unwritten));
         }
     }
     if let Some(stats) = stats {
@@ -634,7 +636,7 @@ pub fn run(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         stats.write(&j)?;
     }
     for e in &errors {
-        eprintln!("weir flows: {e}");
+        say(e.clone());
     }
     if bad {
         return Ok(ExitCode::from(crate::exit::BAD_INPUT));
@@ -669,26 +671,34 @@ fn paced_s(st: &ExportStats) -> f64 {
 
 /// Says what came back from each collector: true if any datagram bounced
 /// (came back port unreachable), which fails the run.
-fn report_collectors(st: &ExportStats) -> bool {
+fn report_collectors(st: &ExportStats, say: &dyn Fn(String)) -> bool {
     let mut bounced = false;
     for c in st.collectors.iter().filter(|c| c.bounced > 0) {
         bounced = true;
         let addr = c.addr.map_or_else(String::new, |a| a.to_string());
         if c.nothing_listens {
-            eprintln!(
-                "weir flows: error: nothing listens at {addr}: its port answered the first datagram and the last ones with ICMP port \
+            say(format!(
+                "error: nothing listens at {addr}: its port answered the first datagram and the last ones with ICMP port \
                  unreachable ({} of {} datagrams reported bounced; the kernel limits how many it reports): the records sent there are lost",
                 c.bounced, c.datagrams
-            );
+            ));
         } else {
-            eprintln!(
-                "weir flows: {addr}: {} of {} datagrams came back port unreachable, with {} records (at least: the kernel limits how \
+            say(format!(
+                "{addr}: {} of {} datagrams came back port unreachable, with {} records (at least: the kernel limits how \
                  many ICMP errors it reports): the collector was not listening for part of the run",
                 c.bounced, c.datagrams, c.bounced_records
-            );
+            ));
         }
     }
     bounced
+}
+
+/// What the queues' handlers counted at their end.
+struct Handed {
+    /// Records not exported: the exporter thread had stopped.
+    orphaned: u64,
+    /// Records sent as the reverse half of a biflow.
+    folded: u64,
 }
 
 /// Prints the statistics; false if the records do not add up (a bug).
@@ -696,16 +706,17 @@ fn print_stats(
     args: &FlowsArgs,
     total: &StreamStats,
     st: &ExportStats,
-    orphaned: u64,
-    folded: u64,
+    handlers: Handed,
     exporters: usize,
     elapsed: Duration,
+    say: &dyn Fn(String),
 ) -> bool {
+    let Handed { orphaned, folded } = handlers;
     let handed_out = total.streams + total.active_records;
     let pps = total.packets as f64 / elapsed.as_secs_f64().max(1e-9);
     let reasons: Vec<String> = EndReason::ALL.iter().zip(st.by_reason).map(|(r, n)| format!("{n} {}", r.name())).collect();
-    eprintln!(
-        "weir flows: {} packets ({}) in {:.2} s: {} records ({} connections, {} by the active timeout); {} exported as {} ({}), {} {} messages, {} datagrams to {} collector(s) ({}), {} with templates{}; exported: handed to a collector's socket or written to a file",
+    say(format!(
+        "{} packets ({}) in {:.2} s: {} records ({} connections, {} by the active timeout); {} exported as {} ({}), {} {} messages, {} datagrams to {} collector(s) ({}), {} with templates{}; exported: handed to a collector's socket or written to a file",
         total.packets,
         human_rate(pps),
         elapsed.as_secs_f64(),
@@ -734,58 +745,55 @@ fn print_stats(
             ),
             None => String::new(),
         }
-    );
+    ));
     if exporters > 1 {
-        eprintln!(
-            "weir flows: {exporters} exporters, one per queue, as observation domains {} to {}",
+        say(format!(
+            "{exporters} exporters, one per queue, as observation domains {} to {}",
             args.domain,
             u64::from(args.domain) + exporters as u64 - 1
-        );
+        ));
     }
     if args.biflow {
-        eprintln!(
-            "weir flows: biflows: {} of the {handed_out} records went out as the reverse direction of another, in {} biflow records",
+        say(format!(
+            "biflows: {} of the {handed_out} records went out as the reverse direction of another, in {} biflow records",
             folded, st.exported
-        );
+        ));
     }
-    eprintln!("weir flows: {}", packet_line(total));
+    say(packet_line(total));
     if let Some(line) = kernel_line(total) {
-        eprintln!("weir flows: {line}");
+        say(line);
     }
     let f = &total.fragment;
     let unrecorded = f.fragments - f.fragments_reassembled;
     if unrecorded > 0 {
-        eprintln!(
-            "weir flows: {unrecorded} IP fragments in no record: their datagram never completed ({} timed out, {} evicted, {} over memory, {} too big, {} overlapping IPv6; {} malformed, {} inconsistent fragments)",
+        say(format!(
+            "{unrecorded} IP fragments in no record: their datagram never completed ({} timed out, {} evicted, {} over memory, {} too big, {} overlapping IPv6; {} malformed, {} inconsistent fragments)",
             f.datagrams_timed_out, f.datagrams_evicted, f.datagrams_over_memory, f.datagrams_too_big, f.datagrams_overlapping, f.malformed, f.inconsistent
-        );
+        ));
     }
     if st.not_carried > 0 {
-        eprintln!(
-            "weir flows: {} IPv6 records not exported: NetFlow v5 carries IPv4 only (--format ipfix or v9 carries them)",
-            st.not_carried
-        );
+        say(format!("{} IPv6 records not exported: NetFlow v5 carries IPv4 only (--format ipfix or v9 carries them)", st.not_carried));
     }
     if st.v5_saturated > 0 {
-        eprintln!("weir flows: {} records had more packets or octets than v5's 32 bits hold: sent as 4294967295", st.v5_saturated);
+        say(format!("{} records had more packets or octets than v5's 32 bits hold: sent as 4294967295", st.v5_saturated));
     }
     if st.send_errors() > 0 {
-        eprintln!(
-            "weir flows: {} send errors ({} records reached no collector); the first: {}",
+        say(format!(
+            "{} send errors ({} records reached no collector); the first: {}",
             st.send_errors(),
             st.lost_to_send_errors,
             st.first_send_error().as_deref().unwrap_or("?")
-        );
+        ));
     }
     if let Some(e) = &st.file_error {
-        eprintln!("weir flows: cannot write {e}: {} records were not written to files", st.unwritten);
+        say(format!("cannot write {e}: {} records were not written to files", st.unwritten));
     }
     if orphaned > 0 {
-        eprintln!("weir flows: {orphaned} records not exported: the exporter thread had stopped");
+        say(format!("{orphaned} records not exported: the exporter thread had stopped"));
     }
     let accounted = st.exported + st.not_carried + st.lost + orphaned + folded;
     if accounted != handed_out {
-        eprintln!("weir flows: internal accounting error: {handed_out} records handed out, {accounted} exported or counted");
+        say(format!("internal accounting error: {handed_out} records handed out, {accounted} exported or counted"));
     }
     accounted == handed_out
 }

@@ -65,7 +65,7 @@ impl Output for Flows {
         }
         let Some(x) = self.exporting else { return Ok(false) };
         let args = end.cfg.flows.as_ref().expect("finish is called for a present output");
-        let s = x.finish(args, handlers, &layer, end.elapsed, end.events)?;
+        let s = x.finish(args, handlers, &layer, end.elapsed, end.events, &|m| (end.say)(format!("[flows] {m}")))?;
         (end.say)(format!("[flows] {} packets ({} filtered out): {}", end.passed, end.filtered, s.json));
         Ok(s.lost == 0 && !s.bounced && !s.file_error && s.adds_up)
     }
