@@ -96,6 +96,18 @@ pub fn write_line(args: fmt::Arguments<'_>) {
     }
 }
 
+/// Write `lines` (whole lines, each with its newline) to standard output at
+/// once, so that lines from several threads never interleave; a reader that
+/// went away ends weir as [`write_line`] says.
+pub fn write_block(lines: &[u8]) {
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_all(lines).and_then(|()| o.flush()) {
+        end_if_reader_gone(&e);
+        eprintln!("weir: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// A write to standard output failed: if its reader went away, end weir now,
 /// quietly, with [`BROKEN_PIPE`], from whichever thread found it (a worker
 /// writing records, an exporter writing messages), as SIGPIPE would. Any

@@ -10,9 +10,10 @@
 //! that file, is counted, and the first such error is reported at the end
 //! with exit status 1; nothing is lost silently.
 
+mod json;
 pub mod tcpflow;
 
-use crate::exit::{bad_input, out, setting_error};
+use crate::exit::{bad_input, setting_error};
 use crate::kafka::Kafka;
 use crate::run::{human_rate, run_started, KernelCutoffArgs, SourceArgs};
 use anyhow::Context;
@@ -25,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use weir::engine::RunError;
-use weir::stream::community_id::CommunityId;
 use weir::stream::{Class, Mode, Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats};
 use weir::Packet;
 
@@ -178,6 +178,8 @@ pub(crate) struct Writer {
     /// tcpflow names files after a VLAN tag only on Ethernet links.
     ethernet: bool,
     json: bool,
+    /// `--json` lines not yet written: out at the end of each run of packets.
+    lines: Vec<u8>,
     /// `--kafka`: each closed stream as a record.
     kafka: Option<Kafka>,
     /// A running sum of every delivered byte, so the data is read.
@@ -201,7 +203,7 @@ impl Writer {
     /// `json` a line per closed stream on standard output, with `kafka` a
     /// record per closed stream to Kafka.
     pub(crate) fn new(dir: Option<Arc<PathBuf>>, ethernet: bool, json: bool, kafka: Option<Kafka>) -> Writer {
-        Writer { dir, ethernet, json, kafka, sum: 0, files: 0, write_errors: 0, first_error: None }
+        Writer { dir, ethernet, json, lines: Vec::new(), kafka, sum: 0, files: 0, write_errors: 0, first_error: None }
     }
 
     fn open(&mut self, dir: &Path, s: &Stream, vlan: Option<u16>) -> Option<(File, String)> {
@@ -283,20 +285,32 @@ impl StreamHandler for Writer {
             }
         }
         if self.json {
-            let line = json!({
-                "src": s.src.to_string(), "sport": s.sport, "dst": s.dst.to_string(), "dport": s.dport,
-                // Streams mode keys ICMP by its addresses only: no ID (null) for it.
-                "community_id": CommunityId::default().of_key(s.src, s.dst, s.proto, s.sport, s.dport, false),
-                "proto": s.proto, "queue": s.queue.0, "direction": format!("{:?}", s.direction).to_lowercase(),
-                "first_ns": s.first_ns, "last_ns": s.last_ns, "packets": s.packets, "bytes": s.bytes,
-                "delivered": s.delivered, "gap": s.gap, "duplicate": s.duplicate, "discarded": s.discarded,
-                "dropped": s.dropped, "refused": s.refused, "cutoff": s.cutoff, "mode": s.mode.name(), "priority": s.priority,
-                "close": s.closed.map(|c| c.name()),
-            });
-            out!("{line}");
+            json::line(&mut self.lines, s);
+            // The end of the capture closes every open stream at once:
+            // written in blocks, not held until the run is done.
+            if self.lines.len() >= LINES_BLOCK {
+                self.write_lines();
+            }
         }
         if let Some(k) = &self.kafka {
             k.stream(s);
+        }
+    }
+
+    fn run_done(&mut self) {
+        self.write_lines();
+    }
+}
+
+/// Bytes of `--json` lines written at once, at most (and a line more).
+const LINES_BLOCK: usize = 64 << 10;
+
+impl Writer {
+    /// The `--json` lines so far, whole, in one write.
+    fn write_lines(&mut self) {
+        if !self.lines.is_empty() {
+            crate::exit::write_block(&self.lines);
+            self.lines.clear();
         }
     }
 }

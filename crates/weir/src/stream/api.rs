@@ -224,6 +224,11 @@ pub trait StreamHandler: Send + 'static {
     /// The stream is closed ([`Stream::closed`] says why); its state is
     /// handed back. Nothing follows.
     fn closed(&mut self, stream: &Stream, state: Self::State);
+
+    /// The layer is done with a run of packets, an idle tick or the end of
+    /// the capture: where to hand on what was buffered since the last call,
+    /// so that nothing waits longer than a run.
+    fn run_done(&mut self) {}
 }
 
 /// What one queue's stream layer counted. Every packet that reached it is

@@ -727,6 +727,7 @@ impl<H: StreamHandler> Streams<H> {
 impl<H: StreamHandler> Handler for Streams<H> {
     fn packet(&mut self, packet: &Packet<'_>) {
         self.take_packet(packet);
+        self.handler.run_done();
         self.answer_board();
     }
 
@@ -737,25 +738,31 @@ impl<H: StreamHandler> Handler for Streams<H> {
             let (frame, keyed) = f.expect("warm decodes every packet of the run");
             self.take_frame(p, frame, keyed);
         }
+        self.handler.run_done();
         self.answer_board();
     }
 
     fn idle(&mut self) {
         self.idle_tick();
+        self.handler.run_done();
         self.answer_board();
     }
 
     fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
-        self.export_bucket(bucket)
+        let h = self.export_bucket(bucket);
+        self.handler.run_done();
+        h
     }
 
     fn import(&mut self, state: Handover) {
         self.import_bucket(state);
+        self.handler.run_done();
     }
 
     fn finish(&mut self) {
         self.close_all(CloseReason::EndOfInput);
         self.defrag.expire(u64::MAX);
+        self.handler.run_done();
         debug_assert!(self.stats.packets_add_up(), "a packet in no category: {:?}", self.stats);
         debug_assert_eq!(self.arena.used(), 0, "arena bytes left after every stream closed");
         self.board.publish_final(&self.now());

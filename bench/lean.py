@@ -1,0 +1,80 @@
+"""The stream layer's cost over the packet path (issue 44), on the `make demo`
+trace (`weir synth --packets 2000000 --flows 100000 --seed 1`, one queue):
+
+- `weir count` (the packet path: read, steer, deliver, count), the bound;
+- `weir flows -w /dev/null` (flow records, IPFIX-encoded, written nowhere);
+- `weir streams --cutoff 0` (stream statistics, no payload);
+- `weir streams --cutoff 0 --json` to /dev/null (the same, plus a JSON line
+  per closed stream).
+
+Each round runs every command once, in turn, RUNS rounds (5 by default); a
+figure is the median of its runs. CPU is user + system time of the finished
+process (its every thread), wall time beside it. Reported: CPU ns per packet,
+its ratio to `weir count`'s, and the CPU of a JSON stream record: (CPU with
+--json - CPU without) / streams closed, the two runs of a round paired.
+
+The trace is read into the page cache before every round (the cache here is
+reclaimed within minutes). Results: bench/results/lean.json.
+
+usage: bench/lean.py [--runs N]
+"""
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import WEIR, WORK, log, machine, sh, timed, warm, write_result  # noqa: E402
+
+RUNS = 5
+SYNTH = ["--packets", "2000000", "--flows", "100000", "--seed", "1"]
+PACKETS = 2_000_000
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=RUNS)
+    args = ap.parse_args()
+    if not WEIR.exists():
+        sys.exit(f"bench/lean.py: {WEIR} is missing: build it (make build, or set CARGO_TARGET_DIR)")
+    WORK.mkdir(parents=True, exist_ok=True)
+    trace = WORK / "demo.pcap"
+    if not trace.exists():
+        log(f"synthesizing {trace}")
+        sh([str(WEIR), "synth", "-o", str(trace), *SYNTH])
+    stats = WORK / "lean-stats.json"
+    t = str(trace)
+    commands = {
+        "count": [str(WEIR), "count", "--json", t],
+        "flows": [str(WEIR), "flows", t, "-q", "-w", "/dev/null"],
+        "streams": [str(WEIR), "streams", t, "--cutoff", "0", "-q", "--stats", str(stats)],
+        "streams-json": ["sh", "-c", f'exec "$0" streams "$1" --cutoff 0 -q --json > /dev/null', str(WEIR), t],
+    }
+    runs = {name: [] for name in commands}
+    streams_closed = None
+    for r in range(args.runs):
+        warm(trace)
+        for name, cmd in commands.items():
+            wall, cpu, _ = timed(cmd)
+            runs[name].append({"wall_s": wall, "cpu_s": cpu})
+            if name == "streams":
+                streams_closed = json.loads(stats.read_text())["streams"]
+        log("  round %d: %s" % (r + 1, ", ".join(f"{n} {v[-1]['cpu_s']:.2f} s" for n, v in runs.items())))
+    med = {n: {"cpu_s": statistics.median(x["cpu_s"] for x in v), "wall_s": statistics.median(x["wall_s"] for x in v)}
+           for n, v in runs.items()}
+    for n, m in med.items():
+        m["cpu_ns_per_packet"] = m["cpu_s"] / PACKETS * 1e9
+        m["cpu_over_count"] = m["cpu_s"] / med["count"]["cpu_s"]
+    per_record = [(j["cpu_s"] - s["cpu_s"]) / streams_closed * 1e6 for j, s in zip(runs["streams-json"], runs["streams"])]
+    result = {"machine": machine(), "runs": args.runs, "trace": f"weir synth {' '.join(SYNTH)}", "packets": PACKETS,
+              "streams_closed": streams_closed, "median": med, "runs_each": runs,
+              "json_us_per_record": statistics.median(per_record), "json_us_per_record_each": per_record}
+    write_result("lean", result)
+    for n, m in med.items():
+        log(f"{n:13} CPU {m['cpu_s']:.2f} s ({m['cpu_ns_per_packet']:.0f} ns/packet, {m['cpu_over_count']:.1f}x count), wall {m['wall_s']:.2f} s")
+    log(f"a JSON stream record: {result['json_us_per_record']:.2f} us of CPU ({streams_closed} records)")
+
+
+if __name__ == "__main__":
+    main()
