@@ -7,6 +7,15 @@ trace (`weir synth --packets 2000000 --flows 100000 --seed 1`, one queue):
 - `weir streams --cutoff 0 --json` to /dev/null (the same, plus a JSON line
   per closed stream).
 
+Then the queues: `weir streams --cutoff 0` and `weir flows -w /dev/null` on
+TRACE@0-1, 2 queues (3 engine threads and the trace's populate thread on 2
+CPUs) against 1 queue, in wall time. Each thread's CPU per packet comes from
+`weir profile --json` runs of the same commands (its per-thread CPU clocks;
+what no engine thread did, the main thread and flows' exporter, is "other").
+On 2 CPUs no run can take less wall time than max(sum / 2, busiest thread)
+of its threads' CPU: the bound. The speedup the bound allows is 1 queue's
+bound over 2 queues', and reported beside the speedup measured (medians).
+
 Each round runs every command once, in turn, RUNS rounds (5 by default); a
 figure is the median of its runs. CPU is user + system time of the finished
 process (its every thread), wall time beside it. Reported: CPU ns per packet,
@@ -50,7 +59,17 @@ def main():
         "flows": [str(WEIR), "flows", t, "-q", "-w", "/dev/null"],
         "streams": [str(WEIR), "streams", t, "--cutoff", "0", "-q", "--stats", str(stats)],
         "streams-json": ["sh", "-c", f'exec "$0" streams "$1" --cutoff 0 -q --json > /dev/null', str(WEIR), t],
+        "streams-2q": [str(WEIR), "streams", f"{t}@0-1", "--cutoff", "0", "-q"],
+        "flows-2q": [str(WEIR), "flows", f"{t}@0-1", "-q", "-w", "/dev/null"],
     }
+    # The runs whose threads are profiled, and the timed run each stands for.
+    profiled = {
+        "streams": ["streams", t, "--cutoff", "0", "-q"],
+        "streams-2q": ["streams", f"{t}@0-1", "--cutoff", "0", "-q"],
+        "flows": ["flows", t, "-q", "-w", "/dev/null"],
+        "flows-2q": ["flows", f"{t}@0-1", "-q", "-w", "/dev/null"],
+    }
+    threads = {name: [] for name in profiled}
     runs = {name: [] for name in commands}
     streams_closed = None
     for r in range(args.runs):
@@ -60,6 +79,8 @@ def main():
             runs[name].append({"wall_s": wall, "cpu_s": cpu})
             if name == "streams":
                 streams_closed = json.loads(stats.read_text())["streams"]
+        for name, cmd in profiled.items():
+            threads[name].append(thread_cpu(cmd))
         log("  round %d: %s" % (r + 1, ", ".join(f"{n} {v[-1]['cpu_s']:.2f} s" for n, v in runs.items())))
     med = {n: {"cpu_s": statistics.median(x["cpu_s"] for x in v), "wall_s": statistics.median(x["wall_s"] for x in v)}
            for n, v in runs.items()}
@@ -67,13 +88,45 @@ def main():
         m["cpu_ns_per_packet"] = m["cpu_s"] / PACKETS * 1e9
         m["cpu_over_count"] = m["cpu_s"] / med["count"]["cpu_s"]
     per_record = [(j["cpu_s"] - s["cpu_s"]) / streams_closed * 1e6 for j, s in zip(runs["streams-json"], runs["streams"])]
+    split = {n: {k: statistics.median(x[k] for x in v) for k in v[0]} for n, v in threads.items()}
+    queues = {}
+    for layer in ("streams", "flows"):
+        one, two = split[layer], split[f"{layer}-2q"]
+        bound = one["bound_s"] / two["bound_s"]
+        measured = med[layer]["wall_s"] / med[f"{layer}-2q"]["wall_s"]
+        queues[layer] = {"threads_1q_ns_per_packet": {k: v / PACKETS * 1e9 for k, v in one.items()},
+                         "threads_2q_ns_per_packet": {k: v / PACKETS * 1e9 for k, v in two.items()},
+                         "speedup_bound": bound, "speedup_measured": measured, "share_of_bound": measured / bound}
     result = {"machine": machine(), "runs": args.runs, "trace": f"weir synth {' '.join(SYNTH)}", "packets": PACKETS,
               "streams_closed": streams_closed, "median": med, "runs_each": runs,
-              "json_us_per_record": statistics.median(per_record), "json_us_per_record_each": per_record}
+              "json_us_per_record": statistics.median(per_record), "json_us_per_record_each": per_record,
+              "queues": queues, "threads_each": threads}
     write_result("lean", result)
     for n, m in med.items():
         log(f"{n:13} CPU {m['cpu_s']:.2f} s ({m['cpu_ns_per_packet']:.0f} ns/packet, {m['cpu_over_count']:.1f}x count), wall {m['wall_s']:.2f} s")
     log(f"a JSON stream record: {result['json_us_per_record']:.2f} us of CPU ({streams_closed} records)")
+    for layer, q in queues.items():
+        show = lambda d: ", ".join(f"{k} {v:.0f}" for k, v in d.items() if k != "bound_s")
+        log(f"{layer}: 1 queue ns/packet {show(q['threads_1q_ns_per_packet'])}; 2 queues {show(q['threads_2q_ns_per_packet'])}")
+        log(f"{layer}: 2 queues {q['speedup_measured']:.2f}x faster than 1 in wall time, the bound {q['speedup_bound']:.2f}x: "
+            f"{100 * q['share_of_bound']:.0f}% of it")
+
+
+def thread_cpu(cmd):
+    """CPU seconds of each thread of `weir profile --json -- CMD`: capture,
+    populate, the workers, and other (the rest of the process: main thread,
+    exporter); and the bound on 2 CPUs, max(sum / 2, busiest)."""
+    out = sh([str(WEIR), "profile", "--json", "--", *cmd]).stdout
+    p = json.loads(out.strip().splitlines()[-1])
+    cpu = {}
+    for th in p["threads"]:
+        name = th["thread"]
+        key = "capture" if name.startswith("capture") else name
+        cpu[key] = cpu.get(key, 0.0) + th["cpu_ns"] / 1e9
+    total = p["total"]["ns_per_packet"] * p["packets"] / 1e9
+    cpu["other"] = max(total - sum(cpu.values()), 0.0)
+    cpu["bound_s"] = max(sum(cpu.values()) / 2, max(cpu.values()))
+    return cpu
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ pub(crate) enum Command {
     Sensor(sensor::SensorArgs),
     /// Packets per queue in 10 ms bins, as a CSV and a PNG plot: how evenly the queues share the load (WireCAP's queue_profiler).
     Queues(queues::QueuesArgs),
-    /// Run count, handle, inspect or streams, or a libpcap program with run, with stage timing on, and show per stage the cycles and ns per packet and the share of the process's CPU time (WinPcap's profile of the packet path).
+    /// Run count, handle, inspect, streams or flows, or a libpcap program with run, with stage timing on, and show per stage the cycles and ns per packet and the share of the process's CPU time (WinPcap's profile of the packet path).
     Profile(profile::ProfileArgs),
     /// Run an unmodified libpcap program (tcpdump, softflowd, fprobe, ...) on weir's libpcap, with weir's options, and report weir's per-queue counters when it exits.
     Run(wrap::WrapArgs),

@@ -46,7 +46,7 @@ pub fn profiler() -> Option<Arc<Profiler>> {
     override_usage = "weir profile [--json] [--every N] -- COMMAND [ARGS...]\n       \
 weir profile [--json] [--every N] -- run [RUN-OPTIONS] -- PROGRAM [ARGS...]\n       \
 weir profile --compare A.json B.json ... -o OUT.png",
-    after_help = "COMMAND is one of weir's engine commands: count, handle, inspect, streams, with its own \
+    after_help = "COMMAND is one of weir's engine commands: count, handle, inspect, streams, flows, with its own \
 arguments, after `--`; or run, with its options and then, after a second `--`, a libpcap program \
 (profiled by weir's libpcap inside it: the engine's stages, and the shim's on the program's thread: \
 taking each packet, waiting, a file's filter, delivery, and the program's callback).\n\n\
@@ -218,13 +218,13 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     let Some(name) = args.command.first() else {
         return Err(bad_input(anyhow::anyhow!(
             "weir profile needs the command to profile after `--`, e.g. `weir profile -- count trace.pcap` \
-             (one of count, handle, inspect, streams, run)"
+             (one of count, handle, inspect, streams, flows, run)"
         )));
     };
-    const PROFILED: [&str; 5] = ["count", "handle", "inspect", "streams", "run"];
+    const PROFILED: [&str; 6] = ["count", "handle", "inspect", "streams", "flows", "run"];
     if !PROFILED.contains(&name.as_str()) {
         return Err(bad_input(anyhow::anyhow!(
-            "weir profile runs weir's engine commands: count, handle, inspect or streams, or a libpcap program \
+            "weir profile runs weir's engine commands: count, handle, inspect, streams or flows, or a libpcap program \
              with run, not {name:?} (e.g. `weir profile -- count trace.pcap`)"
         )));
     }
