@@ -126,6 +126,26 @@ fn filter_locality_and_an_application_are_stages() {
     assert!(ns(&p, "application") > ns(&p, "delivery"), "{p:#}");
 }
 
+/// `weir flows` is profiled as the other engine commands: its workers took
+/// every packet and ran the flows layer on them, each with its own CPU time
+/// (what bench/lean.py reads for the bound of two queues).
+#[test]
+fn flows_is_profiled_per_stage_and_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = synth(dir.path());
+    let src = format!("{}@0-1", t.display());
+    let p = profile(&["flows", "-q", "-w", "/dev/null", &src]);
+    assert_eq!(p["packets"].as_u64(), Some(PACKETS), "{p}");
+    for s in ["source", "delivery", "application"] {
+        assert!(ns(&p, s) > 0.0, "stage {s} missing or empty: {p:#}");
+    }
+    let workers: Vec<&Value> =
+        p["threads"].as_array().unwrap().iter().filter(|t| t["thread"].as_str().unwrap().starts_with("worker-")).collect();
+    assert_eq!(workers.len(), 2, "{p:#}");
+    assert_eq!(workers.iter().map(|t| t["packets"].as_u64().unwrap()).sum::<u64>(), PACKETS);
+    assert!(workers.iter().all(|t| t["cpu_ns"].as_u64().unwrap() > 0), "{p:#}");
+}
+
 #[test]
 fn the_table_follows_the_commands_own_output() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,7 +173,7 @@ fn a_command_it_cannot_profile_is_refused_clearly() {
     let out = run(&["profile", "--", "record", "t.pcap", "-w", "x.pcap"]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert!(err.contains("count, handle, inspect or streams, or a libpcap program with run") && err.contains("\"record\""), "{err}");
+    assert!(err.contains("count, handle, inspect, streams or flows, or a libpcap program with run") && err.contains("\"record\""), "{err}");
     let out = run(&["profile", "--", "count", "--no-such-option", "t.pcap"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let out = run(&["profile", "--every", "0", "--", "count", "t.pcap"]);
