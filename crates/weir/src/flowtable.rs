@@ -796,10 +796,15 @@ mod tests {
         }
     }
 
+    /// A flow of the naive table: its value is (id, packets).
+    type NFlow = Flow<u32, (u64, u64)>;
+    /// Flows that left, with why (`None`: taken out by the caller).
+    type Gone = Vec<(NFlow, Option<End>)>;
+
     /// A naive flow table: the contract written out plainly, a vector in
     /// recency order (least recently seen first) searched from end to end.
     struct Naive {
-        flows: Vec<Flow<u32, (u64, u64)>>,
+        flows: Vec<NFlow>,
         max: usize,
         timeout: u64,
         now: u64,
@@ -807,13 +812,13 @@ mod tests {
     }
 
     impl Naive {
-        fn expire(&mut self, gone: &mut Vec<(Flow<u32, (u64, u64)>, Option<End>)>) {
+        fn expire(&mut self, gone: &mut Gone) {
             while self.flows.first().is_some_and(|f| f.last_ns.saturating_add(self.timeout) < self.now) {
                 gone.push((self.flows.remove(0), Some(End::Idle)));
             }
         }
 
-        fn within(&self, f: &Flow<u32, (u64, u64)>, ts: u64) -> bool {
+        fn within(&self, f: &NFlow, ts: u64) -> bool {
             ts <= f.last_ns.saturating_add(self.timeout) && ts.saturating_add(self.timeout) >= f.first_ns
         }
 
@@ -822,7 +827,7 @@ mod tests {
         }
 
         /// A packet of `k` at `ts`; `start`: it may start a flow (entry), else touch.
-        fn packet(&mut self, k: u32, ts: u64, start: bool, gone: &mut Vec<(Flow<u32, (u64, u64)>, Option<End>)>) -> Option<u64> {
+        fn packet(&mut self, k: u32, ts: u64, start: bool, gone: &mut Gone) -> Option<u64> {
             self.now = self.now.max(ts);
             self.expire(gone);
             let mut f = match self.find(k) {
@@ -845,7 +850,7 @@ mod tests {
             Some(id)
         }
 
-        fn new_flow(&mut self, k: u32, ts: u64, gone: &mut Vec<(Flow<u32, (u64, u64)>, Option<End>)>) -> Flow<u32, (u64, u64)> {
+        fn new_flow(&mut self, k: u32, ts: u64, gone: &mut Gone) -> NFlow {
             if self.flows.len() == self.max {
                 gone.push((self.flows.remove(0), Some(End::Evicted)));
             }
@@ -891,7 +896,7 @@ mod tests {
             let mut n = Naive { flows: Vec::new(), max, timeout, now: 0, next_id: 0 };
             let mut next_id = 0u64;
             for (step, o) in ops.iter().enumerate() {
-                let mut got: Vec<(Flow<u32, (u64, u64)>, Option<End>)> = Vec::new();
+                let mut got: Gone = Vec::new();
                 let mut want = Vec::new();
                 match *o {
                     Op::Entry(k, ts) => {
