@@ -36,9 +36,13 @@ use std::process::ExitCode;
     name = "weir",
     version,
     about = "Packet capture and delivery for passive network monitoring",
-    long_about = "weir takes packets from a source (a trace file today), splits them across queues \
-by a symmetric RSS hash so both directions of a flow stay together, keeps them in a per-queue \
-pool of chunks that absorbs bursts, and hands them to one worker per queue.\n\n\
+    long_about = "weir captures packets for passive network monitoring: from a live interface \
+(AF_PACKET, AF_XDP or its own XDP program) or a trace file, it splits them across queues by a \
+symmetric RSS hash so both directions of a flow stay together, keeps them in a per-queue pool of \
+chunks that absorbs bursts, and hands them to one worker per queue. On the workers it records \
+packets (record), exports flow records (flows), reassembles TCP streams (streams), matches rules \
+(inspect), or does all of these from one capture as a service (sensor, from a config file); \
+unmodified libpcap programs run on it with weir run.\n\n\
 SOURCE names: `trace.pcap` (one queue), `trace.pcap@0-3` (split into 4 queues by RSS), \
 `trace.pcap@2` (queue 2 of 3), `file:PATH[@RANGE]` for paths that contain '@', `-` for stdin; \
 live interfaces: `afpacket:IF[@RANGE]` (or a bare `IF`), `afxdp:IF[@RANGE]` (AF_XDP, a socket per RX queue), \
