@@ -16,6 +16,7 @@
 //! | `WEIR_PROFILE_EVERY=N` | with `WEIR_PROFILE_FILE`: time one window in N | weir's default, 32 |
 //! | `WEIR_FILTER_ENGINE=jit\|interp` | what runs `pcap_setfilter`'s program on the packets weir filters itself: compiled to machine code, or interpreted | jit |
 
+use crate::profile::ProfileRequest;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -47,15 +48,6 @@ pub struct Settings {
     pub profile: Option<ProfileRequest>,
     /// `WEIR_METRICS`: where the metrics are served.
     pub metrics: Option<String>,
-}
-
-/// Profiling asked for through the environment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProfileRequest {
-    /// Where the profile is written at exit.
-    pub path: PathBuf,
-    /// One window in this many is timed.
-    pub every: u32,
 }
 
 impl Default for Settings {

@@ -34,14 +34,24 @@
 //!   exits from inside its callback) cannot hand its timer in: the profile
 //!   waits a second for it, then leaves it out.
 
-use crate::env::ProfileRequest;
 use serde_json::{json, Map, Value};
 use std::cell::{Cell, RefCell};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use weir::profile::{thread_cpu_ns, Profiler, Stage, StageTimer, Ticks};
+
+/// Profiling asked for through the environment (`WEIR_PROFILE_FILE`,
+/// `WEIR_PROFILE_EVERY`, read by `env.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileRequest {
+    /// Where the profile is written at exit.
+    pub path: PathBuf,
+    /// One window in this many is timed.
+    pub every: u32,
+}
 
 /// The process's profile, once a handle asked for one.
 struct Shim {
