@@ -188,14 +188,12 @@ impl Handler for WhereIsReadAhead {
 /// With the capture thread pinned to one CPU (`--cpus`), its read-ahead
 /// thread may still run on every CPU the process may use, not share the
 /// capture thread's: it does the copy the capture thread would wait for.
+/// (Where the process may use CPU 0 alone the two sets are the same, and the
+/// test checks only that the thread runs, under its name, while packets come.)
 #[test]
 fn the_read_ahead_thread_is_not_pinned_with_the_capture_thread() {
     let mine = std::fs::read_to_string("/proc/self/status").unwrap();
     let mine = mine.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("one CPU only: nothing to tell apart");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.pcap");
     write(&path, FileFormat::Pcap, 3_000, 3);
