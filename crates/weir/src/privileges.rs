@@ -174,6 +174,7 @@ fn groups() -> Vec<u32> {
 /// Why privileges could not be dropped. After `NotPermitted`, `Failed` or
 /// `NotDropped` the process may be half-way; the caller should exit.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PrivError {
     /// No user of that name in the password database (a name containing a NUL
     /// byte never matches). Nothing was changed.

@@ -387,6 +387,8 @@ fn open_error(e: OpenError) -> anyhow::Error {
         }
         OpenError::Encoder(e @ EncoderError::V5Domain(_)) => bad_input(anyhow::anyhow!("--domain: {e}")),
         OpenError::Socket { addr, source } => anyhow::anyhow!("-n {addr}: cannot open a UDP socket to export to it: {source}"),
+        // A kind the library adds later: its own words.
+        e => anyhow::Error::new(e),
     }
 }
 

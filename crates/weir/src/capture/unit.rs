@@ -68,6 +68,7 @@ pub(crate) trait CaptureUnit: Send + 'static {
 
 /// A source failed while capturing, or could not be opened.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SourceError {
     /// Bad input: a malformed or truncated trace (`file` names it), with
     /// where it went wrong.

@@ -46,6 +46,7 @@ const WORKER_IDLE: Duration = Duration::from_millis(100);
 
 /// Why an engine could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// Neither [`EngineBuilder::source`] nor [`EngineBuilder::source_spec`] was called.
     #[error("no source given")]
@@ -92,6 +93,7 @@ impl BuildError {
 /// [`Reader::error`] for what fails later, after which the run stops with
 /// [`StopReason::Failed`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// A capture unit failed; what it captured before is still delivered.
     #[error("{unit}: {error}")]

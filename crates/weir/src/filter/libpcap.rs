@@ -73,6 +73,7 @@ pub(super) struct PcapT {
 
 /// The library could not be found or lacks a symbol.
 #[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// No libpcap in the usual places, and `WEIR_SYSTEM_LIBPCAP` is not set.
     #[error("system libpcap not found (looked in {searched}); install libpcap0.8 or set WEIR_SYSTEM_LIBPCAP")]

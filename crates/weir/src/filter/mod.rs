@@ -148,6 +148,7 @@ impl Runner {
 
 /// Why a filter could not be built.
 #[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FilterError {
     /// libpcap refused the expression; `message` is libpcap's own.
     #[error("invalid filter expression {expr:?}: {message}")]

@@ -23,6 +23,7 @@ const MAX_CHUNKS: usize = 1 << 20;
 
 /// A configuration value out of range, with what was asked and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PoolConfigError {
     /// M, the cells per chunk asked for, is not from 1 to 65,536.
     #[error("cells per chunk (M) is {0}: must be from 1 to {MAX_CELLS}")]

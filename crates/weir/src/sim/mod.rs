@@ -97,6 +97,7 @@ pub struct SimConfig {
 
 /// Why a simulation could not be set up or run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SimError {
     /// A configuration or workload value out of range.
     #[error(transparent)]

@@ -257,6 +257,7 @@ impl FileSpec {
 
 /// Why a [`RotatingWriter`] was refused or could not write.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RotateError {
     /// The name pattern is empty or has an invalid strftime conversion.
     #[error("output name pattern {pattern:?}: {reason}")]

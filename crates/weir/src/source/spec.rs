@@ -175,6 +175,7 @@ fn live(kind: LiveKind, rest: &str) -> Result<SourceSpec, SpecError> {
 
 /// A source name that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpecError {
     /// The queue range is malformed, backwards or beyond 1023; the text says which.
     #[error("queue range {0}")]

@@ -360,6 +360,7 @@ fn link_type_mismatch(link_type: u16, first: u32, first_dlt: u32) -> String {
 /// The cause is shown in the message, not chained as a source, so printing
 /// the chain does not say it twice.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The file could not be opened or read.
     #[error("{}: {error}", path.display())]

@@ -127,6 +127,7 @@ pub struct TxStats {
 /// [`TxRing::send`] and [`TxRing::flush`], and the three that refuse a frame
 /// (`AboveMtu`, `TooShort`, `FrameTooLarge`) from [`TxRing::fits`] too.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TxError {
     /// No interface of that name, in the namespace given or the caller's.
     #[error("no network interface {iface:?}{}", in_namespace(netns))]

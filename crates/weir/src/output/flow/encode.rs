@@ -402,6 +402,7 @@ pub enum Added {
 
 /// Why [`Encoder::new`] refused its settings.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncoderError {
     /// Biflows were asked of a format other than IPFIX.
     #[error("biflows (RFC 5103) are IPFIX's: NetFlow {} has no reverse fields", .0.name())]

@@ -133,6 +133,7 @@ pub struct Exporter {
 
 /// Why [`Exporter::open`] failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// The format refused the settings.
     #[error(transparent)]

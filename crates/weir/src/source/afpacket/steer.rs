@@ -119,6 +119,7 @@ struct Capture {
 
 /// What a [`BucketSteering`] call could not do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SteerError {
     /// The bucket is not below [`BUCKETS`].
     #[error("bucket {bucket} does not exist: the table has buckets 0 to {}", BUCKETS - 1)]

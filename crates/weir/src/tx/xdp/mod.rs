@@ -97,6 +97,7 @@ impl Default for XdpGenOptions {
 
 /// Why the generator could not be opened or could not send.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GenError {
     /// The interface or namespace: missing, down, not Ethernet, not enterable.
     #[error(transparent)]
