@@ -11,7 +11,7 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
+.PHONY: demo test install install-check setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
 	nids-streams streams-oracle python flows-collector
 
 setup:
@@ -149,8 +149,32 @@ python: setup
 	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./crates/weir-py
 	cd crates/weir-py && WEIR_BIN=$(TARGET_DIR)/release/weir python3 -m pytest -q -p no:cacheprovider tests
 
-test: layers style unit privileged python miri fuzz-smoke pcap-suite streams-oracle flows-collector
+test: layers style unit privileged python miri fuzz-smoke pcap-suite install-check streams-oracle flows-collector
 	@echo "make test: all suites passed"
+
+# Installs under PREFIX (default /usr/local; DESTDIR for packaging): the weir
+# binary, weir's libpcap in lib/weir (out of the loader's path: `weir run`
+# puts it in front for the programs it runs), the C API's library, headers
+# and pkg-config file, and the man pages (`weir man`, from the clap
+# definitions, so they say what --help says).
+PREFIX ?= /usr/local
+VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+install: pcap-lib
+	$(CARGO) build --release -p weir-capi
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/weir $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(TARGET_DIR)/release/weir $(DESTDIR)$(PREFIX)/bin/weir
+	install -m 644 $(TARGET_DIR)/weir-pcap/libpcap.so.0.8 $(DESTDIR)$(PREFIX)/lib/weir/libpcap.so.0.8
+	install -m 755 $(TARGET_DIR)/release/libweirstream.so $(DESTDIR)$(PREFIX)/lib/libweirstream.so
+	install -m 644 crates/weir-capi/include/weir_stream.h crates/weir-capi/include/weir_forward.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' dist/weirstream.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weirstream.pc
+	$(TARGET_DIR)/release/weir man $(DESTDIR)$(PREFIX)/share/man/man1
+
+# make install into a scratch prefix, then use what it installed: the man
+# page, weir run finding its libpcap there, and the C example built with
+# pkg-config against the installed header and library, run on a trace.
+install-check:
+	scripts/install-check
 
 bench: build
 	$(CARGO) build --release -p weir --example filter_cost

@@ -15,6 +15,7 @@ mod forward;
 mod handle;
 mod inspect;
 mod kafka;
+mod man;
 mod metrics;
 mod notify;
 mod profile;
@@ -85,6 +86,9 @@ pub(crate) enum Command {
     Profile(profile::ProfileArgs),
     /// Run an unmodified libpcap program (tcpdump, softflowd, fprobe, ...) on weir's libpcap, with weir's options, and report weir's per-queue counters when it exits.
     Run(wrap::WrapArgs),
+    /// Write the man pages (weir.1 and one per command) into DIR, from the same definitions as --help.
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -110,6 +114,7 @@ pub(crate) fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Queues(a) => queues::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Run(a) => wrap::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 

@@ -43,7 +43,8 @@ pub struct WrapArgs {
     pool: Option<String>,
 
     /// Directory holding weir's libpcap.so.0.8 (default: `weir-pcap` beside the
-    /// directory of this binary, where `make pcap-lib` puts it).
+    /// directory of this binary, where `make pcap-lib` puts it, else `lib/weir`
+    /// of the prefix it is installed under, where `make install` puts it).
     #[arg(long, value_name = "DIR")]
     lib: Option<PathBuf>,
 
@@ -73,9 +74,15 @@ impl WrapArgs {
     }
 }
 
+/// Where weir's libpcap is without --lib: `weir-pcap` beside the binary's
+/// directory in a build tree (`make pcap-lib`), else `lib/weir` of the
+/// prefix it was installed under (`make install`), out of the loader's path
+/// so that it shadows the system's libpcap only for the programs run here.
 fn default_lib() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.join("weir-pcap"))
+    let prefix = exe.parent()?.parent()?;
+    let built = prefix.join("weir-pcap");
+    Some(if built.join("libpcap.so.0.8").is_file() { built } else { prefix.join("lib").join("weir") })
 }
 
 pub fn run(a: WrapArgs) -> anyhow::Result<ExitCode> {

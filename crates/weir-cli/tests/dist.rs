@@ -105,3 +105,48 @@ fn the_logrotate_snippet_parses() {
     let (_, said) = logrotate_debug(&bad, &state);
     assert!(said.contains("error") && said.contains("notifempti"), "logrotate -d says an unknown directive is an error: {said}");
 }
+
+/// `weir man DIR` writes weir.1 and a page for every command `weir --help`
+/// lists; each page names every long option its command's `--help` shows,
+/// and groff reads every page without a warning.
+#[test]
+fn the_man_pages_have_every_command_and_option_and_groff_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let weir = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_weir")).args(args).output().unwrap();
+    let out = weir(&["man", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let help = text(&weir(&["--help"]).stdout);
+    // The commands: the indented lines between "Commands:" and "Options:".
+    let commands: Vec<String> = help
+        .split("Commands:")
+        .nth(1)
+        .and_then(|r| r.split("Options:").next())
+        .unwrap()
+        .lines()
+        // A command's line; a wrapped description's lines are indented further.
+        .filter_map(|l| l.strip_prefix("  ").filter(|l| !l.starts_with(' ')).and_then(|l| l.split_whitespace().next()))
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(commands.len() >= 14 && commands.iter().any(|c| c == "sensor"), "{commands:?}");
+    let mut pages = vec![("weir".to_string(), help)];
+    pages.extend(commands.iter().map(|c| (format!("weir-{c}"), text(&weir(&[c, "--help"]).stdout))));
+    for (name, help) in &pages {
+        let path = dir.path().join(format!("{name}.1"));
+        let page = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(page.contains(&format!(".TH {name} 1")), "{name}: {page}");
+        let longs: std::collections::BTreeSet<&str> = help
+            .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+            .filter(|w| w.starts_with("--") && w.len() > 2 && w[2..].chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .collect();
+        assert!(!longs.is_empty() || name == "weir", "{name}: no options in its --help");
+        for long in longs {
+            assert!(page.contains(&long.replace('-', "\\-")), "{name}.1 lacks {long}");
+        }
+        // -k: the pages are UTF-8 (help texts say ×, µs), read through preconv as man-db does.
+        let read = tool("groff", &["-k", "-man", "-Tutf8", "-ww", "-z", path.to_str().unwrap()]);
+        assert!(read.status.success() && read.stderr.is_empty(), "groff on {name}.1: {}", text(&read.stderr));
+    }
+    // No page for anything --help does not list.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), pages.len());
+}
