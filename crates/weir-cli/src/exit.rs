@@ -90,9 +90,7 @@ const BROKEN_PIPE: i32 = 141;
 pub fn write_line(args: fmt::Arguments<'_>) {
     let mut o = std::io::stdout().lock();
     if let Err(e) = o.write_fmt(args).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()) {
-        end_if_reader_gone(&e);
-        eprintln!("weir: writing to standard output: {e}");
-        std::process::exit(1);
+        stdout_failed(&e);
     }
 }
 
@@ -102,10 +100,16 @@ pub fn write_line(args: fmt::Arguments<'_>) {
 pub fn write_block(lines: &[u8]) {
     let mut o = std::io::stdout().lock();
     if let Err(e) = o.write_all(lines).and_then(|()| o.flush()) {
-        end_if_reader_gone(&e);
-        eprintln!("weir: writing to standard output: {e}");
-        std::process::exit(1);
+        stdout_failed(&e);
     }
+}
+
+/// A report's write to standard output failed: end weir, quietly if the
+/// reader went away, else saying why, with 1.
+fn stdout_failed(e: &std::io::Error) -> ! {
+    end_if_reader_gone(e);
+    eprintln!("weir: writing to standard output: {e}");
+    std::process::exit(1);
 }
 
 /// A write to standard output failed: if its reader went away, end weir now,
