@@ -40,6 +40,7 @@
 //! and one in the slot it names, where a general-purpose map with separate
 //! control bytes and slot numbers costs three.
 
+use crate::pool::sys::Words;
 use crate::{Setting, SettingError};
 use foldhash::fast::RandomState;
 use std::hash::{BuildHasher, Hash};
@@ -115,11 +116,11 @@ struct Slot<K, V> {
 /// Slot numbers by the hash of their flow's key: open addressing with linear
 /// probing over a power-of-two array kept at most half full. A bucket holds the
 /// hash's low 32 bits (whose low bits are its home bucket) above the slot number
-/// plus one; 0 is an empty bucket, so the array starts as untouched zeroed pages.
+/// plus one; 0 is an empty bucket, so a new array is all zeros.
 /// Removal shifts the entries after it back, so there are no tombstones and a
 /// probe ends at the first empty bucket.
 struct Index {
-    buckets: Box<[u64]>,
+    buckets: Words,
     mask: usize,
     /// The most buckets it may grow to: twice the table's flows, rounded up.
     max_buckets: usize,
@@ -141,13 +142,14 @@ impl Index {
 
     /// `n` empty buckets, written here rather than left as fresh zero pages:
     /// lookups read buckets before inserts write them, and a zero page read
-    /// then written costs a copy-on-write fault and a TLB shootdown.
-    fn zeroed(n: usize) -> Box<[u64]> {
-        // black_box hides the fresh allocation, so the fill is not folded
-        // into an allocation of zero pages (calloc).
-        let mut v = std::hint::black_box(Vec::with_capacity(n));
-        v.resize(n, 0);
-        v.into_boxed_slice()
+    /// then written costs a copy-on-write fault and a TLB shootdown. In a
+    /// mapping of their own ([`Words`]), so the arrays the index outgrows go
+    /// back to the kernel. A refused mapping ends the process as a failed
+    /// allocation does (the engine's memory check passed the table's size).
+    fn zeroed(n: usize) -> Words {
+        Words::zeroed(n).unwrap_or_else(|_| {
+            std::alloc::handle_alloc_error(std::alloc::Layout::array::<u64>(n).unwrap_or(std::alloc::Layout::new::<u64>()))
+        })
     }
 
     /// Doubles the index when `flows` would make it more than half full.

@@ -531,3 +531,13 @@ fn a_starved_capture_side_wakes_a_worker_watching_for_it() {
     drop(cap);
     assert!(matches!(w.next(Duration::from_secs(1)), Next::Closed));
 }
+
+#[test]
+fn words_start_as_zeros_and_keep_what_is_written() {
+    let mut w = sys::Words::zeroed(1000).unwrap();
+    assert_eq!(w.len(), 1000);
+    assert!(w.iter().all(|&x| x == 0));
+    (w[0], w[999]) = (u64::MAX, 7);
+    assert_eq!((w[0], w[1], w[999]), (u64::MAX, 0, 7));
+    assert!(sys::Words::zeroed(0).unwrap().is_empty());
+}

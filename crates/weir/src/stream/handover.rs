@@ -23,7 +23,7 @@
 //! straddling a move (rare: the move waits for the old queue to drain) are
 //! reassembled on neither queue and counted as failed there.
 
-use super::layer::{Conn, Dir};
+use super::layer::Conn;
 use super::{CloseReason, StreamHandler, Streams};
 use crate::flowtable::{End, Flow};
 use crate::wire::FlowTuple;
@@ -36,11 +36,6 @@ struct Moving<S> {
     bytes: u64,
 }
 
-/// Arena bytes one direction holds: out-of-order bytes and its piece.
-fn arena_bytes<S>(d: &Dir<S>) -> u64 {
-    d.held + d.piece.capacity() as u64
-}
-
 impl<H: StreamHandler> Streams<H> {
     /// Gives up the connections of `bucket`, if any.
     pub(super) fn export_bucket(&mut self, bucket: &FlowBucket) -> Option<Handover> {
@@ -49,7 +44,7 @@ impl<H: StreamHandler> Streams<H> {
         if flows.is_empty() {
             return None;
         }
-        let bytes = flows.iter().flat_map(|f| f.value.dirs.iter().flatten()).map(|d| arena_bytes(d)).sum();
+        let bytes = flows.iter().map(|f| f.value.arena_bytes()).sum();
         self.arena.release(bytes);
         Some(Box::new(Moving { flows, bytes }))
     }
@@ -69,16 +64,13 @@ impl<H: StreamHandler> Streams<H> {
         self.arena.take(bytes);
         let mut closing = Vec::new();
         for mut flow in flows {
-            for d in flow.value.dirs.iter_mut().flatten() {
-                d.rec.queue = self.queue;
-            }
             self.stats.handed_in += 1;
             self.queue_handed_in(flow.key, &mut flow.value);
             let gone = |f: Flow<FlowTuple, Conn<H::State>>, why: End| {
-                closing.push((f.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
+                closing.push((f.key, f.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
             };
             if let Err(back) = self.table.put(flow, gone) {
-                closing.push((back.value, CloseReason::Evicted));
+                closing.push((back.key, back.value, CloseReason::Evicted));
             }
         }
         if !closing.is_empty() {

@@ -71,6 +71,4 @@ pub use layer::Streams;
 #[cfg(test)]
 mod fragment_tests;
 #[cfg(test)]
-mod layer_tests;
-#[cfg(test)]
 mod tests;

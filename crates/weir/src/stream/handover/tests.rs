@@ -15,7 +15,7 @@ use crate::engine::{Engine, Report};
 use crate::locality::{BatchSize, LocalityConfig};
 use crate::sink::{FileFormat, TraceWriter, TsPrecision};
 use crate::source::Pacing;
-use crate::stream::layer_tests::frame;
+use crate::stream::layer::tests::frame;
 use crate::stream::{Piece, Stream, StreamConfig, StreamCtl, StreamHandler, StreamStats, Streams};
 use crate::{LinkType, Packet, QueueId};
 use std::collections::BTreeMap;

@@ -20,7 +20,7 @@
 //! packet, when there is nothing to do; a live source, a paced replay or a
 //! slow pipe get their timeouts on a quiet link.
 
-use super::{apply_pending, emit, Dir, Env, Streams};
+use super::{apply_pending, emit, env, Dir, Env, Streams, NO_KEY};
 use crate::stream::StreamHandler;
 use crate::wire::FlowTuple;
 use std::cmp::Reverse;
@@ -79,9 +79,11 @@ impl IdleClock {
 /// Queues `d` (side `side` of the connection `key`) if a piece of it waits
 /// and it is not queued yet.
 pub(super) fn queue<S>(waiting: &mut Waiting, d: &mut Dir<S>, key: FlowTuple, side: usize) {
-    if !d.flush_queued && d.state.is_some() && d.piece.len() > d.carried {
-        d.flush_queued = true;
-        waiting.push(d.piece_since_ns, key, side);
+    let open = d.state.is_some();
+    let Some(x) = d.delivery.as_mut() else { return };
+    if !x.flush_queued && open && x.waiting() {
+        x.flush_queued = true;
+        waiting.push(x.piece_since_ns, key, side);
     }
 }
 
@@ -96,23 +98,25 @@ impl<H: StreamHandler> Streams<H> {
     /// `now_ns`.
     pub(super) fn flush_due(&mut self, now_ns: u64) {
         let Some(flush) = self.cfg.flush_timeout_ns else { return };
-        let Streams { handler, cfg, table, arena, stats, waiting, spare, kernel, .. } = self;
-        let mut env =
-            Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now: now_ns };
-        while let Some((key, side)) = waiting.pop_due(now_ns, flush) {
-            let Some(conn) = table.get_mut(&key) else { continue };
+        let mut env = env!(self, now_ns);
+        while let Some((key, side)) = self.waiting.pop_due(now_ns, flush) {
+            let Some(conn) = self.table.get_mut(&key) else { continue };
+            env.key = key;
             let [d0, d1] = &mut conn.dirs;
             let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
-            let Some(this) = this.as_deref_mut() else { continue };
-            let opposite = other.as_ref().map(|o| &o.rec);
+            let Some(this) = this.as_mut() else { continue };
+            let opposite = other.as_ref();
             // The entry may be of a piece delivered since: the current one is
             // due by its own start.
-            if this.state.is_some() && this.piece.len() > this.carried && now_ns.saturating_sub(this.piece_since_ns) >= flush {
+            let due = this.delivery.as_ref().is_some_and(|x| x.waiting() && now_ns.saturating_sub(x.piece_since_ns) >= flush);
+            if this.state.is_some() && due {
                 emit(this, opposite, &mut env);
                 apply_pending(this, opposite, &mut env);
             }
-            this.flush_queued = false;
-            queue(waiting, this, key, side);
+            if let Some(x) = this.delivery.as_mut() {
+                x.flush_queued = false;
+            }
+            queue(&mut self.waiting, this, key, side);
         }
     }
 
@@ -125,9 +129,15 @@ impl<H: StreamHandler> Streams<H> {
         let mut revived = std::mem::take(&mut self.revive);
         self.table.advance(now, |flow, why| super::kernel::leaving(flow, why, &mut closing, &mut revived));
         if !revived.is_empty() {
-            let Streams { handler, cfg, table, arena, stats, spare, kernel, .. } = self;
-            let mut env = Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now };
-            super::kernel::revive(table, &mut env, &mut revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
+            let mut env = env!(self, now);
+            super::kernel::revive(
+                &mut self.table,
+                &mut env,
+                &mut revived,
+                &mut closing,
+                self.cfg.idle_timeout_ns,
+                self.cfg.active_timeout_ns,
+            );
         }
         self.close(closing.drain(..), now);
         (self.closing, self.revive) = (closing, revived);

@@ -35,24 +35,32 @@
 //!   connection of this worker whose idle timeout would end first, among
 //!   those it saw least recently, makes room ([`make_room`]).
 
-use super::{active_record, offered, Conn, Dir, Env};
+use super::dir::{Bits, Rec, Spare};
+use super::{active_record, offered, Closing, Conn, Dir, Env};
 use crate::flowtable::{End, Flow, FlowTable};
 use crate::source::live::cutoff::{Counters, FlowKey, InstallError, KernelCutoff};
-use crate::stream::{CloseReason, KernelStats, Stream, StreamHandler};
+use crate::stream::{CloseReason, KernelStats, StreamHandler};
 use crate::wire::FlowTuple;
+use std::net::IpAddr;
 
-/// The kernel's key of a record's direction.
-fn key(rec: &Stream) -> Option<FlowKey> {
-    FlowKey::new(rec.src, rec.dst, rec.sport, rec.dport, rec.proto)
+/// The kernel's key of direction `d` of the connection `conn`.
+fn key<S>(d: &Dir<S>, conn: &FlowTuple) -> Option<FlowKey> {
+    let t = d.tuple(conn);
+    let (src, dst, proto) = match t {
+        FlowTuple::V4 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
+        FlowTuple::V6 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
+    };
+    let (sport, dport) = t.ports().map_or((0, 0), |p| (p.src, p.dst));
+    FlowKey::new(src, dst, sport, dport, proto)
 }
 
 /// Whether any direction of a connection is installed.
 pub(super) fn installed<S>(c: &Conn<S>) -> bool {
-    c.dirs.iter().flatten().any(|d| d.in_kernel)
+    c.dirs.iter().flatten().any(|d| d.bits.has(Bits::IN_KERNEL))
 }
 
 /// Adds what the kernel counted of a direction's dropped packets to its record.
-pub(super) fn merge(rec: &mut Stream, c: &Counters) {
+fn merge(rec: &mut Rec, c: &Counters) {
     rec.packets += c.packets;
     rec.octets += c.octets;
     rec.bytes += c.payload;
@@ -66,27 +74,39 @@ pub(super) fn merge(rec: &mut Stream, c: &Counters) {
 
 /// Installs `this` if it is due (see the module's contract). True when the
 /// map was full: the caller may make room ([`make_room`]) and try again.
-pub(super) fn install<S>(this: &mut Dir<S>, other: Option<&Dir<S>>, after: u64, k: &mut KernelCutoff, stats: &mut KernelStats) -> bool {
-    if this.in_kernel || this.kernel_refused || this.state.is_none() || this.rec.closed.is_some() || this.rec.packets < after {
+pub(super) fn install<S>(
+    this: &mut Dir<S>,
+    other: Option<&Dir<S>>,
+    conn: &FlowTuple,
+    after: u64,
+    k: &mut KernelCutoff,
+    stats: &mut KernelStats,
+) -> bool {
+    let no = this.bits.has(Bits::IN_KERNEL) || this.bits.has(Bits::KERNEL_REFUSED);
+    if no || this.state.is_none() || this.rec.closed.is_some() || this.rec.packets < after {
         return false;
     }
-    if this.rec.cutoff.is_none_or(|c| offered(this) < c) {
+    if this.cutoff().is_none_or(|c| offered(this) < c) {
         return false;
     }
-    let window_open =
-        other.is_none_or(|o| o.reasm.as_ref().is_none_or(|r| !r.checks_window() || o.rec.cutoff.is_some_and(|c| r.next_offset() >= c)));
+    let window_open = other.is_none_or(|o| {
+        o.delivery
+            .as_ref()
+            .and_then(|x| x.reasm.as_ref())
+            .is_none_or(|r| !r.checks_window() || o.cutoff().is_some_and(|c| r.next_offset() >= c))
+    });
     if !window_open {
         return false;
     }
-    let Some(key) = key(&this.rec) else { return false };
+    let Some(key) = key(this, conn) else { return false };
     match k.install(&key) {
         Ok(()) => {
-            this.in_kernel = true;
+            this.bits.set(Bits::IN_KERNEL, true);
             stats.installed += 1;
             false
         }
         Err(e) => {
-            this.kernel_refused = true;
+            this.bits.set(Bits::KERNEL_REFUSED, true);
             match e {
                 InstallError::Full => stats.full += 1,
                 InstallError::Failed => stats.failed += 1,
@@ -118,26 +138,26 @@ pub(super) fn make_room<H: StreamHandler>(
     let mut victim: Option<(FlowTuple, u64)> = None;
     for cand in table.oldest_keys(ROOM_CANDIDATES) {
         let Some(c) = table.get(&cand).filter(|c| cand != key && installed(c)) else { continue };
-        let last = c.dirs.iter().flatten().map(|d| d.rec.last_ns).max().unwrap_or(0).max(last_seen(c, k));
+        let last = c.dirs.iter().flatten().map(|d| d.rec.last_ns).max().unwrap_or(0).max(last_seen(c, &cand, k));
         if victim.is_none_or(|(_, l)| last < l) {
             victim = Some((cand, last));
         }
     }
     let Some((victim, _)) = victim else { return };
     if let Some(c) = table.get_mut(&victim) {
-        for d in c.dirs.iter_mut().flatten().filter(|d| d.in_kernel) {
-            take(d, k, &mut env.stats.kernel, None);
-            d.kernel_refused = true;
+        for d in c.dirs.iter_mut().flatten().filter(|d| d.bits.has(Bits::IN_KERNEL)) {
+            take(d, &victim, k, &mut env.stats.kernel, None);
+            d.bits.set(Bits::KERNEL_REFUSED, true);
             env.stats.kernel.displaced += 1;
         }
     }
     if let Some(c) = table.get_mut(&key) {
         let [d0, d1] = &mut c.dirs;
         let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
-        if let Some(this) = this.as_deref_mut() {
-            this.kernel_refused = false;
+        if let Some(this) = this.as_mut() {
+            this.bits.set(Bits::KERNEL_REFUSED, false);
             // It was due when the map was full: no second wait for its packets.
-            install(this, other.as_deref(), 0, k, &mut env.stats.kernel);
+            install(this, other.as_ref(), &key, 0, k, &mut env.stats.kernel);
         }
     }
 }
@@ -154,12 +174,18 @@ pub(super) fn make_room<H: StreamHandler>(
 /// the record was handed out, so they are added to the record only then
 /// (its bytes refused, as a closed stream's are), which is where the layer's
 /// totals take them from.
-pub(super) fn take<S>(d: &mut Dir<S>, k: &mut KernelCutoff, stats: &mut KernelStats, reason: Option<CloseReason>) -> Option<Counters> {
-    if !d.in_kernel {
+pub(super) fn take<S>(
+    d: &mut Dir<S>,
+    conn: &FlowTuple,
+    k: &mut KernelCutoff,
+    stats: &mut KernelStats,
+    reason: Option<CloseReason>,
+) -> Option<Counters> {
+    if !d.bits.has(Bits::IN_KERNEL) {
         return None;
     }
-    d.in_kernel = false;
-    let Some(Ok(Some(c))) = key(&d.rec).map(|key| k.take(&key)) else {
+    d.bits.set(Bits::IN_KERNEL, false);
+    let Some(Ok(Some(c))) = key(d, conn).map(|key| k.take(&key)) else {
         stats.lost += 1;
         return None;
     };
@@ -177,11 +203,13 @@ pub(super) fn take<S>(d: &mut Dir<S>, k: &mut KernelCutoff, stats: &mut KernelSt
 
 /// Adds to a record already handed out the packets the kernel counted after
 /// its end (see [`take`]), as weir counts a closed stream's packets.
-pub(super) fn after_close(rec: &mut Stream, c: &Counters) {
-    rec.packets += c.packets;
-    rec.octets += c.octets;
-    rec.bytes += c.payload;
-    rec.refused += c.payload;
+pub(super) fn after_close<S>(d: &mut Dir<S>, c: &Counters, spare: &mut Spare) {
+    d.rec.packets += c.packets;
+    d.rec.octets += c.octets;
+    d.rec.bytes += c.payload;
+    if c.payload > 0 {
+        d.delivery.get_or_insert_with(|| spare.delivery()).refused += c.payload;
+    }
 }
 
 /// A connection the table let go of: kept aside in `revive` if it is idle
@@ -189,13 +217,13 @@ pub(super) fn after_close(rec: &mut Stream, c: &Counters) {
 pub(super) fn leaving<S>(
     flow: Flow<FlowTuple, Conn<S>>,
     why: End,
-    closing: &mut Vec<(Conn<S>, CloseReason)>,
+    closing: &mut Vec<Closing<S>>,
     revive: &mut Vec<Flow<FlowTuple, Conn<S>>>,
 ) {
     if why == End::Idle && installed(&flow.value) {
         revive.push(flow);
     } else {
-        closing.push((flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
+        closing.push((flow.key, flow.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted }));
     }
 }
 
@@ -214,7 +242,7 @@ pub(super) fn revive<H: StreamHandler>(
     table: &mut FlowTable<FlowTuple, Conn<H::State>>,
     env: &mut Env<'_, H>,
     revive: &mut Vec<Flow<FlowTuple, Conn<H::State>>>,
-    closing: &mut Vec<(Conn<H::State>, CloseReason)>,
+    closing: &mut Vec<Closing<H::State>>,
     idle_ns: u64,
     active_ns: Option<u64>,
 ) {
@@ -228,43 +256,44 @@ fn revive_now<H: StreamHandler>(
     table: &mut FlowTable<FlowTuple, Conn<H::State>>,
     env: &mut Env<'_, H>,
     revive: &mut Vec<Flow<FlowTuple, Conn<H::State>>>,
-    closing: &mut Vec<(Conn<H::State>, CloseReason)>,
+    closing: &mut Vec<Closing<H::State>>,
     idle_ns: u64,
     active_ns: Option<u64>,
 ) {
     let now = env.now;
     for mut flow in revive.drain(..) {
-        let last = env.kernel.as_deref().map_or(0, |k| last_seen(&flow.value, k));
+        let last = env.kernel.as_deref().map_or(0, |k| last_seen(&flow.value, &flow.key, k));
         if last.saturating_add(idle_ns) < now || last == 0 {
-            closing.push((flow.value, CloseReason::Idle));
+            closing.push((flow.key, flow.value, CloseReason::Idle));
             continue;
         }
+        env.key = flow.key;
         env.stats.kernel.refreshed += 1;
         flow.last_ns = flow.last_ns.max(last);
         if let Some(active) = active_ns {
-            for d in flow.value.dirs.iter_mut().flatten().filter(|d| d.in_kernel) {
+            for d in flow.value.dirs.iter_mut().flatten().filter(|d| d.bits.has(Bits::IN_KERNEL)) {
                 if now.saturating_sub(d.rec.first_ns) >= active {
                     active_record(d, now, env);
                 }
             }
         }
-        let back =
-            table.put(flow, |f, why| closing.push((f.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted })));
+        let back = table
+            .put(flow, |f, why| closing.push((f.key, f.value, if why == End::Idle { CloseReason::Idle } else { CloseReason::Evicted })));
         if let Err(f) = back {
             // Its key came back as a new connection meanwhile: this one ends.
-            closing.push((f.value, CloseReason::Idle));
+            closing.push((f.key, f.value, CloseReason::Idle));
         }
     }
 }
 
 /// The latest time the kernel counted a packet of a connection's installed
 /// directions (0: none).
-fn last_seen<S>(c: &Conn<S>, k: &KernelCutoff) -> u64 {
+fn last_seen<S>(c: &Conn<S>, conn: &FlowTuple, k: &KernelCutoff) -> u64 {
     c.dirs
         .iter()
         .flatten()
-        .filter(|d| d.in_kernel)
-        .filter_map(|d| key(&d.rec).and_then(|key| k.peek(&key).ok().flatten()))
+        .filter(|d| d.bits.has(Bits::IN_KERNEL))
+        .filter_map(|d| key(d, conn).and_then(|key| k.peek(&key).ok().flatten()))
         .map(|c| c.last_ns)
         .max()
         .unwrap_or(0)

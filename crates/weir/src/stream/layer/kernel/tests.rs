@@ -11,8 +11,8 @@
 
 use super::*;
 use crate::source::afpacket::cutoff::CutoffFilter;
-use crate::stream::layer_tests::frame;
-use crate::stream::{Mode, StreamConfig, StreamStats, Streams};
+use crate::stream::layer::tests::frame;
+use crate::stream::{Mode, Stream, StreamConfig, StreamStats, Streams};
 use crate::{Handler, LinkType, Packet, QueueId};
 use std::net::IpAddr;
 
@@ -37,51 +37,46 @@ impl StreamHandler for Records {
     }
 }
 
-fn record(packets: u64, octets: u64, bytes: u64, last_ns: u64) -> Stream {
-    Stream {
-        src: IpAddr::from([198, 18, 0, 1]),
-        dst: IpAddr::from([198, 19, 0, 1]),
-        sport: 1000,
-        dport: 80,
-        proto: 6,
-        direction: crate::stream::Direction::Initiator,
-        queue: QueueId(0),
-        first_ns: 1,
-        last_ns,
-        packets,
-        bytes,
-        octets,
-        tcp_flags: SYN,
-        delivered: 0,
-        gap: 0,
-        duplicate: 0,
-        discarded: bytes,
-        dropped: 0,
-        refused: 0,
-        cutoff: Some(0),
-        priority: 0,
-        mode: Mode::TcpFast,
-        closed: None,
-    }
+/// A direction of 198.18.0.1:1000 to 198.19.0.1:80 that counted these.
+fn record(packets: u64, octets: u64, bytes: u64, last_ns: u64) -> Dir<()> {
+    let mut rec = Rec::new(1, crate::stream::Direction::Initiator, Mode::TcpFast, 0);
+    (rec.packets, rec.octets, rec.bytes, rec.discarded, rec.last_ns, rec.tcp_flags) = (packets, octets, bytes, bytes, last_ns, SYN);
+    let mut d = Dir::new(rec, false, None);
+    d.set_cutoff(Some(0), &mut Spare::preallocated(0));
+    d
+}
+
+/// What the application sees of a direction made by [`record`].
+fn seen(d: &Dir<()>) -> Stream {
+    let ports = Some(crate::wire::L4Ports { src: 1000, dst: 80 });
+    d.stream(&FlowTuple::V4 { src: [198, 18, 0, 1], dst: [198, 19, 0, 1], proto: 6, ports }, QueueId(0))
 }
 
 #[test]
 fn the_kernels_counts_add_to_a_record_as_its_packets_would() {
-    let mut r = record(3, 180, 100, 5_000);
+    let mut d = record(3, 180, 100, 5_000);
     let c = Counters { packets: 4, octets: 4 * 1500, payload: 4 * 1448, last_ns: 9_000, tcp_flags: ACK | 0x08, stopped: true };
-    merge(&mut r, &c);
+    merge(&mut d.rec, &c);
+    let r = seen(&d);
     assert_eq!(
         (r.packets, r.octets, r.bytes, r.discarded, r.tcp_flags, r.last_ns),
         (7, 6180, 100 + 5792, 100 + 5792, SYN | ACK | 0x08, 9_000)
     );
+    assert_eq!((r.src, r.sport, r.dst, r.dport, r.proto), (IpAddr::from([198, 18, 0, 1]), 1000, IpAddr::from([198, 19, 0, 1]), 80, 6));
     // No packet counted: its time is not one.
-    let mut r = record(3, 180, 100, 5_000);
-    merge(&mut r, &Counters { last_ns: 0, ..Counters::default() });
-    assert_eq!(r, record(3, 180, 100, 5_000));
+    let mut d = record(3, 180, 100, 5_000);
+    merge(&mut d.rec, &Counters { last_ns: 0, ..Counters::default() });
+    assert_eq!(seen(&d), seen(&record(3, 180, 100, 5_000)));
     // After the end: as a closed stream's packets, refused.
-    let mut r = record(3, 180, 100, 5_000);
-    after_close(&mut r, &Counters { packets: 1, octets: 52, payload: 0, last_ns: 9_000, tcp_flags: ACK, stopped: false });
+    let mut spare = Spare::preallocated(0);
+    let mut d = record(3, 180, 100, 5_000);
+    after_close(&mut d, &Counters { packets: 1, octets: 52, payload: 0, last_ns: 9_000, tcp_flags: ACK, stopped: false }, &mut spare);
+    let r = seen(&d);
     assert_eq!((r.packets, r.octets, r.bytes, r.refused, r.tcp_flags), (4, 232, 100, 0, SYN));
+    assert!(d.delivery.is_none(), "no payload: nothing to count in a delivery");
+    after_close(&mut d, &Counters { packets: 2, octets: 1100, payload: 1000, last_ns: 9_500, tcp_flags: ACK, stopped: false }, &mut spare);
+    let r = seen(&d);
+    assert_eq!((r.packets, r.octets, r.bytes, r.refused, r.discarded), (6, 1332, 1100, 1000, 100));
 }
 
 #[test]

@@ -7,13 +7,12 @@
 //! no lock, and calls [`Handler::finish`] at the end of input to close what
 //! is still open.
 
-use super::api::Requests;
 use super::arena::Arena;
 use super::config::{Class, Mode, StreamConfig};
 use super::decode::{self, Frame, Transport};
 use super::fragment::{Defrag, Outcome, Whole};
-use super::reassembly::{self, Cutoff, EndReason, Flags, Reassembler, Segment, Sink};
-use super::{Board, CloseReason, Direction, Piece, Stream, StreamCtl, StreamHandler, StreamStats, StreamsNow};
+use super::reassembly::{self, Cutoff, Flags};
+use super::{Board, CloseReason, Direction, Stream, StreamCtl, StreamHandler, StreamStats, StreamsNow};
 use crate::filter::Filter;
 use crate::flowtable::{End, Flow, FlowTable, TableLimits};
 use crate::memory::Plan;
@@ -22,17 +21,35 @@ use crate::rss::Rss;
 use crate::source::live::cutoff::KernelCutoff;
 use crate::wire::{field, FlowTuple};
 use crate::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, SettingError};
-use std::net::IpAddr;
+use deliver::{
+    advertise, apply, apply_pending, close_reassembly, datagram_payload, delivery, emit, not_reassembled, offered, reassembled, tcp_segment,
+};
+use dir::{Bits, Dir, Rec, Spare};
 use std::sync::Arc;
 
+mod deliver;
+mod dir;
 mod flush;
 mod kernel;
 
 /// Memory the table of `connections` takes with both streams of each,
-/// without the application's state.
-fn table_bytes(connections: usize) -> u64 {
-    let streams = (connections as u64 + SPARE as u64).saturating_mul(2 * std::mem::size_of::<Dir<()>>() as u64);
-    FlowTable::<FlowTuple, Conn<()>>::memory_for(connections).saturating_add(streams)
+/// without the application's state: their slots, and where streams deliver
+/// data, a [`Delivery`](dir::Delivery) for each direction.
+fn table_bytes(cfg: &StreamConfig, connections: usize) -> u64 {
+    let table = FlowTable::<FlowTuple, Conn<()>>::memory_for(connections);
+    if !delivers(cfg) {
+        return table;
+    }
+    let deliveries = (connections as u64 * 2).saturating_add(dir::SPARE_DELIVERIES).saturating_mul(dir::DELIVERY_BYTES);
+    table.saturating_add(deliveries)
+}
+
+/// Whether streams of `cfg` deliver data (and so have a [`Delivery`](dir::Delivery)): not
+/// for flow statistics, packets mode or a cutoff of 0 with no class to
+/// change them. An application that raises a datagram stream's cutoff from
+/// 0 makes one for it then.
+fn delivers(cfg: &StreamConfig) -> bool {
+    !(cfg.flows || (cfg.classes.is_empty() && (cfg.mode == Mode::Packets || cfg.cutoff == Some(0))))
 }
 
 // Here, not beside the rest of the configuration: the plan is made of this
@@ -45,7 +62,7 @@ impl StreamConfig {
     pub fn memory_plan(&self, queues: usize) -> Plan {
         let (conns, arena) = self.per_queue(queues);
         let mut plan = Plan::new();
-        plan.add(format!("stream tables ({} connections)", conns * queues.max(1)), table_bytes(conns) * queues.max(1) as u64);
+        plan.add(format!("stream tables ({} connections)", conns * queues.max(1)), table_bytes(self, conns) * queues.max(1) as u64);
         plan.add("stream reassembly arenas", arena * queues.max(1) as u64);
         if self.flush_timeout_ns.is_some() {
             // An entry per direction with a partial piece, at most.
@@ -59,10 +76,8 @@ impl StreamConfig {
 /// Both directions of a connection, keyed by its canonical tuple: `dirs[0]`
 /// is the direction whose packets carry the canonical tuple as sent.
 pub(crate) struct Conn<S> {
-    /// Boxed, so the table's slots stay small (the recency list and the
-    /// moves of a slot that leaves touch little memory) and a direction
-    /// is never moved once made.
-    pub(super) dirs: [Option<Box<Dir<S>>>; 2],
+    /// Inline, so a flow costs its slot and nothing else (`dir.rs`).
+    dirs: [Option<Dir<S>>; 2],
     /// The steering's hash of the packet that made it ([`Rss`]'s flow hash):
     /// what rebalancing moves it by (`handover.rs`).
     pub(super) steer: u32,
@@ -71,66 +86,10 @@ pub(crate) struct Conn<S> {
     retired: bool,
 }
 
-/// One direction: its record, reassembly and the piece being filled.
-pub(super) struct Dir<S> {
-    pub(super) rec: Stream,
-    /// `None` in packets mode and for datagram streams. Boxed: the
-    /// reassembler is taken out for each segment (its sink borrows the rest
-    /// of the direction), and a pointer moves where its 150 bytes would.
-    reasm: Option<Box<Reassembler>>,
-    /// The piece being filled, from stream offset `piece_at`; its first
-    /// `carried` bytes repeat the end of the previous piece.
-    pub(super) piece: Vec<u8>,
-    piece_at: u64,
-    carried: usize,
-    /// Packet time of the oldest byte waiting in `piece` past the carried ones.
-    piece_since_ns: u64,
-    /// Held bytes last counted into the arena.
-    pub(super) held: u64,
-    /// What callbacks asked for while the reassembler was busy.
-    pending: Requests,
-    /// The application's state; `None` once the direction is closed.
-    state: Option<S>,
-    packets: bool,
-    /// Whether the flush queue has an entry for it.
-    flush_queued: bool,
-    /// The SYN's sequence number, when one was seen.
-    isn: Option<u32>,
-    /// The window scale option of that SYN: the shift count of the windows
-    /// this direction's sender advertises, if the other SYN has one too.
-    window_scale: Option<u8>,
-    /// Installed in the kernel cutoff's flow map (`kernel.rs`).
-    in_kernel: bool,
-    /// Its install was refused (map full): not tried again for this record,
-    /// so a full map costs one bpf(2) call per stream, not one per packet.
-    kernel_refused: bool,
-}
-
-impl<S> Dir<S> {
-    /// A direction with no application state yet, its piece empty from `ts`.
-    fn new(rec: Stream, reasm: Option<Box<Reassembler>>, ts: u64) -> Dir<S> {
-        Dir {
-            rec,
-            reasm,
-            piece: Vec::new(),
-            piece_at: 0,
-            carried: 0,
-            piece_since_ns: ts,
-            held: 0,
-            pending: Requests::default(),
-            state: None,
-            packets: false,
-            flush_queued: false,
-            isn: None,
-            window_scale: None,
-            in_kernel: false,
-            kernel_refused: false,
-        }
-    }
-
-    /// A box's contents while it waits in [`Spare`]: as a closed direction.
-    fn closed(rec: Stream) -> Dir<S> {
-        Dir::new(rec, None, 0)
+impl<S> Conn<S> {
+    /// Arena bytes its directions hold: out-of-order bytes and pieces.
+    pub(super) fn arena_bytes(&self) -> u64 {
+        self.dirs.iter().flatten().filter_map(|d| d.delivery.as_ref()).map(|x| x.held + x.piece.capacity() as u64).sum()
     }
 }
 
@@ -148,66 +107,6 @@ impl Keyed {
     fn new<V>(tuple: &FlowTuple, table: &FlowTable<FlowTuple, V>) -> Keyed {
         let key = tuple.canonical();
         Keyed { key, side: usize::from(key != *tuple), hash: table.hash(&key) }
-    }
-}
-
-/// Bytes a piece's buffer grows by at least, up to the piece size.
-const PIECE_STEP: usize = 2048;
-
-/// Directions (and reassemblers) kept for reuse by [`Spare`], at most.
-const SPARE: usize = 1024;
-
-/// The boxes of closed directions and their reassemblers, kept for the
-/// streams that come next: at 10^5 short streams, a malloc and a free for
-/// each direction were a tenth of the layer's instructions (cachegrind).
-pub(super) struct Spare<S> {
-    pub(super) dirs: Vec<Box<Dir<S>>>,
-    /// Directions kept at most: [`SPARE`], or the preallocated number if larger.
-    room: usize,
-    #[expect(clippy::vec_box, reason = "the boxes are what is kept: a direction holds its reassembler boxed")]
-    reasms: Vec<Box<Reassembler>>,
-}
-
-impl<S> Spare<S> {
-    /// Boxes for `n` directions, made and written now (the memory faulted in
-    /// before the first packet, as libnids links its whole stream pool at
-    /// start): a direction's first touch of fresh memory was a third of a
-    /// live worker's time at 10^5 new connections (clear_page).
-    fn preallocated(n: usize) -> Spare<S> {
-        let blank = new_record(&FlowTuple::V4 { src: [0; 4], dst: [0; 4], proto: 0, ports: None }, QueueId(0), 0, Direction::Initiator);
-        let dirs = (0..n).map(|_| Box::new(Dir::closed(blank))).collect();
-        Spare { dirs, room: n.max(SPARE), reasms: Vec::new() }
-    }
-
-    fn dir(&mut self, dir: Dir<S>) -> Box<Dir<S>> {
-        match self.dirs.pop() {
-            Some(mut b) => {
-                *b = dir;
-                b
-            }
-            None => Box::new(dir),
-        }
-    }
-
-    fn reassembler(&mut self, config: reassembly::Config) -> Box<Reassembler> {
-        match self.reasms.pop() {
-            Some(mut b) => {
-                *b = Reassembler::new(config);
-                b
-            }
-            None => Box::new(Reassembler::new(config)),
-        }
-    }
-
-    /// Keeps a closed direction's boxes, unless enough are kept already.
-    fn keep(&mut self, mut d: Box<Dir<S>>) {
-        debug_assert!(d.state.is_none() && d.piece.capacity() == 0, "only closed directions are kept");
-        if let Some(r) = d.reasm.take().filter(|_| self.reasms.len() < SPARE) {
-            self.reasms.push(r);
-        }
-        if self.dirs.len() < self.room {
-            self.dirs.push(d);
-        }
     }
 }
 
@@ -229,13 +128,13 @@ pub struct Streams<H: StreamHandler> {
     whole: Vec<u8>,
     /// Connections the table let go of while a packet was handled, closed
     /// once it was; kept to reuse its allocation.
-    closing: Vec<(Conn<H::State>, CloseReason)>,
+    closing: Vec<Closing<H::State>>,
     /// Directions with a partial piece, for the flush timeout.
     waiting: flush::Waiting,
     /// Packet time when the worker is idle.
     idle: flush::IdleClock,
-    /// Boxes of closed directions, for the next streams.
-    pub(super) spare: Spare<H::State>,
+    /// Boxes of closed directions' deliveries, for the next streams.
+    spare: Spare,
     /// The kernel cutoff's flow map, when the source has one.
     kernel: Option<KernelCutoff>,
     /// Connections the table found idle with a direction in the kernel's
@@ -247,16 +146,56 @@ pub struct Streams<H: StreamHandler> {
     served: u64,
 }
 
+/// The [`Env`] of the layer `$s` at packet time `$now`, with no connection's
+/// key yet. A macro, not a method: it borrows the fields it names, so the
+/// table stays free to be borrowed beside it.
+macro_rules! env {
+    ($s:expr, $now:expr) => {
+        Env {
+            handler: &mut $s.handler,
+            spare: &mut $s.spare,
+            arena: &mut $s.arena,
+            stats: &mut $s.stats,
+            kernel: $s.kernel.as_mut(),
+            piece: $s.cfg.piece,
+            overlap: $s.cfg.piece_overlap,
+            now: $now,
+            key: NO_KEY,
+            queue: $s.queue,
+        }
+    };
+}
+pub(super) use env;
+
+/// A connection the table let go of, with its key and why.
+pub(super) type Closing<S> = (FlowTuple, Conn<S>, CloseReason);
+
 /// What the per-direction work needs besides the direction itself.
-struct Env<'a, H: StreamHandler> {
+pub(super) struct Env<'a, H: StreamHandler> {
     handler: &'a mut H,
-    spare: &'a mut Spare<H::State>,
+    spare: &'a mut Spare,
     arena: &'a mut Arena,
     stats: &'a mut StreamStats,
     kernel: Option<&'a mut KernelCutoff>,
     piece: usize,
     overlap: usize,
     now: u64,
+    /// The key of the connection being worked on: with `queue`, what makes a
+    /// direction's counts a [`Stream`] record ([`Dir::stream`]).
+    key: FlowTuple,
+    queue: QueueId,
+}
+
+impl<H: StreamHandler> Env<'_, H> {
+    /// The records of a direction and its opposite, for a callback.
+    fn records(&self, d: &Dir<H::State>, opposite: Option<&Dir<H::State>>) -> (Stream, Option<Stream>) {
+        (d.stream(&self.key, self.queue), opposite.map(|o| o.stream(&self.key, self.queue)))
+    }
+
+    /// Counts the record of a direction that is handed out for good.
+    fn record_closed(&mut self, d: &Dir<H::State>) {
+        self.stats.record_closed(&d.stream(&self.key, self.queue));
+    }
 }
 
 impl<H: StreamHandler> Streams<H> {
@@ -283,7 +222,7 @@ impl<H: StreamHandler> Streams<H> {
             waiting: flush::Waiting::default(),
             idle: flush::IdleClock::default(),
             rss: Rss::new(link, 1),
-            spare: Spare::preallocated(cfg.prealloc_connections.div_ceil(queues.max(1)).min(conns) * 2),
+            spare: Spare::preallocated(if delivers(cfg) { cfg.prealloc_connections.div_ceil(queues.max(1)).min(conns) * 2 } else { 0 }),
             kernel: None,
             revive: Vec::new(),
             board: Arc::default(),
@@ -412,7 +351,18 @@ impl<H: StreamHandler> Streams<H> {
         let Streams {
             handler, queue, cfg, classes, table, arena, stats, closing: closing_buf, waiting, rss, spare, kernel, revive, ..
         } = self;
-        let mut env = Env { handler, spare, arena, stats, kernel: kernel.as_mut(), piece: cfg.piece, overlap: cfg.piece_overlap, now: ts };
+        let mut env = Env {
+            handler,
+            spare,
+            arena,
+            stats,
+            kernel: kernel.as_mut(),
+            piece: cfg.piece,
+            overlap: cfg.piece_overlap,
+            now: ts,
+            key,
+            queue: *queue,
+        };
         let mut closing = std::mem::take(closing_buf);
         // Borrowed, not taken: a take and a put back cost every packet a
         // Vec's drop, for a list that is almost always empty.
@@ -436,7 +386,7 @@ impl<H: StreamHandler> Streams<H> {
                 c.retired
                     || c.dirs[side]
                         .as_ref()
-                        .is_some_and(|dir| dir.isn.is_some_and(|isn| isn != seq) || dir.state.is_none() || dir.rec.closed.is_some())
+                        .is_some_and(|dir| dir.isn().is_some_and(|isn| isn != seq) || dir.state.is_none() || dir.rec.closed.is_some())
             });
             if reused {
                 if let Some(flow) = table.remove(&key) {
@@ -483,29 +433,35 @@ impl<H: StreamHandler> Streams<H> {
                 };
                 let direction = if initiator { Direction::Initiator } else { Direction::Responder };
                 let (mode, cutoff, priority) = classify(cfg, classes, p);
-                let rec = Stream { cutoff, priority, mode, first_ns, ..new_record(&d.tuple, *queue, ts, direction) };
+                let mut rec = Rec::new(ts, direction, mode, priority);
+                rec.first_ns = first_ns;
                 // A stream whose cutoff is 0 from the start (flow statistics)
                 // keeps no reassembly state at all: its bytes are counted as
                 // discarded and its FIN or RST closes it, as in packets mode.
-                let reasm = (mode != Mode::Packets && tcp.is_some() && cutoff != Some(0)).then(|| {
-                    env.spare.reassembler(reassembly::Config {
+                let delivery = (mode != Mode::Packets && tcp.is_some() && cutoff != Some(0)).then(|| {
+                    let mut x = env.spare.delivery();
+                    x.reasm = Some(env.spare.reassembler(reassembly::Config {
                         mode: if mode == Mode::TcpStrict { reassembly::Mode::TcpStrict } else { reassembly::Mode::TcpFast },
                         overlap: cfg.overlap,
                         hold_limit: cfg.hold_limit,
                         cutoff: cutoff.map_or(Cutoff::NONE, Cutoff::after),
                         midstream: cfg.midstream,
                         receive_window: cfg.receive_window,
-                    })
+                    }));
+                    x.piece_since_ns = ts;
+                    x
                 });
-                let mut dir = Dir::new(rec, reasm, ts);
+                let mut dir = Dir::new(rec, side == 1, delivery);
+                dir.set_cutoff(cutoff, env.spare);
                 env.stats.streams += 1;
                 env.stats.connections += u64::from(fresh);
-                let opposite = conn.dirs[1 - side].as_ref().map(|o| &o.rec);
-                let mut ctl = StreamCtl::new(&dir.rec, opposite);
+                let opposite = conn.dirs[1 - side].as_ref();
+                let (stream, other) = env.records(&dir, opposite);
+                let mut ctl = StreamCtl::new(&stream, other.as_ref());
                 dir.state = Some(env.handler.created(&mut ctl));
                 let req = ctl.requests();
                 apply(&mut dir, opposite, req, &mut env);
-                conn.dirs[side] = Some(env.spare.dir(dir));
+                conn.dirs[side] = Some(dir);
             }
             let [d0, d1] = &mut conn.dirs;
             let (this, other) = if side == 0 { (d0, d1) } else { (d1, d0) };
@@ -513,7 +469,6 @@ impl<H: StreamHandler> Streams<H> {
             if let (Some((_, flags)), Some((ack, win, _)), Some(o)) = (tcp, window, other.as_mut()) {
                 advertise(this, o, flags, ack, win);
             }
-            let opposite = other.as_ref().map(|o| &o.rec);
             if let Some(active) = cfg.active_timeout_ns {
                 if ts.saturating_sub(this.rec.first_ns) >= active {
                     active_record(this, ts, &mut env);
@@ -527,27 +482,31 @@ impl<H: StreamHandler> Streams<H> {
                 // The flow record's cumulative flags: one OR per packet.
                 this.rec.tcp_flags |= flags;
             }
-            let (dropped_before, discarded_before) = (this.rec.dropped, this.rec.discarded);
+            let dropped_before = this.delivery.as_ref().map_or(0, |x| x.dropped);
+            let discarded_before = this.rec.discarded;
             // Bytes counted as discarded only because packets mode keeps no payload.
             let mut unkept = 0;
             if this.state.is_none() {
                 // Closed: a late copy, or data after a RST, is not stream data.
-                this.rec.refused += payload.len() as u64;
+                if !payload.is_empty() {
+                    delivery(this, &mut env).refused += payload.len() as u64;
+                }
             } else {
-                if this.packets && this.rec.cutoff.is_none_or(|c| offered(this) < c) {
-                    let mut ctl = StreamCtl::new(&this.rec, opposite);
+                let opposite = other.as_ref();
+                if this.bits.has(Bits::PACKETS) && this.cutoff().is_none_or(|c| offered(this) < c) {
+                    let (stream, other) = env.records(this, opposite);
+                    let mut ctl = StreamCtl::new(&stream, other.as_ref());
                     env.handler.packet(&mut ctl, this.state.as_mut().expect("open"), p);
                     let req = ctl.requests();
                     apply(this, opposite, req, &mut env);
                 }
                 // A SYN's sequence number and window scale, noted once, before
                 // the segment is handled, in every mode.
-                if let Some((seq, _)) = tcp.filter(|&(_, f)| f & field::tcp::SYN != 0 && this.isn.is_none()) {
-                    this.isn = Some(seq);
-                    this.window_scale = window.and_then(|(_, _, scale)| scale);
+                if let Some((seq, _)) = tcp.filter(|&(_, f)| f & field::tcp::SYN != 0 && this.isn().is_none()) {
+                    this.saw_syn(seq, window.and_then(|(_, _, scale)| scale));
                 }
                 match tcp {
-                    Some((seq, flags)) if this.reasm.is_some() => {
+                    Some((seq, flags)) if reassembled(this) => {
                         // A FIN in a segment cut by the snapshot length would end
                         // the stream before the bytes not captured: left out.
                         let f = Flags {
@@ -567,18 +526,18 @@ impl<H: StreamHandler> Streams<H> {
                     None => datagram_payload(this, opposite, payload, &mut env),
                 }
                 if let Some(flush) = cfg.flush_timeout_ns {
-                    if this.piece.len() > this.carried && ts.saturating_sub(this.piece_since_ns) >= flush {
+                    if this.delivery.as_ref().is_some_and(|x| x.waiting() && ts.saturating_sub(x.piece_since_ns) >= flush) {
                         emit(this, opposite, &mut env);
                     }
                 }
                 apply_pending(this, opposite, &mut env);
                 if let Some(k) = env.kernel.as_deref_mut() {
-                    if kernel::install(this, other.as_deref(), cfg.kernel_install_after, k, &mut env.stats.kernel) {
+                    if kernel::install(this, other.as_ref(), &key, cfg.kernel_install_after, k, &mut env.stats.kernel) {
                         room = Some((key, side));
                     }
                 }
             }
-            let dropped = this.rec.dropped - dropped_before;
+            let dropped = this.delivery.as_ref().map_or(0, |x| x.dropped) - dropped_before;
             let discarded = this.rec.discarded - discarded_before - unkept;
             if dropped > 0 {
                 env.stats.dropped_packets += 1;
@@ -599,13 +558,13 @@ impl<H: StreamHandler> Streams<H> {
                 }
             } else {
                 if let Some(reason) = this.rec.closed {
-                    end_dir(this, opposite, reason, &mut env);
+                    end_dir(this, other.as_ref(), reason, &mut env);
                 }
                 if rst {
                     // A RST ends both directions.
-                    end_dir(this, opposite, CloseReason::Rst, &mut env);
+                    end_dir(this, other.as_ref(), CloseReason::Rst, &mut env);
                     if let Some(o) = other.as_mut() {
-                        end_dir(o, Some(&this.rec), CloseReason::Rst, &mut env);
+                        end_dir(o, Some(this), CloseReason::Rst, &mut env);
                     }
                 }
             }
@@ -626,7 +585,8 @@ impl<H: StreamHandler> Streams<H> {
             kernel::make_room(table, &mut env, key, side);
         }
         kernel::revive(table, &mut env, revived, &mut closing, cfg.idle_timeout_ns, cfg.active_timeout_ns);
-        for (conn, reason) in closing.drain(..) {
+        for (key, conn, reason) in closing.drain(..) {
+            env.key = key;
             close_conn(conn, reason, &mut env);
         }
         *closing_buf = closing;
@@ -648,7 +608,9 @@ impl<H: StreamHandler> Streams<H> {
         }
         for (side, d) in conn.dirs.iter_mut().enumerate() {
             if let Some(d) = d {
-                d.flush_queued = false;
+                if let Some(x) = d.delivery.as_mut() {
+                    x.flush_queued = false;
+                }
                 flush::queue(&mut self.waiting, d, key, side);
             }
         }
@@ -657,9 +619,10 @@ impl<H: StreamHandler> Streams<H> {
     /// Decodes a run of packets into `frames` (with each connection's key)
     /// and asks the processor for what handling them will read, in rounds
     /// over the run: the packets' headers; each packet's index bucket; the
-    /// slot it names; the packet's direction and its flow's neighbours in the
-    /// table's recency order. At 10^5 streams and more each is a cache miss,
-    /// and one packet's depend on each other; across the run they overlap.
+    /// slot it names (both directions are in it); the reassembly state of
+    /// its directions, and its flow's neighbours in the table's recency
+    /// order. At 10^5 streams and more each is a cache miss, and one
+    /// packet's depend on each other; across the run they overlap.
     fn warm<'p>(&self, packets: &[Packet<'p>], frames: &mut [Option<(Frame<'p>, Option<Keyed>)>; crate::PACKETS_PER_RUN]) {
         for p in packets {
             prefetch::lines(p.data(), 2);
@@ -686,11 +649,12 @@ impl<H: StreamHandler> Streams<H> {
         }
         for k in keyed() {
             let Some((conn, links)) = self.table.hint_hashed(k.hash) else { continue };
-            // Both directions: a TCP segment's ACK reads the opposite one (its
-            // window, `advertise`), and that first read was the layer's
-            // hottest miss (a third of `datagram`'s samples at --cutoff 0).
-            for d in conn.dirs.iter().flatten() {
-                prefetch::value(&**d);
+            // Both directions: a TCP segment's ACK reads the opposite one's
+            // reassembler (its window, `advertise`), and that first read was
+            // the layer's hottest miss (a third of `datagram`'s samples at
+            // --cutoff 0, when directions were boxed).
+            for x in conn.dirs.iter().flatten().filter_map(|d| d.delivery.as_deref()) {
+                prefetch::value(x);
             }
             for at in links.into_iter().flatten() {
                 prefetch::hint(at);
@@ -698,31 +662,31 @@ impl<H: StreamHandler> Streams<H> {
         }
     }
 
-    /// Closes every stream still open, for `reason`.
+    /// Closes every stream still open, for `reason`, each as the table lets
+    /// go of it: collected first, the connections of a full table were
+    /// copied into a list as large as the table (at 10^6 flows, a third of
+    /// `weir flows`' peak memory).
     fn close_all(&mut self, reason: CloseReason) {
-        let mut conns = Vec::new();
-        self.table.drain(|flow| conns.push((flow.value, reason)));
-        self.close(conns, 0);
+        let mut env = env!(self, 0);
+        self.table.drain(|flow| {
+            env.key = flow.key;
+            close_conn(flow.value, reason, &mut env);
+        });
     }
 
     /// Closes connections that left the table, each for its reason, at
     /// packet time `now` (0 when no packet time applies).
-    pub(super) fn close(&mut self, conns: impl IntoIterator<Item = (Conn<H::State>, CloseReason)>, now: u64) {
-        let mut env = Env {
-            handler: &mut self.handler,
-            spare: &mut self.spare,
-            arena: &mut self.arena,
-            stats: &mut self.stats,
-            kernel: self.kernel.as_mut(),
-            piece: self.cfg.piece,
-            overlap: self.cfg.piece_overlap,
-            now,
-        };
-        for (conn, reason) in conns {
+    pub(super) fn close(&mut self, conns: impl IntoIterator<Item = Closing<H::State>>, now: u64) {
+        let mut env = env!(self, now);
+        for (key, conn, reason) in conns {
+            env.key = key;
             close_conn(conn, reason, &mut env);
         }
     }
 }
+
+/// [`Env::key`] before a connection is worked on.
+pub(super) const NO_KEY: FlowTuple = FlowTuple::V4 { src: [0; 4], dst: [0; 4], proto: 0, ports: None };
 
 impl<H: StreamHandler> Handler for Streams<H> {
     fn packet(&mut self, packet: &Packet<'_>) {
@@ -769,373 +733,94 @@ impl<H: StreamHandler> Handler for Streams<H> {
     }
 }
 
-/// Closes whatever is open of a connection that leaves the table, and counts
-/// its streams.
+/// Closes whatever is open of a connection that leaves the table (the one
+/// of `env.key`), and counts its streams.
 fn close_conn<H: StreamHandler>(conn: Conn<H::State>, reason: CloseReason, env: &mut Env<'_, H>) {
     let [mut a, mut b] = conn.dirs;
     if let Some(d) = a.as_mut() {
-        end_dir(d, b.as_ref().map(|o| &o.rec), reason, env);
+        end_dir(d, b.as_ref(), reason, env);
     }
     if let Some(d) = b.as_mut() {
-        end_dir(d, a.as_ref().map(|o| &o.rec), reason, env);
+        end_dir(d, a.as_ref(), reason, env);
     }
     for d in [a, b].into_iter().flatten() {
-        env.stats.record_closed(&d.rec);
+        env.record_closed(&d);
         env.spare.keep(d);
     }
 }
 
 /// Lets go of both streams of a connection once both closed: their records
-/// are counted and their boxes kept for the next streams. Closed
+/// are counted and their deliveries kept for the next streams. Closed
 /// connections wait out the idle timeout in the table, and with short
-/// connections they are most of it: their streams were most of the table's
-/// memory (two directions of 248 bytes to a slot of 88). On 200,000
-/// connections, 100 open at a time, letting go of them took `--cutoff 0`
-/// from 1.20 s and 192 MB to 0.63 s and 66 MB.
+/// connections they are most of it: when directions were boxed, their
+/// streams were most of the table's memory (two directions of 248 bytes to
+/// a slot of 88). On 200,000 connections, 100 open at a time, letting go of
+/// them took `--cutoff 0` from 1.20 s and 192 MB to 0.63 s and 66 MB.
 fn retire<H: StreamHandler>(conn: &mut Conn<H::State>, env: &mut Env<'_, H>) {
     for d in conn.dirs.iter_mut().filter_map(Option::take) {
         debug_assert!(d.state.is_none(), "only closed streams are retired");
-        env.stats.record_closed(&d.rec);
+        env.record_closed(&d);
         env.spare.keep(d);
     }
     conn.retired = true;
 }
 
-/// Ends one direction for `reason` (unless it ended already): what is held
-/// or waiting in the piece is delivered, holes become gaps, and the
-/// application gets its state back with `closed`.
-fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, reason: CloseReason, env: &mut Env<'_, H>) {
+/// Ends one direction of `env.key`'s connection for `reason` (unless it
+/// ended already): what is held or waiting in the piece is delivered, holes
+/// become gaps, and the application gets its state back with `closed`.
+fn end_dir<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Dir<H::State>>, reason: CloseReason, env: &mut Env<'_, H>) {
     if d.state.is_none() {
         return;
     }
     if d.rec.closed.is_none() {
         d.rec.closed = Some(reason);
     }
-    if let Some(mut r) = d.reasm.take() {
-        let why = match reason {
-            CloseReason::Rst => EndReason::Rst,
-            CloseReason::Idle => EndReason::Timeout,
-            CloseReason::Evicted | CloseReason::Reused => EndReason::Evicted,
-            CloseReason::Fin | CloseReason::EndOfInput => EndReason::EndOfInput,
-        };
-        r.close(why, &mut PieceSink { d, opposite, env });
-        sync(d, &r, env.arena);
-        d.reasm = Some(r);
-    }
-    if d.piece.len() > d.carried {
+    close_reassembly(d, opposite, reason, env);
+    if d.waiting() {
         emit(d, opposite, env);
     }
-    env.arena.release(d.piece.capacity() as u64);
-    d.piece = Vec::new();
-    d.carried = 0;
-    let late = env.kernel.as_deref_mut().and_then(|k| kernel::take(d, k, &mut env.stats.kernel, Some(reason)));
+    if let Some(x) = d.delivery.as_mut() {
+        env.arena.release(x.piece.capacity() as u64);
+        x.piece = Vec::new();
+        x.carried = 0;
+    }
+    let key = env.key;
+    let late = env.kernel.as_deref_mut().and_then(|k| kernel::take(d, &key, k, &mut env.stats.kernel, Some(reason)));
     let state = d.state.take().expect("open");
-    env.handler.closed(&d.rec, state);
+    env.handler.closed(&d.stream(&env.key, env.queue), state);
     if let Some(c) = late {
-        kernel::after_close(&mut d.rec, &c);
+        kernel::after_close(d, &c, env.spare);
     }
 }
 
-/// Hands out a flows-mode record whose active timeout passed at packet time
-/// `now` and starts it again from there (the stream, its state and its
-/// close reason, if a FIN was seen, go on).
+/// Hands out a flows-mode record of `env.key`'s connection whose active
+/// timeout passed at packet time `now` and starts it again from there (the
+/// stream, its state and its close reason, if a FIN was seen, go on).
 fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut Env<'_, H>) {
     if d.state.is_none() {
         return;
     }
+    let key = env.key;
     if let Some(k) = env.kernel.as_deref_mut() {
-        kernel::take(d, k, &mut env.stats.kernel, None);
+        kernel::take(d, &key, k, &mut env.stats.kernel, None);
     }
+    let stream = d.stream(&key, env.queue);
     let Some(state) = d.state.as_mut() else { return };
-    env.handler.active(&d.rec, state);
-    env.stats.record_bytes(&d.rec);
+    env.handler.active(&stream, state);
+    env.stats.record_bytes(&stream);
     env.stats.active_records += 1;
     let r = &mut d.rec;
     (r.first_ns, r.last_ns) = (now, now);
-    (r.packets, r.bytes, r.octets, r.tcp_flags) = (0, 0, 0, 0);
-    (r.delivered, r.gap, r.duplicate, r.discarded, r.dropped, r.refused) = (0, 0, 0, 0, 0, 0);
+    (r.packets, r.bytes, r.octets, r.tcp_flags, r.discarded) = (0, 0, 0, 0, 0);
+    if let Some(x) = d.delivery.as_mut() {
+        (x.delivered, x.gap, x.duplicate, x.dropped, x.refused) = (0, 0, 0, 0, 0);
+    }
     if let Some(k) = env.kernel.as_deref_mut() {
         // A full map leaves it to the user-space cutoff until its next record.
         // The record starts again from no packets, but the direction has
         // shown it lasts: no wait for `kernel_install_after` of them.
-        d.kernel_refused = false;
-        kernel::install(d, None, 0, k, &mut env.stats.kernel);
-    }
-}
-
-/// The largest window shift count (RFC 7323 2.3: a larger one is taken as 14).
-const MAX_WINDOW_SHIFT: u8 = 14;
-
-/// Hands the window that `receiver`'s segment advertises (its ACK number and
-/// window field) to the reassembler of the data it receives, `data`'s, when
-/// that one checks the window. The window is scaled as RFC 7323 says: never
-/// on a SYN, by the receiver's shift count when both SYNs carried the
-/// option, not at all when either lacked it. When a SYN was not seen the
-/// shift is not known, and the check is made permissive rather than wrong:
-/// the largest shift, 14, so only bytes no receiver could have taken are
-/// refused.
-fn advertise<S>(receiver: &Dir<S>, data: &mut Dir<S>, flags: u8, ack: u32, window: u16) {
-    let Some(r) = data.reasm.as_mut().filter(|r| r.checks_window()) else { return };
-    if flags & field::tcp::ACK == 0 || flags & field::tcp::RST != 0 {
-        // No window without ACK; a RST's ends the stream anyway.
-        return;
-    }
-    let shift = if flags & field::tcp::SYN != 0 {
-        0
-    } else if receiver.isn.is_none() || data.isn.is_none() {
-        MAX_WINDOW_SHIFT
-    } else {
-        match (receiver.window_scale, data.window_scale) {
-            (Some(shift), Some(_)) => shift.min(MAX_WINDOW_SHIFT),
-            _ => 0,
-        }
-    };
-    r.advertise(ack, u64::from(window) << shift);
-}
-
-/// One TCP segment of a direction that is reassembled.
-fn tcp_segment<H: StreamHandler>(
-    d: &mut Dir<H::State>,
-    opposite: Option<&Stream>,
-    seq: u32,
-    f: Flags,
-    payload: &[u8],
-    env: &mut Env<'_, H>,
-) {
-    let mut r = d.reasm.take().expect("reassembled");
-    let len = payload.len() as u64;
-    let admitted = len == 0 || !r.would_hold(seq, f.syn) || env.arena.admit(d.rec.priority, r.next_offset(), len);
-    if admitted {
-        r.segment(Segment { seq, payload, flags: f }, &mut PieceSink { d, opposite, env });
-    } else {
-        // No memory to hold it: its bytes are dropped (counted), its flags
-        // still count, and the holes before it are given up so the stream
-        // goes on instead of waiting for bytes it could not keep anyway.
-        d.rec.dropped += len;
-        let seq = if f.syn { seq } else { seq.wrapping_add(len as u32) };
-        let mut sink = PieceSink { d, opposite, env };
-        r.segment(Segment { seq, payload: &[], flags: f }, &mut sink);
-        r.flush_gap(&mut sink);
-    }
-    sync(d, &r, env.arena);
-    d.reasm = Some(r);
-    if env.arena.pressed() && d.piece.len() > d.carried {
-        emit(d, opposite, env);
-    }
-}
-
-/// Copies the reassembler's counts into the record and its held bytes into
-/// the arena.
-fn sync<S>(d: &mut Dir<S>, r: &Reassembler, arena: &mut Arena) {
-    let c = r.counters();
-    if c.held > d.held {
-        arena.take(c.held - d.held);
-    } else {
-        arena.release(d.held - c.held);
-    }
-    d.held = c.held;
-    d.rec.delivered = c.delivered;
-    d.rec.gap = c.gap;
-    d.rec.duplicate = c.duplicate;
-    d.rec.discarded = c.discarded_cutoff;
-    d.rec.refused = c.refused;
-}
-
-/// A datagram's payload, appended to its stream up to the cutoff.
-fn datagram_payload<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, payload: &[u8], env: &mut Env<'_, H>) {
-    let at = d.rec.bytes - payload.len() as u64;
-    let keep = count_unbuffered(d, payload.len() as u64);
-    if keep > 0 {
-        d.rec.delivered += keep;
-        PieceSink { d, opposite, env }.data(at, &payload[..keep as usize]);
-    }
-    if env.arena.pressed() && d.piece.len() > d.carried {
-        emit(d, opposite, env);
-    }
-}
-
-/// The last `len` bytes the record counted, without reassembly: those past
-/// the cutoff are counted as discarded; returns how many are within it.
-fn count_unbuffered<S>(d: &mut Dir<S>, len: u64) -> u64 {
-    let at = d.rec.bytes - len;
-    let keep = d.rec.cutoff.map_or(len, |c| c.saturating_sub(at).min(len));
-    d.rec.discarded += len - keep;
-    keep
-}
-
-/// The last `len` bytes of a stream without a reassembler (packets mode, or
-/// a TCP cutoff of 0): none becomes data, so all are counted as discarded.
-/// Returns those within the cutoff, which only packets mode has.
-fn not_reassembled<S>(d: &mut Dir<S>, len: u64) -> u64 {
-    let keep = count_unbuffered(d, len);
-    d.rec.discarded += keep;
-    keep
-}
-
-/// The offset the stream's next byte would have: what its cutoff counts.
-fn offered<S>(d: &Dir<S>) -> u64 {
-    d.reasm.as_ref().map_or(d.rec.bytes, |r| r.next_offset())
-}
-
-/// Delivers the bytes waiting in the piece (a full piece, or a partial one
-/// flushed early), keeping the overlap for the next.
-fn emit<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, env: &mut Env<'_, H>) {
-    let Some(state) = d.state.as_mut() else { return };
-    let mut ctl = StreamCtl::new(&d.rec, opposite);
-    env.handler.data(&mut ctl, state, &Piece { offset: d.piece_at, data: &d.piece, overlap: d.carried });
-    env.stats.pieces += 1;
-    let req = ctl.requests();
-    let cap = d.piece.capacity();
-    let keep = env.overlap.min(d.piece.len());
-    let cut = d.piece.len() - keep;
-    d.piece.drain(..cut);
-    d.piece_at += cut as u64;
-    d.carried = keep;
-    if env.arena.pressed() {
-        d.piece.shrink_to_fit();
-    }
-    env.arena.release((cap - d.piece.capacity()) as u64);
-    d.pending.merge(req);
-}
-
-/// Applies what callbacks asked for while the direction was being worked on.
-fn apply_pending<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, env: &mut Env<'_, H>) {
-    let req = std::mem::take(&mut d.pending);
-    if req != Requests::default() {
-        apply(d, opposite, req, env);
-    }
-}
-
-/// Applies what a callback asked for.
-fn apply<H: StreamHandler>(d: &mut Dir<H::State>, opposite: Option<&Stream>, req: Requests, env: &mut Env<'_, H>) {
-    if let Some(p) = req.priority {
-        d.rec.priority = p;
-    }
-    if let Some(p) = req.packets {
-        d.packets = p;
-    }
-    // A TCP stream made with cutoff 0 has no reassembler to deliver with
-    // (see where streams are made): its cutoff stays 0.
-    let stateless = d.reasm.is_none() && d.rec.proto == 6 && d.rec.mode != Mode::Packets;
-    if let Some(cutoff) = req.cutoff.filter(|_| !stateless) {
-        let cutoff = cutoff.map(|c| c.max(offered(d)));
-        d.rec.cutoff = cutoff;
-        if let Some(mut r) = d.reasm.take() {
-            r.set_cutoff(cutoff.map_or(Cutoff::NONE, Cutoff::after), &mut PieceSink { d, opposite, env });
-            sync(d, &r, env.arena);
-            d.reasm = Some(r);
-        }
-    }
-}
-
-/// Where a reassembler's output goes: into the direction's piece, and from
-/// there to the application.
-struct PieceSink<'d, 'e, 'h, H: StreamHandler> {
-    d: &'d mut Dir<H::State>,
-    opposite: Option<&'d Stream>,
-    env: &'e mut Env<'h, H>,
-}
-
-impl<H: StreamHandler> Sink for PieceSink<'_, '_, '_, H> {
-    fn data(&mut self, offset: u64, mut bytes: &[u8]) {
-        let d = &mut *self.d;
-        let size = self.env.piece;
-        if d.piece.len() == d.carried {
-            d.piece_at = offset - d.carried as u64;
-            d.piece_since_ns = self.env.now;
-        }
-        // Whole pieces straight from the packet when nothing waits: no copy.
-        if d.piece.is_empty() {
-            while bytes.len() >= size && self.env.overlap == 0 {
-                let Some(state) = d.state.as_mut() else { break };
-                let mut ctl = StreamCtl::new(&d.rec, self.opposite);
-                self.env.handler.data(&mut ctl, state, &Piece { offset: d.piece_at, data: &bytes[..size], overlap: 0 });
-                self.env.stats.pieces += 1;
-                let req = ctl.requests();
-                d.piece_at += size as u64;
-                bytes = &bytes[size..];
-                d.pending.merge(req);
-            }
-        }
-        while !bytes.is_empty() {
-            let room = size - d.piece.len();
-            let n = room.min(bytes.len());
-            let cap = d.piece.capacity();
-            let want = d.piece.len() + n;
-            if want > cap {
-                // Grown in steps of at least PIECE_STEP, doubling, never past
-                // the piece size: Vec's own doubling from a few bytes made a
-                // stream's first piece cost a dozen reallocations and copies.
-                let to = want.max(cap * 2).max(PIECE_STEP).min(size);
-                d.piece.reserve_exact(to - d.piece.len());
-            }
-            d.piece.extend_from_slice(&bytes[..n]);
-            self.env.arena.take((d.piece.capacity() - cap) as u64);
-            bytes = &bytes[n..];
-            if d.piece.len() == size {
-                emit(d, self.opposite, self.env);
-            }
-        }
-    }
-
-    fn gap(&mut self, offset: u64, len: u64) {
-        let d = &mut *self.d;
-        if d.piece.len() > d.carried {
-            emit(d, self.opposite, self.env);
-        }
-        // The overlap is not carried across a gap: the bytes are not adjacent.
-        d.piece.clear();
-        d.carried = 0;
-        if let Some(state) = d.state.as_mut() {
-            let mut ctl = StreamCtl::new(&d.rec, self.opposite);
-            self.env.handler.gap(&mut ctl, state, offset, len);
-            d.pending.merge(ctl.requests());
-        }
-    }
-
-    fn end(&mut self, reason: EndReason) {
-        if self.d.rec.closed.is_none() {
-            self.d.rec.closed = Some(match reason {
-                EndReason::Fin => CloseReason::Fin,
-                EndReason::Rst => CloseReason::Rst,
-                EndReason::Timeout => CloseReason::Idle,
-                EndReason::Evicted => CloseReason::Evicted,
-                EndReason::EndOfInput => CloseReason::EndOfInput,
-            });
-        }
-    }
-}
-
-fn new_record(t: &FlowTuple, queue: QueueId, ts: u64, direction: Direction) -> Stream {
-    let (src, dst, proto) = match *t {
-        FlowTuple::V4 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
-        FlowTuple::V6 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
-    };
-    let (sport, dport) = t.ports().map_or((0, 0), |p| (p.src, p.dst));
-    Stream {
-        src,
-        dst,
-        sport,
-        dport,
-        proto,
-        direction,
-        queue,
-        first_ns: ts,
-        last_ns: ts,
-        packets: 0,
-        bytes: 0,
-        octets: 0,
-        tcp_flags: 0,
-        delivered: 0,
-        gap: 0,
-        duplicate: 0,
-        discarded: 0,
-        dropped: 0,
-        refused: 0,
-        cutoff: None,
-        priority: 0,
-        mode: Mode::TcpFast,
-        closed: None,
+        d.bits.set(Bits::KERNEL_REFUSED, false);
+        kernel::install(d, None, &key, 0, k, &mut env.stats.kernel);
     }
 }
 
@@ -1148,3 +833,6 @@ fn classify(cfg: &StreamConfig, classes: &[(Filter, Class)], p: &Packet<'_>) -> 
     let priority = class.and_then(|c| c.priority).unwrap_or(0);
     (mode, cutoff, priority)
 }
+
+#[cfg(test)]
+pub(super) mod tests;

@@ -2,7 +2,7 @@
 //! eviction, memory pressure and the accounting identities, each against
 //! what the frames sent.
 
-use super::*;
+use crate::stream::*;
 use crate::{Handler, LinkType, Packet, QueueId};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ const PSH: u8 = 0x08;
 
 /// An Ethernet/IPv4 frame from 198.18.0.`c`:`cport` to 198.19.0.1:80 (or
 /// back, with `back`), carrying TCP or UDP.
-pub(super) fn frame(c: u8, cport: u16, back: bool, tcp: Option<(u32, u8)>, payload: &[u8]) -> Vec<u8> {
+pub(in crate::stream) fn frame(c: u8, cport: u16, back: bool, tcp: Option<(u32, u8)>, payload: &[u8]) -> Vec<u8> {
     let (mut src, mut dst) = ([198, 18, 0, c], [198, 19, 0, 1]);
     let (mut sp, mut dp) = (cport, 80u16);
     if back {
@@ -869,11 +869,11 @@ fn preallocated_directions_are_used_first_and_change_nothing_the_application_see
     let run = |prealloc_connections| {
         let cfg = StreamConfig { piece: 4096, prealloc_connections, ..StreamConfig::default() };
         let mut l = layer(&cfg, Collect::default());
-        let made = l.spare.dirs.len();
+        let made = l.spare.deliveries.len();
         feed(&mut l, &frames);
         let h = l.handler();
         let seen: Vec<_> = h.order.iter().map(|k| (*k, h.streams[k].bytes.clone(), h.streams[k].closed)).collect();
-        (made, l.spare.dirs.len(), seen)
+        (made, l.spare.deliveries.len(), seen)
     };
     let (none, _, want) = run(0);
     assert_eq!(none, 0);
@@ -884,5 +884,5 @@ fn preallocated_directions_are_used_first_and_change_nothing_the_application_see
     assert_eq!(got, want);
     // More than the table may hold is cut to its size.
     let cfg = StreamConfig { max_connections: 4, prealloc_connections: 100, ..StreamConfig::default() };
-    assert_eq!(layer(&cfg, Collect::default()).spare.dirs.len(), 8);
+    assert_eq!(layer(&cfg, Collect::default()).spare.deliveries.len(), 8);
 }
