@@ -193,3 +193,4 @@ bench: build
 
 clean:
 	$(CARGO) clean
+	rm -rf docs/book
