@@ -1,9 +1,10 @@
 # weir: the two entry points of the README, plus the pieces they are made of.
 #   make demo   build a realistic trace with `weir synth` and count it on 2 queues
-#   make test   the whole test suite (module layers, format and clippy, unit, CLI, then as root the live
+#   make test   the whole test suite (module layers, the guide's links, format and clippy, unit, CLI, then as root the live
 #               and corpus tests, the Python package, Miri, a short fuzz run, the libpcap suite, the
 #               streams oracle); run it as root, with ../shared/corpus present
 #   make bench  the benchmarks in bench/ (long; results in bench/results/)
+#   make docs   the user guide (docs/, mdBook) into docs/book/
 
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -11,7 +12,7 @@ CARGO ?= cargo
 WEIR := target/release/weir
 DEMO_TRACE := target/demo/synth.pcap
 
-.PHONY: demo test install install-check setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
+.PHONY: demo test docs docs-check install install-check setup setup-nightly build layers style unit privileged miri fuzz-smoke bench clean pcap-lib pcap-suite \
 	nids-streams streams-oracle python flows-collector
 
 setup:
@@ -30,10 +31,20 @@ demo: build
 	$(WEIR) count --json -f 'tcp port 443' $(DEMO_TRACE)
 
 # The library's top-level modules may only use modules below them (no cycle), and
-# README.md shows them as they are; the checker first checks itself on its fixtures.
+# the design chapter (docs/src/design.md) shows them as they are; the checker first
+# checks itself on its fixtures.
 layers:
 	scripts/module-graph --self-test
 	scripts/module-graph --check
+
+# The user guide: mdBook builds docs/ into docs/book/. docs-check then fails on
+# any relative link or #anchor that does not resolve, in the built book or in
+# README.md (scripts/docs-check; offline, it follows no web link).
+docs: setup
+	mdbook build docs
+
+docs-check: docs
+	scripts/docs-check docs/book
 
 # One format for the tree (rustfmt.toml), clippy with warnings as errors
 # (the workspace's lints deny an unsafe block without a SAFETY comment), and
@@ -149,7 +160,7 @@ python: setup
 	PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./crates/weir-py
 	cd crates/weir-py && WEIR_BIN=$(TARGET_DIR)/release/weir python3 -m pytest -q -p no:cacheprovider tests
 
-test: layers style unit privileged python miri fuzz-smoke pcap-suite install-check streams-oracle flows-collector
+test: layers docs-check style unit privileged python miri fuzz-smoke pcap-suite install-check streams-oracle flows-collector
 	@echo "make test: all suites passed"
 
 # Installs under PREFIX (default /usr/local; DESTDIR for packaging): the weir
@@ -182,3 +193,4 @@ bench: build
 
 clean:
 	$(CARGO) clean
+	rm -rf docs/book

@@ -43,8 +43,8 @@ impl<S: Scrape> Scrape for WithOutputs<S> {
 pub struct MetricsArgs {
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics while the command runs, and after it until
     /// weir exits: per-queue packets received, delivered, filtered and dropped, bytes, pool chunks in
-    /// use, locality batch sizes, stream-layer counters, the process's CPU time (README, "Metrics", lists
-    /// them). Scrapes read the counters weir's threads publish anyway and never slow capture. E.g.
+    /// use, locality batch sizes, stream-layer counters, the process's CPU time (the user guide's Metrics
+    /// chapter lists them). Scrapes read the counters weir's threads publish anyway and never slow capture. E.g.
     /// `--metrics 127.0.0.1:9101` (then `curl -s 127.0.0.1:9101/metrics`; `:9101` is the same, loopback),
     /// `--metrics 0.0.0.0:9101` on every interface (the endpoint has no authentication and shows source names,
     /// paths and weir's version: only on a network you trust), `--metrics 127.0.0.1:0` for a free port, said on

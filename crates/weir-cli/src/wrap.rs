@@ -53,7 +53,7 @@ pub struct WrapArgs {
     quiet: bool,
 
     /// Serve weir's counters of the program's captures as Prometheus metrics at http://ADDR:PORT/metrics,
-    /// as `weir count --metrics` does (README, "Metrics"), from inside the program: weir's libpcap serves
+    /// as `weir count --metrics` does (the user guide's Metrics chapter), from inside the program: weir's libpcap serves
     /// them, told by WEIR_METRICS=ADDR:PORT, from its first capture until the program exits, each handle's
     /// samples labelled handle="N". The address is checked here first: a value that does not parse, a port
     /// in use or one that needs a privilege is an error before the program starts. E.g. `weir run --metrics

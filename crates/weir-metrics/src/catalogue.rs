@@ -1,5 +1,6 @@
-//! Every metric weir serves: its name, type and help text, once. The
-//! README's list and the examples' dashboard are checked against [`ALL`].
+//! Every metric weir serves: its name, type and help text, once. The list
+//! in the user guide's Metrics chapter (docs/src/metrics.md, by
+//! tests/guide.rs) and the examples' dashboard are checked against [`ALL`].
 
 /// A metric's type in the exposition format.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

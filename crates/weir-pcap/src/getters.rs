@@ -11,7 +11,7 @@
 //!   weir's ready eventfd, not libpcap's AF_PACKET socket: weir's own threads
 //!   read the interface, so only that descriptor says when a read finds
 //!   packets. (A savefile's selectable descriptor is the file's, as in libpcap.)
-//! - `pcap_setdirection` to one direction only is refused (see the README).
+//! - `pcap_setdirection` to one direction only is refused (see docs/src/libpcap.md).
 //! - `pcap_bufsize` of a live handle in immediate mode is its snapshot length:
 //!   libpcap's TPACKET_V2 frame size there depends on the interface's MTU and
 //!   offloads, which weir does not size a ring by.

@@ -71,7 +71,7 @@ pub const WINDOW_PACKETS: u32 = 256;
 
 /// One window in this many is timed, by default: measured on `weir count`
 /// of a trace (the cheapest path per packet, so the worst case) to cost
-/// under 5% (README, "Where the time goes").
+/// under 5% (docs/src/benchmarks.md, "What profiling costs").
 pub const DEFAULT_EVERY: u32 = 32;
 
 /// How long [`Profiler::threads`] waits for threads still handing in their

@@ -15,7 +15,8 @@
 //! unpaced exporter sends its largest burst exactly when the run ends. Each
 //! collector therefore gets at most [`Pacing::rate`] datagrams a second, in
 //! bursts of at most [`Pacing::burst`], which a collector on the same host
-//! reads as fast as they come (bench and test figures in the README). The
+//! reads as fast as they come (bench and test figures in docs/src/benchmarks.md,
+//! "Flow export pacing"). The
 //! bucket of a collector is shared by every exporter thread of the run
 //! (one a queue with `weir flows --export per-queue`), so the rate is the
 //! collector's, not a lane's.
@@ -60,8 +61,8 @@ pub struct Pacing {
 impl Pacing {
     /// The default: 10,000 datagrams a second (about 300,000 IPFIX records a
     /// second, 115 Mbit/s), which nfcapd on the same 2-core host stores
-    /// without a loss at its default socket buffer (see the README's flow
-    /// export section for the measurement).
+    /// without a loss at its default socket buffer (see docs/src/benchmarks.md,
+    /// "Flow export pacing", for the measurement).
     pub const DEFAULT_RATE: u32 = 10_000;
     /// The burst: see [`Pacing::burst`].
     pub const BURST: u32 = 32;

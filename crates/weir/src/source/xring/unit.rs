@@ -8,7 +8,8 @@
 //!   strictly in order (the consumer position), so a record a worker held
 //!   would hold every record after it: copying frees the ring as fast as the
 //!   unit reads, and the ring alone is what covers a stalled reader. (What
-//!   the copy costs is in the README's figures; the packets are in the cache
+//!   the copy costs is in docs/src/benchmarks.md, "Live backends
+//!   compared"; the packets are in the cache
 //!   already, the kernel having just written them.)
 //! - When a queue's pool has no cell, the record stays in the ring (not
 //!   consumed), the unit waits for the worker to recycle a chunk and resumes

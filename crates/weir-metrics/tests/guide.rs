@@ -1,19 +1,18 @@
-//! The README's "Metrics" section lists every metric of the catalogue, with
-//! its type, and no metric weir does not serve.
+//! The user guide's Metrics chapter (docs/src/metrics.md) lists every metric
+//! of the catalogue, with its type, and no metric weir does not serve.
 
 use weir_metrics::catalogue::{Kind, When, ALL};
 
-fn section() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let start = readme.find("\n## Metrics\n").expect("README has a Metrics section");
-    let rest = &readme[start + 1..];
-    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
-    rest[..end].to_string()
+fn chapter() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/metrics.md");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert!(text.starts_with("# Metrics\n"), "{path} is not the Metrics chapter");
+    text
 }
 
 #[test]
-fn the_readme_lists_every_metric_with_its_type_labels_and_when() {
-    let s = section();
+fn the_guide_lists_every_metric_with_its_type_labels_and_when() {
+    let s = chapter();
     for d in ALL {
         let kind = match d.kind {
             Kind::Counter => "counter",
@@ -32,19 +31,19 @@ fn the_readme_lists_every_metric_with_its_type_labels_and_when() {
             When::Kafka => "`--kafka`, `[kafka]`",
         };
         let row = format!("| `{}` | {kind} | {labels} | {when} | {} |", d.name, d.help);
-        assert!(s.contains(&row), "README's Metrics table has no row\n{row}");
+        assert!(s.contains(&row), "the Metrics chapter's table has no row\n{row}");
     }
 }
 
 #[test]
-fn the_readme_names_no_metric_weir_does_not_serve() {
-    let s = section();
+fn the_guide_names_no_metric_weir_does_not_serve() {
+    let s = chapter();
     let known: Vec<&str> = ALL.iter().map(|d| d.name).collect();
     for word in s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
         let metric = (word.starts_with("weir_") || word.starts_with("process_")) && word.len() > 8;
         if metric {
             let family = ["_bucket", "_sum", "_count"].iter().find_map(|x| word.strip_suffix(x)).unwrap_or(word);
-            assert!(known.contains(&word) || known.contains(&family), "README names {word}, which weir does not serve");
+            assert!(known.contains(&word) || known.contains(&family), "the Metrics chapter names {word}, which weir does not serve");
         }
     }
 }
