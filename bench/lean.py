@@ -16,6 +16,9 @@ On 2 CPUs no run can take less wall time than max(sum / 2, busiest thread)
 of its threads' CPU: the bound. The speedup the bound allows is 1 queue's
 bound over 2 queues', and reported beside the speedup measured (medians).
 
+Also both on one CPU (`taskset -c 1`), one queue: the nearest weir comes
+to capture and worker on one thread, which it has no mode for.
+
 Each round runs every command once, in turn, RUNS rounds (5 by default); a
 figure is the median of its runs. CPU is user + system time of the finished
 process (its every thread), wall time beside it. Reported: CPU ns per packet,
@@ -61,6 +64,12 @@ def main():
         "streams-json": ["sh", "-c", f'exec "$0" streams "$1" --cutoff 0 -q --json > /dev/null', str(WEIR), t],
         "streams-2q": [str(WEIR), "streams", f"{t}@0-1", "--cutoff", "0", "-q"],
         "flows-2q": [str(WEIR), "flows", f"{t}@0-1", "-q", "-w", "/dev/null"],
+        # One queue with its capture thread, worker and the trace's helper
+        # threads all on one CPU: weir has no mode that runs capture and
+        # worker on one thread, so this is the nearest it comes (the two
+        # take turns on the CPU instead of running side by side).
+        "streams-1cpu": ["taskset", "-c", "1", str(WEIR), "streams", t, "--cutoff", "0", "-q"],
+        "flows-1cpu": ["taskset", "-c", "1", str(WEIR), "flows", t, "-q", "-w", "/dev/null"],
     }
     # The runs whose threads are profiled, and the timed run each stands for.
     profiled = {
@@ -88,7 +97,9 @@ def main():
         m["cpu_ns_per_packet"] = m["cpu_s"] / PACKETS * 1e9
         m["cpu_over_count"] = m["cpu_s"] / med["count"]["cpu_s"]
     per_record = [(j["cpu_s"] - s["cpu_s"]) / streams_closed * 1e6 for j, s in zip(runs["streams-json"], runs["streams"])]
-    split = {n: {k: statistics.median(x[k] for x in v) for k in v[0]} for n, v in threads.items()}
+    # A run's threads depend on how the trace source chose to read (a
+    # populate thread, or a walker): a thread a run did not have counts 0.
+    split = {n: {k: statistics.median(x.get(k, 0.0) for x in v) for k in sorted(set().union(*v))} for n, v in threads.items()}
     queues = {}
     for layer in ("streams", "flows"):
         one, two = split[layer], split[f"{layer}-2q"]
