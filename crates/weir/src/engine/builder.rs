@@ -108,7 +108,7 @@ impl EngineBuilder {
     /// buffering raises the default's chunks to hold two batches and a chunk,
     /// so capture fills the next batch while one is delivered; with it, `cfg`
     /// is used as given (and a pool too small for two batches is reported in
-    /// [`SourceInfo::notes`]).
+    /// [`SourceInfo::notes`](super::SourceInfo::notes)).
     pub fn pool(mut self, cfg: PoolConfig) -> Self {
         self.pool = cfg;
         self.pool_set = true;
@@ -140,7 +140,7 @@ impl EngineBuilder {
     /// What runs the filter where weir runs it in user space (trace and afxdp
     /// sources): the JIT by default, or the interpreter. Asking for the JIT
     /// where it cannot be had gives the interpreter, with a note saying why
-    /// in [`SourceInfo::notes`].
+    /// in [`SourceInfo::notes`](super::SourceInfo::notes).
     pub fn filter_engine(mut self, engine: FilterEngine) -> Self {
         self.filter_engine = engine;
         self
@@ -152,8 +152,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Stop this long after the start. Enforced while [`Running::join`] or
-    /// [`Running::wait_for`] runs, and, for a trace read from a pipe, FIFO or
+    /// Stop this long after the start. Enforced while [`Running::join`](super::Running::join) or
+    /// [`Running::wait_for`](super::Running::wait_for) runs, and, for a trace read from a pipe, FIFO or
     /// terminal, while [`build`](Self::build) waits for its header: the limit
     /// then counts from the start of that wait, and ends it (see [`build`](Self::build)).
     pub fn time_limit(mut self, d: Duration) -> Self {
@@ -211,7 +211,7 @@ impl EngineBuilder {
 
     /// A handle that stops the engine this builder makes, usable at once:
     /// while [`build`](Self::build) waits for the header of a trace from a pipe,
-    /// and then for the whole run (it is the run's [`Running::stop_handle`]).
+    /// and then for the whole run (it is the run's [`Running::stop_handle`](super::Running::stop_handle)).
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(Arc::clone(&self.ctl))
     }
@@ -234,7 +234,7 @@ impl EngineBuilder {
     /// (see [`stop_handle`](Self::stop_handle)). Stopped first, the engine is
     /// built all the same, with nothing to read: its run ends at once with no
     /// packet and the stop's reason, its link type is a stand-in (Ethernet),
-    /// and a note in [`SourceInfo::notes`] says so.
+    /// and a note in [`SourceInfo::notes`](super::SourceInfo::notes) says so.
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let spec = self.spec.take().ok_or(BuildError::NoSource)?;
         if let Some(n) = self.packet_limit {
