@@ -16,8 +16,9 @@ On 2 CPUs no run can take less wall time than max(sum / 2, busiest thread)
 of its threads' CPU: the bound. The speedup the bound allows is 1 queue's
 bound over 2 queues', and reported beside the speedup measured (medians).
 
-Also both on one CPU (`taskset -c 1`), one queue: the nearest weir comes
-to capture and worker on one thread, which it has no mode for.
+Also one queue with capture and worker on one thread (`--inline`: the
+capture thread hands each chunk to the handler itself), and with both
+threads on one CPU (`taskset -c 1`), where they take turns.
 
 Each round runs every command once, in turn, RUNS rounds (5 by default); a
 figure is the median of its runs. CPU is user + system time of the finished
@@ -70,6 +71,11 @@ def main():
         # take turns on the CPU instead of running side by side).
         "streams-1cpu": ["taskset", "-c", "1", str(WEIR), "streams", t, "--cutoff", "0", "-q"],
         "flows-1cpu": ["taskset", "-c", "1", str(WEIR), "flows", t, "-q", "-w", "/dev/null"],
+        # One queue with capture and worker on one thread (--inline): the
+        # capture thread hands each chunk to the handler itself.
+        "count-inline": [str(WEIR), "count", "--json", "--inline", t],
+        "streams-inline": [str(WEIR), "streams", t, "--cutoff", "0", "-q", "--inline"],
+        "flows-inline": [str(WEIR), "flows", t, "-q", "-w", "/dev/null", "--inline"],
     }
     # The runs whose threads are profiled, and the timed run each stands for.
     profiled = {

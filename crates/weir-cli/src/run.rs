@@ -83,6 +83,14 @@ pub struct SourceArgs {
     #[arg(long, value_name = "auto|map|walk|read", default_value = "auto")]
     pub trace_access: weir::source::file::TraceAccess,
 
+    /// Run each queue's work on the thread that reads the trace, with no worker threads: the
+    /// reading and the work take turns on one thread, after each chunk of packets, with no
+    /// hand-off between CPUs. A trace of one queue then runs on one thread (beside the trace
+    /// reader's helpers): on a machine whose other CPUs are busy, or to count the work alone.
+    /// Traces only; not with --locality or a --balance other than basic.
+    #[arg(long)]
+    pub inline: bool,
+
     /// Pin each queue's capture thread and worker: `auto` (where the NIC serves the
     /// queue's interrupt when known, else spread), or a CPU list taken two per queue
     /// (capture, worker), e.g. 0,1,2,3.
@@ -375,7 +383,7 @@ impl SourceArgs {
         if let Some(p) = self.pool_config()? {
             b = b.pool(p);
         }
-        b = b.trace_access(self.trace_access);
+        b = b.trace_access(self.trace_access).inline(self.inline);
         if let Some(c) = &self.cpus {
             b = b.cpus(c.parse::<CpuPlan>().map_err(|e| setting_error(&e))?);
         }

@@ -70,6 +70,8 @@ fn the_same_streams_whatever_the_queues_and_locality() {
         ("two-rebalance", two.as_str(), &["--balance", "rebalance"][..]),
         ("two-rebalance-locality", two.as_str(), &["--balance", "rebalance", "--locality", "256"][..]),
         ("pieces", t, &["--piece", "100", "--piece-overlap", "10"][..]),
+        ("inline", t, &["--inline"][..]),
+        ("two-inline", two.as_str(), &["--inline"][..]),
     ] {
         let (files, s) = streams(dir.path(), name, source, extra);
         adds_up(&s);

@@ -342,3 +342,97 @@ fn a_panicking_handler_is_reported_and_the_run_ends() {
         .any(|e| matches!(e, RunError::HandlerPanicked { queue: QueueId(1), message } if message == "application bug")));
     assert!(report.stats.queues.iter().all(|q| q.balanced()));
 }
+
+/// What one queue's handler saw, and the thread it ran on.
+#[derive(Default)]
+struct SeenOn {
+    seen: Seen,
+    threads: HashSet<String>,
+}
+
+impl Handler for SeenOn {
+    fn packet(&mut self, p: &Packet<'_>) {
+        self.seen.packet(p);
+        if self.threads.is_empty() || self.seen.seqs.len() % 1000 == 0 {
+            self.threads.insert(std::thread::current().name().unwrap_or("?").to_string());
+        }
+    }
+}
+
+#[test]
+fn inline_handlers_run_on_the_capture_thread_and_see_what_workers_see() {
+    let dir = tempfile::tempdir().unwrap();
+    for queues in [1u16, 3] {
+        let (path, truth) = write_trace(dir.path(), &format!("i{queues}.pcap"), FileFormat::Pcap, 30_000, 200, 41 + u64::from(queues));
+        let name = format!("{}@0-{}", path.display(), queues - 1);
+        let run = |inline: bool| {
+            let engine = Engine::builder().source(&name).unwrap().pool(PoolConfig::new(16, 4).unwrap()).inline(inline).build().unwrap();
+            let report = engine.run(|_| SeenOn::default()).unwrap();
+            assert!(report.errors.is_empty(), "{:?}", report.errors);
+            assert_eq!(report.stop, StopReason::EndOfInput);
+            report
+        };
+        let (threaded, inline) = (run(false), run(true));
+        assert_eq!(threaded.stats, inline.stats, "{queues} queues: the counters differ");
+        let total: usize = inline.handlers.iter().map(|(_, h)| h.seen.seqs.len()).sum();
+        assert_eq!(total, truth.len(), "{queues} queues: inline lost packets");
+        for ((qa, a), (qb, b)) in threaded.handlers.iter().zip(&inline.handlers) {
+            assert_eq!(qa, qb);
+            assert_eq!(a.seen.seqs, b.seen.seqs, "queue {qa}: inline delivered other packets, or in another order");
+            assert!(a.threads.iter().all(|t| t.starts_with("weir-worker")), "threaded ran on {:?}", a.threads);
+            // A trace is one capture unit for all its queues: one thread runs them all.
+            assert!(b.threads.len() == 1 && b.threads.iter().all(|t| t.starts_with("weir-capture")), "inline ran on {:?}", b.threads);
+        }
+        let inline_threads: HashSet<_> = inline.handlers.iter().flat_map(|(_, h)| h.threads.iter()).collect();
+        assert_eq!(inline_threads.len(), 1, "{queues} queues inline ran on {inline_threads:?}");
+    }
+}
+
+#[test]
+fn an_inline_handler_that_panics_is_reported_and_the_run_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_trace(dir.path(), "t.pcap", FileFormat::Pcap, 50_000, 10, 31);
+    let report = Engine::builder()
+        .source(&format!("{}@0-1", path.display()))
+        .unwrap()
+        .pool(PoolConfig::new(8, 2).unwrap())
+        .inline(true)
+        .build()
+        .unwrap()
+        .run(move |q| {
+            let mut n = 0;
+            move |_: &Packet<'_>| {
+                n += 1;
+                if q == QueueId(1) && n == 100 {
+                    panic!("inline bug");
+                }
+            }
+        })
+        .unwrap();
+    assert_eq!(report.stop, StopReason::Failed);
+    assert!(report.errors.iter().any(|e| matches!(e, RunError::HandlerPanicked { queue: QueueId(1), message } if message == "inline bug")));
+    assert_eq!(report.handlers.len(), 1, "queue 0's handler comes back");
+    assert!(report.stats.queues.iter().all(|q| q.balanced()));
+}
+
+#[test]
+fn inline_is_refused_where_handlers_need_worker_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_trace(dir.path(), "t.pcap", FileFormat::Pcap, 100, 2, 3);
+    let trace = format!("{}@0-1", path.display());
+    let refused = |b: weir::engine::EngineBuilder| match b.inline(true).build() {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("an inline engine was built where it cannot run"),
+    };
+    let live = refused(Engine::builder().source("afpacket:lo").unwrap());
+    assert!(live.contains("traces only"), "{live}");
+    let offload = refused(Engine::builder().source(&trace).unwrap().balance("offload:50".parse().unwrap()));
+    assert!(offload.contains("inline handlers have none"), "{offload}");
+    let batch = weir::locality::BatchSize::new(64).unwrap();
+    let locality = refused(Engine::builder().source(&trace).unwrap().locality(Some(weir::locality::LocalityConfig {
+        batch,
+        timeout: Duration::from_millis(5),
+        double_buffer: false,
+    })));
+    assert!(locality.contains("inline handler"), "{locality}");
+}

@@ -83,6 +83,8 @@ pub struct EngineBuilder {
     application_memory: Plan,
     /// Stage timing, when the run is profiled.
     profiler: Option<Arc<Profiler>>,
+    /// Each queue's worker runs on its capture thread (see [`inline`](Self::inline)).
+    inline: bool,
     /// The run's stop flag, from the builder on: a stop may end [`build`](Self::build)'s
     /// wait for a pipe's header (see [`stop_handle`](Self::stop_handle)).
     ctl: Arc<Control>,
@@ -222,6 +224,20 @@ impl EngineBuilder {
         self
     }
 
+    /// Runs each queue's handler on the capture thread that fills the
+    /// queue, after each chunk it fills, instead of on a worker thread of its
+    /// own: capture and delivery take turns on one thread, with no hand-off
+    /// between CPUs and no thread woken. A trace of one queue then runs on one
+    /// thread (beside the trace reader's helper threads); a trace split into
+    /// queues runs them all on its one capture thread. For traces only, with
+    /// basic balancing and no locality stage; [`Handler::idle`](crate::Handler::idle)
+    /// is never called (a trace's timeouts run on packet time), and
+    /// [`Handler::finish`](crate::Handler::finish) runs on the thread that joins the run.
+    pub fn inline(mut self, yes: bool) -> Self {
+        self.inline = yes;
+        self
+    }
+
     /// Check the settings against each other, open the source (within the
     /// memory budget) and compile the filter for its link type. Fails on a
     /// missing source, settings that cannot work together (a locality batch
@@ -240,6 +256,7 @@ impl EngineBuilder {
         if let Some(n) = self.packet_limit {
             self.ctl.set_packet_limit(n);
         }
+        self.check_inline(&spec)?;
         let (pool_note, raised) = self.fit_pool_to_locality(&spec)?;
         self.fit_source_to_balance(&spec)?;
         let allowed = self.check_cpus()?;
@@ -280,6 +297,7 @@ impl EngineBuilder {
             balance: self.balance,
             locality: self.locality,
             profiler: self.profiler,
+            inline: self.inline,
             ctl: self.ctl,
         })
     }
@@ -386,6 +404,31 @@ impl EngineBuilder {
                     .into())
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Checks that an inline run (see [`inline`](Self::inline)) has what it
+    /// needs: a trace, no locality stage, basic balancing.
+    fn check_inline(&self, spec: &SourceSpec) -> Result<(), BuildError> {
+        if !self.inline {
+            return Ok(());
+        }
+        if let SourceSpec::Live { .. } = spec {
+            let why = "handlers run inline, on the capture thread, for traces only: a live source needs worker threads \
+                       (a quiet link would leave the handlers without their idle calls)";
+            return Err(SettingError::new(Setting::Queues, why.to_string()).into());
+        }
+        if let Some(l) = &self.locality {
+            let why = format!(
+                "a locality batch of {} holds packets across chunks, which an inline handler is given one at a time",
+                l.batch.get()
+            );
+            return Err(SettingError::new(Setting::Locality, why).into());
+        }
+        if self.balance != balance::Mode::Basic {
+            let why = "offloading and rebalancing move packets between workers, and inline handlers have none";
+            return Err(SettingError::new(Setting::Balance, why.to_string()).into());
         }
         Ok(())
     }

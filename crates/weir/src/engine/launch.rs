@@ -6,7 +6,7 @@ use crate::balance;
 use crate::capture::{Control, Progress};
 use crate::filter::FilterSwitch;
 use crate::locality::LocalityConfig;
-use crate::pool::{self, PoolGauge, WorkerSide};
+use crate::pool::{self, OnPublish, PoolGauge, WorkerSide};
 use crate::profile::{Profiler, Stage};
 use crate::source::{self};
 use crate::stats::QueueCounters;
@@ -23,7 +23,14 @@ impl Engine {
     /// capture threads, started. The worker sides are left to the caller; for
     /// one thread reading them all (`pull`), every capture side also rings the
     /// first worker side's bell.
-    pub(super) fn launch(self, pull: bool) -> Result<Launched, RunError> {
+    /// With `inline`, each queue's worker side is handed to it instead, with
+    /// the queue, and the hook it returns runs on the capture thread after
+    /// each chunk (see [`EngineBuilder::inline`](super::EngineBuilder::inline)).
+    pub(super) fn launch(
+        self,
+        pull: bool,
+        inline: Option<&mut dyn FnMut(QueueId, WorkerSide) -> Box<dyn OnPublish>>,
+    ) -> Result<Launched, RunError> {
         let ctl = self.ctl;
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
@@ -70,8 +77,13 @@ impl Engine {
         if let Some(first) = works.first().filter(|_| pull) {
             pool::share_bell(&mut caps, &first.wake_handle());
         }
+        let mut worker_sides: Vec<_> = self.info.queues.iter().copied().zip(works).collect();
+        if let Some(make) = inline {
+            for (cap, (q, work)) in caps.iter_mut().zip(worker_sides.drain(..)) {
+                cap.deliver_on_publish(make(q, work));
+            }
+        }
         let mut capture_sides: Vec<_> = caps.into_iter().map(Some).collect();
-        let worker_sides: Vec<_> = self.info.queues.iter().copied().zip(works).collect();
 
         let placement_of = |q: QueueId| self.placements.iter().find(|p| p.queue == q).cloned();
         let mut captures = Vec::new();

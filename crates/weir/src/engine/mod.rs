@@ -30,18 +30,18 @@ pub use builder::{BuildError, EngineBuilder};
 pub(crate) use launch::Launched;
 pub use reader::{Read, Reader, ReaderReport};
 pub use watch::Watch;
-use worker::{panic_message, pin, worker_loop, ThreadEnd};
+use worker::{panic_message, pin, worker_loop, Inline, InlineHook, InlineWorker, ThreadEnd};
 
 use crate::balance;
 use crate::capture::{Control, Progress};
 use crate::filter::{Filter, FilterError, FilterSwitch};
 use crate::locality::LocalityConfig;
-use crate::pool::{PoolConfig, PoolGauge};
+use crate::pool::{OnPublish, PoolConfig, PoolGauge, WorkerSide};
 use crate::profile::Profiler;
 use crate::source::{self, Pacing};
 use crate::stats::{QueueCounters, Snapshot};
 use crate::{Handler, QueueId, Setting, SettingError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,8 @@ pub struct Engine {
     balance: balance::Mode,
     locality: Option<LocalityConfig>,
     profiler: Option<Arc<Profiler>>,
+    /// Handlers run on the capture threads ([`EngineBuilder::inline`]).
+    inline: bool,
     /// The stop flag and packet limit, the builder's (see [`EngineBuilder::stop_handle`]).
     ctl: Arc<Control>,
 }
@@ -240,7 +242,10 @@ impl Engine {
     /// on this thread, before its worker starts. On an error, whatever had
     /// started is asked to stop.
     pub fn start<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
-        let mut l = self.launch(false)?;
+        if self.inline {
+            return self.start_inline(make);
+        }
+        let mut l = self.launch(false, None)?;
         let mut workers = Vec::new();
         let locality = l.locality.map(|cfg| (cfg, l.info.link_type));
         for (i, (q, side)) in std::mem::take(&mut l.worker_sides).into_iter().enumerate() {
@@ -280,13 +285,44 @@ impl Engine {
             locality: l.locality.is_some(),
             streams: Vec::new(),
             filter: l.filter,
+            inline: Vec::new(),
+        })
+    }
+
+    /// [`start`](Self::start) with each queue's handler on its capture thread
+    /// ([`EngineBuilder::inline`]).
+    fn start_inline<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
+        let ctl = Arc::clone(&self.ctl);
+        let mut inline = Vec::new();
+        let mut hook = |q: QueueId, side: WorkerSide| -> Box<dyn OnPublish> {
+            let w: Inline<H> = Arc::new(Mutex::new(Some(InlineWorker { side, handler: make(q), panicked: None, ctl: Arc::clone(&ctl) })));
+            inline.push((q, Box::new(finish_inline(q, Arc::clone(&w))) as InlineEnd<H>));
+            Box::new(InlineHook(w))
+        };
+        let l = self.launch(false, Some(&mut hook))?;
+        Ok(Running {
+            ctl: l.ctl,
+            counters: l.counters,
+            captures: l.captures,
+            workers: Vec::new(),
+            started: l.started,
+            time_limit: l.time_limit,
+            progress: l.progress,
+            balance: l.balance,
+            info: l.info,
+            profiler: l.profiler,
+            pools: l.pools,
+            locality: false,
+            streams: Vec::new(),
+            filter: l.filter,
+            inline,
         })
     }
 
     /// Start the capture threads and hand every queue's packets to the caller's
     /// thread, which pulls them one at a time (see [`Reader`]).
     pub fn start_reader(self) -> Result<Reader, RunError> {
-        Ok(Reader::new(self.launch(true)?))
+        Ok(Reader::new(self.launch(true, None)?))
     }
 }
 
@@ -312,6 +348,31 @@ pub struct Running<H> {
     streams: Vec<(QueueId, Arc<crate::stream::Board>)>,
     /// The capture units' filter, replaceable while they run.
     filter: FilterSwitch,
+    /// The handlers run on the capture threads, by queue, when the engine
+    /// runs them inline (and no worker threads run).
+    inline: Vec<(QueueId, InlineEnd<H>)>,
+}
+
+/// What ends an inline handler's run once the capture threads have ended:
+/// its `finish` is called, and it is handed back (see [`finish_inline`]).
+type InlineEnd<H> = Box<dyn FnOnce() -> Result<H, RunError> + Send>;
+
+/// Ends the inline handler of `queue`, the capture threads and their sides
+/// (which held it) gone: a panic it had, or one in its `finish`, is the error.
+fn finish_inline<H: Handler>(queue: QueueId, shared: Inline<H>) -> impl FnOnce() -> Result<H, RunError> + Send {
+    move || {
+        let taken = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let Some(mut w) = taken else {
+            return Err(RunError::HandlerPanicked { queue, message: "its handler was already taken".into() });
+        };
+        if let Some(message) = w.panicked.take() {
+            return Err(RunError::HandlerPanicked { queue, message });
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.handler.finish())) {
+            Ok(()) => Ok(w.handler),
+            Err(p) => Err(RunError::HandlerPanicked { queue, message: panic_message(p) }),
+        }
+    }
 }
 
 impl<H> Running<H> {
@@ -405,6 +466,14 @@ impl<H> Running<H> {
                 Ok(Ok(handler)) => handlers.push((queue, handler)),
                 Ok(Err(e)) => errors.push(e),
                 Err(p) => errors.push(RunError::HandlerPanicked { queue, message: panic_message(p) }),
+            }
+        }
+        // The capture threads have ended, and their sides with them: each
+        // inline handler is back here alone.
+        for (queue, end) in self.inline {
+            match end() {
+                Ok(handler) => handlers.push((queue, handler)),
+                Err(e) => errors.push(e),
             }
         }
         let stats = Snapshot { queues: self.counters.iter().map(|c| c.read()).collect() };

@@ -1,15 +1,17 @@
 //! What the engine's threads run: a capture thread's loop over its unit, and
 //! a worker's loop that hands each run of packets to the application's
 //! handler (through the locality stage when there is one) and recycles the
-//! chunks.
+//! chunks; or, inline, the same delivery run by the capture thread after
+//! each chunk it publishes.
 
 use crate::balance;
 use crate::capture::{CaptureUnit, Control};
 use crate::locality::LocalityConfig;
 use crate::packet::Runs;
-use crate::pool::{self, Next, WorkerSide};
+use crate::pool::{self, HeldChunk, Next, OnPublish, WorkerSide};
 use crate::profile::{Probe, Profiler, Stage};
 use crate::{Handler, LinkType};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{sys, RunError, StopReason};
@@ -127,22 +129,7 @@ fn deliver_all<H: Handler, P: Probe>(
                 probe.mark(Stage::Application);
                 serve(handler);
                 probe.mark(Stage::Delivery);
-                let n = chunk.len();
-                let mut runs = Runs::new();
-                for p in chunk.packets() {
-                    if runs.add(p) {
-                        probe.mark(Stage::Application);
-                        runs.flush(handler);
-                        probe.mark(Stage::Delivery);
-                    }
-                }
-                if !runs.is_empty() {
-                    probe.mark(Stage::Application);
-                    runs.flush(handler);
-                }
-                probe.mark(Stage::Recycle);
-                drop(chunk);
-                probe.end(n as u64);
+                deliver_chunk(chunk, handler, probe);
             }
             Next::Idle => {
                 probe.mark(Stage::Application);
@@ -154,6 +141,65 @@ fn deliver_all<H: Handler, P: Probe>(
                 probe.end(0);
                 break;
             }
+        }
+    }
+}
+
+/// Hands a chunk's packets to the handler in runs, then recycles it.
+fn deliver_chunk<H: Handler, P: Probe>(chunk: HeldChunk<'_>, handler: &mut H, probe: &mut P) {
+    let n = chunk.len();
+    let mut runs = Runs::new();
+    for p in chunk.packets() {
+        if runs.add(p) {
+            probe.mark(Stage::Application);
+            runs.flush(handler);
+            probe.mark(Stage::Delivery);
+        }
+    }
+    if !runs.is_empty() {
+        probe.mark(Stage::Application);
+        runs.flush(handler);
+    }
+    probe.mark(Stage::Recycle);
+    drop(chunk);
+    probe.end(n as u64);
+}
+
+/// A queue's worker run on its capture thread (an engine built with
+/// [`inline`](super::EngineBuilder::inline)): each chunk the capture side
+/// publishes is handed to the handler there and then, so capture and
+/// delivery take turns on one thread. `None` once the run has taken it back.
+pub(super) type Inline<H> = Arc<Mutex<Option<InlineWorker<H>>>>;
+
+pub(super) struct InlineWorker<H> {
+    pub(super) side: WorkerSide,
+    pub(super) handler: H,
+    /// The handler's panic, once it panicked: it is not called again, and the
+    /// run is stopped.
+    pub(super) panicked: Option<String>,
+    pub(super) ctl: Arc<Control>,
+}
+
+/// The capture side's hook that runs an [`InlineWorker`].
+pub(super) struct InlineHook<H>(pub(super) Inline<H>);
+
+impl<H: Handler> OnPublish for InlineHook<H> {
+    fn published(&mut self) {
+        // Taken by the capture thread alone until the run ends: uncontended,
+        // once a chunk. A panic is caught inside, so the lock is never poisoned
+        // by the handler; a poisoned one is still taken.
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(w) = guard.as_mut().filter(|w| w.panicked.is_none()) else { return };
+        let InlineWorker { side, handler, .. } = w;
+        let delivered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while let Some(chunk) = side.try_next() {
+                deliver_chunk(chunk, handler, &mut ());
+            }
+        }));
+        if let Err(p) = delivered {
+            w.panicked = Some(panic_message(p));
+            // Its chunks are no longer taken: the capture must not wait for them.
+            w.ctl.request_stop(StopReason::Failed);
         }
     }
 }

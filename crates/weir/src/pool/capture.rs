@@ -86,6 +86,17 @@ pub(crate) struct CaptureSide {
     /// worker's bell: a reader that sleeps on one queue for several
     /// ([`wait_any`](super::wait_any)).
     pub(super) also_ring: Option<WakeHandle>,
+    /// The queue's worker, when it runs on this capture thread
+    /// ([`deliver_on_publish`](Self::deliver_on_publish)).
+    pub(super) inline: Option<Box<dyn OnPublish>>,
+}
+
+/// What runs on the capture thread after each chunk is published, when the
+/// queue's worker runs there: an engine that runs capture and delivery on
+/// one thread takes the chunk and hands it to the application there and then.
+pub(crate) trait OnPublish: Send {
+    /// A chunk was just pushed onto the capture queue.
+    fn published(&mut self);
 }
 
 /// Most blocks one chunk may hold: a chunk of a rare queue would otherwise pin a
@@ -554,6 +565,17 @@ impl CaptureSide {
         self.cur_count = 0;
         self.cur_used = 0;
         self.cur_bytes = 0;
+        if let Some(i) = self.inline.as_mut() {
+            i.published();
+        }
+    }
+
+    /// Runs `hook` after each chunk this side publishes, on this (the
+    /// capture) thread: the queue's worker side is the hook's, and no worker
+    /// thread runs. The chunks it takes come back before the next packet
+    /// needs a cell, so the capture never waits for one.
+    pub(crate) fn deliver_on_publish(&mut self, hook: Box<dyn OnPublish>) {
+        self.inline = Some(hook);
     }
 }
 

@@ -60,7 +60,7 @@ pub(crate) use blocks::{BlockArena, BlockId, BlockMut, BlockRef};
 pub use buddy::OffloadThreshold;
 pub(crate) use buddy::WorkerLoad;
 pub(crate) use capture::CaptureSide;
-pub(crate) use capture::{share_bell, Fence, NoCell};
+pub(crate) use capture::{share_bell, Fence, NoCell, OnPublish};
 pub(crate) use chunk::ChunkToken;
 pub use config::{ChunkCount, PoolConfig, PoolConfigError, MAX_CAPLEN};
 pub(crate) use frames::FrameArena;
@@ -193,6 +193,7 @@ pub(crate) fn work_queue_pair(
         returned_frames: Vec::new(),
         tally: Tally::default(),
         also_ring: None,
+        inline: None,
     };
     let worker = WorkerSide {
         own: Link { pool, counters, recycle: RefCell::new(rec_tx), owner_bell: None },
