@@ -149,7 +149,7 @@ pub struct EngineBuilder {
     pacing: Pacing,
     open: source::OpenOptions,
     cpus: CpuPlan,
-    balance: balance::Mode,
+    balance: balance::BalanceMode,
     locality: Option<LocalityConfig>,
     /// The pool was given by the caller, who then gets exactly that.
     pool_set: bool,
@@ -193,7 +193,7 @@ impl EngineBuilder {
 
     /// How queues share load: basic (own pools only), advanced (chunk offloading
     /// within the group of all queues), or flow-consistent rebalancing.
-    pub fn balance(mut self, mode: balance::Mode) -> Self {
+    pub fn balance(mut self, mode: balance::BalanceMode) -> Self {
         self.balance = mode;
         self
     }
@@ -488,7 +488,7 @@ pub struct Engine {
     filter: Option<Filter>,
     time_limit: Option<Duration>,
     pacing: Pacing,
-    balance: balance::Mode,
+    balance: balance::BalanceMode,
     locality: Option<LocalityConfig>,
     profiler: Option<Arc<Profiler>>,
     /// The stop flag and packet limit, the builder's (see [`EngineBuilder::stop_handle`]).
@@ -572,8 +572,8 @@ impl Engine {
     /// Streams keep their state on the worker of their queue. Rebalancing a
     /// trace or an afpacket capture moves a bucket's streams with it: the old
     /// worker hands them to the new one before the bucket's next packet (see
-    /// [`balance`]), so no stream is split. Refused: offloading (`offload:T`,
-    /// `rebalance:T`), where a buddy worker would handle packets of streams
+    /// [`Handler::export`]), so no stream is split. Refused: offloading
+    /// (`offload:T`, `rebalance:T`), where a buddy worker would handle packets of streams
     /// whose state lives on another worker at the same time, and rebalancing
     /// an afxdp capture, whose moving entries are not sets of flows a worker
     /// can pick out of its table (the error says why).
