@@ -45,7 +45,7 @@ fn libpcap(path: &Path) -> (Option<u32>, Vec<Packet>, Option<String>) {
         match handle.next_packet() {
             Ok(Some(p)) => packets.push((p.ts_ns, p.wire_len, p.data)),
             Ok(None) => return (Some(handle.link_type()), packets, None),
-            Err(e) => return (Some(handle.link_type()), packets, Some(e)),
+            Err(e) => return (Some(handle.link_type()), packets, Some(e.message)),
         }
     }
 }

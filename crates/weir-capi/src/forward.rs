@@ -144,7 +144,7 @@ pub unsafe extern "C" fn weir_forward_set(h: *mut WeirForward, key: *const c_cha
         let (k, v) = kv?;
         let number = |v: &str| v.parse::<u64>().map_err(|_| format!("{k}: {v:?} is not a whole number"));
         match k {
-            "backend" => o.backend = v.parse::<Backend>()?,
+            "backend" => o.backend = v.parse::<Backend>().map_err(|e| e.to_string())?,
             "filter" => o.filter = Some(v.to_string()).filter(|f| !f.is_empty()),
             "netns" => o.netns = Some(v.into()).filter(|p: &std::path::PathBuf| !p.as_os_str().is_empty()),
             "bidirectional" => o.bidirectional = number(v)? != 0,

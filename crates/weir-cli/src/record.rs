@@ -212,7 +212,7 @@ pub(crate) fn writer(args: &RecordArgs, info: &weir::engine::SourceInfo) -> anyh
         )));
     }
     check_rolling(args, &policy)?;
-    let snaplen = if info.snaplen == 0 { weir::pool::MAX_CAPLEN as u32 } else { info.snaplen };
+    let snaplen = if info.snaplen == 0 { weir::MAX_CAPLEN as u32 } else { info.snaplen };
     let spec = FileSpec { format, link: info.link_type, snaplen, precision };
     if to_stdout {
         // A duplicate of descriptor 1 as a File the writer owns and buffers

@@ -12,10 +12,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use weir::engine::CpuPlan;
 use weir::engine::{Report, Running, StopHandle};
-use weir::pool::PoolConfig;
 use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, Pacing, XdpOptions, ZeroCopy};
 use weir::stats::{QueueStats, Snapshot};
-use weir::{Engine, Handler};
+use weir::{Engine, Handler, PoolConfig};
 use weir_metrics::{EngineMetrics, Listener};
 
 /// Options of every command that captures from a source.
@@ -133,7 +132,7 @@ pub struct SourceArgs {
 pub struct LiveArgs {
     /// Bytes kept of each packet (as tcpdump -s; 1 to 262144).
     #[arg(short = 's', long, value_name = "BYTES", default_value_t = 262_144,
-          value_parser = clap::value_parser!(u32).range(1..=weir::pool::MAX_CAPLEN as i64))]
+          value_parser = clap::value_parser!(u32).range(1..=weir::MAX_CAPLEN as i64))]
     pub snaplen: u32,
 
     /// Do not put the interface in promiscuous mode (as tcpdump -p).
@@ -356,7 +355,7 @@ impl SourceArgs {
     /// [`engine_with_memory`](Self::engine_with_memory) with the kernel
     /// cutoff's flow map of `kernel_flows` entries on a live source (0: none).
     pub fn engine_with(&self, app: weir::memory::Plan, kernel_flows: u32) -> anyhow::Result<Engine> {
-        let balance: weir::balance::Mode = self.balance.parse().map_err(|e| setting_error(&e))?;
+        let balance: weir::BalanceMode = self.balance.parse().map_err(|e| setting_error(&e))?;
         let spec: weir::source::SourceSpec = self.source.parse().map_err(|e| spec_error(&self.source, e))?;
         let kernel_table = matches!(spec, weir::source::SourceSpec::Live { kind: weir::source::LiveKind::AfPacket, .. });
         if let (Some(t), weir::source::SourceSpec::File { .. }) = (self.live.timestamps, &spec) {

@@ -26,12 +26,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
-use weir::balance::ControllerConfig;
-use weir::pool::{OffloadThreshold, PoolConfig};
-use weir::rss::Rss;
 use weir::sim::workload::{Burst, Skewed, Timing, Trace, LINE_RATE_64B_10G};
-use weir::sim::{self, EngineKind, Mode, SimConfig, SimReport, Workload};
+use weir::sim::{self, EngineKind, SimConfig, SimReport, Workload};
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
+use weir::{BalanceMode, ControllerConfig, OffloadThreshold, PoolConfig, Rss};
 
 /// WireCAP's heavy application: about 38,800 packets/s per core.
 const HEAVY_NS: u64 = 25_773;
@@ -95,13 +93,13 @@ impl FromStr for EngineSpec {
             if v.len() != 2 {
                 return Err(format!("engine {s:?}: basic mode is B-M,R"));
             }
-            EngineKind::Weir { pool: pool(&v)?, mode: Mode::Basic }
+            EngineKind::Weir { pool: pool(&v)?, mode: BalanceMode::Basic }
         } else if let Some(rest) = s.strip_prefix("A-") {
             let v = nums(rest)?;
             if v.len() != 3 {
                 return Err(format!("engine {s:?}: advanced mode is A-M,R,T"));
             }
-            EngineKind::Weir { pool: pool(&v)?, mode: Mode::Advanced(threshold(v[2])?) }
+            EngineKind::Weir { pool: pool(&v)?, mode: BalanceMode::Advanced(threshold(v[2])?) }
         } else if let Some(rest) = s.strip_prefix("rebalance-") {
             let v = nums(rest)?;
             let offload = match v.len() {
@@ -109,7 +107,7 @@ impl FromStr for EngineSpec {
                 3 => Some(threshold(v[2])?),
                 _ => return Err(format!("engine {s:?}: rebalancing is rebalance-M,R or rebalance-M,R,T")),
             };
-            EngineKind::Weir { pool: pool(&v)?, mode: Mode::Rebalance { controller: ControllerConfig::default(), offload } }
+            EngineKind::Weir { pool: pool(&v)?, mode: BalanceMode::Rebalance { controller: ControllerConfig::default(), offload } }
         } else {
             return Err(format!("unknown engine {s:?}: use ring-only[:D], copy-buffer[:D:S], B-M,R, A-M,R,T, rebalance-M,R[,T]"));
         };

@@ -138,7 +138,7 @@ fn start(a: WrapArgs, profile_every: Option<u32>) -> anyhow::Result<(ExitCode, O
     }
     if let Some(p) = &a.pool {
         // Checked here as --pool is everywhere else; the library checks its memory.
-        p.parse::<weir::pool::PoolConfig>().map_err(|e| crate::exit::bad_input(anyhow::anyhow!("--pool {p:?}: {e}")))?;
+        p.parse::<weir::PoolConfig>().map_err(|e| crate::exit::bad_input(anyhow::anyhow!("--pool {p:?}: {e}")))?;
         cmd.env("WEIR_POOL", p);
     }
     // weir run must outlive the program to print weir's counters. Ctrl-C

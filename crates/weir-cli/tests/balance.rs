@@ -16,10 +16,9 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use testbed::TestBed;
-use weir::rss::Rss;
 use weir::sim::workload::{Skewed, Workload};
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
-use weir::LinkType;
+use weir::{LinkType, Rss};
 
 /// Worker capacity with `--wait-us 100`.
 const CAPACITY_PPS: f64 = 10_000.0;

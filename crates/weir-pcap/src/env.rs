@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir::filter::FilterEngine;
 use weir::locality::{BatchSize, LocalityConfig};
-use weir::pool::PoolConfig;
 use weir::source::{LiveKind, QueueRange, SourceSpec};
 use weir::stats::Snapshot;
-use weir::EngineBuilder;
+use weir::{EngineBuilder, PoolConfig};
 
 /// What the environment asked for.
 #[derive(Clone, Debug)]

@@ -210,8 +210,8 @@ mod tests {
     use super::*;
     use weir::engine::CpuPlan;
     use weir::locality::{BatchSize, LocalityConfig};
-    use weir::pool::PoolConfig;
     use weir::source::{QueueRange, SourceSpec};
+    use weir::PoolConfig;
 
     /// A setting the engine refuses is said with the variable that set it, never
     /// with a flag of weir's command line; one without a variable in weir's words.

@@ -38,11 +38,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use weir::engine::{Read, Reader};
 use weir::filter::Filter;
-use weir::ring::EventFd;
 use weir::source::{QueueRange, SourceSpec};
 use weir::stats::StatsReader;
 use weir::tracefile::{TraceHeader, TraceKind};
-use weir::{Engine, LinkType};
+use weir::{Engine, EventFd, LinkType};
 
 /// Longest a read sleeps before looking at the break flag again. The flag is
 /// also signalled on the descriptor the read sleeps on, so this only bounds a

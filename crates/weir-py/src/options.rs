@@ -144,7 +144,7 @@ pub struct EngineOptions {
     pool: Option<PoolConfig>,
     trace_access: TraceAccess,
     cpus: Option<CpuPlan>,
-    balance: weir::balance::Mode,
+    balance: weir::BalanceMode,
     locality: Option<LocalityConfig>,
     live: LiveOptions,
 }
@@ -237,7 +237,7 @@ impl EngineOptions {
         };
         let balance = match k.string("balance")? {
             Some(s) => s.parse().map_err(|e| setting_error(&e))?,
-            None => weir::balance::Mode::Basic,
+            None => weir::BalanceMode::Basic,
         };
         let batch = k.int("locality", 1, u64::from(MAX_BATCH))?;
         let timeout = k.int("locality_timeout_ms", 1, 3_600_000)?;
@@ -368,7 +368,7 @@ fn live_options(k: &Kwargs<'_>) -> PyResult<LiveOptions> {
     };
     let ms = |key, default: Duration| -> PyResult<Duration> { Ok(k.int(key, 1, 3_600_000)?.map_or(default, Duration::from_millis)) };
     Ok(LiveOptions {
-        snaplen: k.int("snaplen", 1, weir::pool::MAX_CAPLEN as u64)?.map_or(d.snaplen, |n| n as u32),
+        snaplen: k.int("snaplen", 1, weir::MAX_CAPLEN as u64)?.map_or(d.snaplen, |n| n as u32),
         promisc: k.flag("promisc", d.promisc)?,
         netns: k.path("netns")?,
         afpacket: AfPacketOptions {

@@ -46,15 +46,29 @@ pub enum Timestamps {
 }
 
 impl std::str::FromStr for Timestamps {
-    type Err = String;
+    type Err = ParseTimestampsError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "kernel" => Ok(Timestamps::Kernel),
             "tsc" => Ok(Timestamps::Tsc),
             "clock" => Ok(Timestamps::Clock),
-            _ => Err(format!("{s:?}: kernel, tsc or clock")),
+            _ => Err(ParseTimestampsError { given: s.to_owned() }),
         }
+    }
+}
+
+/// A name that is not a [`Timestamps`] clock's (`kernel`, `tsc` or `clock`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?}: kernel, tsc or clock")]
+pub struct ParseTimestampsError {
+    given: String,
+}
+
+impl ParseTimestampsError {
+    /// The name as given.
+    pub fn given(&self) -> &str {
+        &self.given
     }
 }
 
@@ -265,7 +279,9 @@ mod tests {
         for t in [Timestamps::Kernel, Timestamps::Tsc, Timestamps::Clock] {
             assert_eq!(t.to_string().parse::<Timestamps>(), Ok(t));
         }
-        assert!("rdtsc".parse::<Timestamps>().unwrap_err().contains("kernel, tsc or clock"));
+        let err = "rdtsc".parse::<Timestamps>().unwrap_err();
+        assert_eq!(err.given(), "rdtsc");
+        assert!(err.to_string().contains("kernel, tsc or clock"), "{err}");
     }
 
     /// The fixed-point conversion against exact 128-bit arithmetic, on

@@ -1,6 +1,11 @@
 //! weir: a packet capture and delivery engine for passive network monitoring.
 //!
-//! The data path, in the order packets travel it:
+//! weir reads packets from a trace file (pcap, pcapng) or a network interface
+//! (AF_PACKET, AF_XDP), spreads them over queues, and hands each queue's
+//! packets to the application's [`Handler`] on a worker thread of its own, or
+//! to a [`Reader`] the application pulls from. Each queue has a pool of
+//! chunks that absorbs bursts, and every packet is counted once: delivered,
+//! filtered, or dropped, and where.
 //!
 //! ```text
 //!  source queue ─► capture thread: attach a free chunk, fill its cells ─► capture queue (SPSC)
@@ -8,100 +13,83 @@
 //!  free ◄── recycle (validated) ◄── recycle queue (SPSC) ◄── worker: deliver to the application
 //! ```
 //!
-//! - [`source`]: where packets come from: trace files (split into queues by [`rss`]),
-//!   AF_PACKET and AF_XDP interfaces.
-//! - `capture`: the contract every source keeps with the engine (capture
-//!   units, the stop request, source errors), below both.
-//! - [`tracefile`]: the pcap and pcapng record parser.
-//! - [`sim`]: a virtual-time model of a multi-queue NIC and its cores, driving
-//!   the same pools, offloading and rebalancing as the live engine.
-//! - [`pool`]: the R chunks of M cells of one queue, and their state machine.
-//! - [`ring`]: the lock-free single-producer single-consumer queues between stages.
-//! - [`engine`]: capture threads, workers, stats and the clean stop.
-//! - [`locality`]: the worker-side stage that delivers each batch sorted by port.
-//! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
-//! - [`wire`]: zero-copy views over packet headers.
-//! - [`memory`]: the budget every capture is checked against before it allocates.
-//! - [`setting`]: the settings errors are about, named for each front end to word.
-//! - [`flowtable`]: a flow table of bounded size, aged in packet time.
-//! - [`sink`]: pcap and pcapng writers.
-//! - [`output`]: where records leave weir: EVE JSON events, the flow exporter
-//!   (IPFIX, NetFlow v9 and v5, [`output::flow`]), and the tee of one capture into
-//!   several consumers.
-//! - [`tx`]: sending frames out of an interface through a TX ring (`weir replay`); [`privileges`] drops root.
-//! - [`forward`]: inline forwarding from one interface out of another (`weir forward`), each
-//!   packet passed by a filter and the application's [`forward::Verdict`], on AF_XDP (a
-//!   received UMEM frame sent by its address) or AF_PACKET (RX ring to TX ring, one copy).
+//! # Example
 //!
-//! # Where a packet goes
-//!
-//! From a trace: [`source::file`]'s capture unit (`source/file/trace.rs`)
-//! reads blocks ahead (`input.rs`), walks their records with [`tracefile`],
-//! picks the queue by [`rss`] and puts each packet in a cell of that queue's
-//! pool through its `pool::CaptureSide` (`pool/capture.rs`: by reference
-//! into the read block, no copy). From an interface, [`source::afpacket`]'s
-//! unit (`source/afpacket/unit.rs`) does the same from the kernel's ring
-//! blocks, `source::afxdp`'s from UMEM frames. A full chunk goes over the
-//! capture queue ([`ring`]) to the queue's worker, which the [`engine`] runs
-//! (`engine/mod.rs`, `worker_loop`): it holds the chunk
-//! (`pool::WorkerSide`, `pool/worker.rs`), hands each packet to the
-//! application's [`Handler`], and recycles the chunk. With locality
-//! buffering, the worker gathers a [`locality`] batch first
-//! (`locality/batch.rs`) and delivers it sorted by port (`locality/stage.rs`).
-//! A caller that pulls packets instead (libpcap, C) reads the same chunks and
-//! batches through [`engine::Reader`] (`engine/reader.rs`). Every packet is
-//! counted once in [`stats`]: received, then delivered, filtered, dropped
-//! (capture or delivery) or unread.
-//!
-//! # Adding a stage
-//!
-//! A stage that works on captured packets runs on the worker side, between
-//! the chunk and the handler, where the worker owns its queue and needs no
-//! lock: write it as the locality stage is written (a module of its own that
-//! takes a `pool::WorkerSide` and a [`Handler`], and holds chunks as long as
-//! it needs their packets), and call it from `worker_loop` and from the
-//! reader. Work that must see every packet before it takes a cell (a filter,
-//! a cutoff) belongs in the capture unit, through `capture::CaptureUnit`.
-//! `scripts/module-graph` shows which modules a new one may use: only those
-//! below it.
-//!
-//! A monitoring program in a few lines:
+//! Count the bytes of TCP packets in a trace split into two queues:
 //!
 //! ```no_run
-//! use weir::{Engine, Packet};
-//! let engine = Engine::builder().source("trace.pcap@0-1")?.build()?;
-//! let report = engine.run(|_queue| {
-//!     let mut bytes = 0u64;
-//!     move |p: &Packet<'_>| bytes += u64::from(p.wire_len())
-//! })?;
-//! println!("{} packets delivered", report.stats.total().delivered);
+//! use weir::{Engine, Handler, Packet};
+//!
+//! #[derive(Default)]
+//! struct Bytes(u64);
+//!
+//! impl Handler for Bytes {
+//!     fn packet(&mut self, p: &Packet<'_>) {
+//!         self.0 += u64::from(p.wire_len());
+//!     }
+//! }
+//!
+//! let engine = Engine::builder().source("trace.pcap@0-1")?.filter("tcp").build()?;
+//! let report = engine.run(|_queue| Bytes::default())?;
+//! let bytes: u64 = report.handlers.iter().map(|(_, h)| h.0).sum();
+//! let total = report.stats.total();
+//! println!("{} packets, {bytes} bytes, {} filtered out", total.delivered, total.filtered);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # The public API
+//! # Where to start
 //!
-//! What an application needs is re-exported at the root: the [`Engine`] and
-//! its [`EngineBuilder`], the [`Handler`] it runs per queue or the [`Reader`]
-//! it pulls from, [`Packet`], the [`Report`] and its statistics
-//! ([`Snapshot`], [`QueueStats`]), the errors ([`BuildError`], [`SourceError`]
-//! with its [`SourceErrorKind`], [`SettingError`] naming a [`Setting`]) and
-//! the names of sources ([`SourceSpec`]). The modules stay public for their
-//! configuration types and for the tools beside the engine (trace files,
-//! writers, filters, the simulator, the TX ring). What only the engine
-//! itself uses (the pool's sides, the rings' handles, the capture units, the
-//! bucket tables) is `pub(crate)`, and every public item is documented
-//! (`missing_docs`, denied by `make style`). The libpcap oracle the tests judge
-//! weir against is compiled only with the `oracle` feature.
+//! - [`Engine`], built by an [`EngineBuilder`] from a source's name
+//!   ([`SourceSpec`]: `trace.pcap@0-3`, `afpacket:eth0@0-3`,
+//!   `afxdp:eth0@0-3`) and its settings: the [`PoolConfig`] of each queue,
+//!   a [`BalanceMode`] for imbalance between queues, a filter.
+//! - [`Handler`], run per queue ([`Engine::run`], [`Engine::start`]), or a
+//!   [`Reader`] to pull from ([`Engine::start_reader`]); both see [`Packet`]s.
+//! - [`Report`] at the end of a run, and [`Snapshot`] / [`QueueStats`]
+//!   during and after it.
+//! - The errors: [`BuildError`], [`RunError`](engine::RunError),
+//!   [`SourceError`] with its [`SourceErrorKind`], and [`SettingError`]
+//!   naming the [`Setting`] a refused value was for.
 //!
-//! `unsafe` is denied crate-wide. It is allowed only where the work needs it: the
-//! lock-free [`ring`]s, the [`pool`] (cells and memory shared with the kernel),
-//! the FFI loader of [`filter`], the `sys` modules of the live sources, of [`tx`]
-//! and of the engine (system calls and kernel-shared rings), and [`privileges`].
-//! Every block carries a `// SAFETY:` comment.
+//! # Modules
+//!
+//! - [`engine`]: the engine, its builder, running handlers, readers, watching a run.
+//! - [`source`]: sources' names and options: trace files and live interfaces.
+//! - [`stream`]: TCP and UDP streams rebuilt from packets, with cutoffs and classes.
+//! - [`filter`]: libpcap filter expressions, compiled by libpcap, run by weir.
+//! - [`output`]: EVE JSON events, the flow exporter (IPFIX, NetFlow), the tee.
+//! - [`sink`] and [`tracefile`]: writing and reading pcap and pcapng.
+//! - [`wire`]: zero-copy views over packet headers; [`flowtable`]: a bounded
+//!   flow table aged in packet time.
+//! - [`forward`] (inline forwarding) and [`tx`] (sending through a TX ring).
+//! - [`sim`]: a virtual-time model of a multi-queue NIC driving weir's own
+//!   pools and steering, for what-if experiments (`weir sim`).
+//! - [`locality`], [`memory`], [`stats`], [`setting`], [`profile`],
+//!   [`clock`], [`privileges`]: settings and services of the above.
+//!
+//! How the modules are layered and how a packet travels through them is in
+//! the repository's design chapter, `docs/src/design.md`. The pool, the rings,
+//! the steering and the RSS hash are crate-private; what an application
+//! needs of them is re-exported here. The libpcap oracle the tests judge weir
+//! against (`filter::oracle`) is compiled only with the `oracle` feature.
+//!
+//! # Unsafe code
+//!
+//! `unsafe` is denied crate-wide and allowed, each file at its top, only in:
+//! the rings (`ring/spsc.rs`, `ring/eventfd.rs`); the pool (`pool/mod.rs`,
+//! which covers its submodules, and each of `blocks.rs`, `capture.rs`,
+//! `chunk.rs`, `frames.rs`, `prefetch.rs`, `sys.rs`, `worker.rs`); the kernel
+//! bindings of the live sources (`source/afpacket/sys.rs`,
+//! `source/afxdp/sys.rs`, `source/afxdp/ring.rs`, `source/live/sys.rs`); the
+//! mapped trace (`source/file/mapped.rs`); sending (`tx/sys.rs`,
+//! `tx/xdp/sys.rs`); the engine's system calls (`engine/sys.rs`); the filter
+//! (`filter/libpcap.rs`, `filter/jit.rs`, `filter/batch.rs`, and
+//! `filter/oracle.rs` with the `oracle` feature); the TSC (`clock.rs`); and
+//! dropping root (`privileges.rs`). Every block carries a `// SAFETY:` comment.
 
 #![warn(missing_docs)]
 
-pub mod balance;
+pub(crate) mod balance;
 pub(crate) mod capture;
 pub mod clock;
 pub mod engine;
@@ -112,12 +100,17 @@ pub mod locality;
 pub mod memory;
 pub mod output;
 pub mod packet;
-pub mod pool;
+pub(crate) mod pool;
 pub mod privileges;
 pub mod profile;
-pub mod ring;
-pub mod rss;
+pub(crate) mod ring;
+pub(crate) mod rss;
 pub mod setting;
+// Public, unlike the pool, rings and steering it drives: the simulator is a
+// tool beside the engine with a vocabulary of its own (engine kinds,
+// workloads, reports), used whole by `weir sim` and by tests that generate
+// skewed traffic, and its names (`Trace`, `Burst`, `Timing`) would be
+// ambiguous at the root.
 pub mod sim;
 pub mod sink;
 pub mod source;
@@ -127,9 +120,12 @@ pub mod tracefile;
 pub mod tx;
 pub mod wire;
 
+pub use balance::{BalanceMode, ControllerConfig, SteeringStats};
 pub use engine::{BuildError, Engine, EngineBuilder, Read, Reader, Report, SourceError, SourceErrorKind, StopHandle, StopReason};
 pub use packet::{FlowBucket, Handler, Handover, LinkType, Packet, QueueId, PACKETS_PER_RUN};
-pub use pool::PoolConfig;
+pub use pool::{ChunkCount, OffloadThreshold, PoolConfig, PoolConfigError, PoolUsage, MAX_CAPLEN};
+pub use ring::EventFd;
+pub use rss::Rss;
 pub use setting::{Setting, SettingError};
 pub use source::SourceSpec;
 pub use stats::{QueueStats, Snapshot};

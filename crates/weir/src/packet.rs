@@ -212,8 +212,9 @@ pub trait Handler: Send + 'static {
     /// ([`import`](Self::import)). `None`, the default, hands nothing over.
     /// Called on this worker, between two chunks, for trace and afpacket
     /// sources (whose capture threads hold the bucket's new packets until
-    /// the state is posted to the new worker; see [`crate::balance`]); never
-    /// for afxdp, whose moves are not flow buckets.
+    /// the state is posted to the new worker; see
+    /// [`BalanceMode::Rebalance`](crate::BalanceMode::Rebalance)); never for
+    /// afxdp, whose moves are not flow buckets.
     fn export(&mut self, bucket: &FlowBucket) -> Option<Handover> {
         let _ = bucket;
         None
@@ -232,8 +233,8 @@ pub trait Handler: Send + 'static {
 pub type Handover = Box<dyn std::any::Any + Send>;
 
 /// One bucket of the indirection table that rebalancing moves: the flows
-/// whose symmetric Toeplitz hash (as [`Rss`](crate::rss::Rss) computes it
-/// from a frame) falls in it; [`Rss::in_bucket`](crate::rss::Rss::in_bucket)
+/// whose symmetric Toeplitz hash (as [`Rss`](crate::Rss) computes it
+/// from a frame) falls in it; [`Rss::in_bucket`](crate::Rss::in_bucket)
 /// says whether a frame's flow is one of them.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FlowBucket {
@@ -253,7 +254,7 @@ impl FlowBucket {
         self.index
     }
 
-    /// Whether a flow of hash `hash` ([`Rss`](crate::rss::Rss)'s flow hash, 0
+    /// Whether a flow of hash `hash` ([`Rss`](crate::Rss)'s flow hash, 0
     /// for a frame without a flow) is in this bucket.
     pub(crate) fn holds(&self, hash: u32) -> bool {
         hash & self.mask == self.index as u32

@@ -22,13 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use testbed::TestBed;
 use weir::engine::{BuildError, Report, Running, StopReason};
-use weir::pool::PoolConfig;
-use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::afpacket::{BucketSteering, SteerError, BUCKETS};
 use weir::source::{AfPacketOptions, Fanout, LiveOptions, Pacing};
 use weir::stats::QueueStats;
-use weir::{Engine, Handler, LinkType, Packet, QueueId};
+use weir::{Engine, Handler, LinkType, Packet, PoolConfig, QueueId, Rss};
 
 /// Source MAC of every frame a test sends.
 const MARK: [u8; 6] = [0x02, b'w', b'e', b'i', b'r', 0x01];

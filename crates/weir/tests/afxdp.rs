@@ -30,12 +30,11 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use testbed::TestBed;
 use weir::engine::{Report, Running, StopReason};
-use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::{AfXdpOptions, LiveOptions, ZeroCopy};
 use weir::stats::QueueStats;
 use weir::wire::FlowTuple;
-use weir::{Engine, Handler, LinkType, Packet, QueueId};
+use weir::{Engine, Handler, LinkType, Packet, PoolConfig, QueueId};
 
 /// A rate a debug build keeps up with on a busy 2-core machine, for the tests
 /// that expect no loss (at top speed the workers, not the capture, fall behind,

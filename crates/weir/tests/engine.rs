@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::frames::{Frame, Rng};
 use weir::engine::{RunError, StopReason};
-use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::Pacing;
 use weir::wire::FlowTuple;
-use weir::{Engine, Handler, LinkType, Packet, QueueId};
+use weir::{Engine, Handler, LinkType, Packet, PoolConfig, QueueId};
 
 /// An Ethernet/IPv4/TCP-or-UDP frame whose payload starts with `seq`.
 fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, udp: bool, seq: u32, payload: usize) -> Vec<u8> {

@@ -9,9 +9,8 @@ mod support;
 use std::path::Path;
 use support::{corpus_root, files_under, libpcap_trace, linux_dlt, looks_like_trace, Pkt, Trace};
 use weir::filter::oracle::Oracle;
-use weir::pool::PoolConfig;
 use weir::source::file::{ReadConfig, TraceAccess};
-use weir::{Engine, Handler, Packet};
+use weir::{Engine, Handler, Packet, PoolConfig};
 
 #[derive(Default)]
 struct Collect(Vec<Pkt>);

@@ -165,7 +165,7 @@ fn every_packet_of_the_corpus_gets_libpcaps_verdict() {
                 Ok(f) => f,
                 Err(FilterError::Compile { message, .. }) => {
                     assert_eq!(
-                        lib().compile(expr, dlt, SNAPLEN, true),
+                        lib().compile(expr, dlt, SNAPLEN, true).map_err(|e| e.to_string()),
                         Err(message),
                         "{file}: weir and libpcap disagree on compiling {expr:?}"
                     );
@@ -176,7 +176,7 @@ fn every_packet_of_the_corpus_gets_libpcaps_verdict() {
             };
             assert_eq!(
                 Ok(filter.program().to_vec()),
-                lib().compile(expr, dlt, SNAPLEN, true),
+                lib().compile(expr, dlt, SNAPLEN, true).map_err(|e| e.to_string()),
                 "{file}: LINKTYPE {link} and DLT {dlt} compile {expr:?} differently"
             );
             if loads_ancillary_data(&filter) {
@@ -226,7 +226,7 @@ fn every_packet_of_the_corpus_gets_libpcaps_verdict() {
 fn bad_expressions_carry_libpcaps_message() {
     // Link types whose LINKTYPE_ and DLT_ values are the same, so both sides get one number.
     for (expr, link) in [("tcp port eighty", 1), ("host", 1), ("ip and", 113), ("mpls", 113), ("wlan type data", 1)] {
-        let expected = lib().compile(expr, link, SNAPLEN, true).expect_err(expr);
+        let expected = lib().compile(expr, link, SNAPLEN, true).expect_err(expr).to_string();
         let err = Filter::compile(expr, LinkType(link), SNAPLEN).expect_err(expr);
         assert!(err.to_string().contains(&expected), "{err}");
         match err {

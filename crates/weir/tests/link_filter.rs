@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 use support::frames::Frame;
 use testbed::TestBed;
 use weir::filter::{BpfInsn, Filter};
-use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::{AfXdpOptions, LiveOptions, XdpOptions};
-use weir::{Engine, Handler, LinkType, Packet};
+use weir::{Engine, Handler, LinkType, Packet, PoolConfig};
 
 const MAGIC: &[u8; 4] = b"LINK";
 /// Frames of each destination.

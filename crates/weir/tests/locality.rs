@@ -9,13 +9,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::frames::{Frame, Rng};
-use weir::balance::Mode;
 use weir::engine::Read;
 use weir::locality::{BatchSize, LocalityConfig};
-use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::wire::sort_key;
-use weir::{Engine, LinkType, Packet, QueueId};
+use weir::{BalanceMode, Engine, LinkType, Packet, PoolConfig, QueueId};
 
 const PACKETS: u32 = 6_000;
 const FLOWS: usize = 400;
@@ -69,7 +67,7 @@ fn write_trace(path: &Path) -> (Vec<usize>, Vec<u64>) {
 type PerWorker = HashMap<QueueId, Vec<(u32, Option<u16>, u64)>>;
 type Seen = Arc<Mutex<PerWorker>>;
 
-fn run(path: &Path, queues: &str, balance: Mode, locality: Option<LocalityConfig>, pool: PoolConfig) -> PerWorker {
+fn run(path: &Path, queues: &str, balance: BalanceMode, locality: Option<LocalityConfig>, pool: PoolConfig) -> PerWorker {
     let seen: Seen = Arc::default();
     let engine = Engine::builder()
         .source(&format!("{}{queues}", path.display()))
@@ -132,13 +130,13 @@ fn one_batch_of_the_whole_trace_comes_out_sorted_by_port_with_flows_in_order() {
     // A pool of 64 chunks of 128 cells holds the whole trace with a chunk to spare.
     let pool = PoolConfig::new(128, 64).unwrap();
     for double_buffer in [false, true] {
-        let seen = run(&path, "", Mode::Basic, Some(locality(PACKETS, double_buffer)), pool);
+        let seen = run(&path, "", BalanceMode::Basic, Some(locality(PACKETS, double_buffer)), pool);
         check_once_in_flow_order(&seen, &flow_of, &ts_of);
         let list = &seen[&QueueId(0)];
         let keys: Vec<u32> = list.iter().map(|&(_, k, _)| k.map_or(1 << 16, u32::from)).collect();
         assert!(keys.windows(2).all(|w| w[0] <= w[1]), "one batch, so keys never go down; keyless last");
         // Without the stage the same trace is delivered in arrival order.
-        let plain = run(&path, "", Mode::Basic, None, pool);
+        let plain = run(&path, "", BalanceMode::Basic, None, pool);
         let seqs: Vec<u32> = plain[&QueueId(0)].iter().map(|&(s, _, _)| s).collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]));
     }
@@ -150,11 +148,15 @@ fn small_batches_on_every_mode_deliver_every_flow_in_order() {
     let path = dir.path().join("t.pcap");
     let (flow_of, ts_of) = write_trace(&path);
     let pool = PoolConfig::new(32, 16).unwrap();
-    let rebalance: Mode = "rebalance".parse().unwrap();
-    let offload: Mode = "offload:50".parse().unwrap();
-    for (mode, batch, double_buffer) in
-        [(Mode::Basic, 100, false), (offload, 200, false), (offload, 200, true), (rebalance, 300, false), (Mode::Basic, 1, true)]
-    {
+    let rebalance: BalanceMode = "rebalance".parse().unwrap();
+    let offload: BalanceMode = "offload:50".parse().unwrap();
+    for (mode, batch, double_buffer) in [
+        (BalanceMode::Basic, 100, false),
+        (offload, 200, false),
+        (offload, 200, true),
+        (rebalance, 300, false),
+        (BalanceMode::Basic, 1, true),
+    ] {
         let seen = run(&path, "@0-2", mode, Some(locality(batch, double_buffer)), pool);
         check_once_in_flow_order(&seen, &flow_of, &ts_of);
         // Within a batch keys ascend, so descents come only between batches: far

@@ -15,10 +15,9 @@ use std::time::{Duration, Instant};
 use support::frames::Frame;
 use testbed::TestBed;
 use weir::engine::Read;
-use weir::pool::PoolConfig;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::{AfXdpOptions, LiveOptions};
-use weir::{Engine, LinkType};
+use weir::{Engine, LinkType, PoolConfig};
 
 fn write_trace(path: &Path, packets: u32) {
     let file = std::fs::File::create(path).unwrap();

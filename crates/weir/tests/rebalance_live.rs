@@ -23,13 +23,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::frames::{Frame, Rng};
 use testbed::TestBed;
-use weir::balance::{ControllerConfig, Mode};
-use weir::pool::PoolConfig;
-use weir::rss::Rss;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::source::afpacket::BucketSteering;
 use weir::source::{AfPacketOptions, AfXdpOptions, Fanout, LiveOptions, XdpOptions};
-use weir::{Engine, LinkType, Packet, QueueId};
+use weir::{BalanceMode, ControllerConfig, Engine, LinkType, Packet, PoolConfig, QueueId, Rss};
 
 const MARK: [u8; 6] = [0x02, b'w', b'e', b'i', b'r', 0x02];
 const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -178,7 +175,7 @@ fn rebalance_live(backend: Backend) {
         // Small chunks: at 5,000 packets/s a worker gives back a 256-cell chunk every
         // 50 ms, too coarse for the controller to learn its rate in a few ticks.
         .pool(PoolConfig::new(32, 1024).unwrap())
-        .balance(Mode::Rebalance { controller: ControllerConfig::default(), offload: None })
+        .balance(BalanceMode::Rebalance { controller: ControllerConfig::default(), offload: None })
         .build()
         .unwrap();
     let running = engine

@@ -24,12 +24,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testbed::{wait_for, Reaped, TestBed};
-use weir::balance::{ControllerConfig, Mode};
-use weir::pool::PoolConfig;
-use weir::rss::Rss;
 use weir::source::LiveOptions;
 use weir::stream::{CloseReason, Direction, Piece, Stream, StreamConfig, StreamCtl, StreamHandler};
-use weir::{Engine, LinkType, Packet, QueueId};
+use weir::{BalanceMode, ControllerConfig, Engine, LinkType, Packet, PoolConfig, QueueId, Rss};
 
 /// Each worker's time per packet: 5,000 packets/s.
 const COST: Duration = Duration::from_micros(200);
@@ -239,7 +236,7 @@ fn rebalancing_a_live_afpacket_capture_moves_open_streams_whole() {
         // Small chunks: at 5,000 packets/s a worker gives back a 256-cell chunk every
         // 50 ms, too coarse for the controller to learn its rate in a few ticks.
         .pool(PoolConfig::new(32, 1024).unwrap())
-        .balance(Mode::Rebalance { controller: ControllerConfig::default(), offload: None })
+        .balance(BalanceMode::Rebalance { controller: ControllerConfig::default(), offload: None })
         .build()
         .unwrap();
     let running = engine.start_streams(&cfg, |_| Collect { closed: Arc::clone(&closed), done_at: None }).unwrap();

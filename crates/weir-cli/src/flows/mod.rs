@@ -175,7 +175,7 @@ pub enum ExportMode {
     PerQueue,
 }
 
-fn parse_format(s: &str) -> Result<Format, String> {
+fn parse_format(s: &str) -> Result<Format, weir::output::flow::ParseFormatError> {
     s.parse()
 }
 

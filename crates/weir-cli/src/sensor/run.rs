@@ -119,7 +119,7 @@ impl Plan {
         if let Err(e) = src.pool_config() {
             p("capture", "pool", format!("{e:#}"));
         }
-        if let Err(e) = src.balance.parse::<weir::balance::Mode>() {
+        if let Err(e) = src.balance.parse::<weir::BalanceMode>() {
             p("capture", "balance", format!("`{}`: {e}", src.balance));
         }
         if let Some(Err(e)) = src.cpus.as_ref().map(|c| c.parse::<weir::engine::CpuPlan>()) {

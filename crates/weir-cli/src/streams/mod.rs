@@ -144,7 +144,7 @@ pub struct StreamOptions {
     pub memory: u64,
 }
 
-fn parse_mode(s: &str) -> Result<Mode, String> {
+fn parse_mode(s: &str) -> Result<Mode, weir::stream::ParseModeError> {
     s.parse()
 }
 

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// `offload:T`, `rebalance` or `rebalance:T`. Offloading needs two queues or
 /// more to act; the engine's buddy group is all of its queues.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub enum Mode {
+pub enum BalanceMode {
     /// Per-queue pools only: WireCAP-B-(M,R).
     #[default]
     Basic,
@@ -70,7 +70,7 @@ pub enum Mode {
     },
 }
 
-impl std::str::FromStr for Mode {
+impl std::str::FromStr for BalanceMode {
     type Err = SettingError;
 
     /// `basic`, `offload:T`, `rebalance` or `rebalance:T` (T in percent).
@@ -81,10 +81,10 @@ impl std::str::FromStr for Mode {
                 .and_then(OffloadThreshold::new)
         };
         match s.split_once(':') {
-            None if s == "basic" => Ok(Mode::Basic),
-            None if s == "rebalance" => Ok(Mode::Rebalance { controller: ControllerConfig::default(), offload: None }),
-            Some(("offload", t)) => Ok(Mode::Advanced(threshold(t)?)),
-            Some(("rebalance", t)) => Ok(Mode::Rebalance { controller: ControllerConfig::default(), offload: Some(threshold(t)?) }),
+            None if s == "basic" => Ok(BalanceMode::Basic),
+            None if s == "rebalance" => Ok(BalanceMode::Rebalance { controller: ControllerConfig::default(), offload: None }),
+            Some(("offload", t)) => Ok(BalanceMode::Advanced(threshold(t)?)),
+            Some(("rebalance", t)) => Ok(BalanceMode::Rebalance { controller: ControllerConfig::default(), offload: Some(threshold(t)?) }),
             _ => Err(SettingError::new(
                 Setting::Balance,
                 format!("{s:?}: use basic, offload:T, rebalance or rebalance:T (T a percentage from 1 to 99)"),
@@ -93,20 +93,20 @@ impl std::str::FromStr for Mode {
     }
 }
 
-impl Mode {
+impl BalanceMode {
     /// The offload threshold, if chunks are offloaded in this mode.
     pub(crate) fn offload(&self) -> Option<OffloadThreshold> {
         match *self {
-            Mode::Basic => None,
-            Mode::Advanced(t) => Some(t),
-            Mode::Rebalance { offload, .. } => offload,
+            BalanceMode::Basic => None,
+            BalanceMode::Advanced(t) => Some(t),
+            BalanceMode::Rebalance { offload, .. } => offload,
         }
     }
 
     /// The controller's tuning, if buckets are moved in this mode.
     pub fn controller(&self) -> Option<ControllerConfig> {
         match *self {
-            Mode::Rebalance { controller, .. } => Some(controller),
+            BalanceMode::Rebalance { controller, .. } => Some(controller),
             _ => None,
         }
     }

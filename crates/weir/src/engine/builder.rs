@@ -73,7 +73,7 @@ pub struct EngineBuilder {
     pacing: Pacing,
     open: source::OpenOptions,
     cpus: CpuPlan,
-    balance: balance::Mode,
+    balance: balance::BalanceMode,
     locality: Option<LocalityConfig>,
     /// The pool was given by the caller, who then gets exactly that.
     pool_set: bool,
@@ -119,7 +119,7 @@ impl EngineBuilder {
 
     /// How queues share load: basic (own pools only), advanced (chunk offloading
     /// within the group of all queues), or flow-consistent rebalancing.
-    pub fn balance(mut self, mode: balance::Mode) -> Self {
+    pub fn balance(mut self, mode: balance::BalanceMode) -> Self {
         self.balance = mode;
         self
     }
@@ -426,7 +426,7 @@ impl EngineBuilder {
             );
             return Err(SettingError::new(Setting::Locality, why).into());
         }
-        if self.balance != balance::Mode::Basic {
+        if self.balance != balance::BalanceMode::Basic {
             let why = "offloading and rebalancing move packets between workers, and inline handlers have none";
             return Err(SettingError::new(Setting::Balance, why.to_string()).into());
         }

@@ -108,7 +108,7 @@ pub struct Engine {
     filter: Option<Filter>,
     time_limit: Option<Duration>,
     pacing: Pacing,
-    balance: balance::Mode,
+    balance: balance::BalanceMode,
     locality: Option<LocalityConfig>,
     profiler: Option<Arc<Profiler>>,
     /// Handlers run on the capture threads ([`EngineBuilder::inline`]).
@@ -194,8 +194,8 @@ impl Engine {
     /// Streams keep their state on the worker of their queue. Rebalancing a
     /// trace or an afpacket capture moves a bucket's streams with it: the old
     /// worker hands them to the new one before the bucket's next packet (see
-    /// [`balance`]), so no stream is split. Refused: offloading (`offload:T`,
-    /// `rebalance:T`), where a buddy worker would handle packets of streams
+    /// [`Handler::export`]), so no stream is split. Refused: offloading
+    /// (`offload:T`, `rebalance:T`), where a buddy worker would handle packets of streams
     /// whose state lives on another worker at the same time, and rebalancing
     /// an afxdp capture, whose moving entries are not sets of flows a worker
     /// can pick out of its table (the error says why).
@@ -355,11 +355,11 @@ pub struct Running<H> {
 
 /// What ends an inline handler's run once the capture threads have ended:
 /// its `finish` is called, and it is handed back (see [`finish_inline`]).
-type InlineEnd<H> = Box<dyn FnOnce() -> Result<H, RunError> + Send>;
+type InlineEnd<H> = Box<dyn FnOnce() -> Result<H, RunError> + Send + Sync>;
 
 /// Ends the inline handler of `queue`, the capture threads and their sides
 /// (which held it) gone: a panic it had, or one in its `finish`, is the error.
-fn finish_inline<H: Handler>(queue: QueueId, shared: Inline<H>) -> impl FnOnce() -> Result<H, RunError> + Send {
+fn finish_inline<H: Handler>(queue: QueueId, shared: Inline<H>) -> impl FnOnce() -> Result<H, RunError> + Send + Sync {
     move || {
         let taken = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
         let Some(mut w) = taken else {

@@ -99,6 +99,30 @@ pub enum LoadError {
     },
 }
 
+/// Why [`Libpcap::compile`] gave no program.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompileError {
+    /// The expression has a NUL byte, which C strings cannot carry.
+    #[error("filter expression contains a NUL byte")]
+    NulByte,
+    /// libpcap could not make the handle to compile with (out of memory).
+    #[error("pcap_open_dead failed (link type {link_type}, snaplen {snaplen})")]
+    OpenDead {
+        /// The DLT_ value asked for.
+        link_type: u32,
+        /// The snaplen asked for.
+        snaplen: u32,
+    },
+    /// libpcap refused the expression; the message is libpcap's own, unchanged
+    /// (it quotes the part of the expression at fault).
+    #[error("{message}")]
+    Refused {
+        /// `pcap_geterr`'s text.
+        message: String,
+    },
+}
+
 type OpenDead = unsafe extern "C" fn(c_int, c_int) -> *mut PcapT;
 type Compile = unsafe extern "C" fn(*mut PcapT, *mut BpfProgram, *const c_char, c_int, u32) -> c_int;
 type Freecode = unsafe extern "C" fn(*mut BpfProgram);
@@ -221,21 +245,22 @@ impl Libpcap {
     ///
     /// # Errors
     ///
-    /// libpcap's own message, or that `expr` contains a NUL byte.
-    pub fn compile(&self, expr: &str, link_type: u32, snaplen: u32, optimize: bool) -> Result<Vec<BpfInsn>, String> {
-        let c_expr = CString::new(expr).map_err(|_| "filter expression contains a NUL byte".to_string())?;
+    /// [`CompileError::Refused`] with libpcap's own message,
+    /// [`CompileError::NulByte`] if `expr` contains a NUL byte.
+    pub fn compile(&self, expr: &str, link_type: u32, snaplen: u32, optimize: bool) -> Result<Vec<BpfInsn>, CompileError> {
+        let c_expr = CString::new(expr).map_err(|_| CompileError::NulByte)?;
         // SAFETY: pcap_open_dead has no preconditions; it returns NULL only on
         // allocation failure.
         let p = unsafe { (self.open_dead)(link_type as c_int, snaplen as c_int) };
         if p.is_null() {
-            return Err("pcap_open_dead failed".into());
+            return Err(CompileError::OpenDead { link_type, snaplen });
         }
         let mut prog = BpfProgram { bf_len: 0, bf_insns: std::ptr::null_mut() };
         // SAFETY: `p` is a live handle, `prog` a valid out-parameter, `c_expr` NUL-terminated.
         let rc = unsafe { (self.compile)(p, &mut prog, c_expr.as_ptr(), c_int::from(optimize), NETMASK_UNKNOWN) };
         let result = if rc != 0 {
             // SAFETY: after a failed compile, pcap_geterr returns the handle's NUL-terminated message.
-            Err(unsafe { CStr::from_ptr((self.geterr)(p)) }.to_string_lossy().into_owned())
+            Err(CompileError::Refused { message: unsafe { CStr::from_ptr((self.geterr)(p)) }.to_string_lossy().into_owned() })
         } else {
             // SAFETY: on success libpcap filled `bf_insns` with `bf_len` instructions.
             let insns = unsafe { std::slice::from_raw_parts(prog.bf_insns, prog.bf_len as usize) }.to_vec();
@@ -266,6 +291,7 @@ mod tests {
         let prog = lib.compile("tcp port 80", 1, 65535, true).unwrap();
         assert_eq!(prog.len(), 20, "tcpdump -d 'tcp port 80' has 20 instructions");
         let err = lib.compile("tcp port eighty", 1, 65535, true).unwrap_err();
-        assert!(err.contains("eighty"), "{err}");
+        assert!(matches!(&err, CompileError::Refused { message } if message.contains("eighty")), "{err}");
+        assert_eq!(lib.compile("tcp\0", 1, 65535, true), Err(CompileError::NulByte));
     }
 }

@@ -106,14 +106,28 @@ impl std::fmt::Display for FilterEngine {
 }
 
 impl std::str::FromStr for FilterEngine {
-    type Err = String;
+    type Err = ParseFilterEngineError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "jit" => Ok(FilterEngine::Jit),
             "interp" => Ok(FilterEngine::Interp),
-            other => Err(format!("unknown filter engine {other:?} (jit or interp)")),
+            other => Err(ParseFilterEngineError { given: other.to_owned() }),
         }
+    }
+}
+
+/// A name that is not a [`FilterEngine`]'s (`jit` or `interp`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown filter engine {given:?} (jit or interp)")]
+pub struct ParseFilterEngineError {
+    given: String,
+}
+
+impl ParseFilterEngineError {
+    /// The name as given.
+    pub fn given(&self) -> &str {
+        &self.given
     }
 }
 
@@ -184,8 +198,9 @@ impl Filter {
     /// [`FilterError::Invalid`] for a program longer than [`MAX_INSNS`].
     pub fn compile(expr: &str, link: crate::LinkType, snaplen: u32) -> Result<Filter, FilterError> {
         let lib = libpcap::Libpcap::system()?;
-        let insns =
-            lib.compile(expr, link.dlt(), snaplen, true).map_err(|message| FilterError::Compile { expr: expr.to_owned(), message })?;
+        let insns = lib
+            .compile(expr, link.dlt(), snaplen, true)
+            .map_err(|e| FilterError::Compile { expr: expr.to_owned(), message: e.to_string() })?;
         let mut filter = Filter::from_program(&insns)?;
         filter.expression = Some(expr.into());
         Ok(filter)

@@ -67,15 +67,16 @@ impl Oracle {
     ///
     /// # Errors
     ///
-    /// libpcap's message, or that the path contains a NUL byte.
-    pub fn open_offline(&self, path: &Path) -> Result<OfflineHandle<'_>, String> {
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "path contains NUL".to_string())?;
+    /// [`OpenOfflineError::Refused`] with libpcap's message,
+    /// [`OpenOfflineError::NulByte`] if the path contains a NUL byte.
+    pub fn open_offline(&self, path: &Path) -> Result<OfflineHandle<'_>, OpenOfflineError> {
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| OpenOfflineError::NulByte)?;
         let mut errbuf = [0 as c_char; ERRBUF_SIZE];
         // SAFETY: `c_path` is NUL-terminated, `errbuf` has PCAP_ERRBUF_SIZE bytes.
         let p = unsafe { (self.open_offline_prec)(c_path.as_ptr(), TSTAMP_PRECISION_NANO, errbuf.as_mut_ptr()) };
         if p.is_null() {
             // SAFETY: on failure libpcap wrote a NUL-terminated message into errbuf.
-            return Err(unsafe { CStr::from_ptr(errbuf.as_ptr()) }.to_string_lossy().into_owned());
+            return Err(OpenOfflineError::Refused { message: unsafe { CStr::from_ptr(errbuf.as_ptr()) }.to_string_lossy().into_owned() });
         }
         Ok(OfflineHandle { oracle: self, p })
     }
@@ -90,6 +91,31 @@ impl Oracle {
         // reads it; `data` holds `caplen` bytes.
         unsafe { (self.offline_filter)(&bp, &hdr, data.as_ptr()) != 0 }
     }
+}
+
+/// Why [`Oracle::open_offline`] opened no trace.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenOfflineError {
+    /// The path has a NUL byte, which C strings cannot carry.
+    #[error("path contains NUL")]
+    NulByte,
+    /// libpcap refused the file; the message is libpcap's own, unchanged (it
+    /// names the file).
+    #[error("{message}")]
+    Refused {
+        /// libpcap's error buffer.
+        message: String,
+    },
+}
+
+/// Why [`OfflineHandle::next_packet`] read no packet: libpcap's message,
+/// unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct NextPacketError {
+    /// `pcap_geterr`'s text.
+    pub message: String,
 }
 
 /// A trace opened by the system libpcap.
@@ -118,7 +144,7 @@ impl OfflineHandle<'_> {
     }
 
     /// The next packet, `Ok(None)` at the end, or libpcap's error message.
-    pub fn next_packet(&mut self) -> Result<Option<OraclePacket>, String> {
+    pub fn next_packet(&mut self) -> Result<Option<OraclePacket>, NextPacketError> {
         let mut hdr: *mut PcapPkthdr = std::ptr::null_mut();
         let mut data: *const u8 = std::ptr::null();
         // SAFETY: `p` is live; the out-pointers are valid.
@@ -136,7 +162,7 @@ impl OfflineHandle<'_> {
             }
             -2 => Ok(None),
             // SAFETY: pcap_geterr returns the handle's NUL-terminated message.
-            _ => Err(unsafe { CStr::from_ptr((self.oracle.geterr)(self.p)) }.to_string_lossy().into_owned()),
+            _ => Err(NextPacketError { message: unsafe { CStr::from_ptr((self.oracle.geterr)(self.p)) }.to_string_lossy().into_owned() }),
         }
     }
 }

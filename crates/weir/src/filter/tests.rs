@@ -538,7 +538,9 @@ fn the_engine_is_chosen_per_filter() {
     assert_eq!(f.engine(), expected, "a clone's engine is its own");
     assert_eq!("jit".parse::<FilterEngine>(), Ok(FilterEngine::Jit));
     assert_eq!("interp".parse::<FilterEngine>(), Ok(FilterEngine::Interp));
-    assert!("bpf".parse::<FilterEngine>().unwrap_err().contains("jit or interp"));
+    let err = "bpf".parse::<FilterEngine>().unwrap_err();
+    assert_eq!(err.given(), "bpf");
+    assert!(err.to_string().contains("jit or interp"), "{err}");
     assert_eq!(FilterEngine::default().to_string(), "jit");
 }
 

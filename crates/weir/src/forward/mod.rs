@@ -138,14 +138,28 @@ pub enum Backend {
 }
 
 impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Backend, String> {
+    type Err = ParseBackendError;
+    fn from_str(s: &str) -> Result<Backend, ParseBackendError> {
         match s {
             "afxdp" => Ok(Backend::AfXdp),
             "afpacket" => Ok(Backend::AfPacket),
             "xdp" => Ok(Backend::Xdp),
-            _ => Err(format!("{s:?}: afxdp, afpacket or xdp")),
+            _ => Err(ParseBackendError { given: s.to_owned() }),
         }
+    }
+}
+
+/// A name that is not a [`Backend`]'s (`afxdp`, `afpacket` or `xdp`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?}: afxdp, afpacket or xdp")]
+pub struct ParseBackendError {
+    given: String,
+}
+
+impl ParseBackendError {
+    /// The name as given.
+    pub fn given(&self) -> &str {
+        &self.given
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// T: how full (in percent) a queue's capture queue must be before its capture
-/// side offloads chunks, in the modes of [`crate::balance::Mode`] that offload.
+/// side offloads chunks, in the modes of [`BalanceMode`](crate::BalanceMode) that offload.
 /// From 1 to 99: 0 would offload everything, 100 nothing.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct OffloadThreshold(u8);

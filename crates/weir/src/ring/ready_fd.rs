@@ -13,8 +13,6 @@
 //!   fences, then loads `armed`. One of them sees the other's store, so no
 //!   publish is missed between the check and the poll.
 
-#![allow(unsafe_code)]
-
 use super::eventfd::EventFd;
 use super::wait::{Bell, WakeHandle};
 use std::io;

@@ -43,6 +43,7 @@ mod order;
 mod peers;
 pub mod workload;
 
+use crate::balance::BalanceMode;
 use crate::memory::{Budget, MemoryError, Plan};
 use crate::pool::PoolConfig;
 use crate::{Setting, SettingError};
@@ -76,11 +77,9 @@ pub enum EngineKind {
         /// Each queue's pool.
         pool: PoolConfig,
         /// Basic, advanced (offloading), rebalancing, or rebalancing with offloading.
-        mode: Mode,
+        mode: BalanceMode,
     },
 }
-
-pub use crate::balance::Mode;
 
 /// One simulation's setup, checked by [`SimConfig::new`].
 #[derive(Clone, Debug)]

@@ -17,7 +17,8 @@
 //! - a controller tick every `tick_ns` in rebalance mode, while work remains.
 
 use super::order::OrderCheck;
-use super::{Mode, SimConfig, SimError, SimReport, Workload};
+use super::{SimConfig, SimError, SimReport, Workload};
+use crate::balance::BalanceMode;
 use crate::balance::{Route, Steering};
 use crate::pool::{link_buddies, work_queue_pair, CaptureSide, ChunkToken, PoolConfig, WorkerSide};
 use crate::rss::Rss;
@@ -61,7 +62,7 @@ struct Model<'c> {
     end_ns: u64,
 }
 
-pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: Mode, w: &mut dyn Workload) -> Result<SimReport, SimError> {
+pub(super) fn run(cfg: &SimConfig, pool: &PoolConfig, mode: BalanceMode, w: &mut dyn Workload) -> Result<SimReport, SimError> {
     let n = usize::from(cfg.queues);
     let counters: Vec<Arc<QueueCounters>> = (0..n).map(|q| Arc::new(QueueCounters::new(QueueId(q as u16)))).collect();
     let pairs = counters

@@ -1,6 +1,6 @@
 use super::workload::{Burst, Skewed, LINE_RATE_64B_10G};
 use super::*;
-use crate::balance::ControllerConfig;
+use crate::balance::{BalanceMode as Mode, ControllerConfig};
 use crate::pool::OffloadThreshold;
 
 /// WireCAP's heavy application: about 38,800 packets/s.

@@ -42,7 +42,7 @@ pub(crate) struct CaptureOptions {
     /// Offloading (done by the engine's pools) and rebalancing (done by the
     /// sources: trace files in their thread, afpacket through its kernel bucket
     /// table, afxdp in its capture threads).
-    pub(crate) balance: crate::balance::Mode,
+    pub(crate) balance: crate::balance::BalanceMode,
     /// Where a rebalancing source reports what it moved.
     pub(crate) balance_counters: Arc<crate::balance::BalanceCounters>,
     /// The workers' mailboxes, by queue position, when a rebalancing source

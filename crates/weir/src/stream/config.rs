@@ -36,12 +36,26 @@ impl Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
+    type Err = ParseModeError;
+    fn from_str(s: &str) -> Result<Mode, ParseModeError> {
         [Mode::Packets, Mode::TcpFast, Mode::TcpStrict]
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("`{s}` is not a stream mode (packets, tcp-fast, tcp-strict)"))
+            .ok_or_else(|| ParseModeError { given: s.to_owned() })
+    }
+}
+
+/// A name that is not a [`Mode`]'s (`packets`, `tcp-fast` or `tcp-strict`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a stream mode (packets, tcp-fast, tcp-strict)")]
+pub struct ParseModeError {
+    given: String,
+}
+
+impl ParseModeError {
+    /// The name as given.
+    pub fn given(&self) -> &str {
+        &self.given
     }
 }
 
@@ -71,11 +85,16 @@ impl Class {
 
     /// Parses the command line's `EXPR=BYTES` (a cutoff class): the last `=`
     /// splits, so the expression may hold one.
-    pub fn parse_cutoff(text: &str) -> Result<Class, String> {
-        let (expr, bytes) = text.rsplit_once('=').ok_or_else(|| format!("`{text}` is not EXPR=BYTES"))?;
-        let bytes: u64 = bytes.trim().parse().map_err(|_| format!("`{bytes}` in `{text}` is not a number of bytes"))?;
+    ///
+    /// # Errors
+    ///
+    /// [`ParseCutoffClassError`], naming the text and the part at fault.
+    pub fn parse_cutoff(text: &str) -> Result<Class, ParseCutoffClassError> {
+        let (expr, bytes) = text.rsplit_once('=').ok_or_else(|| ParseCutoffClassError::NoEquals { text: text.to_owned() })?;
+        let bytes: u64 =
+            bytes.trim().parse().map_err(|_| ParseCutoffClassError::Bytes { text: text.to_owned(), bytes: bytes.to_owned() })?;
         if expr.trim().is_empty() {
-            return Err(format!("`{text}` has no filter expression before the `=`"));
+            return Err(ParseCutoffClassError::NoExpression { text: text.to_owned() });
         }
         Ok(Class { cutoff: Some(Some(bytes)), ..Class::new(expr.trim()) })
     }
@@ -85,48 +104,158 @@ impl Class {
     /// `priority=0..3`. Text without a `;` is the short form `EXPR=BYTES`
     /// ([`parse_cutoff`](Self::parse_cutoff)). The last `;` splits: libpcap's
     /// filter language has no `;`, so no expression is cut short by it.
-    pub fn parse(text: &str) -> Result<Class, String> {
+    ///
+    /// # Errors
+    ///
+    /// [`ParseClassError`], naming the text and the part at fault.
+    pub fn parse(text: &str) -> Result<Class, ParseClassError> {
+        let owned = || text.to_owned();
         let Some((expr, settings)) = text.rsplit_once(';') else {
             if !text.contains('=') {
-                return Err(format!("`{text}` is neither EXPR;KEY=VALUE,... nor EXPR=BYTES"));
+                return Err(ParseClassError::Form { text: owned() });
             }
-            return Class::parse_cutoff(text);
+            return Ok(Class::parse_cutoff(text)?);
         };
         if expr.trim().is_empty() {
-            return Err(format!("`{text}` has no filter expression before the `;`"));
+            return Err(ParseClassError::NoExpression { text: owned() });
         }
         let mut class = Class::new(expr.trim());
         if settings.trim().is_empty() {
-            return Err(format!("`{text}` has no settings after the `;` (cutoff=BYTES, mode=MODE, priority=P)"));
+            return Err(ParseClassError::NoSettings { text: owned() });
         }
         for part in settings.split(',') {
-            let (key, value) = part.split_once('=').ok_or_else(|| format!("`{}` in `{text}` is not KEY=VALUE", part.trim()))?;
+            let (key, value) =
+                part.split_once('=').ok_or_else(|| ParseClassError::NotKeyValue { text: owned(), part: part.trim().to_owned() })?;
             let (key, value) = (key.trim(), value.trim());
             let twice = match key {
                 "cutoff" => class
                     .cutoff
                     .replace(match value {
                         "none" => None,
-                        n => Some(n.parse().map_err(|_| format!("cutoff `{n}` in `{text}` is not a number of bytes or `none`"))?),
+                        n => Some(n.parse().map_err(|_| ParseClassError::Cutoff { text: owned(), value: n.to_owned() })?),
                     })
                     .is_some(),
-                "mode" => class.mode.replace(value.parse().map_err(|e| format!("{e} in `{text}`"))?).is_some(),
+                "mode" => class.mode.replace(value.parse().map_err(|error| ParseClassError::Mode { text: owned(), error })?).is_some(),
                 "priority" => {
                     let p = value
                         .parse()
                         .ok()
                         .filter(|&p| p < PRIORITIES)
-                        .ok_or_else(|| format!("priority `{value}` in `{text}` is not one of 0 to {}", PRIORITIES - 1))?;
+                        .ok_or_else(|| ParseClassError::Priority { text: owned(), value: value.to_owned() })?;
                     class.priority.replace(p).is_some()
                 }
-                other => return Err(format!("`{other}` in `{text}` is not a class setting (cutoff, mode, priority)")),
+                other => return Err(ParseClassError::UnknownKey { text: owned(), key: other.to_owned() }),
             };
             if twice {
-                return Err(format!("`{key}` is given twice in `{text}`"));
+                return Err(ParseClassError::Twice { text: owned(), key: key.to_owned() });
             }
         }
         Ok(class)
     }
+}
+
+/// Why [`Class::parse_cutoff`] refused its `EXPR=BYTES`. Each message quotes
+/// the text given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseCutoffClassError {
+    /// No `=` in the text.
+    #[error("`{text}` is not EXPR=BYTES")]
+    NoEquals {
+        /// The text given.
+        text: String,
+    },
+    /// What follows the last `=` is not a whole number.
+    #[error("`{bytes}` in `{text}` is not a number of bytes")]
+    Bytes {
+        /// The text given.
+        text: String,
+        /// What stands for the bytes.
+        bytes: String,
+    },
+    /// Nothing but blanks before the `=`.
+    #[error("`{text}` has no filter expression before the `=`")]
+    NoExpression {
+        /// The text given.
+        text: String,
+    },
+}
+
+/// Why [`Class::parse`] refused its `EXPR;KEY=VALUE,...`. Each message quotes
+/// the text given, and the key or value at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseClassError {
+    /// Neither a `;` nor an `=` in the text.
+    #[error("`{text}` is neither EXPR;KEY=VALUE,... nor EXPR=BYTES")]
+    Form {
+        /// The text given.
+        text: String,
+    },
+    /// The short form `EXPR=BYTES` was refused.
+    #[error(transparent)]
+    Short(#[from] ParseCutoffClassError),
+    /// Nothing but blanks before the `;`.
+    #[error("`{text}` has no filter expression before the `;`")]
+    NoExpression {
+        /// The text given.
+        text: String,
+    },
+    /// Nothing but blanks after the `;`.
+    #[error("`{text}` has no settings after the `;` (cutoff=BYTES, mode=MODE, priority=P)")]
+    NoSettings {
+        /// The text given.
+        text: String,
+    },
+    /// A setting without an `=`.
+    #[error("`{part}` in `{text}` is not KEY=VALUE")]
+    NotKeyValue {
+        /// The text given.
+        text: String,
+        /// The setting, trimmed.
+        part: String,
+    },
+    /// `cutoff=` is neither a whole number nor `none`.
+    #[error("cutoff `{value}` in `{text}` is not a number of bytes or `none`")]
+    Cutoff {
+        /// The text given.
+        text: String,
+        /// The value given for the cutoff.
+        value: String,
+    },
+    /// `mode=` names no [`Mode`]. The mode's error is in the message, not
+    /// chained as a source, so printing the chain does not say it twice.
+    #[error("{error} in `{text}`")]
+    Mode {
+        /// The text given.
+        text: String,
+        /// The mode's own error.
+        error: ParseModeError,
+    },
+    /// `priority=` is not one of 0 to [`PRIORITIES`] − 1.
+    #[error("priority `{value}` in `{text}` is not one of 0 to {max}", max = PRIORITIES - 1)]
+    Priority {
+        /// The text given.
+        text: String,
+        /// The value given for the priority.
+        value: String,
+    },
+    /// A key other than `cutoff`, `mode` and `priority`.
+    #[error("`{key}` in `{text}` is not a class setting (cutoff, mode, priority)")]
+    UnknownKey {
+        /// The text given.
+        text: String,
+        /// The key given.
+        key: String,
+    },
+    /// A key given twice.
+    #[error("`{key}` is given twice in `{text}`")]
+    Twice {
+        /// The text given.
+        text: String,
+        /// The key given twice.
+        key: String,
+    },
 }
 
 /// The stream layer's settings. Build with the `with_`/`set` methods, then
@@ -360,8 +489,22 @@ mod tests {
             ("tcp;prio=1", "`prio` in `tcp;prio=1` is not a class setting"),
             ("tcp;cutoff=1,cutoff=2", "`cutoff` is given twice"),
         ] {
-            let e = Class::parse(text).expect_err(text);
+            let e = Class::parse(text).expect_err(text).to_string();
             assert!(e.contains(says), "{text}: {e}");
         }
+        let err = |text| Class::parse(text).expect_err(text);
+        assert_eq!(err("tcp;priority=9"), ParseClassError::Priority { text: "tcp;priority=9".into(), value: "9".into() });
+        assert_eq!(
+            err("tcp;mode=fast"),
+            ParseClassError::Mode { text: "tcp;mode=fast".into(), error: "fast".parse::<Mode>().unwrap_err() }
+        );
+        assert_eq!(
+            err("tcp=x"),
+            ParseClassError::Short(ParseCutoffClassError::Bytes { text: "tcp=x".into(), bytes: "x".into() }),
+            "the short form's error is the cutoff class's"
+        );
+        assert_eq!(Class::parse_cutoff("=5"), Err(ParseCutoffClassError::NoExpression { text: "=5".into() }));
+        assert_eq!(Class::parse_cutoff("tcp"), Err(ParseCutoffClassError::NoEquals { text: "tcp".into() }));
+        assert_eq!("udp".parse::<Mode>().unwrap_err().given(), "udp");
     }
 }

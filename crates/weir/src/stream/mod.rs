@@ -65,7 +65,10 @@ pub use crate::source::live::cutoff::KernelCutoff;
 pub use api::{CloseReason, Direction, KernelStats, Piece, Stream, StreamCtl, StreamHandler, StreamStats};
 pub use board::StreamsNow;
 pub(crate) use board::{read_all as read_boards, Board};
-pub use config::{Class, Mode, StreamConfig, KERNEL_INSTALL_AFTER, MAX_PIECE, PREALLOC_CONNECTIONS, PRIORITIES};
+pub use config::{
+    Class, Mode, ParseClassError, ParseCutoffClassError, ParseModeError, StreamConfig, KERNEL_INSTALL_AFTER, MAX_PIECE,
+    PREALLOC_CONNECTIONS, PRIORITIES,
+};
 pub use layer::Streams;
 
 #[cfg(test)]

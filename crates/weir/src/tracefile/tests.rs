@@ -192,7 +192,7 @@ fn oracle(bytes: &[u8]) -> Oracle {
     file.write_all(bytes).expect("write temporary file");
     let mut handle = match lib.open_offline(file.path()) {
         Ok(h) => h,
-        Err(e) => return Oracle { opened: Err(e), packets: Vec::new(), error: None },
+        Err(e) => return Oracle { opened: Err(e.to_string()), packets: Vec::new(), error: None },
     };
     let opened = Ok(handle.link_type());
     let mut packets = Vec::new();
@@ -200,7 +200,7 @@ fn oracle(bytes: &[u8]) -> Oracle {
         match handle.next_packet() {
             Ok(Some(p)) => packets.push((p.ts_ns, p.wire_len, p.data)),
             Ok(None) => return Oracle { opened, packets, error: None },
-            Err(e) => return Oracle { opened, packets, error: Some(e) },
+            Err(e) => return Oracle { opened, packets, error: Some(e.to_string()) },
         }
     }
 }

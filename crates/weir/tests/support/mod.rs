@@ -119,7 +119,7 @@ pub fn linux_dlt(link_type: u32) -> u32 {
 pub fn libpcap_trace(lib: &Oracle, path: &Path) -> Trace {
     let mut handle = match lib.open_offline(path) {
         Ok(h) => h,
-        Err(e) => return Trace { open: Err(e), packets: Vec::new(), end: Ok(()) },
+        Err(e) => return Trace { open: Err(e.to_string()), packets: Vec::new(), end: Ok(()) },
     };
     let open = Ok(handle.link_type());
     let mut packets = Vec::new();
@@ -127,7 +127,7 @@ pub fn libpcap_trace(lib: &Oracle, path: &Path) -> Trace {
         match handle.next_packet() {
             Ok(Some(p)) => packets.push(Pkt { ts_ns: p.ts_ns, wire_len: p.wire_len, data: p.data }),
             Ok(None) => return Trace { open, packets, end: Ok(()) },
-            Err(e) => return Trace { open, packets, end: Err(e) },
+            Err(e) => return Trace { open, packets, end: Err(e.to_string()) },
         }
     }
 }

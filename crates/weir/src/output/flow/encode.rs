@@ -69,12 +69,23 @@ impl Format {
 }
 
 impl std::str::FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Format, String> {
-        [Format::Ipfix, Format::V9, Format::V5]
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| format!("`{s}` is not a flow export format (ipfix, v9, v5)"))
+    type Err = ParseFormatError;
+    fn from_str(s: &str) -> Result<Format, ParseFormatError> {
+        [Format::Ipfix, Format::V9, Format::V5].into_iter().find(|f| f.name() == s).ok_or_else(|| ParseFormatError { given: s.to_owned() })
+    }
+}
+
+/// A name that is not a flow export [`Format`]'s (`ipfix`, `v9` or `v5`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a flow export format (ipfix, v9, v5)")]
+pub struct ParseFormatError {
+    given: String,
+}
+
+impl ParseFormatError {
+    /// The name as given.
+    pub fn given(&self) -> &str {
+        &self.given
     }
 }
 

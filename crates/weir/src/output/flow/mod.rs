@@ -28,7 +28,7 @@ pub mod files;
 pub mod layer;
 
 pub use collector::{CollectorStats, Pacer, Pacing};
-pub use encode::{Encoder, EncoderError, EndReason, FlowRecord, Format, Reverse};
+pub use encode::{Encoder, EncoderError, EndReason, FlowRecord, Format, ParseFormatError, Reverse};
 pub use export::{ExportHooks, ExportStats, Exporter, OpenError, Ready};
 pub use files::{FlowFiles, NextFile};
 pub use layer::FlowSettings;

@@ -50,7 +50,7 @@
 //! **Buckets mode steers flows by a table.** The group's demux is weir's eBPF
 //! program (PACKET_FANOUT_EBPF, `ebpf/weir_fanout.c`): it puts each packet in one
 //! of 512 buckets by weir's own symmetric RSS hash (the bucket
-//! [`Rss::bucket`](crate::rss::Rss::bucket) gives the frame) and hands it to the
+//! [`Rss::bucket`](crate::Rss::bucket) gives the frame) and hands it to the
 //! member a table names for the bucket, initially bucket b → queue b mod n. The
 //! table lives in the kernel and changes while capturing: [`BucketSteering`]
 //! moves buckets and reads how many packets each one steered (its contract is on [`BucketSteering`]). The

@@ -100,7 +100,7 @@ impl BucketTable for KernelTable {
 
     /// Entry b is bucket b of [`BUCKETS`]: the flows whose symmetric hash
     /// has b in its low bits, which the fanout program and
-    /// [`Rss::bucket`](crate::rss::Rss::bucket) compute alike.
+    /// [`Rss::bucket`](crate::Rss::bucket) compute alike.
     fn flow_bucket(&self, entry: usize) -> Option<FlowBucket> {
         Some(FlowBucket::new(entry, BUCKETS))
     }

@@ -8,7 +8,7 @@
 //!   0 to [`BUCKETS`] − 1, counts the packet in that bucket, and hands it to the
 //!   queue the bucket table names.
 //! - The bucket is the one weir's RSS gives the same frame in a trace
-//!   ([`Rss::bucket`](crate::rss::Rss::bucket)): the low bits of the symmetric
+//!   ([`Rss::bucket`](crate::Rss::bucket)): the low bits of the symmetric
 //!   Toeplitz hash of the addresses and, when the packet carries them and is no
 //!   fragment, the ports. So both directions of a flow share a bucket, a bucket
 //!   holds the same flows for every source, and a caller can compute which bucket
@@ -82,7 +82,7 @@ static TABLES: Mutex<Vec<(SteeringId, Weak<Table>)>> = Mutex::new(Vec::new());
 ///
 /// An afpacket capture opened with [`fanout`](Self::fanout) puts each packet
 /// in one of [`BUCKETS`] buckets by weir's symmetric RSS hash (the bucket
-/// [`Rss::bucket`](crate::rss::Rss::bucket) gives the same frame; both
+/// [`Rss::bucket`](crate::Rss::bucket) gives the same frame; both
 /// directions of a flow share one) and hands it to the queue the table names,
 /// initially bucket b → queue b mod n. The table steers one capture at a
 /// time, from its opening until its last capture thread is gone. A move takes

@@ -73,7 +73,7 @@ pub enum Fanout {
     /// By flow bucket, in the kernel: weir's eBPF fanout program puts each packet
     /// in one of 512 buckets by weir's own symmetric RSS hash (so both directions
     /// of a flow share a bucket, and a bucket holds the same flows as in a trace
-    /// split by [`crate::rss`]) and hands it to the queue a table gives that
+    /// split by [`Rss`](crate::Rss)) and hands it to the queue a table gives that
     /// bucket. The table can be changed while capturing, which is how buckets
     /// move between queues (see [`BucketSteering`](crate::source::afpacket::BucketSteering)).
     /// `None` (what `"buckets"` parses to): the capture makes a table of its own,
@@ -228,7 +228,7 @@ pub struct XdpOptions {
 /// queue's packets from one ring, spreads them over the capture's queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum XdpSpread {
-    /// By weir's own symmetric RSS hash ([`crate::rss`]), whatever RX queue
+    /// By weir's own symmetric RSS hash ([`Rss`](crate::Rss)), whatever RX queue
     /// the NIC put a packet on: both directions of a flow go to one queue
     /// (a NIC's RSS key need not be symmetric), the queues share the work
     /// even when the NIC piles every flow on one RX queue, and a trace split

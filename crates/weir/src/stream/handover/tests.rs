@@ -10,7 +10,7 @@
 //! are parked; every stream of the trace runs from near its start to near
 //! its end, so each moved bucket carries streams in the middle of their data.
 
-use crate::balance::{ControllerConfig, Mode as Balance};
+use crate::balance::{BalanceMode as Balance, ControllerConfig};
 use crate::engine::{Engine, Report};
 use crate::locality::{BatchSize, LocalityConfig};
 use crate::sink::{FileFormat, TraceWriter, TsPrecision};
