@@ -12,16 +12,16 @@
 //! waits, then opens the name again and resumes. A reader of standard
 //! output that went away ends weir quietly, as every command's output does.
 
-use crate::flows::FlowRecord;
+use crate::event_types::flow_event;
 use crate::kafka::Kafka;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex, PoisonError};
-use weir::output::eve::{EveWriter, FlowEvent};
+use weir::output::eve::EveWriter;
+use weir::output::flow::FlowRecord;
 use weir::stream::Stream;
 
-/// The kinds of event, in the order counts are kept.
-pub const TYPES: [&str; 4] = ["flow", "stream", "alert", "stats"];
+pub use crate::event_types::TYPES;
 
 /// What the events output counted.
 #[derive(Clone, Debug, Default)]
@@ -56,28 +56,6 @@ struct Out {
 pub struct Events {
     file: Option<(Arc<Mutex<Out>>, [bool; 4])>,
     kafka: Option<Kafka>,
-}
-
-/// A flow record as an EVE `flow` event: the record's direction to the
-/// server, with `--biflow` the reverse direction's counters to the client.
-pub fn flow_event(r: &FlowRecord) -> FlowEvent {
-    let rev = r.reverse.unwrap_or_default();
-    FlowEvent {
-        src: r.src,
-        dst: r.dst,
-        sport: r.sport,
-        dport: r.dport,
-        proto: r.proto,
-        start_ns: r.start_ms * 1_000_000,
-        end_ns: r.end_ms * 1_000_000,
-        pkts_toserver: r.packets,
-        bytes_toserver: r.octets,
-        pkts_toclient: rev.packets,
-        bytes_toclient: rev.octets,
-        tcp_flags_ts: r.tcp_flags,
-        tcp_flags_tc: rev.tcp_flags,
-        reason: r.end.name(),
-    }
 }
 
 fn open(path: &str, append: bool) -> io::Result<File> {

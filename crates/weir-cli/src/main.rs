@@ -7,6 +7,7 @@
 mod alloc;
 mod args;
 mod count;
+mod event_types;
 mod events;
 mod exit;
 mod flow_order;

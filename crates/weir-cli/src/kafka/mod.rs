@@ -25,7 +25,6 @@
 
 pub mod proto;
 
-use crate::flows::FlowRecord;
 use clap::Args;
 use prost::Message as _;
 use rdkafka::config::ClientConfig;
@@ -38,11 +37,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use weir::output::eve::EveEncoder;
+use weir::output::flow::FlowRecord;
 use weir::stream::community_id::CommunityId;
 use weir::stream::Stream;
 
 /// The kinds of record, in the order counts are kept (as the events').
-pub const TYPES: [&str; 4] = crate::events::TYPES;
+pub const TYPES: [&str; 4] = crate::event_types::TYPES;
 
 /// The options of the Kafka output, the same on every command that has it
 /// and as the keys of the sensor's `[kafka]` table.
@@ -446,7 +446,7 @@ impl Kafka {
 
     /// A flow record (with --biflow, both directions in one).
     pub fn record(&self, r: &FlowRecord) {
-        let e = crate::events::flow_event(r);
+        let e = crate::event_types::flow_event(r);
         self.publish(0, |enc, b| enc.flow(b, &e), || proto::flow(&e, r.ingress));
     }
 

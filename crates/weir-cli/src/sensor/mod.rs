@@ -39,6 +39,7 @@
 mod config;
 mod metrics;
 mod output;
+mod plan;
 mod run;
 
 use crate::exit::bad_input;
@@ -80,7 +81,7 @@ pub fn run(args: SensorArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     let cfg = config::load(file).map_err(|e| bad_input(anyhow::anyhow!(e)))?;
-    let plan = run::Plan::check(&cfg).map_err(|e| bad_input(anyhow::anyhow!(e)))?;
+    let plan = plan::Plan::check(&cfg).map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     if args.check {
         eprintln!("weir sensor: {}: the config is good: {}", file.display(), plan.describe(&cfg));
         return Ok(ExitCode::SUCCESS);

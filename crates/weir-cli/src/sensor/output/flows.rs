@@ -15,7 +15,7 @@ pub const TYPE: Type = Type {
     name: "flows",
     present: |cfg| cfg.flows.is_some(),
     filter: |cfg| cfg.flows.as_ref().and_then(|r| r.src.filter.clone()),
-    open: |cfg, _, env| {
+    open: |cfg, env| {
         let out = FlowOutput::open(cfg.flows.as_ref().expect("open is called for a present output"), &env.info.queues)?;
         let layer = StreamConfig { kernel_install_after: cfg.capture.kernel.kernel_install_after, ..out.cfg.clone() };
         Ok(Box::new(Flows { cfg: layer, next_files: out.next_files(), output: Some(out), exporting: None }))

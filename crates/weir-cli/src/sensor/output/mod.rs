@@ -21,7 +21,6 @@ mod record;
 mod streams;
 
 use super::config::Config;
-use super::run::Plan;
 use crate::events::Events;
 use std::any::Any;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -40,7 +39,7 @@ pub struct Type {
     /// Its own libpcap filter in `cfg` (read again by a reload).
     pub filter: fn(&Config) -> Option<String>,
     /// Opens it for a run (see the module's first step).
-    pub open: fn(&Config, &Plan, &Env<'_>) -> anyhow::Result<Box<dyn Output>>,
+    pub open: fn(&Config, &Env<'_>) -> anyhow::Result<Box<dyn Output>>,
 }
 
 /// Every output type, in the order of the tee's branches.
@@ -58,6 +57,11 @@ pub struct Env<'a> {
     pub events: Option<&'a Events>,
     /// Whether an event type goes anywhere.
     pub wants: &'a dyn Fn(&str) -> bool,
+    /// The reassembling layer's settings the check made, for `[streams]`
+    /// and `[inspect]`.
+    pub stream_cfg: Option<&'a weir::stream::StreamConfig>,
+    /// The rules' matcher the check built, for `[inspect]`.
+    pub matcher: Option<&'a std::sync::Arc<crate::inspect::Matcher>>,
 }
 
 /// What puts a compiled reload in force.

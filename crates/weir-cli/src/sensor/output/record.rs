@@ -17,7 +17,7 @@ pub const TYPE: Type = Type {
     name: "record",
     present: |cfg| cfg.record.is_some(),
     filter: |cfg| cfg.record.as_ref().and_then(|r| r.src.filter.clone()),
-    open: |cfg, _, env| {
+    open: |cfg, env| {
         let args = cfg.record.as_ref().expect("open is called for a present output");
         let writer = crate::record::writer(args, env.info)?;
         // On a live source packet time is the clock's: it ages the files on

@@ -24,10 +24,10 @@ pub const TYPE: Type = Type {
     filter: |cfg| {
         cfg.streams.as_ref().and_then(|r| r.src.filter.clone()).or_else(|| cfg.inspect.as_ref().and_then(|r| r.src.filter.clone()))
     },
-    open: |cfg, plan, env| {
-        let layer = plan.stream_cfg.clone().expect("the check makes the layer's settings for [streams] or [inspect]");
+    open: |cfg, env| {
+        let layer = env.stream_cfg.cloned().expect("the check makes the layer's settings for [streams] or [inspect]");
         layer.check().map_err(|e| crate::exit::setting_error(&e))?;
-        let rules = plan.matcher.clone().map(|m| Arc::new(Rules { matcher: Mutex::new(m), generation: AtomicU64::new(0) }));
+        let rules = env.matcher.cloned().map(|m| Arc::new(Rules { matcher: Mutex::new(m), generation: AtomicU64::new(0) }));
         Ok(Box::new(StreamsOutput {
             layer,
             files: cfg.streams.as_ref().map(|s| s.output.clone().map(Arc::new)),
