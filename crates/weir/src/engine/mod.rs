@@ -479,7 +479,8 @@ impl EngineBuilder {
 /// used), its filter compiled, nothing runs yet. Start it once, in one of
 /// three ways: [`run`](Self::run) or [`start`](Self::start) (a worker thread
 /// per queue calls the application's [`Handler`]), or
-/// [`start_reader`](Self::start_reader) (the caller pulls packets).
+/// [`start_reader`](Self::start_reader) or [`start_readers`](Self::start_readers)
+/// (the caller pulls packets, every queue on one thread or each on its own).
 pub struct Engine {
     source: Box<dyn source::Source>,
     info: SourceInfo,
@@ -620,7 +621,7 @@ impl Engine {
     /// on this thread, before its worker starts. On an error, whatever had
     /// started is asked to stop.
     pub fn start<H: Handler>(self, mut make: impl FnMut(QueueId) -> H) -> Result<Running<H>, RunError> {
-        let mut l = self.launch(false)?;
+        let mut l = self.launch(Takers::Workers)?;
         let mut workers = Vec::new();
         let locality = l.locality.map(|cfg| (cfg, l.info.link_type));
         for (i, (q, side)) in std::mem::take(&mut l.worker_sides).into_iter().enumerate() {
@@ -666,14 +667,33 @@ impl Engine {
     /// Start the capture threads and hand every queue's packets to the caller's
     /// thread, which pulls them one at a time (see [`Reader`]).
     pub fn start_reader(self) -> Result<Reader, RunError> {
-        Ok(Reader::new(self.launch(true)?))
+        Ok(Reader::new(self.launch(Takers::OneReader)?))
     }
 
-    /// What both ways of running share: the pools and work-queue pairs, and the
-    /// capture threads, started. The worker sides are left to the caller; for
-    /// one thread reading them all (`pull`), every capture side also rings the
+    /// Start the capture threads and give each queue a [`Reader`] of its own,
+    /// in queue order ([`SourceInfo::queues`]), for an application that pulls
+    /// every queue on a thread of its own: each reader holds only its queue's
+    /// packets and counters, and sleeps on its queue alone.
+    ///
+    /// - Every queue must be read: a queue nobody reads fills its pool, and
+    ///   a capture thread that feeds it and other queues (a trace's) then
+    ///   waits for it.
+    /// - One stop ends capture on every queue. So does closing a reader
+    ///   before its queue has ended ([`Read::End`]): its packets would
+    ///   otherwise have nowhere to go.
+    /// - The first reader holds the capture threads: its [`Reader::error`]
+    ///   and [`Reader::finish`] report their failures, and its
+    ///   [`Read::End`] comes once every capture thread has ended.
+    pub fn start_readers(self) -> Result<Vec<Reader>, RunError> {
+        Ok(Reader::per_queue(self.launch(Takers::ReaderPerQueue)?))
+    }
+
+    /// What every way of running shares: the pools and work-queue pairs, and
+    /// the capture threads, started. The worker sides are left to the caller;
+    /// for one thread reading them all, every capture side also rings the
     /// first worker side's bell.
-    fn launch(self, pull: bool) -> Result<Launched, RunError> {
+    fn launch(self, takers: Takers) -> Result<Launched, RunError> {
+        let pull = takers != Takers::Workers;
         let ctl = self.ctl;
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
@@ -695,7 +715,8 @@ impl Engine {
             works.push(work);
         }
         // Workers that run handlers hand flow state over with each bucket moved;
-        // one thread reading every queue keeps all of it anyway.
+        // one thread reading every queue keeps all of it anyway, and readers
+        // of a queue each hold no state of the engine's to hand over.
         let handovers = (rebalancing && !pull).then(|| {
             let (h, flags) = balance::Handovers::new(works.iter().map(WorkerSide::wake_handle).collect());
             works.iter_mut().zip(flags).for_each(|(w, f)| w.watch(f));
@@ -717,7 +738,7 @@ impl Engine {
         if let Some(t) = self.balance.offload().filter(|_| caps.len() > 1) {
             pool::link_buddies(&mut caps, &mut works, t);
         }
-        if let Some(first) = works.first().filter(|_| pull) {
+        if let Some(first) = works.first().filter(|_| takers == Takers::OneReader) {
             pool::share_bell(&mut caps, &first.wake_handle());
         }
         let mut capture_sides: Vec<_> = caps.into_iter().map(Some).collect();
@@ -783,6 +804,17 @@ impl Engine {
             pools,
         })
     }
+}
+
+/// Who takes the captured chunks off the queues an engine launches.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Takers {
+    /// A worker thread per queue, calling the application's handler.
+    Workers,
+    /// One [`Reader`] for every queue, on the caller's thread.
+    OneReader,
+    /// A [`Reader`] per queue, each on a thread of the caller's.
+    ReaderPerQueue,
 }
 
 /// An engine whose capture threads run, before its worker sides have a home.
