@@ -177,13 +177,16 @@ install: pcap-lib
 	install -m 755 $(TARGET_DIR)/release/weir $(DESTDIR)$(PREFIX)/bin/weir
 	install -m 644 $(TARGET_DIR)/weir-pcap/libpcap.so.0.8 $(DESTDIR)$(PREFIX)/lib/weir/libpcap.so.0.8
 	install -m 755 $(TARGET_DIR)/release/libweirstream.so $(DESTDIR)$(PREFIX)/lib/libweirstream.so
-	install -m 644 crates/weir-capi/include/weir_stream.h crates/weir-capi/include/weir_forward.h $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' dist/weirstream.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weirstream.pc
+	install -m 644 crates/weir-capi/include/weir_stream.h crates/weir-capi/include/weir_forward.h \
+		crates/weir-capi/include/weir_packet.h $(DESTDIR)$(PREFIX)/include/
+	for pc in weirstream weirpacket; do \
+		sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' dist/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	done
 	$(TARGET_DIR)/release/weir man $(DESTDIR)$(PREFIX)/share/man/man1
 
 # make install into a scratch prefix, then use what it installed: the man
-# page, weir run finding its libpcap there, and the C example built with
-# pkg-config against the installed header and library, run on a trace.
+# page, weir run finding its libpcap there, and the C examples built with
+# pkg-config against the installed headers and library, run on a trace.
 install-check:
 	scripts/install-check
 

@@ -1,6 +1,8 @@
 //! The C API of weir's stream layer: `libweirstream.so`, declared by
 //! `include/weir_stream.h` (the header is the reference: what each function
-//! does, the threading, the errors).
+//! does, the threading, the errors). The same library holds the forwarder's
+//! ([`forward`], `include/weir_forward.h`) and the packets' ([`packet`],
+//! `include/weir_packet.h`: every queue's packets by callback or by pull).
 //!
 //! A `weir_streams_t` holds the source's name, the [`StreamConfig`], the
 //! engine filter and the C callbacks; [`weir_streams_run`] builds an
@@ -20,6 +22,7 @@
 
 pub mod forward;
 pub mod handler;
+pub mod packet;
 
 use handler::{CHandler, CStream, Callbacks, ClosedCb, CreatedCb, DataCb, StreamInfo, StreamRef, UserPtr};
 use std::ffi::{c_char, c_int, c_longlong, c_ulonglong, c_void, CStr, CString};

@@ -111,6 +111,80 @@ fn every_packet_once_in_capture_order_per_queue() {
 }
 
 #[test]
+fn a_reader_per_queue_each_on_its_own_thread_gets_its_queues_packets_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    write_trace(&path, 5_000);
+    let engine = Engine::builder().source(&format!("{}@0-2", path.display())).unwrap().pool(PoolConfig::new(16, 4).unwrap());
+    let readers = engine.build().unwrap().start_readers().unwrap();
+    assert_eq!(readers.len(), 3);
+    // Each thread reads its queue to the end: the packets it sees are its
+    // queue's, in capture order; the pools are small, so a queue read slowly
+    // holds the capture thread back and the others wait with it.
+    let threads: Vec<_> = readers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            std::thread::spawn(move || {
+                let mut seqs = Vec::new();
+                loop {
+                    match r.next(Duration::from_secs(10)) {
+                        Read::Packet(p) => {
+                            assert_eq!(p.queue(), weir::QueueId(i as u16), "reader {i} got another queue's packet");
+                            seqs.push(seq_of(p.data()));
+                        }
+                        Read::Idle => panic!("a trace never idles for 10 s"),
+                        Read::End => break,
+                    }
+                }
+                assert!(seqs.windows(2).all(|w| w[0] < w[1]), "queue {i} reordered");
+                let rep = r.finish();
+                assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+                (seqs, rep.stats)
+            })
+        })
+        .collect();
+    let mut seen = vec![0u32; 5_000];
+    for (i, t) in threads.into_iter().enumerate() {
+        let (seqs, stats) = t.join().unwrap();
+        assert_eq!(stats.queues.len(), 1, "a reader's counters are its queue's");
+        let q = stats.queues[0];
+        assert_eq!(q.queue, weir::QueueId(i as u16));
+        assert!(!seqs.is_empty(), "the split gives every queue packets");
+        assert_eq!((q.received, q.delivered, q.unread, q.in_flight), (seqs.len() as u64, seqs.len() as u64, 0, 0), "{q:?}");
+        seqs.iter().for_each(|&s| seen[s as usize] += 1);
+    }
+    assert!(seen.iter().all(|&n| n == 1), "every packet exactly once over the queues");
+}
+
+#[test]
+fn closing_one_queues_reader_early_stops_capture_on_every_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pcap");
+    write_trace(&path, 20_000);
+    let engine = Engine::builder().source(&format!("{}@0-1", path.display())).unwrap().pool(PoolConfig::new(16, 4).unwrap());
+    let mut readers = engine.build().unwrap().start_readers().unwrap();
+    let mut second = readers.pop().unwrap();
+    let first = readers.pop().unwrap();
+    let reading = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while let Read::Packet(_) = second.next(Duration::from_secs(10)) {
+            n += 1;
+        }
+        (n, second.stop_reason(), second.finish().stats.total())
+    });
+    // The first queue's reader closes before its queue ended: capture stops.
+    let t0 = first.finish().stats.total();
+    let (n, reason, t1) = reading.join().unwrap();
+    assert_eq!(reason, Some(weir::StopReason::Requested));
+    assert_eq!(t1.delivered, n);
+    assert!(t0.received + t1.received < 20_000, "capture stopped early: {t0:?} {t1:?}");
+    for t in [t0, t1] {
+        assert!(t.balanced() && t.in_flight == 0 && t.received == t.delivered + t.unread, "{t:?}");
+    }
+}
+
+#[test]
 fn packets_left_when_the_reader_stops_are_counted_unread_not_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.pcap");

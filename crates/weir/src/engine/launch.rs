@@ -19,18 +19,19 @@ use super::worker::{capture_loop, pin, ThreadEnd};
 use super::{Engine, Placement, RunError, SourceInfo, StopReason};
 
 impl Engine {
-    /// What both ways of running share: the pools and work-queue pairs, and the
-    /// capture threads, started. The worker sides are left to the caller; for
-    /// one thread reading them all (`pull`), every capture side also rings the
+    /// What every way of running shares: the pools and work-queue pairs, and
+    /// the capture threads, started. The worker sides are left to the caller;
+    /// for one thread reading them all, every capture side also rings the
     /// first worker side's bell.
     /// With `inline`, each queue's worker side is handed to it instead, with
     /// the queue, and the hook it returns runs on the capture thread after
     /// each chunk (see [`EngineBuilder::inline`](super::EngineBuilder::inline)).
     pub(super) fn launch(
         self,
-        pull: bool,
+        takers: Takers,
         inline: Option<&mut dyn FnMut(QueueId, WorkerSide) -> Box<dyn OnPublish>>,
     ) -> Result<Launched, RunError> {
+        let pull = takers != Takers::Workers;
         let ctl = self.ctl;
         let progress = self.source.progress();
         let balance = Arc::new(balance::BalanceCounters::default());
@@ -52,7 +53,8 @@ impl Engine {
             works.push(work);
         }
         // Workers that run handlers hand flow state over with each bucket moved;
-        // one thread reading every queue keeps all of it anyway.
+        // one thread reading every queue keeps all of it anyway, and readers
+        // of a queue each hold no state of the engine's to hand over.
         let handovers = (rebalancing && !pull).then(|| {
             let (h, flags) = balance::Handovers::new(works.iter().map(WorkerSide::wake_handle).collect());
             works.iter_mut().zip(flags).for_each(|(w, f)| w.watch(f));
@@ -74,7 +76,7 @@ impl Engine {
         if let Some(t) = self.balance.offload().filter(|_| caps.len() > 1) {
             pool::link_buddies(&mut caps, &mut works, t);
         }
-        if let Some(first) = works.first().filter(|_| pull) {
+        if let Some(first) = works.first().filter(|_| takers == Takers::OneReader) {
             pool::share_bell(&mut caps, &first.wake_handle());
         }
         let mut worker_sides: Vec<_> = self.info.queues.iter().copied().zip(works).collect();
@@ -145,6 +147,18 @@ impl Engine {
             pools,
         })
     }
+}
+
+/// Who takes the captured chunks off the queues an engine launches.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub(super) enum Takers {
+    /// A worker thread per queue, calling the application's handler (or,
+    /// inline, the capture thread itself).
+    Workers,
+    /// One [`Reader`](super::Reader) for every queue, on the caller's thread.
+    OneReader,
+    /// A [`Reader`](super::Reader) per queue, each on a thread of the caller's.
+    ReaderPerQueue,
 }
 
 /// An engine whose capture threads run, before its worker sides have a home.

@@ -28,6 +28,7 @@ pub use crate::capture::unit::{SourceError, SourceErrorKind, SourceInfo};
 pub use affinity::{CpuPlan, Placement};
 pub use builder::{BuildError, EngineBuilder};
 pub(crate) use launch::Launched;
+use launch::Takers;
 pub use reader::{Read, Reader, ReaderReport};
 pub use watch::Watch;
 use worker::{panic_message, pin, worker_loop, Inline, InlineHook, InlineWorker, ThreadEnd};
@@ -99,7 +100,8 @@ pub enum RunError {
 /// used), its filter compiled, nothing runs yet. Start it once, in one of
 /// three ways: [`run`](Self::run) or [`start`](Self::start) (a worker thread
 /// per queue calls the application's [`Handler`]), or
-/// [`start_reader`](Self::start_reader) (the caller pulls packets).
+/// [`start_reader`](Self::start_reader) or [`start_readers`](Self::start_readers)
+/// (the caller pulls packets, every queue on one thread or each on its own).
 pub struct Engine {
     source: Box<dyn source::Source>,
     info: SourceInfo,
@@ -245,7 +247,7 @@ impl Engine {
         if self.inline {
             return self.start_inline(make);
         }
-        let mut l = self.launch(false, None)?;
+        let mut l = self.launch(Takers::Workers, None)?;
         let mut workers = Vec::new();
         let locality = l.locality.map(|cfg| (cfg, l.info.link_type));
         for (i, (q, side)) in std::mem::take(&mut l.worker_sides).into_iter().enumerate() {
@@ -299,7 +301,7 @@ impl Engine {
             inline.push((q, Box::new(finish_inline(q, Arc::clone(&w))) as InlineEnd<H>));
             Box::new(InlineHook(w))
         };
-        let l = self.launch(false, Some(&mut hook))?;
+        let l = self.launch(Takers::Workers, Some(&mut hook))?;
         Ok(Running {
             ctl: l.ctl,
             counters: l.counters,
@@ -322,7 +324,25 @@ impl Engine {
     /// Start the capture threads and hand every queue's packets to the caller's
     /// thread, which pulls them one at a time (see [`Reader`]).
     pub fn start_reader(self) -> Result<Reader, RunError> {
-        Ok(Reader::new(self.launch(true, None)?))
+        Ok(Reader::new(self.launch(Takers::OneReader, None)?))
+    }
+
+    /// Start the capture threads and give each queue a [`Reader`] of its own,
+    /// in queue order ([`SourceInfo::queues`]), for an application that pulls
+    /// every queue on a thread of its own: each reader holds only its queue's
+    /// packets and counters, and sleeps on its queue alone.
+    ///
+    /// - Every queue must be read: a queue nobody reads fills its pool, and
+    ///   a capture thread that feeds it and other queues (a trace's) then
+    ///   waits for it.
+    /// - One stop ends capture on every queue. So does closing a reader
+    ///   before its queue has ended ([`Read::End`]): its packets would
+    ///   otherwise have nowhere to go.
+    /// - The first reader holds the capture threads: its [`Reader::error`]
+    ///   and [`Reader::finish`] report their failures, and its
+    ///   [`Read::End`] comes once every capture thread has ended.
+    pub fn start_readers(self) -> Result<Vec<Reader>, RunError> {
+        Ok(Reader::per_queue(self.launch(Takers::ReaderPerQueue, None)?))
     }
 }
 

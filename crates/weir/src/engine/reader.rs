@@ -79,10 +79,13 @@ struct Sorted {
 }
 
 /// Every queue's packets, pulled on the caller's thread, from
-/// [`Engine::start_reader`](super::Engine::start_reader). `Send`, not `Sync`.
+/// [`Engine::start_reader`](super::Engine::start_reader); or one queue's, from
+/// [`Engine::start_readers`](super::Engine::start_readers), which gives each
+/// queue a reader of its own. `Send`, not `Sync`.
 ///
 /// - The capture threads run as in [`Engine::start`](super::Engine::start);
-///   the reader holds every queue's worker side.
+///   the reader holds every queue's worker side (or its one queue's), and
+///   its counters, [`watch`](Self::watch) and report are of those queues.
 /// - A packet returned by [`Reader::next`] borrows the reader: it stays valid
 ///   until the next call, and the chunk that holds it is recycled only once
 ///   every packet of it has been handed out.
@@ -150,8 +153,31 @@ impl Deadline {
 }
 
 impl Reader {
+    /// The one reader of every queue.
     pub(super) fn new(mut l: Launched) -> Reader {
         let sides: Vec<WorkerSide> = std::mem::take(&mut l.worker_sides).into_iter().map(|(_, s)| s).collect();
+        let captures = std::mem::take(&mut l.captures);
+        Reader::of(&l, sides, l.counters.clone(), l.pools.clone(), captures)
+    }
+
+    /// A reader per queue, in queue order; the first holds the capture threads.
+    pub(super) fn per_queue(mut l: Launched) -> Vec<Reader> {
+        let sides = std::mem::take(&mut l.worker_sides);
+        let mut captures = std::mem::take(&mut l.captures);
+        let per_queue = sides.into_iter().zip(l.counters.iter().zip(&l.pools));
+        per_queue
+            .map(|((_, side), (c, p))| Reader::of(&l, vec![side], vec![Arc::clone(c)], vec![p.clone()], std::mem::take(&mut captures)))
+            .collect()
+    }
+
+    /// A reader of `sides`, whose counters and pools are `counters` and `pools`.
+    fn of(
+        l: &Launched,
+        sides: Vec<WorkerSide>,
+        counters: Vec<Arc<QueueCounters>>,
+        pools: Vec<PoolGauge>,
+        captures: Vec<(String, JoinHandle<Result<(), RunError>>)>,
+    ) -> Reader {
         let batch = l.locality.map(|cfg| Sorted {
             cfg,
             link: l.info.link_type,
@@ -161,20 +187,20 @@ impl Reader {
             sizes: Arc::default(),
         });
         Reader {
-            ctl: l.ctl,
-            counters: l.counters,
-            pools: l.pools,
-            balance: l.balance,
-            captures: l.captures,
+            ctl: Arc::clone(&l.ctl),
+            counters,
+            pools,
+            balance: l.balance.clone(),
+            captures,
             sides,
-            info: l.info,
+            info: l.info.clone(),
             held: None,
             batch,
             turn: 0,
             errors: Vec::new(),
             closed: false,
             ready: None,
-            filter: l.filter,
+            filter: l.filter.clone(),
             last: None,
             woken_for_nothing: false,
         }
