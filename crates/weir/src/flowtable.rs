@@ -40,7 +40,7 @@
 //! and one in the slot it names, where a general-purpose map with separate
 //! control bytes and slot numbers costs three.
 
-use crate::pool::sys::Words;
+use crate::sys::mem::Words;
 use crate::{Setting, SettingError};
 use foldhash::fast::RandomState;
 use std::hash::{BuildHasher, Hash};

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::affinity::{self, CpuPlan};
-use super::{sys, Engine, SourceError, StopHandle};
+use super::{Engine, SourceError, StopHandle};
+use crate::sys::cpu as sys;
 
 /// Why an engine could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,6 @@ mod affinity;
 mod builder;
 mod launch;
 mod reader;
-mod sys;
 mod watch;
 mod worker;
 

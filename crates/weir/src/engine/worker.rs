@@ -14,7 +14,8 @@ use crate::{Handler, LinkType};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{sys, RunError, StopReason};
+use super::{RunError, StopReason};
+use crate::sys::cpu as sys;
 
 /// How long a worker sleeps on an empty capture queue before looking again.
 const WORKER_IDLE: Duration = Duration::from_millis(100);

@@ -28,7 +28,7 @@
 
 #![allow(unsafe_code)]
 
-use super::sys::Region;
+use crate::sys::mem::Region;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

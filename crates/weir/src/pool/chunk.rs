@@ -17,7 +17,6 @@
 use super::blocks::BlockArena;
 use super::config::PoolConfig;
 use super::frames::FrameArena;
-use super::sys;
 use crate::{LinkType, Packet, QueueId};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -117,7 +116,7 @@ pub(super) struct Pool {
     pub(super) cells: Box<[UnsafeCell<Cell>]>,
     /// The link type locality keys are computed for, when they are.
     pub(super) key_link: Option<LinkType>,
-    pub(super) arena: sys::Region,
+    pub(super) arena: crate::sys::mem::Region,
     /// The blocks or frames cells point into, kept alive as long as the pool.
     pub(super) backing: OnceLock<Backing>,
 }
@@ -147,7 +146,7 @@ impl Pool {
         let m = cfg.cells().get();
         let chunk_bytes = cfg.chunk_bytes().get();
         // Lazily backed: chunks never attached cost no resident memory.
-        let arena = sys::Region::array(r, chunk_bytes)?;
+        let arena = crate::sys::mem::Region::array(r, chunk_bytes)?;
         Ok(Pool {
             uid: NEXT_POOL_UID.fetch_add(1, Ordering::Relaxed),
             queue,

@@ -10,7 +10,7 @@
 
 #![allow(unsafe_code)]
 
-use super::sys::Region;
+use crate::sys::mem::Region;
 use std::sync::Arc;
 
 /// A region divided into equal frames, addressed by byte offset as AF_XDP does.

@@ -53,7 +53,6 @@ mod chunk;
 mod config;
 mod frames;
 pub(crate) mod prefetch;
-pub(crate) mod sys;
 mod worker;
 
 pub(crate) use blocks::{BlockArena, BlockId, BlockMut, BlockRef};

@@ -365,7 +365,7 @@ fn frames_come_back_when_their_chunk_is_recycled() {
 #[test]
 fn a_shared_block_goes_back_only_when_unheld() {
     let (mut cap, work, _) = pair(8, 4);
-    let region = sys::Region::new(4 * 1024).unwrap();
+    let region = crate::sys::mem::Region::new(4 * 1024).unwrap();
     // SAFETY: anonymous memory stands in for the kernel's ring; nothing else writes it.
     let ring = unsafe { BlockArena::over_mapping(region, 1024, 4) };
     assert!(ring.acquire().is_none(), "the kernel owns unheld blocks");
@@ -534,10 +534,10 @@ fn a_starved_capture_side_wakes_a_worker_watching_for_it() {
 
 #[test]
 fn words_start_as_zeros_and_keep_what_is_written() {
-    let mut w = sys::Words::zeroed(1000).unwrap();
+    let mut w = crate::sys::mem::Words::zeroed(1000).unwrap();
     assert_eq!(w.len(), 1000);
     assert!(w.iter().all(|&x| x == 0));
     (w[0], w[999]) = (u64::MAX, 7);
     assert_eq!((w[0], w[1], w[999]), (u64::MAX, 0, 7));
-    assert!(sys::Words::zeroed(0).unwrap().is_empty());
+    assert!(crate::sys::mem::Words::zeroed(0).unwrap().is_empty());
 }

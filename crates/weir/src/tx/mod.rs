@@ -31,7 +31,7 @@
 //! The socket is opened with protocol 0, so it receives nothing: sending costs
 //! no copy of our own frames back to us.
 
-mod sys;
+use crate::sys::tx_ring as sys;
 pub mod xdp;
 
 use crate::capture::SourceError;

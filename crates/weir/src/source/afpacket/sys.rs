@@ -23,8 +23,8 @@
 #![allow(unsafe_code)]
 
 use crate::filter::BpfInsn;
-use crate::pool::sys::Region;
 use crate::pool::{BlockArena, BlockId, BlockRef};
+use crate::sys::mem::Region;
 use std::io;
 use std::mem::{size_of, MaybeUninit};
 use std::ops::Range;

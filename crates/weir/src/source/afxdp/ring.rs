@@ -22,8 +22,8 @@
 #![allow(unsafe_code)]
 
 use super::sys::{RingOffset, XdpDesc};
-use crate::pool::sys::Region;
 use crate::pool::FrameArena;
+use crate::sys::mem::Region;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -11,8 +11,8 @@
 
 #![allow(unsafe_code)]
 
-use crate::pool::sys::Region;
 use crate::pool::FrameArena;
+use crate::sys::mem::Region;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;

@@ -49,9 +49,9 @@
 
 #![allow(unsafe_code)]
 
-use crate::pool::sys::Region;
 use crate::pool::{prefetch, BlockArena};
 use crate::profile::{Profiler, Stage};
+use crate::sys::mem::Region;
 use nix::sched::CpuSet;
 use std::fs::File;
 use std::os::fd::AsRawFd;

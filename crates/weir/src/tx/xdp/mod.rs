@@ -41,7 +41,7 @@
 //! - Everything is done in [`XdpGenOptions::netns`] when given: the test run
 //!   redirects within the namespace of the thread that calls it.
 
-mod sys;
+use crate::sys::xdp_gen as sys;
 
 use super::{in_netns, longest_frame, sys as tx_sys, TxError, ETH_HLEN};
 use crate::privileges::Operation;

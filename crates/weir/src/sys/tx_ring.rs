@@ -65,39 +65,39 @@ const _: () = assert!(std::mem::size_of::<SockaddrLl>() == 20);
 
 /// Where a frame's packet bytes start when PACKET_TX_HAS_OFF is off: the kernel
 /// reads at `tp_hdrlen - sizeof(sockaddr_ll)` = TPACKET_ALIGN(sizeof(tpacket2_hdr)).
-pub(super) const DATA_OFFSET: usize = 32;
+pub(crate) const DATA_OFFSET: usize = 32;
 
 const _: () = assert!(DATA_OFFSET == std::mem::size_of::<Tpacket2Hdr>().next_multiple_of(16));
 
 /// Frame sizes must be multiples of TPACKET_ALIGNMENT.
-pub(super) const FRAME_ALIGN: usize = 16;
+pub(crate) const FRAME_ALIGN: usize = 16;
 
 /// Frame status values (linux/if_packet.h).
-pub(super) const TP_STATUS_AVAILABLE: u32 = 0;
+pub(crate) const TP_STATUS_AVAILABLE: u32 = 0;
 const TP_STATUS_SEND_REQUEST: u32 = 1;
-pub(super) const TP_STATUS_WRONG_FORMAT: u32 = 4;
+pub(crate) const TP_STATUS_WRONG_FORMAT: u32 = 4;
 
 const TPACKET_V2: libc::c_int = 1;
 
 /// The shape of a TX ring: frames of `frame_size` bytes, `block_size / frame_size`
 /// of them per block; blocks are contiguous in the mapping.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) struct Geometry {
-    pub(super) frame_size: usize,
-    pub(super) block_size: usize,
-    pub(super) frames: usize,
+pub(crate) struct Geometry {
+    pub(crate) frame_size: usize,
+    pub(crate) block_size: usize,
+    pub(crate) frames: usize,
 }
 
 impl Geometry {
-    pub(super) fn frames_per_block(&self) -> usize {
+    pub(crate) fn frames_per_block(&self) -> usize {
         self.block_size / self.frame_size
     }
 
-    pub(super) fn blocks(&self) -> usize {
+    pub(crate) fn blocks(&self) -> usize {
         self.frames / self.frames_per_block()
     }
 
-    pub(super) fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.block_size * self.blocks()
     }
 
@@ -108,7 +108,7 @@ impl Geometry {
     }
 }
 
-pub(super) fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no memory effects; the result is checked.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
@@ -124,7 +124,7 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 /// An AF_PACKET raw socket with protocol 0: it sends, and since it registers no
 /// receive hook the kernel never copies incoming (or our own outgoing) packets to it.
-pub(super) fn packet_socket() -> io::Result<OwnedFd> {
+pub(crate) fn packet_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) call; the result is checked.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -139,12 +139,12 @@ fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T)
     check(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (value as *const T).cast(), std::mem::size_of::<T>() as libc::socklen_t) })
 }
 
-pub(super) fn set_tpacket_v2(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn set_tpacket_v2(fd: &OwnedFd) -> io::Result<()> {
     setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V2)
 }
 
 /// Frames go straight to the driver's transmit function, past the qdisc layer.
-pub(super) fn set_qdisc_bypass(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn set_qdisc_bypass(fd: &OwnedFd) -> io::Result<()> {
     setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &(1 as libc::c_int))
 }
 
@@ -153,12 +153,12 @@ pub(super) fn set_qdisc_bypass(fd: &OwnedFd) -> io::Result<()> {
 /// ring of megabytes long before it is full. SO_SNDBUFFORCE passes
 /// net.core.wmem_max where we may (CAP_NET_ADMIN); otherwise SO_SNDBUF gets what
 /// the limit allows.
-pub(super) fn set_send_buffer(fd: &OwnedFd, bytes: usize) -> io::Result<()> {
+pub(crate) fn set_send_buffer(fd: &OwnedFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v).or_else(|_| setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &v))
 }
 
-pub(super) fn set_tx_ring(fd: &OwnedFd, g: &Geometry) -> io::Result<()> {
+pub(crate) fn set_tx_ring(fd: &OwnedFd, g: &Geometry) -> io::Result<()> {
     let field =
         |n: usize| u32::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("TX ring value {n} too large")));
     let req = TpacketReq {
@@ -171,7 +171,7 @@ pub(super) fn set_tx_ring(fd: &OwnedFd, g: &Geometry) -> io::Result<()> {
 }
 
 /// Bind to one interface, with protocol 0 so nothing is received.
-pub(super) fn bind(fd: &OwnedFd, ifindex: u32) -> io::Result<()> {
+pub(crate) fn bind(fd: &OwnedFd, ifindex: u32) -> io::Result<()> {
     let addr = SockaddrLl {
         sll_family: libc::AF_PACKET as u16,
         sll_protocol: 0,
@@ -187,7 +187,7 @@ pub(super) fn bind(fd: &OwnedFd, ifindex: u32) -> io::Result<()> {
 
 /// Hand every SEND_REQUEST frame to the kernel without waiting: it transmits
 /// them in ring order and returns the bytes it took.
-pub(super) fn send_queued(fd: &OwnedFd) -> io::Result<usize> {
+pub(crate) fn send_queued(fd: &OwnedFd) -> io::Result<usize> {
     // SAFETY: a zero-length send from a null buffer: with a TX ring the kernel
     // reads the frames from the ring, never from the buffer.
     let n = unsafe { libc::send(fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
@@ -203,8 +203,8 @@ pub(crate) struct DeviceFacts {
     pub(crate) hw_type: u16,
 }
 
-pub(super) const ARPHRD_ETHER: u16 = 1;
-pub(super) const ARPHRD_LOOPBACK: u16 = 772;
+pub(crate) const ARPHRD_ETHER: u16 = 1;
+pub(crate) const ARPHRD_LOOPBACK: u16 = 772;
 
 fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
     // SAFETY: ifreq is plain old data; zeroed is a valid value.
@@ -227,7 +227,7 @@ fn ioctl(sock: &OwnedFd, request: libc::c_ulong, req: &mut libc::ifreq) -> io::R
 
 /// Flags, MTU and hardware type of `iface` in the calling thread's namespace.
 /// A device that does not exist is `ErrorKind::NotFound`.
-pub(super) fn device(sock: &OwnedFd, iface: &str) -> io::Result<DeviceFacts> {
+pub(crate) fn device(sock: &OwnedFd, iface: &str) -> io::Result<DeviceFacts> {
     let mut req = ifreq(iface)?;
     ioctl(sock, libc::SIOCGIFFLAGS, &mut req).map_err(|e| match e.raw_os_error() {
         Some(libc::ENODEV) => io::Error::new(io::ErrorKind::NotFound, e),
@@ -247,7 +247,7 @@ pub(super) fn device(sock: &OwnedFd, iface: &str) -> io::Result<DeviceFacts> {
 }
 
 /// The TX ring mapped into our memory. Only this type touches its bytes.
-pub(super) struct RingMap {
+pub(crate) struct RingMap {
     base: NonNull<u8>,
     geometry: Geometry,
 }
@@ -259,7 +259,7 @@ unsafe impl Send for RingMap {}
 
 impl RingMap {
     /// Map the TX ring of `fd` (set up with [`set_tx_ring`] and `geometry`).
-    pub(super) fn map(fd: &OwnedFd, geometry: Geometry) -> io::Result<RingMap> {
+    pub(crate) fn map(fd: &OwnedFd, geometry: Geometry) -> io::Result<RingMap> {
         // SAFETY: a fresh shared mapping of the socket's ring; the kernel checks
         // that the length matches the ring it allocated.
         let p = unsafe {
@@ -272,12 +272,12 @@ impl RingMap {
         Ok(RingMap { base, geometry })
     }
 
-    pub(super) fn geometry(&self) -> Geometry {
+    pub(crate) fn geometry(&self) -> Geometry {
         self.geometry
     }
 
     /// Bytes of packet a frame holds.
-    pub(super) fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.geometry.frame_size - DATA_OFFSET
     }
 
@@ -290,7 +290,7 @@ impl RingMap {
     }
 
     /// Frame `i`'s status (TP_STATUS_*).
-    pub(super) fn status(&self, i: usize) -> u32 {
+    pub(crate) fn status(&self, i: usize) -> u32 {
         // Acquire: when it reads AVAILABLE, the kernel is done with the frame's
         // bytes, and our writes to them must come after this load.
         self.status_word(i).load(Ordering::Acquire)
@@ -299,7 +299,7 @@ impl RingMap {
     /// Fill frame `i` with `data` and pass it to the kernel (SEND_REQUEST).
     /// Returns false, touching nothing, if the frame is not ours (not AVAILABLE)
     /// or `data` does not fit.
-    pub(super) fn fill(&mut self, i: usize, data: &[u8]) -> bool {
+    pub(crate) fn fill(&mut self, i: usize, data: &[u8]) -> bool {
         if data.len() > self.capacity() || self.status(i) != TP_STATUS_AVAILABLE {
             return false;
         }

@@ -10,9 +10,9 @@ pub const MAX_FRAME: usize = 2048;
 /// One frame of the trace, as `struct weir_gen_frame`.
 #[repr(C)]
 #[derive(Copy, Clone)]
-pub(super) struct Frame {
-    pub(super) len: u32,
-    pub(super) data: [u8; MAX_FRAME],
+pub(crate) struct Frame {
+    pub(crate) len: u32,
+    pub(crate) data: [u8; MAX_FRAME],
 }
 
 // SAFETY: plain old data with no padding (a u32 and bytes, 4-aligned), any bit
@@ -22,23 +22,23 @@ unsafe impl aya::Pod for Frame {}
 /// The program's state, as `struct weir_gen_state`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
-pub(super) struct State {
+pub(crate) struct State {
     /// Frames sent so far: the next frame's number.
-    pub(super) next: u64,
-    pub(super) ifindex: u32,
-    pub(super) frames: u32,
-    pub(super) vary_ports: u32,
-    pub(super) pad: u32,
+    pub(crate) next: u64,
+    pub(crate) ifindex: u32,
+    pub(crate) frames: u32,
+    pub(crate) vary_ports: u32,
+    pub(crate) pad: u32,
     /// Paced at a fixed gap between frames, in picoseconds (0: not).
-    pub(super) gap_ps: u64,
+    pub(crate) gap_ps: u64,
     /// Paced at a bit rate, each frame's gap from its length (0: not).
-    pub(super) bps: u64,
+    pub(crate) bps: u64,
     /// When the next frame is due (bpf_ktime_get_ns), 0 before the first.
-    pub(super) due_ns: u64,
+    pub(crate) due_ns: u64,
     /// The gaps' fractions of a nanosecond carried, in picoseconds.
-    pub(super) rem_ps: u64,
+    pub(crate) rem_ps: u64,
     /// No frame is sent once `next` reaches this.
-    pub(super) stop_at: u64,
+    pub(crate) stop_at: u64,
 }
 
 // SAFETY: plain old data, no implicit padding (8 + 4 * 4 + 5 * 8 bytes), any bit pattern valid.
