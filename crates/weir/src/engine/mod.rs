@@ -271,23 +271,7 @@ impl Engine {
                 })?;
             workers.push((q, h));
         }
-        Ok(Running {
-            ctl: l.ctl,
-            counters: l.counters,
-            captures: l.captures,
-            workers,
-            started: l.started,
-            time_limit: l.time_limit,
-            progress: l.progress,
-            balance: l.balance,
-            info: l.info,
-            profiler: l.profiler,
-            pools: l.pools,
-            locality: l.locality.is_some(),
-            streams: Vec::new(),
-            filter: l.filter,
-            inline: Vec::new(),
-        })
+        Ok(Running::new(l, workers, Vec::new()))
     }
 
     /// [`start`](Self::start) with each queue's handler on its capture thread
@@ -301,23 +285,7 @@ impl Engine {
             Box::new(InlineHook(w))
         };
         let l = self.launch(Takers::Workers, Some(&mut hook))?;
-        Ok(Running {
-            ctl: l.ctl,
-            counters: l.counters,
-            captures: l.captures,
-            workers: Vec::new(),
-            started: l.started,
-            time_limit: l.time_limit,
-            progress: l.progress,
-            balance: l.balance,
-            info: l.info,
-            profiler: l.profiler,
-            pools: l.pools,
-            locality: false,
-            streams: Vec::new(),
-            filter: l.filter,
-            inline,
-        })
+        Ok(Running::new(l, Vec::new(), inline))
     }
 
     /// Start the capture threads and hand every queue's packets to the caller's
@@ -395,6 +363,29 @@ fn finish_inline<H: Handler>(queue: QueueId, shared: Inline<H>) -> impl FnOnce()
 }
 
 impl<H> Running<H> {
+    /// A launched engine whose chunks go to `workers`' threads, or to the
+    /// `inline` handlers on the capture threads (an inline engine refuses a
+    /// locality stage, so `locality` says the same either way).
+    fn new(l: Launched, workers: Vec<(QueueId, JoinHandle<Result<H, RunError>>)>, inline: Vec<(QueueId, InlineEnd<H>)>) -> Running<H> {
+        Running {
+            ctl: l.ctl,
+            counters: l.counters,
+            captures: l.captures,
+            workers,
+            started: l.started,
+            time_limit: l.time_limit,
+            progress: l.progress,
+            balance: l.balance,
+            info: l.info,
+            profiler: l.profiler,
+            pools: l.pools,
+            locality: l.locality.is_some(),
+            streams: Vec::new(),
+            filter: l.filter,
+            inline,
+        }
+    }
+
     /// What the source is, as [`Engine::info`] said.
     pub fn info(&self) -> &SourceInfo {
         &self.info
