@@ -79,13 +79,15 @@
 //! the bottom layer of system calls (`sys/cpu.rs`, `sys/mem.rs`,
 //! `sys/tx_ring.rs`, `sys/xdp_gen.rs`); the rings (`ring/spsc.rs`,
 //! `ring/eventfd.rs`); the pool (`pool/mod.rs`, which covers its submodules,
-//! and each of `blocks.rs`, `capture.rs`, `chunk.rs`, `frames.rs`,
-//! `prefetch.rs`, `worker.rs`); the kernel bindings of the live sources
-//! (`source/afpacket/sys.rs`, `source/afxdp/sys.rs`, `source/afxdp/ring.rs`,
-//! `source/live/sys.rs`); the mapped trace (`source/file/mapped.rs`); the
-//! filter (`filter/libpcap.rs`, `filter/jit.rs`, `filter/batch.rs`, and
-//! `filter/oracle.rs` with the `oracle` feature); the TSC (`clock.rs`); and
-//! dropping root (`privileges.rs`). Every block carries a `// SAFETY:` comment.
+//! and each of `pool/blocks.rs`, `pool/capture.rs`, `pool/chunk.rs`,
+//! `pool/frames.rs`, `pool/prefetch.rs`, `pool/worker.rs`); the kernel
+//! bindings of the live sources (`source/afpacket/sys.rs`,
+//! `source/afxdp/sys.rs`, `source/afxdp/ring.rs`, `source/live/sys.rs`); the
+//! mapped trace (`source/file/mapped.rs`); the filter (`filter/libpcap.rs`,
+//! `filter/jit.rs`, `filter/batch.rs`, and `filter/oracle.rs` with the
+//! `oracle` feature); the TSC (`clock.rs`); and dropping root
+//! (`privileges.rs`). Every block carries a `// SAFETY:` comment.
+//! `scripts/module-graph --check` holds this list to the files that allow it.
 
 #![warn(missing_docs)]
 
