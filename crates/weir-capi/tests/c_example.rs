@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use weir::sink::{FileFormat, TraceWriter, TsPrecision};
 use weir::LinkType;
 
+mod layout;
 mod support;
+use layout::Layout;
 
 const SYN: u8 = 0x02;
 const FIN: u8 = 0x01;
@@ -305,32 +306,12 @@ fn the_header_structs_match_the_library() {
     // CStats is all u64s, in the header's order.
     assert_eq!(size_of::<S>(), stats.len() * 8);
     assert_eq!(offset_of!(S, memory_peak), (stats.len() - 1) * 8);
-    let mut want = format!("info {}\nstats {}\n", size_of::<I>(), size_of::<S>());
-    let mut c = String::from("#include <stddef.h>\n#include <stdio.h>\n#include \"weir_stream.h\"\nint main(void) {\n");
-    c.push_str("    printf(\"info %zu\\nstats %zu\\n\", sizeof(weir_stream_info_t), sizeof(weir_stream_stats_t));\n");
-    for (f, off) in &info {
-        c.push_str(&format!("    printf(\"info.{f} %zu\\n\", offsetof(weir_stream_info_t, {f}));\n"));
-        want.push_str(&format!("info.{f} {off}\n"));
-    }
-    for (i, f) in stats.iter().enumerate() {
-        c.push_str(&format!("    printf(\"stats.{f} %zu\\n\", offsetof(weir_stream_stats_t, {f}));\n"));
-        want.push_str(&format!("stats.{f} {}\n", i * 8));
-    }
-    c.push_str("    return 0;\n}\n");
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("layout.c");
-    std::fs::write(&src, c).unwrap();
-    let bin = dir.path().join("layout");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c99", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg("-I")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = Command::new(&bin).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    let stats: Vec<(&str, usize)> = stats.iter().enumerate().map(|(i, f)| (*f, i * 8)).collect();
+    layout::assert_c_layout(
+        "weir_stream.h",
+        &[
+            Layout { label: "info", c_type: "weir_stream_info_t", size: size_of::<I>(), fields: &info },
+            Layout { label: "stats", c_type: "weir_stream_stats_t", size: size_of::<S>(), fields: &stats },
+        ],
+    );
 }

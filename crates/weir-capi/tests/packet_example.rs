@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use weir::{Engine, Handler, Packet, QueueId};
 
+mod layout;
 mod packet_trace;
 mod support;
+use layout::Layout;
 
 fn compile_example(out: &Path) -> PathBuf {
     support::compile(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/packet_count.c"), out)
@@ -181,32 +182,11 @@ fn the_packet_header_structs_match_the_library() {
         ("offloaded", offset_of!(S, offloaded)),
         ("bad_recycles", offset_of!(S, bad_recycles)),
     ];
-    let mut want = format!("packet {}\nstats {}\n", size_of::<P>(), size_of::<S>());
-    let mut c = String::from("#include <stddef.h>\n#include <stdio.h>\n#include \"weir_packet.h\"\nint main(void) {\n");
-    c.push_str("    printf(\"packet %zu\\nstats %zu\\n\", sizeof(struct weir_packet), sizeof(weir_queue_stats_t));\n");
-    for (f, off) in packet {
-        c.push_str(&format!("    printf(\"packet.{f} %zu\\n\", offsetof(struct weir_packet, {f}));\n"));
-        want.push_str(&format!("packet.{f} {off}\n"));
-    }
-    for (f, off) in stats {
-        c.push_str(&format!("    printf(\"stats.{f} %zu\\n\", offsetof(weir_queue_stats_t, {f}));\n"));
-        want.push_str(&format!("stats.{f} {off}\n"));
-    }
-    c.push_str("    return 0;\n}\n");
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("layout.c");
-    std::fs::write(&src, c).unwrap();
-    let bin = dir.path().join("layout");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c99", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg("-I")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = Command::new(&bin).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    layout::assert_c_layout(
+        "weir_packet.h",
+        &[
+            Layout { label: "packet", c_type: "struct weir_packet", size: size_of::<P>(), fields: &packet },
+            Layout { label: "stats", c_type: "weir_queue_stats_t", size: size_of::<S>(), fields: &stats },
+        ],
+    );
 }

@@ -87,6 +87,18 @@ impl FlowTuple {
         }
     }
 
+    /// The source and destination as addresses, and the ports, 0 and 0
+    /// when the packet carries no reliable ones: the endpoints as records
+    /// and the kernel's flow map name them.
+    pub fn endpoints(&self) -> (std::net::IpAddr, std::net::IpAddr, u16, u16) {
+        let (src, dst) = match *self {
+            FlowTuple::V4 { src, dst, .. } => (src.into(), dst.into()),
+            FlowTuple::V6 { src, dst, .. } => (src.into(), dst.into()),
+        };
+        let (sport, dport) = self.ports().map_or((0, 0), |p| (p.src, p.dst));
+        (src, dst, sport, dport)
+    }
+
     /// The IP protocol number ([`ip_proto`]; see the variants' `proto`).
     pub fn protocol(&self) -> u8 {
         match self {

@@ -28,7 +28,6 @@ use super::super::reassembly::{self, Reassembler};
 use super::super::{CloseReason, Direction, Stream};
 use crate::wire::FlowTuple;
 use crate::QueueId;
-use std::net::IpAddr;
 
 /// The counts of a direction that every mode keeps, per packet.
 #[derive(Clone, Copy)]
@@ -223,11 +222,8 @@ impl<S> Dir<S> {
     /// The record the application sees, of the connection `key` on `queue`.
     pub(super) fn stream(&self, key: &FlowTuple, queue: QueueId) -> Stream {
         let t = self.tuple(key);
-        let (src, dst, proto) = match t {
-            FlowTuple::V4 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
-            FlowTuple::V6 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
-        };
-        let (sport, dport) = t.ports().map_or((0, 0), |p| (p.src, p.dst));
+        let (src, dst, sport, dport) = t.endpoints();
+        let proto = t.protocol();
         let r = &self.rec;
         let zero = Delivery::default();
         let x = self.delivery.as_deref().unwrap_or(&zero);

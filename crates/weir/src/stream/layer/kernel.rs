@@ -41,17 +41,12 @@ use crate::flowtable::{End, Flow, FlowTable};
 use crate::source::live::cutoff::{Counters, FlowKey, InstallError, KernelCutoff};
 use crate::stream::{CloseReason, KernelStats, StreamHandler};
 use crate::wire::FlowTuple;
-use std::net::IpAddr;
 
 /// The kernel's key of direction `d` of the connection `conn`.
 fn key<S>(d: &Dir<S>, conn: &FlowTuple) -> Option<FlowKey> {
     let t = d.tuple(conn);
-    let (src, dst, proto) = match t {
-        FlowTuple::V4 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
-        FlowTuple::V6 { src, dst, proto, .. } => (IpAddr::from(src), IpAddr::from(dst), proto),
-    };
-    let (sport, dport) = t.ports().map_or((0, 0), |p| (p.src, p.dst));
-    FlowKey::new(src, dst, sport, dport, proto)
+    let (src, dst, sport, dport) = t.endpoints();
+    FlowKey::new(src, dst, sport, dport, t.protocol())
 }
 
 /// Whether any direction of a connection is installed.
