@@ -118,6 +118,14 @@ fn descents(keys: impl IntoIterator<Item = Option<u16>>) -> usize {
     keys.filter(|&k| std::mem::replace(&mut last, k) > k).count()
 }
 
+/// Runs of a test that wants whole batches. A batch is also cut, rightly,
+/// when no chunk comes for `QUIET` (10 ms): on a loaded machine the trace's
+/// reader can be off its CPU that long (CI saw it once while a build ran
+/// beside it). So such a test tries up to this many runs for one whose
+/// batches are whole; a stage that cuts batches for any other reason cuts
+/// them in every run.
+const WHOLE_BATCH_TRIES: usize = 3;
+
 fn locality(batch: u32, double_buffer: bool) -> LocalityConfig {
     LocalityConfig { batch: BatchSize::new(batch).unwrap(), timeout: Duration::from_secs(30), double_buffer }
 }
@@ -130,11 +138,16 @@ fn one_batch_of_the_whole_trace_comes_out_sorted_by_port_with_flows_in_order() {
     // A pool of 64 chunks of 128 cells holds the whole trace with a chunk to spare.
     let pool = PoolConfig::new(128, 64).unwrap();
     for double_buffer in [false, true] {
-        let seen = run(&path, "", BalanceMode::Basic, Some(locality(PACKETS, double_buffer)), pool);
-        check_once_in_flow_order(&seen, &flow_of, &ts_of);
-        let list = &seen[&QueueId(0)];
-        let keys: Vec<u32> = list.iter().map(|&(_, k, _)| k.map_or(1 << 16, u32::from)).collect();
-        assert!(keys.windows(2).all(|w| w[0] <= w[1]), "one batch, so keys never go down; keyless last");
+        // One batch, so keys never go down, keyless last; unless the reader
+        // was off its CPU for QUIET and the batch was cut (see
+        // WHOLE_BATCH_TRIES). Every run must deliver each packet once, in
+        // flow order.
+        let one_batch = (0..WHOLE_BATCH_TRIES).any(|_| {
+            let seen = run(&path, "", BalanceMode::Basic, Some(locality(PACKETS, double_buffer)), pool);
+            check_once_in_flow_order(&seen, &flow_of, &ts_of);
+            descents(seen[&QueueId(0)].iter().map(|&(_, k, _)| k)) == 0
+        });
+        assert!(one_batch, "{WHOLE_BATCH_TRIES} runs each cut the trace into more than one batch");
         // Without the stage the same trace is delivered in arrival order.
         let plain = run(&path, "", BalanceMode::Basic, None, pool);
         let seqs: Vec<u32> = plain[&QueueId(0)].iter().map(|&(s, _, _)| s).collect();
@@ -292,6 +305,8 @@ fn a_batch_that_holds_the_sources_memory_is_delivered_when_the_source_stalls() {
 /// (64 × 256 KiB; here 20,000 frames of about 1 KB, 21 MB) is delivered whole
 /// rather than cut each time the reader runs short. (A mapped trace's blocks
 /// are the whole file.)
+/// Tried up to [`WHOLE_BATCH_TRIES`] times: blocks too small for two batches
+/// cut every run, as the test above shows.
 #[test]
 fn the_trace_reader_holds_two_batches_so_large_batches_are_delivered_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -299,17 +314,24 @@ fn the_trace_reader_holds_two_batches_so_large_batches_are_delivered_whole() {
     let batch = 20_000u32;
     write_big_trace(&path, 2 * batch, 1000);
     let cfg = LocalityConfig { batch: BatchSize::new(batch).unwrap(), timeout: Duration::from_secs(3600), double_buffer: false };
-    let engine = Engine::builder()
-        .source(path.to_str().unwrap())
-        .unwrap()
-        .pool(PoolConfig::new(256, 128).unwrap())
-        .locality(Some(cfg))
-        .trace_access(weir::source::file::TraceAccess::Read)
-        .build()
-        .unwrap();
-    let (delivered, batches) = batches_of(engine);
-    assert_eq!(delivered, u64::from(2 * batch));
-    assert_eq!(batches, 2, "each batch is whole: at least B packets (whole chunks), so two in all");
+    let mut seen = Vec::new();
+    for _ in 0..WHOLE_BATCH_TRIES {
+        let engine = Engine::builder()
+            .source(path.to_str().unwrap())
+            .unwrap()
+            .pool(PoolConfig::new(256, 128).unwrap())
+            .locality(Some(cfg))
+            .trace_access(weir::source::file::TraceAccess::Read)
+            .build()
+            .unwrap();
+        let (delivered, batches) = batches_of(engine);
+        assert_eq!(delivered, u64::from(2 * batch));
+        if batches == 2 {
+            return;
+        }
+        seen.push(batches);
+    }
+    panic!("each batch should be whole (at least B packets, whole chunks), so two in all; the runs made {seen:?}");
 }
 
 /// What one pulling reader was handed, in order, under the same key as `run`'s
