@@ -156,7 +156,9 @@ impl RxRing {
         let desc = self.desc(i);
         let len = (desc.len as usize).min(max_len);
         let start = desc.addr as usize;
-        let frame_end = start - start % frame_size + frame_size;
+        debug_assert!(frame_size.is_power_of_two(), "UMEM frames are a power of two in size");
+        // A mask, not a division: this runs for every packet.
+        let frame_end = (start & !(frame_size - 1)) + frame_size;
         assert!(start.checked_add(len).is_some_and(|end| end <= frame_end && end <= umem.len()), "packet outside its frame");
         // SAFETY: the bytes lie in one frame of `umem` (checked above). The kernel
         // wrote them before publishing the descriptor (acquired in `peek`) and
