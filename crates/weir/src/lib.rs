@@ -76,14 +76,15 @@
 //! # Unsafe code
 //!
 //! `unsafe` is denied crate-wide and allowed, each file at its top, only in:
-//! the bottom layer of system calls (`sys/cpu.rs`, `sys/mem.rs`,
-//! `sys/tx_ring.rs`, `sys/xdp_gen.rs`); the rings (`ring/spsc.rs`,
-//! `ring/eventfd.rs`); the pool (`pool/mod.rs`, which covers its submodules,
-//! and each of `pool/blocks.rs`, `pool/capture.rs`, `pool/chunk.rs`,
-//! `pool/frames.rs`, `pool/prefetch.rs`, `pool/worker.rs`); the kernel
-//! bindings of the live sources (`source/afpacket/sys.rs`,
-//! `source/afxdp/sys.rs`, `source/afxdp/ring.rs`, `source/live/sys.rs`); the
-//! mapped trace (`source/file/mapped.rs`); the filter (`filter/libpcap.rs`,
+//! the bottom layer of system calls (`sys/bpf.rs`, `sys/cpu.rs`, `sys/mem.rs`,
+//! `sys/netdev.rs`, `sys/netlink.rs`, `sys/packet.rs`, `sys/tx_ring.rs`,
+//! `sys/xdp_gen.rs`, `sys/xsk.rs`, `sys/xsk_ring.rs`); the rings
+//! (`ring/spsc.rs`, `ring/eventfd.rs`); the pool (`pool/mod.rs`, which covers
+//! its submodules, and each of `pool/blocks.rs`, `pool/capture.rs`,
+//! `pool/chunk.rs`, `pool/frames.rs`, `pool/prefetch.rs`, `pool/worker.rs`);
+//! the mapped sources: the TPACKET_V3 ring whose blocks become the pool's
+//! (`source/afpacket/ring.rs`) and the mapped trace
+//! (`source/file/mapped.rs`); the filter (`filter/libpcap.rs`,
 //! `filter/jit.rs`, `filter/batch.rs`, and `filter/oracle.rs` with the
 //! `oracle` feature); the TSC (`clock.rs`); and dropping root
 //! (`privileges.rs`). Every block carries a `// SAFETY:` comment.

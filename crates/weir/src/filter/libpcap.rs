@@ -15,6 +15,7 @@
 
 #![allow(unsafe_code)]
 
+pub use crate::sys::bpf::BpfInsn;
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -25,21 +26,6 @@ include!("libpcap_paths.rs");
 pub const ERRBUF_SIZE: usize = 256;
 /// `PCAP_NETMASK_UNKNOWN`.
 const NETMASK_UNKNOWN: u32 = 0xffff_ffff;
-
-/// One classic BPF instruction, laid out as `struct bpf_insn`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-#[repr(C)]
-pub struct BpfInsn {
-    /// The opcode: class, size, mode or operation, and source (`BPF_*` bits).
-    pub code: u16,
-    /// Instructions to skip when a conditional jump is taken.
-    pub jt: u8,
-    /// Instructions to skip when it is not.
-    pub jf: u8,
-    /// The constant operand: an immediate, a packet offset, a scratch memory
-    /// index, or `ja`'s distance.
-    pub k: u32,
-}
 
 /// `struct bpf_program`: a program as libpcap's C API passes it.
 #[repr(C)]
@@ -273,9 +259,6 @@ impl Libpcap {
         result
     }
 }
-
-// `struct bpf_insn` is 8 bytes in every libpcap ABI.
-const _: () = assert!(std::mem::size_of::<BpfInsn>() == 8);
 
 #[cfg(test)]
 mod tests {

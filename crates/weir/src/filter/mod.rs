@@ -58,8 +58,9 @@ mod tests;
 
 use std::sync::Arc;
 
+pub(crate) use crate::sys::bpf::EbpfInsn;
 pub use batch::BatchInput;
-pub(crate) use ebpf::{asm, helper, Insn as EbpfInsn, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
+pub(crate) use ebpf::{asm, helper, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
 pub use libpcap::BpfInsn;
 pub use link::LinkMeta;
 pub use program::MAX_INSNS;

@@ -37,10 +37,10 @@ use super::{check_interface, Control, Counters, Direction, ForwardOptions, Judge
 use crate::capture::SourceError;
 use crate::filter::{asm, helper, EbpfInsn, Filter, Reg, BLOCK_STACK, CTX};
 use crate::source::afxdp::check_host_addresses;
-use crate::source::afxdp::program::{clear_the_way, denied, FORWARD_PROGRAM_NAME};
-use crate::source::afxdp::sys::{self, Promiscuous};
-use crate::source::live::bpf::{bpf_error, os_error};
-use crate::source::live::sys::{load_xdp, map_set};
+use crate::source::afxdp::program::{clear_the_way, FORWARD_PROGRAM_NAME};
+use crate::source::live::{bpf_error, denied, os_error};
+use crate::sys::bpf::{load_xdp, map_set};
+use crate::sys::packet::Promiscuous;
 use crate::tx::longest_frames;
 use aya::maps::{Array, DevMap, Map, MapData, PerCpuArray};
 use aya::programs::tp_btf::BtfTracePointLink;
@@ -263,7 +263,8 @@ pub(super) fn open(opts: &ForwardOptions, filter: Option<&Filter>) -> Result<Ope
     let mut promiscuous = Vec::new();
     if opts.promisc {
         for (_, _, ifindex, _) in &receivers {
-            promiscuous.push(sys::promiscuous(*ifindex).map_err(|e| denied("entering promiscuous mode".into(), e, "CAP_NET_RAW"))?);
+            promiscuous
+                .push(crate::sys::packet::promiscuous(*ifindex).map_err(|e| denied("entering promiscuous mode".into(), e, "CAP_NET_RAW"))?);
         }
     }
     let shared = Arc::new(Shared { _tracepoints: tracepoints, counts, taken, limit, _slots: slots, _promiscuous: promiscuous });

@@ -19,7 +19,9 @@ use super::{
 use crate::capture::SourceError;
 use crate::filter::Filter;
 use crate::memory::{Bytes, Plan};
-use crate::source::afpacket::sys::{PacketSocket, Ring, VLAN_TAG_LEN};
+use crate::source::afpacket::ring::{BadFrame, Ring};
+use crate::source::live::denied;
+use crate::sys::packet::{PacketSocket, VLAN_TAG_LEN};
 use crate::tx::{TxError, TxKicker, TxOptions, TxRing};
 use crate::{Packet, QueueId};
 use std::time::{Duration, Instant};
@@ -67,11 +69,11 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
     }
     for (dir, from, index, to) in pairs {
         let at = |what: &str| format!("{from}: {what}");
-        let rx = PacketSocket::new().map_err(|e| crate::source::afxdp::program::denied(at("opening a packet socket"), e, "CAP_NET_RAW"))?;
+        let rx = PacketSocket::new().map_err(|e| denied(at("opening a packet socket"), e, "CAP_NET_RAW"))?;
         rx.use_tpacket_v3().map_err(|e| io(at("TPACKET_V3"), e))?;
         rx.ignore_outgoing().map_err(|e| io(at("ignoring outgoing packets (PACKET_IGNORE_OUTGOING, Linux 4.20)"), e))?;
         rx.reserve(VLAN_TAG_LEN).map_err(|e| io(at("reserving room for VLAN tags"), e))?;
-        let ring = rx.map_ring(BLOCK_BYTES, blocks, BLOCK_TIMEOUT_MS, SNAPLEN, true).map_err(|e| io(at("mapping the RX ring"), e))?;
+        let ring = Ring::map(&rx, BLOCK_BYTES, blocks, BLOCK_TIMEOUT_MS, SNAPLEN, true).map_err(|e| io(at("mapping the RX ring"), e))?;
         if opts.promisc {
             rx.add_promisc(index).map_err(|e| io(at("promiscuous mode"), e))?;
         }
@@ -152,7 +154,7 @@ impl Lane {
     ) -> Result<(), SourceError> {
         let q = QueueId(0);
         let name = self.name.clone();
-        let bad = |e: crate::source::afpacket::sys::BadFrame| SourceError::Invalid(format!("{name}: {}", e.0));
+        let bad = |e: BadFrame| SourceError::Invalid(format!("{name}: {}", e.0));
         let mut stats_at = Instant::now();
         loop {
             if ctl.stopping() {

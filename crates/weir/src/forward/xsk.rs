@@ -30,11 +30,14 @@ use crate::filter::Filter;
 use crate::memory::{Bytes, Plan};
 use crate::pool::FrameArena;
 use crate::source::afxdp::check_host_addresses;
-use crate::source::afxdp::program::{denied, XdpProgram};
-use crate::source::afxdp::ring::{CompletionRing, FillRing, RxRing, TxRing};
-use crate::source::afxdp::sys::{self, Promiscuous, RingKind, XdpDesc, XdpMode, XdpStatistics, XskFd};
-use crate::source::afxdp::xsk::{bind_error, umem_error, XDP_PACKET_HEADROOM};
+use crate::source::afxdp::program::XdpProgram;
+use crate::source::afxdp::xsk::{bind_error, umem_error};
+use crate::source::live::denied;
 use crate::source::ZeroCopy;
+use crate::sys::netlink::XdpMode;
+use crate::sys::packet::Promiscuous;
+use crate::sys::xsk::{self as sys, RingKind, XdpDesc, XdpStatistics, XskFd, XDP_PACKET_HEADROOM};
+use crate::sys::xsk_ring::{CompletionRing, FillRing, RxRing, TxRing};
 use crate::tx::longest_frame;
 use crate::{Packet, QueueId};
 use std::sync::Arc;
@@ -108,7 +111,8 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
     let mut promiscuous = Vec::new();
     if opts.promisc {
         for index in if opts.bidirectional { vec![in_index, out_index] } else { vec![in_index] } {
-            promiscuous.push(sys::promiscuous(index).map_err(|e| denied("entering promiscuous mode".into(), e, "CAP_NET_RAW"))?);
+            promiscuous
+                .push(crate::sys::packet::promiscuous(index).map_err(|e| denied("entering promiscuous mode".into(), e, "CAP_NET_RAW"))?);
         }
     }
     let arena = FrameArena::new(frames * lanes, opts.frame_size).map_err(|e| io("mapping the UMEM".into(), e))?;
@@ -123,7 +127,7 @@ pub(super) fn open(opts: &ForwardOptions) -> Result<Opened, SourceError> {
         let at = |what: &str| format!("{iface} queue {q}: {what}");
         let fd = XskFd::new().map_err(|e| denied(at("creating an AF_XDP socket"), e, "CAP_NET_RAW"))?;
         if first.is_none() {
-            fd.register_umem(&arena).map_err(|e| umem_error(at("registering the UMEM"), e, arena.len()))?;
+            fd.register_umem(arena.region(), arena.frame_size()).map_err(|e| umem_error(at("registering the UMEM"), e, arena.len()))?;
         }
         let sized = |kind: RingKind, used: bool| fd.set_ring_size(kind, if used { size } else { UNUSED_RING });
         sized(RingKind::Fill, rx).map_err(|e| io(at("sizing the fill ring"), e))?;
@@ -419,7 +423,7 @@ impl Lane {
             let ts = crate::clock::realtime_ns();
             let mut sent = 0;
             for i in 0..n {
-                let (desc, data) = self.rx.packet(i, &umem, usize::MAX);
+                let (desc, data) = self.rx.packet(i, umem.region(), umem.frame_size(), usize::MAX);
                 t.stats.received += 1;
                 t.stats.received_bytes += u64::from(desc.len);
                 let pass = match filter {

@@ -31,9 +31,10 @@ impl FrameArena {
         self.frame_size
     }
 
-    /// Start of the region, for registering it with the kernel (XDP_UMEM_REG).
-    pub(crate) fn base(&self) -> *mut u8 {
-        self.mem.as_ptr()
+    /// The memory, for registering it with the kernel (XDP_UMEM_REG) and for
+    /// reading what the kernel received into it.
+    pub(crate) fn region(&self) -> &Region {
+        &self.mem
     }
 
     /// Bytes in the region.

@@ -13,6 +13,13 @@
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
+/// The size of a page, which mappings are made of and aligned to.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no memory effects; the result is checked.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
 /// A region of mapped memory, page aligned, unmapped on drop.
 pub(crate) struct Region {
     ptr: NonNull<u8>,

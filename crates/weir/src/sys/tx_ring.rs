@@ -16,6 +16,7 @@
 
 #![allow(unsafe_code)]
 
+pub(crate) use super::packet::{ARPHRD_ETHER, ARPHRD_LOOPBACK};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -108,12 +109,6 @@ impl Geometry {
     }
 }
 
-pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no memory effects; the result is checked.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
-}
-
 fn check(rc: libc::c_int) -> io::Result<()> {
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -202,9 +197,6 @@ pub(crate) struct DeviceFacts {
     /// ARPHRD_* hardware type.
     pub(crate) hw_type: u16,
 }
-
-pub(crate) const ARPHRD_ETHER: u16 = 1;
-pub(crate) const ARPHRD_LOOPBACK: u16 = 772;
 
 fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
     // SAFETY: ifreq is plain old data; zeroed is a valid value.

@@ -1,5 +1,5 @@
 //! The plain-data types the XDP generator's maps hold (its live-frames test
-//! run is `source::live::sys::test_run`).
+//! run is [`super::bpf::test_run`]).
 
 // The Pod promises for the map values are unsafe; each is commented.
 #![allow(unsafe_code)]

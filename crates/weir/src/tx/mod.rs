@@ -577,7 +577,7 @@ fn open_here(iface: &str, opts: &TxOptions) -> Result<TxRing, TxError> {
         return Err(TxError::Down { iface: iface.into() });
     }
     let index = crate::source::ifindex(iface).map_err(|_| TxError::NoSuchInterface { iface: iface.into(), netns: opts.netns.clone() })?;
-    let g = geometry(dev.mtu, opts, sys::page_size())?;
+    let g = geometry(dev.mtu, opts, crate::sys::mem::page_size())?;
     sys::set_tpacket_v2(&fd).map_err(|e| TxError::setup(iface, "selecting TPACKET_V2", Operation::PacketSocket, e))?;
     if opts.qdisc_bypass {
         sys::set_qdisc_bypass(&fd).map_err(|e| TxError::setup(iface, "setting PACKET_QDISC_BYPASS", Operation::PacketSocket, e))?;

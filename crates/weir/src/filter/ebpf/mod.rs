@@ -28,20 +28,10 @@
 
 use super::program::Op;
 use super::Filter;
+use crate::sys::bpf::EbpfInsn as Insn;
 
 #[cfg(test)]
 mod tests;
-
-/// One eBPF instruction, as `struct bpf_insn`.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Insn {
-    code: u8,
-    /// dst in the low nibble, src in the high one.
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
 
 /// Registers, as the eBPF calling convention names them (r5, the fifth
 /// argument, is never used: no helper called here takes five).

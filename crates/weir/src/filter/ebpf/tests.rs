@@ -13,7 +13,7 @@ use super::super::program::{code::*, MEMWORDS};
 use super::super::tests::{arb_insn, arb_k, valid_program, EXPRESSIONS, TEMPLATES};
 use super::super::*;
 use super::{asm, Reg};
-use crate::source::live::sys::{load_xdp, test_run};
+use crate::sys::bpf::{load_xdp, test_run};
 use proptest::prelude::*;
 use std::os::fd::AsFd;
 

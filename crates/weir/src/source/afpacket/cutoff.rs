@@ -19,7 +19,7 @@
 //!   stay in the map uncounted and every packet comes up, exact as before.
 
 use crate::capture::SourceError;
-use crate::source::live::bpf::bpf_error;
+use crate::source::live::bpf_error;
 use crate::source::live::cutoff::{self, FlowMap};
 use aya::programs::SocketFilter;
 use aya::{Ebpf, EbpfLoader};
@@ -85,6 +85,6 @@ impl CutoffFilter {
         let prog: &SocketFilter = self.ebpf.program(PROGRAM_NAME).and_then(|p| p.try_into().ok()).expect("loaded");
         let mut framed = frame[..14].to_vec();
         framed.extend_from_slice(frame);
-        crate::source::live::sys::test_run(prog.fd().map_err(|e| std::io::Error::other(e.to_string()))?.as_fd(), &framed, 1, 0, 0)
+        crate::sys::bpf::test_run(prog.fd().map_err(|e| std::io::Error::other(e.to_string()))?.as_fd(), &framed, 1, 0, 0)
     }
 }

@@ -74,8 +74,8 @@
 
 pub(crate) mod cutoff;
 mod rebalance;
+pub(crate) mod ring;
 mod steer;
-pub(crate) mod sys;
 mod unit;
 
 pub use steer::{BucketSteering, SteerError, SteeringId, BUCKETS};
@@ -84,10 +84,11 @@ use crate::capture::{CaptureUnit, Progress, SourceError, SourceInfo};
 use crate::filter::{BpfInsn, Filter};
 use crate::memory::{Budget, Bytes, Plan};
 use crate::source::{ifindex, rx_queues, AfPacketOptions, CaptureOptions, Fanout, LiveOptions, QueueRange, Source};
+use crate::sys::packet::{self as sys, PacketSocket};
 use crate::{LinkType, QueueId, Setting, SettingError};
+use ring::Ring;
 use std::io;
 use std::sync::Arc;
-use sys::PacketSocket;
 
 /// Largest block the kernel takes (`tp_block_size` must be a positive C int; a power of two).
 const MAX_BLOCK_BYTES: usize = 1 << 30;
@@ -103,7 +104,7 @@ struct RingShape {
 impl RingShape {
     fn check(o: &AfPacketOptions, snaplen: u32) -> Result<RingShape, SourceError> {
         let bad = |m: String| Err(SourceError::Invalid(format!("afpacket: {m}")));
-        let page = sys::page_size();
+        let page = crate::sys::mem::page_size();
         let b = o.block_bytes;
         if !b.is_power_of_two() || b < page || b > MAX_BLOCK_BYTES {
             return bad(format!(
@@ -179,7 +180,7 @@ struct QueueSocket {
     queue: u16,
     /// Shared only with the filter switch's applier, which holds it weakly.
     socket: Arc<PacketSocket>,
-    ring: sys::Ring,
+    ring: Ring,
 }
 
 /// An interface opened for AF_PACKET capture.
@@ -322,12 +323,12 @@ pub(crate) fn open(
 }
 
 /// Version, ring, mapping and promiscuous mode of one socket; on failure, which step failed.
-fn set_up(s: &PacketSocket, shape: RingShape, opts: &LiveOptions, ifindex: u32, vlan: bool) -> Result<sys::Ring, (String, io::Error)> {
+fn set_up(s: &PacketSocket, shape: RingShape, opts: &LiveOptions, ifindex: u32, vlan: bool) -> Result<Ring, (String, io::Error)> {
     s.use_tpacket_v3().map_err(|e| ("TPACKET_V3 (Linux 3.2 or later)".to_string(), e))?;
     if vlan {
         s.reserve(sys::VLAN_TAG_LEN).map_err(|e| ("reserving room for VLAN tags".to_string(), e))?;
     }
-    let ring = s.map_ring(shape.block_bytes, shape.block_count, shape.timeout_ms, opts.snaplen, vlan).map_err(|e| {
+    let ring = Ring::map(s, shape.block_bytes, shape.block_count, shape.timeout_ms, opts.snaplen, vlan).map_err(|e| {
         let step = format!(
             "a ring of {} blocks of {} bytes ({} MiB)",
             shape.block_count,

@@ -9,7 +9,7 @@
 //! 1. **Parking** (controller): q' parks packets of b from the next block it
 //!    adopts on. The kernel table is changed to q', and the controller waits
 //!    until no packet steered by the old entry is still on its way into q's
-//!    ring ([`sys::wait_for_steered_packets`]).
+//!    ring ([`wait_for_steered_packets`]).
 //! 2. **Fencing** (q): q notes how far the kernel has filled its ring
 //!    ([`Ring::fill_point`]): every packet of b it will ever get is in a block
 //!    below that point. Once it has walked those blocks it fences its pool.
@@ -46,13 +46,14 @@
 //! worker finished, what waits (in the pool and in ring blocks not yet walked)
 //! and what it dropped, published by the queue's capture thread.
 
+use super::ring::{Frame, ReadyBlock, Ring};
 use super::steer::{BucketSteering, BUCKETS};
-use super::sys::{self, Frame, ReadyBlock, Ring};
 use crate::balance::threaded::{hand_over, BucketTable, Incoming, Rebalance, Transit, DONE, FENCED, FENCING};
 use crate::balance::{Parked, ParkingLot, SteeringStats};
 use crate::capture::SourceError;
 use crate::pool::{CaptureSide, Fence};
 use crate::rss::{BucketCount, IndirectionTable, Rss};
+use crate::sys::packet::wait_for_steered_packets;
 use crate::{FlowBucket, LinkType, QueueId};
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
@@ -91,7 +92,7 @@ impl BucketTable for KernelTable {
         for t in moves {
             self.steering.move_bucket(t.mv.bucket, self.queues[usize::from(t.mv.to)]).map_err(steer_error)?;
         }
-        sys::wait_for_steered_packets();
+        wait_for_steered_packets();
         for t in moves {
             t.advance(FENCING);
         }

@@ -42,10 +42,10 @@
 //! - Reading and changing the table are bpf(2) calls: a process that dropped root
 //!   (`-Z`) can no longer make them unless the kernel allows unprivileged BPF.
 
-use super::sys::PacketSocket;
 use crate::capture::SourceError;
-use crate::source::live::bpf::{bpf_error, io_error};
+use crate::source::live::{bpf_error, io_error};
 use crate::source::Fanout;
+use crate::sys::packet::PacketSocket;
 use crate::QueueId;
 use aya::maps::{Array, Map, MapData, MapError, PerCpuArray};
 use aya::programs::SocketFilter;
@@ -568,7 +568,7 @@ mod tests {
             let run = {
                 let k = steering.kernel();
                 let program: &SocketFilter = k.ebpf.program(PROGRAM_NAME).unwrap().try_into().unwrap();
-                crate::source::live::sys::test_run(program.fd().unwrap().as_fd(), frame, 1, 0, 0)
+                crate::sys::bpf::test_run(program.fd().unwrap().as_fd(), frame, 1, 0, 0)
             };
             let got = match run {
                 Ok(got) => got,

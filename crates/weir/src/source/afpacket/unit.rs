@@ -34,12 +34,13 @@
 //! pool for buckets moving out, and sleeps at most one controller tick.
 
 use super::rebalance::{QueueRole, TICK};
-use super::sys::{BadFrame, PacketSocket, ReadyBlock, Ring, Walked};
+use super::ring::{BadFrame, ReadyBlock, Ring, Walked};
 use super::Shared;
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::pool::CaptureSide;
 use crate::profile::{Probe, Profiler, Stage};
 use crate::source::live::drain::{Drain, PATIENCE};
+use crate::sys::packet::PacketSocket;
 use crate::QueueId;
 use std::collections::VecDeque;
 use std::io;

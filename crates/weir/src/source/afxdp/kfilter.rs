@@ -19,9 +19,8 @@
 //! - The program array's entries live as long as a descriptor of the array is
 //!   open: [`KernelFilter`] holds one for the capture's lifetime.
 
-use super::sys::Filtered;
 use crate::filter::{asm, helper, EbpfInsn, Filter, Reg, BLOCK_STACK, CTX, XDP_MD_RX_QUEUE};
-use crate::source::live::sys::{load_xdp, map_set};
+use crate::sys::bpf::{load_xdp, map_set, Filtered};
 use aya::maps::{MapData, PerCpuArray};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -149,6 +148,6 @@ impl FilterCounts {
 
 /// A queue's packets and bytes in a per-CPU count map, summed over CPUs.
 pub(crate) fn sum_per_cpu(map: &PerCpuArray<MapData, Filtered>, queue: u16) -> io::Result<Filtered> {
-    let per_cpu = map.get(&u32::from(queue), 0).map_err(|e| crate::source::live::bpf::io_error(&e))?;
+    let per_cpu = map.get(&u32::from(queue), 0).map_err(|e| crate::source::live::io_error(&e))?;
     Ok(per_cpu.iter().fold(Filtered::default(), |t, c| Filtered { packets: t.packets + c.packets, bytes: t.bytes + c.bytes }))
 }

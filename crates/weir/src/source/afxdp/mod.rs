@@ -43,8 +43,6 @@
 pub(crate) mod kfilter;
 pub(crate) mod program;
 mod rebalance;
-pub(crate) mod ring;
-pub(crate) mod sys;
 mod unit;
 pub(crate) mod xsk;
 
@@ -53,14 +51,17 @@ use crate::clock::{Timestamps, TscClock};
 use crate::filter::Filter;
 use crate::memory::{Budget, Bytes, Plan};
 use crate::source::live;
+use crate::source::live::denied;
 use crate::source::{ifindex, AfXdpOptions, CaptureOptions, LiveOptions, QueueRange, Source, ZeroCopy};
+use crate::sys::netlink::{self, XdpMode};
+use crate::sys::xsk::{XskFd, XDP_PACKET_HEADROOM};
+use crate::sys::{netdev, packet};
 use crate::{LinkType, QueueId};
 use kfilter::KernelFilter;
-use program::{denied, XdpProgram};
+use program::XdpProgram;
 use std::sync::Arc;
-use sys::{XdpMode, XskFd};
 use unit::{Attachment, XskUnit};
-use xsk::{BindTo, UmemOf, Xsk, XDP_PACKET_HEADROOM};
+use xsk::{BindTo, UmemOf, Xsk};
 
 /// Open `iface` (queues `queues`, or every RX queue) for capture.
 pub(crate) fn open(
@@ -83,7 +84,7 @@ pub(crate) fn open(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| denied(format!("{iface}: creating an AF_XDP socket"), e, "CAP_NET_RAW"))?;
         let promiscuous = match opts.promisc {
-            true => Some(sys::promiscuous(index).map_err(|e| denied(format!("{iface}: entering promiscuous mode"), e, "CAP_NET_RAW"))?),
+            true => Some(packet::promiscuous(index).map_err(|e| denied(format!("{iface}: entering promiscuous mode"), e, "CAP_NET_RAW"))?),
             false => None,
         };
         let native_only = opts.afxdp.zero_copy == ZeroCopy::On;
@@ -152,7 +153,7 @@ pub(crate) fn check_host_addresses(iface: &str, take_host_traffic: bool) -> Resu
         return Ok(());
     }
     let addresses =
-        live::sys::host_addresses(iface).map_err(|error| SourceError::Io { what: format!("{iface}: reading its IP addresses"), error })?;
+        netdev::host_addresses(iface).map_err(|error| SourceError::Io { what: format!("{iface}: reading its IP addresses"), error })?;
     if let Some(first) = addresses.first() {
         let more = match addresses.len() {
             1 => String::new(),
@@ -175,7 +176,7 @@ fn copy_mode_note(iface: &str, ifindex: u32, zero_copy: ZeroCopy, mode: XdpMode)
     if zero_copy != ZeroCopy::Auto {
         return None;
     }
-    let why = match (mode, sys::xdp_features(ifindex)) {
+    let why = match (mode, netlink::xdp_features(ifindex)) {
         (XdpMode::Skb, _) => "its driver has no native XDP, so weir's program runs in generic mode",
         (_, Ok(Some(f))) if !f.zero_copy => "its driver has no AF_XDP zero-copy",
         (_, Ok(Some(_))) => return None,
@@ -210,7 +211,7 @@ struct AfXdpSource {
     /// The filter's slot in the program; the units keep it (and the filter
     /// in it) for the capture's lifetime.
     kernel_filter: Option<Arc<KernelFilter>>,
-    promiscuous: Option<sys::Promiscuous>,
+    promiscuous: Option<packet::Promiscuous>,
     opts: AfXdpOptions,
     /// `--timestamps`, checked.
     timestamps: Option<Timestamps>,

@@ -22,11 +22,10 @@
 //!   or on SIGKILL, the kernel detaches the program.
 
 use super::kfilter::{Accept, KernelFilter};
-use super::sys::{self, XdpMode};
 use crate::capture::SourceError;
-pub(crate) use crate::source::live::bpf::denied;
-use crate::source::live::bpf::{bpf_error, chain, os_error};
 use crate::source::live::cutoff::{self, FlowMap};
+use crate::source::live::{bpf_error, chain, denied, os_error};
+use crate::sys::netlink::{self, XdpMode};
 use aya::maps::{Map, MapData, PerCpuArray, XskMap};
 use aya::programs::xdp::{XdpLink, XdpLinkId};
 use aya::programs::{loaded_programs, ProgramFd, Xdp, XdpFlags};
@@ -170,7 +169,7 @@ pub(crate) fn attach(prog: &mut Xdp, iface: &str, ifindex: u32, native_only: boo
 /// Returns a note for each program it replaced.
 pub(crate) fn clear_the_way(iface: &str, ifindex: u32, replace_foreign: bool) -> Result<Vec<String>, SourceError> {
     let mut notes = Vec::new();
-    let attached = sys::xdp_programs(ifindex).map_err(|e| denied(format!("{iface}: reading its XDP programs"), e, "CAP_NET_ADMIN"))?;
+    let attached = netlink::xdp_programs(ifindex).map_err(|e| denied(format!("{iface}: reading its XDP programs"), e, "CAP_NET_ADMIN"))?;
     for (mode, id) in attached {
         let (name, fd) = program_by_id(id)?;
         let ours = OWN_PROGRAMS.contains(&name.as_str());
@@ -180,7 +179,7 @@ pub(crate) fn clear_the_way(iface: &str, ifindex: u32, replace_foreign: bool) ->
                  Remove it (ip link set dev {iface} xdp off) or let weir replace it (--replace-xdp)"
             )));
         }
-        match sys::detach_xdp(ifindex, mode, fd.as_fd()) {
+        match netlink::detach_xdp(ifindex, mode, fd.as_fd()) {
             Ok(()) if ours => {
                 notes.push(format!("{iface}: replaced weir's XDP program (id {id}, {mode} mode) left attached by an earlier run"))
             }

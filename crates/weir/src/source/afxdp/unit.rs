@@ -44,7 +44,6 @@
 use super::kfilter::{FilterCounts, KernelFilter};
 use super::program::XdpProgram;
 use super::rebalance::{QueueRole, Received};
-use super::sys::{Filtered, Promiscuous, XdpStatistics};
 use super::xsk::Xsk;
 use crate::capture::{CaptureUnit, Control, SourceError, StopReason};
 use crate::clock::{realtime_ns, TscClock};
@@ -53,6 +52,9 @@ use crate::pool::{CaptureSide, FrameArena, NoCell};
 use crate::profile::{Probe, Profiler, Stage};
 use crate::source::live::drain::{Drain, PATIENCE};
 use crate::source::live::gather::Gather;
+use crate::sys::bpf::Filtered;
+use crate::sys::packet::Promiscuous;
+use crate::sys::xsk::XdpStatistics;
 use crate::QueueId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

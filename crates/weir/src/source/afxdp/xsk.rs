@@ -17,20 +17,17 @@
 //! The completion ring exists because `bind` requires one, but nothing is ever
 //! sent, so it is neither mapped nor read.
 
-use super::program::denied;
-use super::ring::{FillRing, RxRing};
-use super::sys::{self, RingKind, XdpDesc, XdpStatistics, XskFd};
 use crate::capture::SourceError;
 use crate::pool::{CaptureSide, FrameArena};
+use crate::source::live::denied;
 use crate::source::{AfXdpOptions, ZeroCopy};
+use crate::sys::xsk::{self as sys, RingKind, XdpDesc, XdpStatistics, XskFd};
+use crate::sys::xsk_ring::{FillRing, RxRing};
 use crate::QueueId;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Bytes the kernel keeps in front of each packet in a frame (XDP_PACKET_HEADROOM).
-pub(crate) const XDP_PACKET_HEADROOM: usize = 256;
 
 /// Fill ring entries per RX ring entry, for a ring size the user chose. With
 /// a fill ring twice the RX ring, a stalled capture thread overflows the RX
@@ -114,7 +111,7 @@ impl Xsk {
             UmemOf::Group { arena, home, first } => (arena, (home * to.frames) as u64, first),
         };
         if share.is_none() {
-            fd.register_umem(&umem).map_err(|e| umem_error(at("registering the UMEM"), e, umem.len()))?;
+            fd.register_umem(umem.region(), umem.frame_size()).map_err(|e| umem_error(at("registering the UMEM"), e, umem.len()))?;
         }
         let (ring_size, fill_size) = ring_sizes(opts.ring_size, to.frames);
         fd.set_ring_size(RingKind::Fill, fill_size).map_err(|e| io(at("sizing the fill ring"), e))?;
@@ -207,7 +204,7 @@ impl Xsk {
     /// Descriptor `i` of those peeked and its packet, cut to `max_len` bytes.
     #[inline]
     pub(crate) fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
-        self.rx.packet(i, umem, max_len)
+        self.rx.packet(i, umem.region(), umem.frame_size(), max_len)
     }
 
     /// Give the first `n` peeked descriptors back to the kernel.

@@ -20,8 +20,8 @@
 //! - Only TCP and UDP over IPv4 or IPv6 are installed (what the kernel side
 //!   keys); everything else stays with user space.
 
-use super::sys::{self, MapElem};
 use crate::capture::SourceError;
+use crate::sys::bpf::{self, MapElem};
 use aya::maps::{Map, MapData};
 use aya::Ebpf;
 use std::io;
@@ -167,7 +167,7 @@ impl KernelCutoff {
     /// another stream's (the same ports reused before it was taken) and is
     /// left as it is: that is a failed install.
     pub(crate) fn install(&mut self, key: &FlowKey) -> Result<(), InstallError> {
-        match sys::map_elem(MapElem::Add, self.fd.as_fd(), &key.0, &mut [0u8; VALUE_LEN]) {
+        match bpf::map_elem(MapElem::Add, self.fd.as_fd(), &key.0, &mut [0u8; VALUE_LEN]) {
             Ok(_) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => Err(InstallError::Full),
             Err(_) => Err(InstallError::Failed),
@@ -178,14 +178,14 @@ impl KernelCutoff {
     /// `None` if it is not in the map.
     pub(crate) fn take(&mut self, key: &FlowKey) -> io::Result<Option<Counters>> {
         let mut v = [0u8; VALUE_LEN];
-        let found = sys::map_elem(MapElem::Take, self.fd.as_fd(), &key.0, &mut v)?;
+        let found = bpf::map_elem(MapElem::Take, self.fd.as_fd(), &key.0, &mut v)?;
         Ok(found.then(|| Counters::decode(&v, mono_to_real())))
     }
 
     /// Reads a direction's counters, leaving the entry in place.
     pub(crate) fn peek(&self, key: &FlowKey) -> io::Result<Option<Counters>> {
         let mut v = [0u8; VALUE_LEN];
-        let found = sys::map_elem(MapElem::Lookup, self.fd.as_fd(), &key.0, &mut v)?;
+        let found = bpf::map_elem(MapElem::Lookup, self.fd.as_fd(), &key.0, &mut v)?;
         Ok(found.then(|| Counters::decode(&v, mono_to_real())))
     }
 }
@@ -193,5 +193,5 @@ impl KernelCutoff {
 /// CLOCK_REALTIME less CLOCK_MONOTONIC now, in ns.
 fn mono_to_real() -> i128 {
     let real = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    real - i128::from(sys::monotonic_ns())
+    real - i128::from(bpf::monotonic_ns())
 }

@@ -1,15 +1,18 @@
-//! What live capture shares across backends: options, network namespaces, and
-//! facts about devices.
+//! What live capture shares across backends: options, network namespaces,
+//! facts about devices, and the errors of the kernel and of the BPF loader
+//! (aya) as live sources report them: one line with every cause, the OS error
+//! kind kept, and the capability named when the kernel refused.
 
-pub(crate) mod bpf;
 pub(crate) mod cutoff;
 pub(crate) mod drain;
 pub(crate) mod gather;
-pub(crate) mod sys;
 
 use crate::capture::SourceError;
 use crate::source::Pacing;
+use crate::sys::netdev;
 use crate::{Setting, SettingError};
+use std::error::Error;
+use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -266,7 +269,7 @@ impl LiveOptions {
     pub(crate) fn in_netns<T>(&self, f: impl FnOnce() -> Result<T, SourceError>) -> Result<T, SourceError> {
         match &self.netns {
             None => f(),
-            Some(ns) => sys::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), error: source })?,
+            Some(ns) => netdev::in_netns(ns, f).map_err(|source| SourceError::Io { what: "network namespace".into(), error: source })?,
         }
     }
 }
@@ -288,12 +291,12 @@ pub(crate) fn rx_queue_range(iface: &str, asked: Option<crate::source::QueueRang
 
 /// The RX queues of `iface`, asked of the kernel in the calling thread's namespace.
 pub(crate) fn rx_queues(iface: &str) -> Result<u16, SourceError> {
-    sys::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), error: source })
+    netdev::rx_queue_count(iface).map_err(|source| SourceError::Io { what: iface.to_string(), error: source })
 }
 
 /// The index of `iface` in the calling thread's namespace.
 pub(crate) fn ifindex(iface: &str) -> Result<u32, SourceError> {
-    sys::ifindex(iface).map_err(|error| match error.raw_os_error() {
+    netdev::ifindex(iface).map_err(|error| match error.raw_os_error() {
         Some(libc::ENODEV) => SourceError::NoSuchDevice { iface: iface.to_string() },
         _ if error.kind() == std::io::ErrorKind::InvalidInput => SourceError::Invalid(error.to_string()),
         _ => SourceError::Io { what: format!("looking up interface {iface:?}"), error },
@@ -305,8 +308,45 @@ pub(crate) fn ifindex(iface: &str) -> Result<u32, SourceError> {
 /// AF_XDP) to [bind](crate::filter::Filter::bind) its filter to; in the
 /// calling thread's namespace.
 pub(crate) fn link_meta(iface: &str, ifindex: u32) -> Result<crate::filter::LinkMeta, SourceError> {
-    let address = sys::hw_address(iface).map_err(|error| SourceError::Io { what: format!("{iface}: its hardware address"), error })?;
+    let address = netdev::hw_address(iface).map_err(|error| SourceError::Io { what: format!("{iface}: its hardware address"), error })?;
     Ok(crate::filter::LinkMeta { ifindex, address })
+}
+
+/// The first OS error code in `e`'s chain of causes.
+pub(crate) fn os_error(e: &(dyn Error + 'static)) -> Option<i32> {
+    std::iter::successors(Some(e), |e| (*e).source()).find_map(|e| e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error))
+}
+
+/// `e` and its causes, as one line; a cause whose text its parent already
+/// includes is left out.
+pub(crate) fn chain(e: &(dyn Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for text in std::iter::successors(Some(e), |e| (*e).source()).map(ToString::to_string) {
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+/// `e` as an `io::Error` of the kind its OS error has, with every cause in its text.
+pub(crate) fn io_error(e: &(dyn Error + 'static)) -> io::Error {
+    let kind = os_error(e).map_or(io::ErrorKind::Other, |c| io::Error::from_raw_os_error(c).kind());
+    io::Error::new(kind, chain(e))
+}
+
+/// An error from the BPF loader, with the capability it needs when it was refused.
+pub(crate) fn bpf_error(what: &str, e: &(dyn Error + 'static), needs: &str) -> SourceError {
+    denied(what.to_string(), io_error(e), needs)
+}
+
+/// An OS error; when it is a refusal (EPERM, EACCES), say which capability is missing.
+pub(crate) fn denied(what: String, e: io::Error, needs: &str) -> SourceError {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        SourceError::Io { what: format!("{what}: needs {needs} (run as root, or grant it with setcap)"), error: e }
+    } else {
+        SourceError::Io { what, error: e }
+    }
 }
 
 #[cfg(test)]

@@ -45,11 +45,11 @@ use crate::filter::Filter;
 use crate::memory::{Budget, Plan};
 use crate::rss::Rss;
 use crate::source::afxdp::kfilter::KernelFilter;
-use crate::source::afxdp::program::denied;
-use crate::source::afxdp::sys::{self, XdpMode};
-use crate::source::live;
-use crate::source::live::sys::LinkWatch;
+use crate::source::live::{self, denied};
 use crate::source::{ifindex, CaptureOptions, LiveOptions, QueueRange, Source, XdpSpread};
+use crate::sys::netdev::LinkWatch;
+use crate::sys::netlink::XdpMode;
+use crate::sys::packet;
 use crate::{LinkType, QueueId};
 use program::{Setup, XringProgram, MAX_SNAPLEN};
 use std::sync::Arc;
@@ -81,7 +81,7 @@ pub(crate) fn open(
         let ring_bytes = ring_bytes(opts.xdp.ring_bytes, queue_ids.len())?;
         budget.check(queue_ids.len(), memory(ring_bytes, opts.kernel_flows))?;
         let promiscuous = match opts.promisc {
-            true => Some(sys::promiscuous(index).map_err(|e| denied(format!("{iface}: entering promiscuous mode"), e, "CAP_NET_RAW"))?),
+            true => Some(packet::promiscuous(index).map_err(|e| denied(format!("{iface}: entering promiscuous mode"), e, "CAP_NET_RAW"))?),
             false => None,
         };
         let snaplen = opts.snaplen.min(MAX_SNAPLEN);
@@ -129,7 +129,7 @@ pub(crate) fn open(
 
 /// The ring's size: as asked (checked), or the default for `queues` queues.
 fn ring_bytes(asked: Option<u64>, queues: usize) -> Result<u64, SourceError> {
-    let page = crate::source::afpacket::sys::page_size() as u64;
+    let page = crate::sys::mem::page_size() as u64;
     match asked {
         Some(b) if !b.is_power_of_two() || b < page || b > MAX_RING_BYTES => Err(SourceError::Invalid(format!(
             "xdp: ring buffer of {b} bytes: it must be a power of two from a page ({page} bytes) to {} MiB",
@@ -155,7 +155,7 @@ struct XringSource {
     ring_bytes: u64,
     program: XringProgram,
     kernel_filter: Option<Arc<KernelFilter>>,
-    promiscuous: Option<sys::Promiscuous>,
+    promiscuous: Option<packet::Promiscuous>,
     link: LinkWatch,
     take: bool,
     spread: XdpSpread,

@@ -19,10 +19,10 @@
 use crate::capture::SourceError;
 use crate::source::afxdp::kfilter::{Accept, KernelFilter};
 use crate::source::afxdp::program::{attach, clear_the_way, duplicate_fd};
-use crate::source::afxdp::sys::{Filtered, XdpMode};
-use crate::source::live::bpf::bpf_error;
+use crate::source::live::bpf_error;
 use crate::source::live::cutoff::{self, FlowMap};
-use crate::source::live::sys::map_set;
+use crate::sys::bpf::{map_set, Filtered};
+use crate::sys::netlink::XdpMode;
 use crate::QueueId;
 use aya::maps::{Array, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::xdp::XdpLink;

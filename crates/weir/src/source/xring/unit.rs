@@ -40,10 +40,11 @@ use crate::pool::CaptureSide;
 use crate::profile::{Probe, Profiler, Stage};
 use crate::rss::Rss;
 use crate::source::afxdp::kfilter::KernelFilter;
-use crate::source::afxdp::sys::Filtered;
 use crate::source::live::drain::{Drain, PATIENCE};
 use crate::source::live::gather::Gather;
-use crate::source::live::sys::{poll_readable, LinkWatch};
+use crate::sys::bpf::Filtered;
+use crate::sys::netdev::{poll_readable, LinkWatch};
+use crate::sys::packet::Promiscuous;
 use crate::QueueId;
 use aya::maps::{MapData, RingBuf};
 use std::os::fd::{AsFd, OwnedFd};
@@ -110,7 +111,7 @@ pub(super) struct Attachment {
     /// The interface, asked whether it is still up when the ring stays empty.
     pub(super) link: LinkWatch,
     pub(super) filter: Option<Arc<KernelFilter>>,
-    pub(super) _promiscuous: Option<crate::source::afxdp::sys::Promiscuous>,
+    pub(super) _promiscuous: Option<Promiscuous>,
 }
 
 /// The capture of every queue of an `xdp:` source.

@@ -45,9 +45,9 @@ use crate::sys::xdp_gen as sys;
 
 use super::{in_netns, longest_frame, sys as tx_sys, TxError, ETH_HLEN};
 use crate::privileges::Operation;
-use crate::source::live::bpf::{chain, io_error};
-use crate::source::live::sys::{test_run, test_run_flags};
+use crate::source::live::{chain, io_error};
 use crate::source::pacing::Pacing;
+use crate::sys::bpf::{test_run, test_run_flags};
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};

@@ -18,12 +18,15 @@
 //! Both rings keep a cached copy of the other side's index and touch the shared
 //! one only when the cache says there is nothing (or no room) left, so a batch
 //! costs two shared-memory accesses, not two per entry.
+//!
+//! The RX ring's packets are read from the UMEM, which its owner passes in as
+//! the mapping it registered and its frame size: a packet's bytes borrow the
+//! ring, so its frame cannot go back to the kernel while they are read.
 
 #![allow(unsafe_code)]
 
-use super::sys::{RingOffset, XdpDesc};
-use crate::pool::FrameArena;
-use crate::sys::mem::Region;
+use super::mem::Region;
+use super::xsk::{RingOffset, XdpDesc};
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -145,18 +148,23 @@ impl RxRing {
     }
 
     /// Descriptor `i` of those peeked, and the first `max_len` bytes of its packet
-    /// in `umem`. The bytes borrow the ring, so they cannot outlive the release
-    /// that lets the kernel reuse the frame.
+    /// in `umem`, the UMEM registered with frames of `frame_size` bytes. The
+    /// bytes borrow the ring, so they cannot outlive the release that lets the
+    /// kernel reuse the frame.
     #[inline]
-    pub(crate) fn packet<'a>(&'a self, i: u32, umem: &'a FrameArena, max_len: usize) -> (XdpDesc, &'a [u8]) {
+    pub(crate) fn packet<'a>(&'a self, i: u32, umem: &'a Region, frame_size: usize, max_len: usize) -> (XdpDesc, &'a [u8]) {
         let desc = self.desc(i);
         let len = (desc.len as usize).min(max_len);
-        let data = umem.ptr(desc.addr, len);
-        // SAFETY: `ptr` checked that the bytes lie in one frame of `umem`. The kernel
+        let start = desc.addr as usize;
+        debug_assert!(frame_size.is_power_of_two(), "UMEM frames are a power of two in size");
+        // A mask, not a division: this runs for every packet.
+        let frame_end = (start & !(frame_size - 1)) + frame_size;
+        assert!(start.checked_add(len).is_some_and(|end| end <= frame_end && end <= umem.len()), "packet outside its frame");
+        // SAFETY: the bytes lie in one frame of `umem` (checked above). The kernel
         // wrote them before publishing the descriptor (acquired in `peek`) and
         // writes that frame again only after it is back on the fill ring, which
         // needs the release this borrow of `self` holds off.
-        (desc, unsafe { std::slice::from_raw_parts(data, len) })
+        (desc, unsafe { std::slice::from_raw_parts(umem.as_ptr().add(start), len) })
     }
 
     /// Give the first `n` peeked descriptors back to the kernel.
