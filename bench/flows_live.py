@@ -254,10 +254,13 @@ fig.savefig(sys.argv[2], dpi=110)
 
 def inner(which, runs, quota):
     live.MIXES["flows"], live.MIXES["trickle"] = MIX, TRICKLE
+    # trafgen sends every step: these mixes are trafgen configurations, and
+    # bench/live.py's default generator is now its XDP one.
+    live.GEN.update(kind="trafgen")
     t = tools()
     which = [w for w in which if w in t] or list(t)
     result = {"machine": machine(), "queues": 2, "runs_per_step": runs, "flows": FLOWS, "quota_pct": quota,
-              "generator_kpps": live.generator_ceiling("flows") / 1e3, "ladder": {}}
+              "generator_kpps": live.generator_ceiling("flows", None)[0] / 1e3, "ladder": {}}
     # With a quota every tool runs on CPU 1 in a cgroup limited to that share
     # of it once started (bench/live.py's second pass): the loss-free rate then
     # shows how many packets a tool sustains per unit of its own CPU. What the
