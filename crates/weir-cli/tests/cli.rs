@@ -178,18 +178,25 @@ fn record_writes_what_was_read_in_both_formats() {
     }
 }
 
-/// capinfos and tshark must agree on the packet count and data bytes.
+/// capinfos and tshark must agree on the packet count and data bytes. Both come
+/// with scripts/setup (Debian's tshark); without them this fails, never skips.
 fn check_with_wireshark_tools(path: &Path, packets: u64, bytes: u64) {
-    let Ok(ci) = Command::new("capinfos").args(["-M", "-c", "-d", "-T", "-r"]).arg(path).output() else {
-        eprintln!("skipping capinfos/tshark checks: capinfos not installed (scripts/setup installs it)");
-        return;
-    };
+    let ci = Command::new("capinfos")
+        .args(["-M", "-c", "-d", "-T", "-r"])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("capinfos (Debian's tshark, which scripts/setup installs) could not run: {e}"));
     let s = text(&ci.stdout);
     let fields: Vec<&str> = s.trim().split('\t').collect();
     assert_eq!(fields.len(), 3, "capinfos said {s:?} {}", text(&ci.stderr));
     assert_eq!(fields[1].parse::<u64>().unwrap(), packets, "capinfos packet count");
     assert_eq!(fields[2].parse::<u64>().unwrap(), bytes, "capinfos data bytes");
-    let ts = Command::new("tshark").args(["-n", "-r"]).arg(path).args(["-T", "fields", "-e", "frame.len"]).output().unwrap();
+    let ts = Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(path)
+        .args(["-T", "fields", "-e", "frame.len"])
+        .output()
+        .unwrap_or_else(|e| panic!("tshark (which scripts/setup installs) could not run: {e}"));
     assert!(ts.status.success(), "{}", text(&ts.stderr));
     let lens: Vec<u64> = text(&ts.stdout).lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_eq!(lens.len() as u64, packets, "tshark packet count");

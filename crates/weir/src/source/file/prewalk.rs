@@ -282,6 +282,7 @@ mod tests {
 
     /// The corpus's pcapng traces too (sections, interfaces, options).
     #[test]
+    #[ignore = "needs the corpus in ../shared/corpus"]
     fn pcapng_steps_are_the_walkers() {
         let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
         let mut seen = 0;
