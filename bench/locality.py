@@ -185,14 +185,15 @@ def cachegrind(cmd_for, files, sorted_=False):
 
 
 def inspect_cmd(trace, extra):
-    # A timeout the run never reaches: under cachegrind the capture thread is slow,
-    # and batches must fill as they would at full speed.
-    locality = ["--locality-timeout-ms", "100000000"] if "--locality" in extra else []
+    # A timeout the run never reaches (an hour, the most the option takes): under
+    # cachegrind the capture thread is slow, and batches must fill as they would
+    # at full speed.
+    locality = ["--locality-timeout-ms", "3600000"] if "--locality" in extra else []
     return [str(WEIR), "inspect", "-q", str(trace), "-o", "/dev/null", *extra, *locality]
 
 
 def count_cmd(trace, extra):
-    locality = ["--locality-timeout-ms", "100000000"] if "--locality" in extra else []
+    locality = ["--locality-timeout-ms", "3600000"] if "--locality" in extra else []
     return [str(WEIR), "count", "-q", str(trace), *extra, *locality]
 
 
