@@ -95,7 +95,8 @@ highest number found, so none is overwritten. No other file is touched. Each del
 standard error (\"weir record: budget: deleted FILE (N bytes)\"), a deletion that fails too, and \
 the totals in the summary. If files that cannot be deleted fill the budget, recording stops with \
 an error.\n\n\
-What survives a kill: every file has its header on disk from the moment it is opened, and a file \
+What survives a kill: a file appears under its name with its header already written (weir writes \
+it under a hidden name, .NAME.weir-new, and renames it), and a file \
 is closed (written out and synced) before the next one is opened. After SIGKILL, every closed file \
 is complete, and the open one holds everything up to the last hand-over to the kernel, which \
 weir makes four times a second (or when 1 MiB is buffered): the packets of the last quarter second \

@@ -79,8 +79,10 @@
 //!   left the write fails ([`RotateError::OverBudget`]). A file already gone
 //!   (removed by hand) counts as deleted.
 //!
-//! What a kill leaves: a file's header reaches the kernel when the file is
-//! opened, so no file is ever left empty by a kill after that. A file is
+//! What a kill leaves: a file's header reaches the kernel before the file
+//! appears under its name (it is written under a hidden name beside it, then
+//! renamed), so no capture file is ever left empty or headerless by a kill; a
+//! kill in that instant leaves at most the hidden `.NAME.weir-new`. A file is
 //! closed (its buffer handed to the kernel, then `fdatasync`ed with its
 //! directory entry) before the next one is opened, so every closed file is
 //! complete even after a power loss. The open file holds what [`RotatingWriter::flush`]
@@ -720,12 +722,17 @@ impl<K: FileKind> RotatingWriter<K> {
         self.close_current()?;
         self.adopt_earlier()?;
         self.make_room_for_new_file()?;
-        let (file, path) = match &mut self.target {
+        let (file, path, staged) = match &mut self.target {
             Target::Pattern { pattern, has_conversion, has_seq } => {
                 let (pattern, has_conversion, has_seq) = (pattern.clone(), *has_conversion, *has_seq);
                 let path = self.name_for(&pattern, has_conversion, has_seq, ts_ns.unwrap_or_else(now_ns));
-                let file = File::create(&path).map_err(|source| RotateError::Io { path: path.clone(), source })?;
-                (file, path)
+                // A hidden name that cannot be made (a name at the length limit)
+                // falls back to the name itself, which reports its own error.
+                let (file, staged) = match staging_name(&path).and_then(|s| Some((File::create(&s).ok()?, s))) {
+                    Some((file, s)) => (file, Some(s)),
+                    None => (File::create(&path).map_err(|source| RotateError::Io { path: path.clone(), source })?, None),
+                };
+                (file, path, staged)
             }
             Target::Stream { file, name } => {
                 let path = name.clone();
@@ -733,7 +740,7 @@ impl<K: FileKind> RotatingWriter<K> {
                     path: path.clone(),
                     source: io::Error::new(io::ErrorKind::Unsupported, "a stream is one file: it cannot be rotated"),
                 })?;
-                (file, path)
+                (file, path, None)
             }
         };
         self.started = true;
@@ -743,6 +750,9 @@ impl<K: FileKind> RotatingWriter<K> {
         let regular = file.metadata().map_err(io_err)?.file_type().is_file();
         let mut writer = self.kind.start(file).map_err(io_err)?;
         writer.flush().map_err(io_err)?;
+        if let Some(staged) = staged {
+            std::fs::rename(&staged, &path).map_err(io_err)?;
+        }
         let header = writer.bytes_written();
         self.header_bytes = self.header_bytes.max(header);
         let window_end = ts_ns.map(|ts| window_end(self.policy.max_seconds, ts));
@@ -1006,6 +1016,21 @@ fn window_end(max_seconds: Option<u64>, ts_ns: u64) -> u64 {
 fn now_ns() -> u64 {
     let now = Utc::now();
     now.timestamp().max(0) as u64 * 1_000_000_000 + u64::from(now.timestamp_subsec_nanos())
+}
+
+/// Where a new file is written until its header is flushed: a hidden name
+/// beside it, renamed to `path` then, so that no reader (and no kill) ever
+/// finds the file under its name without its header. None when `path` is
+/// there and is not a regular file (a FIFO, `/dev/null`): that is opened
+/// as it is, never replaced.
+fn staging_name(path: &Path) -> Option<PathBuf> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.file_type().is_file() => None,
+        _ => {
+            let name = path.file_name()?.to_string_lossy();
+            Some(path.with_file_name(format!(".{name}.weir-new")))
+        }
+    }
 }
 
 /// The directory a file name is in (`.` for a bare name).
