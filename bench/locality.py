@@ -67,6 +67,10 @@ SWEEP_RULES = 500
 # Speed runs come in rounds, every configuration once per round, so that the
 # machine's drift (its neighbours share the L3) falls on all of them alike.
 ROUNDS = 1 if QUICK else 5
+# A locality timeout no run reaches (an hour, the most the option takes): under
+# cachegrind the capture thread is slow, and batches must fill as they would at
+# full speed.
+NEVER_MS = "3600000"
 STEM = "locality-quick" if QUICK else "locality-2m"
 
 
@@ -184,17 +188,16 @@ def cachegrind(cmd_for, files, sorted_=False):
     return {k: (long_[k] - short[k]) / (CG_LONG - CG_SHORT) for k in long_}
 
 
+def with_timeout(extra):
+    return [*extra, "--locality-timeout-ms", NEVER_MS] if "--locality" in extra else extra
+
+
 def inspect_cmd(trace, extra):
-    # A timeout the run never reaches (an hour, the most the option takes): under
-    # cachegrind the capture thread is slow, and batches must fill as they would
-    # at full speed.
-    locality = ["--locality-timeout-ms", "3600000"] if "--locality" in extra else []
-    return [str(WEIR), "inspect", "-q", str(trace), "-o", "/dev/null", *extra, *locality]
+    return [str(WEIR), "inspect", "-q", str(trace), "-o", "/dev/null", *with_timeout(extra)]
 
 
 def count_cmd(trace, extra):
-    locality = ["--locality-timeout-ms", "3600000"] if "--locality" in extra else []
-    return [str(WEIR), "count", "-q", str(trace), *extra, *locality]
+    return [str(WEIR), "count", "-q", str(trace), *with_timeout(extra)]
 
 
 def sweep_extra(b):
