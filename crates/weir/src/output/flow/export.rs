@@ -1,6 +1,8 @@
 //! An exporter thread: flow records from the workers it serves (every
 //! worker, or with `weir flows --export per-queue` one) come in over one
-//! channel, are packed into messages by one [`Encoder`] (so the sequence
+//! channel, a batch at a time (what a worker handed out in a run of
+//! packets: a record a time cost the worker a wake-up of this thread and
+//! the exporter a sleep for most records), are packed into messages by one [`Encoder`] (so the sequence
 //! numbers of its observation domain count in order whatever queue a record
 //! came from), sent over UDP to every collector, paced, on a connected socket
 //! each ([`super::collector`]), and written to the IPFIX files
@@ -208,10 +210,16 @@ impl Ready {
         self.encoder.templates_message()
     }
 
-    /// Exports what comes over `rx` until every sender is gone, to the
-    /// collectors and into `files`, showing each record to `hooks`; `stop`
-    /// stops the run when no output is left.
-    pub fn run<H: ExportHooks>(mut self, rx: &Receiver<FlowRecord>, files: Option<FlowFiles>, hooks: H, stop: StopHandle) -> ExportStats {
+    /// Exports the batches of records that come over `rx` until every
+    /// sender is gone, to the collectors and into `files`, showing each
+    /// record to `hooks`; `stop` stops the run when no output is left.
+    pub fn run<H: ExportHooks>(
+        mut self,
+        rx: &Receiver<Vec<FlowRecord>>,
+        files: Option<FlowFiles>,
+        hooks: H,
+        stop: StopHandle,
+    ) -> ExportStats {
         let mut out = Outputs { collectors: &mut self.collectors, hooks, files, failed: false, stop };
         let mut st = run(&mut self.encoder, self.format, &mut out, self.refresh, rx);
         for c in out.collectors.iter_mut() {
@@ -243,7 +251,7 @@ fn run<H: ExportHooks>(
     format: Format,
     out: &mut Outputs<'_, H>,
     refresh: Duration,
-    rx: &Receiver<FlowRecord>,
+    rx: &Receiver<Vec<FlowRecord>>,
 ) -> ExportStats {
     let mut st = ExportStats::default();
     let mut templates_at: Option<Instant> = None;
@@ -251,13 +259,12 @@ fn run<H: ExportHooks>(
     // Reasons of the records in the message being built.
     let mut reasons = [0u64; 5];
     loop {
-        let got = rx.recv_timeout(Duration::from_millis(200));
-        let record = match got {
-            Ok(r) => Some(r),
-            Err(RecvTimeoutError::Timeout) => None,
+        let batch = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(b) => b,
+            Err(RecvTimeoutError::Timeout) => Vec::new(),
             Err(RecvTimeoutError::Disconnected) => break,
         };
-        if let Some(r) = record {
+        for r in batch {
             out.hooks.record(&r);
             if enc.is_empty() {
                 templates_if_due(enc, format, &mut templates_at, refresh, &mut st);
