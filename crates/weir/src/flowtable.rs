@@ -480,9 +480,19 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
 
     /// Takes every flow out, least recently seen first, handing each to
     /// `gone` (the caller knows why: the input ended).
+    ///
+    /// The index is emptied at once, not entry by entry as
+    /// [`take`](Self::take) does: that hashes two keys and finds two
+    /// entries a flow (each a cache miss in a large table) to keep whole an
+    /// index about to be empty. At the end of the `make demo` trace, with
+    /// 150,000 flows held, `take` was 5% of `weir flows`' samples.
     pub fn drain(&mut self, mut gone: impl FnMut(Flow<K, V>)) {
+        self.index = Index::new(self.limits.max_flows);
         while self.oldest != NIL {
-            gone(self.take(self.oldest));
+            let i = self.oldest;
+            self.unlink(i);
+            self.fill_gap(i);
+            gone(self.slots.swap_remove(i as usize).flow);
         }
     }
 
@@ -581,21 +591,32 @@ impl<K: Hash + Eq, V> FlowTable<K, V> {
         self.index.remove_at(b);
         let last = (self.slots.len() - 1) as u32;
         if i != last {
-            let moved = &self.slots[last as usize];
-            let (older, newer) = (moved.older, moved.newer);
-            let hash = self.hasher.hash_one(&moved.flow.key);
+            let hash = self.hasher.hash_one(&self.slots[last as usize].flow.key);
             let (b, _) = self.index.find(hash, |j| j == last).expect("every slot is indexed");
             self.index.set_slot(b, i);
-            match older {
-                NIL => self.oldest = i,
-                o => self.slots[o as usize].newer = i,
-            }
-            match newer {
-                NIL => self.newest = i,
-                n => self.slots[n as usize].older = i,
-            }
         }
+        self.fill_gap(i);
         self.slots.swap_remove(i as usize).flow
+    }
+
+    /// Points the recency neighbours of the last slot at slot `i`, which
+    /// the last slot is about to move into (`swap_remove`); `i` is already
+    /// unlinked.
+    fn fill_gap(&mut self, i: u32) {
+        let last = (self.slots.len() - 1) as u32;
+        if i == last {
+            return;
+        }
+        let moved = &self.slots[last as usize];
+        let (older, newer) = (moved.older, moved.newer);
+        match older {
+            NIL => self.oldest = i,
+            o => self.slots[o as usize].newer = i,
+        }
+        match newer {
+            NIL => self.newest = i,
+            n => self.slots[n as usize].older = i,
+        }
     }
 
     fn make_newest(&mut self, i: u32) {
@@ -869,6 +890,8 @@ mod tests {
         Advance(u64),
         /// Take out the flows whose id is `r` mod `m` and put them back, by id.
         Move(u64, u64),
+        /// Take every flow out; the table goes on empty.
+        Drain,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -878,12 +901,13 @@ mod tests {
             1 => (0u32..16).prop_map(Op::Remove),
             1 => (0u64..400).prop_map(Op::Advance),
             1 => (2u64..4, 0u64..2).prop_map(|(m, r)| Op::Move(m, r)),
+            1 => Just(Op::Drain),
         ]
     }
 
     proptest! {
-        /// Random packets, removals, clock moves and moves out and back in,
-        /// against the naive table: the same flows leave, for the same
+        /// Random packets, removals, clock moves, moves out and back in, and
+        /// drains that empty the table mid-run, against the naive table: the same flows leave, for the same
         /// reason, with the same times and packet counts, in the same order,
         /// and the flows left at the end drain in the same order. So no flow
         /// is lost or handed out twice, and no packet is counted in a wrong
@@ -937,6 +961,10 @@ mod tests {
                             n.now = n.now.max(f.last_ns);
                             n.flows.push(f);
                         }
+                    }
+                    Op::Drain => {
+                        t.drain(|f| got.push((f, None)));
+                        want.extend(n.flows.drain(..).map(|f| (f, None)));
                     }
                 }
                 prop_assert_eq!(got, want, "step {}: {:?}", step, o);
