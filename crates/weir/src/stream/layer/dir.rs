@@ -225,8 +225,13 @@ impl<S> Dir<S> {
         let (src, dst, sport, dport) = t.endpoints();
         let proto = t.protocol();
         let r = &self.rec;
-        let zero = Delivery::default();
-        let x = self.delivery.as_deref().unwrap_or(&zero);
+        // Read in place: a `Delivery::default()` standing in for a missing
+        // delivery was built (a Vec, the requests) and dropped for each
+        // record of a direction without one (flows mode, --cutoff 0), about
+        // 300 instructions a record (cachegrind, 200,000 packets: 2.6% of
+        // `streams --cutoff 0`'s, 1.5% of `flows`').
+        let (delivered, gap, duplicate, dropped, refused) =
+            self.delivery.as_deref().map_or((0, 0, 0, 0, 0), |x| (x.delivered, x.gap, x.duplicate, x.dropped, x.refused));
         Stream {
             src,
             dst,
@@ -241,12 +246,12 @@ impl<S> Dir<S> {
             bytes: r.bytes,
             octets: r.octets,
             tcp_flags: r.tcp_flags,
-            delivered: x.delivered,
-            gap: x.gap,
-            duplicate: x.duplicate,
+            delivered,
+            gap,
+            duplicate,
             discarded: r.discarded,
-            dropped: x.dropped,
-            refused: x.refused,
+            dropped,
+            refused,
             cutoff: self.cutoff(),
             priority: r.priority,
             mode: r.mode,
