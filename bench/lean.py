@@ -23,7 +23,9 @@ threads on one CPU (`taskset -c 1`), where they take turns.
 Each round runs every command once, in turn, RUNS rounds (5 by default); a
 figure is the median of its runs. CPU is user + system time of the finished
 process (its every thread), wall time beside it. Reported: CPU ns per packet,
-its ratio to `weir count`'s, and the CPU of a JSON stream record: (CPU with
+its ratio to `weir count`'s (of the medians, and the median of each round's
+ratio to the count run of the same threading, with the ns a packet added
+over it), and the CPU of a JSON stream record: (CPU with
 --json - CPU without) / streams closed, the two runs of a round paired.
 
 The trace is read into the page cache before every round (the cache here is
@@ -66,9 +68,8 @@ def main():
         "streams-2q": [str(WEIR), "streams", f"{t}@0-1", "--cutoff", "0", "-q"],
         "flows-2q": [str(WEIR), "flows", f"{t}@0-1", "-q", "-w", "/dev/null"],
         # One queue with its capture thread, worker and the trace's helper
-        # threads all on one CPU: weir has no mode that runs capture and
-        # worker on one thread, so this is the nearest it comes (the two
-        # take turns on the CPU instead of running side by side).
+        # threads all on one CPU: the two take turns on the CPU instead of
+        # running side by side.
         "streams-1cpu": ["taskset", "-c", "1", str(WEIR), "streams", t, "--cutoff", "0", "-q"],
         "flows-1cpu": ["taskset", "-c", "1", str(WEIR), "flows", t, "-q", "-w", "/dev/null"],
         # One queue with capture and worker on one thread (--inline): the
@@ -102,6 +103,13 @@ def main():
     for n, m in med.items():
         m["cpu_ns_per_packet"] = m["cpu_s"] / PACKETS * 1e9
         m["cpu_over_count"] = m["cpu_s"] / med["count"]["cpu_s"]
+        # Paired within each round, against the count run of the same
+        # threading (count-inline for the inline runs): this host's speed
+        # drifts by a third within minutes, and a round's runs share it.
+        base = "count-inline" if n.endswith("-inline") else "count"
+        pairs = list(zip(runs[n], runs[base]))
+        m["cpu_over_count_paired"] = statistics.median(x["cpu_s"] / c["cpu_s"] for x, c in pairs)
+        m["added_ns_per_packet_paired"] = statistics.median((x["cpu_s"] - c["cpu_s"]) / PACKETS * 1e9 for x, c in pairs)
     per_record = [(j["cpu_s"] - s["cpu_s"]) / streams_closed * 1e6 for j, s in zip(runs["streams-json"], runs["streams"])]
     # A run's threads depend on how the trace source chose to read (a
     # populate thread, or a walker): a thread a run did not have counts 0.
@@ -120,7 +128,8 @@ def main():
               "queues": queues, "threads_each": threads}
     write_result("lean", result)
     for n, m in med.items():
-        log(f"{n:13} CPU {m['cpu_s']:.2f} s ({m['cpu_ns_per_packet']:.0f} ns/packet, {m['cpu_over_count']:.1f}x count), wall {m['wall_s']:.2f} s")
+        log(f"{n:14} CPU {m['cpu_s']:.2f} s ({m['cpu_ns_per_packet']:.0f} ns/packet, {m['cpu_over_count']:.1f}x count; "
+            f"paired {m['cpu_over_count_paired']:.2f}x, {m['added_ns_per_packet_paired']:.0f} ns/packet added), wall {m['wall_s']:.2f} s")
     log(f"a JSON stream record: {result['json_us_per_record']:.2f} us of CPU ({streams_closed} records)")
     for layer, q in queues.items():
         show = lambda d: ", ".join(f"{k} {v:.0f}" for k, v in d.items() if k != "bound_s")
