@@ -2,9 +2,10 @@
 //! layer runs in flows mode at cutoff 0 (statistics only: no payload is
 //! kept), and every record it hands out (a direction of a connection at its
 //! close or its active timeout; with `--biflow` joined to the other
-//! direction's first, see [`weir::stream::biflow`]) travels over a channel to an exporter
-//! thread, in a batch with the others of its run of packets (one for all queues, or with `--export per-queue` one per queue
-//! under its own observation domain), which sends IPFIX, NetFlow v9 or v5
+//! direction's first, see [`weir::stream::biflow`]) travels over a channel,
+//! in a batch with the others of its run of packets, to an exporter thread
+//! (one for all queues, or with `--export per-queue` one per queue under
+//! its own observation domain), which sends IPFIX, NetFlow v9 or v5
 //! messages to the collectors and writes IPFIX files (`-w`, RFC 5655,
 //! rotated as `weir record`'s). The exporter is the library's
 //! ([`weir::output::flow`]); this module holds the options, the words and
@@ -209,7 +210,7 @@ const FULL_BACKOFF: Duration = Duration::from_micros(500);
 pub(crate) struct ToExporter {
     tx: SyncSender<Batch>,
     /// Records of the run so far, not yet sent.
-    batch: Vec<FlowRecord>,
+    batch: Batch,
     /// Records its exporter thread was gone for (it panicked): counted.
     orphaned: u64,
     /// With `--biflow`.

@@ -1,12 +1,12 @@
 //! An exporter thread: flow records from the workers it serves (every
 //! worker, or with `weir flows --export per-queue` one) come in over one
 //! channel, a batch at a time (what a worker handed out in a run of
-//! packets: a record a time cost the worker a wake-up of this thread and
-//! the exporter a sleep for most records), are packed into messages by one [`Encoder`] (so the sequence
-//! numbers of its observation domain count in order whatever queue a record
-//! came from), sent over UDP to every collector, paced, on a connected socket
-//! each ([`super::collector`]), and written to the IPFIX files
-//! ([`FlowFiles`]), the same bytes to each.
+//! packets: a record a time moved the channel's shared state between the
+//! two threads' CPUs for every record), are packed into messages by one
+//! [`Encoder`] (so the sequence numbers of its observation domain count in
+//! order whatever queue a record came from), sent over UDP to every
+//! collector, paced, on a connected socket each ([`super::collector`]), and
+//! written to the IPFIX files ([`FlowFiles`]), the same bytes to each.
 //!
 //! A record is *exported* once a collector's socket took its message or a
 //! file was written with it: UDP says no more. What came back port
