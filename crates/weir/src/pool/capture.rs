@@ -175,6 +175,18 @@ impl CaptureSide {
         self.captured.set_wake_batch(chunks.min(self.pool.chunks() / 2).max(1));
     }
 
+    /// When it waits for memory, sleep until `chunks` chunks came back (at
+    /// most a quarter of the pool), not until the first: for a source whose
+    /// packets wait for it anyway (a trace read as fast as it goes). A worker
+    /// slower than the capture thread otherwise hands back one chunk at a
+    /// time, and each costs a futex wake-up on the worker and a sleep on this
+    /// thread. The worker still wakes it for what came back before it idles
+    /// ([`WorkerSide`](super::WorkerSide)'s waits), and a wait still ends at
+    /// its timeout.
+    pub(crate) fn refill_in_batches_of(&mut self, chunks: usize) {
+        self.recycled.wake_after(chunks.min(self.pool.chunks() / 4).max(1));
+    }
+
     /// As [`push_ref`](Self::push_ref), for a record whose timestamp fraction
     /// carried `ts_carry` seconds ([`Packet::ts_carry`](crate::Packet::ts_carry)).
     pub(crate) fn push_ref_carried(

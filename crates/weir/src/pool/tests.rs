@@ -292,6 +292,38 @@ fn capture_and_worker_on_two_threads() {
     assert_eq!((s.received, s.delivered, s.in_flight), (u64::from(n), u64::from(n), 0));
 }
 
+/// A capture side that waits for a batch of chunks back is still woken by
+/// a worker that goes idle with fewer: an application holding the rest
+/// must not leave it asleep until its timeout.
+#[test]
+fn a_worker_going_idle_wakes_a_capture_side_waiting_for_a_batch() {
+    let (mut cap, mut work, _) = pair(4, 16);
+    cap.refill_in_batches_of(4);
+    for i in 0..64 {
+        cap.push_copy(&packet(i, 60), 60, 0).unwrap();
+    }
+    assert_eq!(cap.push_copy(&packet(64, 60), 60, 0), Err(NoCell), "every chunk is in use");
+    cap.flush();
+    let worker = std::thread::spawn(move || {
+        let held: Vec<ChunkToken> = (0..16).map(|_| work.take_raw().expect("16 chunks published")).collect();
+        // Let the capture side fall asleep first, then hand back two: below its batch.
+        std::thread::sleep(Duration::from_millis(200));
+        for t in &held[..2] {
+            work.recycle_raw(*t).unwrap();
+        }
+        assert!(matches!(work.next(Duration::from_secs(3)), Next::Idle));
+        for t in &held[2..] {
+            work.recycle_raw(*t).unwrap();
+        }
+        work
+    });
+    let start = std::time::Instant::now();
+    assert!(cap.wait_for_cell(Duration::from_secs(20)));
+    let took = start.elapsed();
+    let _work = worker.join().unwrap();
+    assert!(took < Duration::from_millis(2500), "the capture side slept {took:?}: the idle worker did not wake it");
+}
+
 #[test]
 fn referenced_blocks_stay_held_until_their_chunks_come_back() {
     let (mut cap, work, counters) = pair(8, 4);

@@ -31,6 +31,7 @@ pub(crate) fn wait_any(workers: &[WorkerSide], timeout: Duration, watch_starved:
     if ready() {
         return;
     }
+    workers.iter().for_each(WorkerSide::wake_refill);
     first.captured.borrow().wait_or(timeout, ready);
 }
 
@@ -180,6 +181,7 @@ impl WorkerSide {
         if let Some(c) = self.try_next() {
             return Next::Chunk(c);
         }
+        self.wake_refill();
         {
             let own = self.captured.borrow();
             own.wait_or(timeout, || {
@@ -195,6 +197,15 @@ impl WorkerSide {
             None if self.all_closed(&self.captured.borrow()) => Next::Closed,
             None => Next::Idle,
         }
+    }
+
+    /// Wake the capture side for the chunks this worker handed back that
+    /// wait below its wake-up batch
+    /// ([`CaptureSide::refill_in_batches_of`](super::CaptureSide::refill_in_batches_of)):
+    /// owed before every sleep, or both sides sleep until a timeout. A
+    /// buddy's chunks ring their owner as each goes back.
+    fn wake_refill(&self) {
+        self.own.recycle.borrow().notify_if_waiting();
     }
 
     /// True when every capture side feeding this worker is gone and every chunk

@@ -35,6 +35,10 @@ struct Shared<T> {
     head: CachePadded<AtomicUsize>,
     tail: CachePadded<AtomicUsize>,
     closed: AtomicBool,
+    /// Ring the consumer's bell only once this many items wait: set by the
+    /// producer ([`Producer::set_wake_batch`]) or asked for by the consumer
+    /// ([`Consumer::wake_after`]).
+    wake_batch: AtomicUsize,
     mask: usize,
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// Rung by the producer after a push: the consumer may sleep on an empty ring.
@@ -57,8 +61,6 @@ pub(crate) struct Producer<T> {
     shared: Arc<Shared<T>>,
     tail: usize,
     cached_head: usize,
-    /// Ring the consumer's bell only once this many items wait (see [`Producer::set_wake_batch`]).
-    wake_batch: usize,
     /// Parks [`push_wait`](Self::push_wait). Only the tests wait on a full
     /// ring; the engine's producers never block on one.
     #[cfg(test)]
@@ -86,6 +88,7 @@ pub(crate) fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consu
         head: CachePadded::new(AtomicUsize::new(0)),
         tail: CachePadded::new(AtomicUsize::new(0)),
         closed: AtomicBool::new(false),
+        wake_batch: AtomicUsize::new(1),
         mask: cap - 1,
         slots: (0..cap).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
         to_consumer: consumer_sleeper.bell(),
@@ -95,7 +98,6 @@ pub(crate) fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consu
         shared: Arc::clone(&shared),
         tail: 0,
         cached_head: 0,
-        wake_batch: 1,
         #[cfg(test)]
         sleeper: producer_sleeper,
         _not_sync: Default::default(),
@@ -126,16 +128,20 @@ impl<T: Copy + Send> Producer<T> {
         self.tail = self.tail.wrapping_add(1);
         // Release: the slot write above is visible to a consumer that sees this tail.
         self.shared.tail.store(self.tail, Ordering::Release);
-        if self.wake_batch <= 1 {
+        // Relaxed: the batch only says when a wake-up is worth its system
+        // call; a stale one delays a wake-up until the `notify` the producer
+        // owes before it goes idle, and loses none.
+        let batch = self.shared.wake_batch.load(Ordering::Relaxed);
+        if batch <= 1 {
             self.shared.to_consumer.ring();
-        } else if self.tail.wrapping_sub(self.cached_head) >= self.wake_batch {
+        } else if self.tail.wrapping_sub(self.cached_head) >= batch {
             // `cached_head` is refreshed only when the ring looks full, so it may
             // lag far behind the consumer: without a fresh look every push past
             // the first batch would ring (a futex wake per chunk on the capture
             // thread while the worker sleeps between chunks). At most one load
             // of the consumer's line per batch. Acquire: as in the fullness check.
             self.cached_head = self.shared.head.load(Ordering::Acquire);
-            if self.tail.wrapping_sub(self.cached_head) >= self.wake_batch {
+            if self.tail.wrapping_sub(self.cached_head) >= batch {
                 self.shared.to_consumer.ring();
             }
         }
@@ -147,7 +153,8 @@ impl<T: Copy + Send> Producer<T> {
     /// call [`notify`](Self::notify) before it goes idle, or the consumer waits for
     /// the rest of its sleep.
     pub(crate) fn set_wake_batch(&mut self, n: usize) {
-        self.wake_batch = n.clamp(1, self.capacity());
+        // Relaxed: see `push`.
+        self.shared.wake_batch.store(n.clamp(1, self.capacity()), Ordering::Relaxed);
     }
 
     /// Wake the consumer if it sleeps, whatever the batch.
@@ -264,6 +271,16 @@ impl<T: Copy + Send> Consumer<T> {
             shared.tail.load(Ordering::Acquire) != head || shared.closed.load(Ordering::Acquire)
         });
         self.pop()
+    }
+
+    /// Ask the producer to wake this consumer only once `n` items wait, as
+    /// [`Producer::set_wake_batch`] does from the other side: for a consumer
+    /// that would rather sleep through a batch than wake for every item. The
+    /// producer must then [`notify`](Producer::notify_if_waiting) before it
+    /// goes idle.
+    pub(crate) fn wake_after(&self, n: usize) {
+        // Relaxed: see `Producer::push`.
+        self.shared.wake_batch.store(n.clamp(1, self.shared.mask + 1), Ordering::Relaxed);
     }
 
     /// A handle that wakes this consumer if it sleeps in [`pop_wait`](Self::pop_wait).
@@ -400,6 +417,28 @@ mod tests {
         let (first, next, woke) = t.join().unwrap();
         assert_eq!((first, next), (vec![0, 1, 2, 3], Some(4)));
         assert!(woke.duration_since(pushed) >= Duration::from_millis(150), "a push below the batch woke the consumer");
+    }
+
+    /// A consumer that asks for a batch sleeps through the pushes below it.
+    #[test]
+    #[cfg_attr(miri, ignore = "measures how long a native park sleeps")]
+    fn a_consumer_that_asks_for_a_batch_is_woken_at_the_batch() {
+        let (mut p, mut c) = channel::<u32>(Capacity::at_least(16));
+        c.wake_after(3);
+        let t = std::thread::spawn(move || {
+            let first = c.pop_wait(Duration::from_secs(20));
+            (first, std::time::Instant::now())
+        });
+        // The consumer sleeps on the empty ring.
+        std::thread::sleep(Duration::from_millis(100));
+        p.push(0).unwrap();
+        p.push(1).unwrap();
+        let below = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(200));
+        p.push(2).unwrap();
+        let (first, woke) = t.join().unwrap();
+        assert_eq!(first, Some(0));
+        assert!(woke.duration_since(below) >= Duration::from_millis(150), "a push below the batch woke the consumer");
     }
 
     /// Two threads: every item arrives once, in order, through sleeps on both sides.

@@ -44,6 +44,10 @@ use std::time::{Duration, Instant};
 /// Chunks a trace's capture thread publishes before it wakes a sleeping
 /// worker (at most half the pool; see `CaptureSide::wake_in_batches_of`).
 const TRACE_WAKE_BATCH: usize = 64;
+/// Chunks a trace's capture thread, out of memory, waits to get back before
+/// it goes on (at most a quarter of the pool; see
+/// `CaptureSide::refill_in_batches_of`).
+const TRACE_REFILL_BATCH: usize = 32;
 /// Longest a waiting reader goes without checking for a stop request.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// Packets between looks at the clock for a controller tick.
@@ -276,6 +280,12 @@ impl CaptureUnit for TraceUnit {
         // and rebalancing, which a worker left asleep longer would mislead.
         if let [side] = &mut sides[..] {
             side.wake_in_batches_of(TRACE_WAKE_BATCH);
+        }
+        // The other way, the same: a worker slower than this thread handed
+        // back a chunk at a time, a sleep here and a wake-up there for each.
+        // Not when paced: a paced trace drops rather than wait.
+        if !self.pacer.is_paced() {
+            sides.iter_mut().for_each(|s| s.refill_in_batches_of(TRACE_REFILL_BATCH));
         }
         self.input.start_read_ahead(self.profiler.clone())?;
         if !self.pacer.is_paced() {
