@@ -291,18 +291,18 @@ impl<H: StreamHandler> Streams<H> {
     }
 
     fn take_packet(&mut self, p: &Packet<'_>) {
-        self.take_frame(p, self.decode(p.data()), None);
+        self.take_frame(p, &self.decode(p.data()), None);
     }
 
     /// Handles `p`, decoded as `frame`; `keyed` is its connection's key, side
     /// and hash when [`warm`](Self::warm) computed them.
-    fn take_frame(&mut self, p: &Packet<'_>, frame: Frame<'_>, keyed: Option<Keyed>) {
+    fn take_frame(&mut self, p: &Packet<'_>, frame: &Frame<'_>, keyed: Option<Keyed>) {
         self.stats.packets += 1;
         self.idle.packet(p.ts_ns());
         match frame {
             Frame::NotIp => self.stats.not_ip += 1,
             Frame::Malformed => self.stats.malformed += 1,
-            Frame::Datagram(d) => self.datagram(&d, p, keyed, None),
+            Frame::Datagram(d) => self.datagram(d, p, keyed, None),
             Frame::Fragment(ip) => match self.defrag.push(p.ts_ns(), ip) {
                 Outcome::Complete(whole) => {
                     let mut buf = std::mem::take(&mut self.whole);
@@ -698,9 +698,11 @@ impl<H: StreamHandler> Handler for Streams<H> {
     fn packets(&mut self, packets: &[Packet<'_>]) {
         let mut frames = [const { None }; crate::PACKETS_PER_RUN];
         self.warm(packets, &mut frames);
-        for (p, f) in packets.iter().zip(frames) {
-            let (frame, keyed) = f.expect("warm decodes every packet of the run");
-            self.take_frame(p, frame, keyed);
+        // By reference: the run's frames moved into the loop were a copy
+        // of the whole array (about 3 KiB) a run and a move of each frame.
+        for (p, f) in packets.iter().zip(&frames) {
+            let (frame, keyed) = f.as_ref().expect("warm decodes every packet of the run");
+            self.take_frame(p, frame, *keyed);
         }
         self.handler.run_done();
         self.answer_board();
