@@ -231,6 +231,20 @@ pub trait StreamHandler: Send + 'static {
     fn run_done(&mut self) {}
 }
 
+/// A record's byte counts, as [`StreamStats`] adds them up: what a
+/// [`Stream`] says of its bytes, without the rest of the record, which a
+/// direction that closes need not build twice (the layer's `Dir::stream`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ByteCounts {
+    pub(crate) bytes: u64,
+    pub(crate) delivered: u64,
+    pub(crate) gap: u64,
+    pub(crate) duplicate: u64,
+    pub(crate) discarded: u64,
+    pub(crate) dropped: u64,
+    pub(crate) refused: u64,
+}
+
 /// What one queue's stream layer counted. Every packet that reached it is
 /// in exactly one of `not_ip`, `malformed`, `fragments`, `untracked`,
 /// `to_stream`, `discarded_packets` and `dropped_packets`.
@@ -398,9 +412,9 @@ impl StreamStats {
     }
 
     /// Counts a stream that left the table: its bytes and why it closed.
-    pub(crate) fn record_closed(&mut self, s: &Stream) {
-        self.record_bytes(s);
-        match s.closed {
+    pub(crate) fn record_closed(&mut self, c: &ByteCounts, closed: Option<CloseReason>) {
+        self.record_bytes(c);
+        match closed {
             Some(CloseReason::Fin) => self.closed_fin += 1,
             Some(CloseReason::Rst) => self.closed_rst += 1,
             Some(CloseReason::Idle) => self.closed_idle += 1,
@@ -412,14 +426,14 @@ impl StreamStats {
 
     /// Counts the bytes of a record that is handed out: at its close, or
     /// at an active timeout, after which its counts start again.
-    pub(crate) fn record_bytes(&mut self, s: &Stream) {
-        self.bytes += s.bytes;
-        self.delivered += s.delivered;
-        self.gap += s.gap;
-        self.duplicate += s.duplicate;
-        self.discarded += s.discarded;
-        self.dropped += s.dropped;
-        self.refused += s.refused;
+    pub(crate) fn record_bytes(&mut self, c: &ByteCounts) {
+        self.bytes += c.bytes;
+        self.delivered += c.delivered;
+        self.gap += c.gap;
+        self.duplicate += c.duplicate;
+        self.discarded += c.discarded;
+        self.dropped += c.dropped;
+        self.refused += c.refused;
     }
 
     /// Whether every packet is in exactly one category.

@@ -22,7 +22,7 @@
 //! and index included: a direction inline is 72 bytes (checked below at
 //! compile time), where a boxed `Stream` and its state took 256.
 
-use super::super::api::Requests;
+use super::super::api::{ByteCounts, Requests};
 use super::super::config::Mode;
 use super::super::reassembly::{self, Reassembler};
 use super::super::{CloseReason, Direction, Stream};
@@ -219,6 +219,13 @@ impl<S> Dir<S> {
         self.delivery.as_ref().is_some_and(|x| x.waiting())
     }
 
+    /// Its byte counts, as its [`Stream`] record would say them.
+    pub(super) fn byte_counts(&self) -> ByteCounts {
+        let (delivered, gap, duplicate, dropped, refused) =
+            self.delivery.as_deref().map_or((0, 0, 0, 0, 0), |x| (x.delivered, x.gap, x.duplicate, x.dropped, x.refused));
+        ByteCounts { bytes: self.rec.bytes, delivered, gap, duplicate, discarded: self.rec.discarded, dropped, refused }
+    }
+
     /// The record the application sees, of the connection `key` on `queue`.
     pub(super) fn stream(&self, key: &FlowTuple, queue: QueueId) -> Stream {
         let t = self.tuple(key);
@@ -230,8 +237,7 @@ impl<S> Dir<S> {
         // record of a direction without one (flows mode, --cutoff 0), about
         // 300 instructions a record (cachegrind, 200,000 packets: 2.6% of
         // `streams --cutoff 0`'s, 1.5% of `flows`').
-        let (delivered, gap, duplicate, dropped, refused) =
-            self.delivery.as_deref().map_or((0, 0, 0, 0, 0), |x| (x.delivered, x.gap, x.duplicate, x.dropped, x.refused));
+        let ByteCounts { bytes, delivered, gap, duplicate, discarded, dropped, refused } = self.byte_counts();
         Stream {
             src,
             dst,
@@ -243,13 +249,13 @@ impl<S> Dir<S> {
             first_ns: r.first_ns,
             last_ns: r.last_ns,
             packets: r.packets,
-            bytes: r.bytes,
+            bytes,
             octets: r.octets,
             tcp_flags: r.tcp_flags,
             delivered,
             gap,
             duplicate,
-            discarded: r.discarded,
+            discarded,
             dropped,
             refused,
             cutoff: self.cutoff(),

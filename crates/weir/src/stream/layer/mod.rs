@@ -194,7 +194,7 @@ impl<H: StreamHandler> Env<'_, H> {
 
     /// Counts the record of a direction that is handed out for good.
     fn record_closed(&mut self, d: &Dir<H::State>) {
-        self.stats.record_closed(&d.stream(&self.key, self.queue));
+        self.stats.record_closed(&d.byte_counts(), d.rec.closed);
     }
 }
 
@@ -809,7 +809,7 @@ fn active_record<H: StreamHandler>(d: &mut Dir<H::State>, now: u64, env: &mut En
     let stream = d.stream(&key, env.queue);
     let Some(state) = d.state.as_mut() else { return };
     env.handler.active(&stream, state);
-    env.stats.record_bytes(&stream);
+    env.stats.record_bytes(&d.byte_counts());
     env.stats.active_records += 1;
     let r = &mut d.rec;
     (r.first_ns, r.last_ns) = (now, now);
