@@ -56,6 +56,14 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 // SAFETY: as above; the shared state is owned jointly through `Arc`.
 unsafe impl<T: Send> Send for Shared<T> {}
 
+impl<T> Shared<T> {
+    /// The wake-up batch either side sets, from 1 to the ring's capacity.
+    fn set_wake_batch(&self, n: usize) {
+        // Relaxed: see `Producer::push`.
+        self.wake_batch.store(n.clamp(1, self.mask + 1), Ordering::Relaxed);
+    }
+}
+
 /// The writing half.
 pub(crate) struct Producer<T> {
     shared: Arc<Shared<T>>,
@@ -107,6 +115,8 @@ pub(crate) fn channel<T: Copy + Send>(capacity: Capacity) -> (Producer<T>, Consu
 }
 
 impl<T: Copy + Send> Producer<T> {
+    /// Items the ring holds at most (the tests' check of a ring's size).
+    #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.shared.mask + 1
     }
@@ -153,8 +163,7 @@ impl<T: Copy + Send> Producer<T> {
     /// call [`notify`](Self::notify) before it goes idle, or the consumer waits for
     /// the rest of its sleep.
     pub(crate) fn set_wake_batch(&mut self, n: usize) {
-        // Relaxed: see `push`.
-        self.shared.wake_batch.store(n.clamp(1, self.capacity()), Ordering::Relaxed);
+        self.shared.set_wake_batch(n);
     }
 
     /// Wake the consumer if it sleeps, whatever the batch.
@@ -276,11 +285,10 @@ impl<T: Copy + Send> Consumer<T> {
     /// Ask the producer to wake this consumer only once `n` items wait, as
     /// [`Producer::set_wake_batch`] does from the other side: for a consumer
     /// that would rather sleep through a batch than wake for every item. The
-    /// producer must then [`notify`](Producer::notify_if_waiting) before it
-    /// goes idle.
+    /// producer must then [`notify_if_waiting`](Producer::notify_if_waiting)
+    /// before it goes idle.
     pub(crate) fn wake_after(&self, n: usize) {
-        // Relaxed: see `Producer::push`.
-        self.shared.wake_batch.store(n.clamp(1, self.shared.mask + 1), Ordering::Relaxed);
+        self.shared.set_wake_batch(n);
     }
 
     /// A handle that wakes this consumer if it sleeps in [`pop_wait`](Self::pop_wait).

@@ -281,14 +281,12 @@ impl CaptureUnit for TraceUnit {
         if let [side] = &mut sides[..] {
             side.wake_in_batches_of(TRACE_WAKE_BATCH);
         }
-        // The other way, the same: a worker slower than this thread handed
-        // back a chunk at a time, a sleep here and a wake-up there for each.
-        // Not when paced: a paced trace drops rather than wait.
-        if !self.pacer.is_paced() {
-            sides.iter_mut().for_each(|s| s.refill_in_batches_of(TRACE_REFILL_BATCH));
-        }
         self.input.start_read_ahead(self.profiler.clone())?;
         if !self.pacer.is_paced() {
+            // The other way, the same: a worker slower than this thread
+            // handed back a chunk at a time, a sleep here and a wake-up there
+            // for each. Not when paced: a paced trace drops rather than wait.
+            sides.iter_mut().for_each(|s| s.refill_in_batches_of(TRACE_REFILL_BATCH));
             self.start_prewalk();
         }
         // Chosen once: the untimed loop carries no marks at all.
