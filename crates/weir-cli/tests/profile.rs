@@ -4,15 +4,35 @@
 //! clear errors for a command it cannot run; tcpdump run with `weir run`,
 //! profiled by weir's libpcap inside it; and, as root, the same on afpacket
 //! and afxdp on the veth test bed.
+//!
+//! A profile is a measurement: the file's runs of weir take turns (two at
+//! once on two CPUs preempt each other's threads through every window), and
+//! a run whose stages miss the total by more than 10% is measured once more
+//! before the test fails, as a benchmark would not trust one noisy round
+//! (CI once saw 17% on a machine running 1.7 times slower than usual). A
+//! stage or thread left out that holds more than a tenth of the total misses
+//! it every time, and still fails.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+/// Held by each run of weir in this file, so that they run one at a time.
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const PACKETS: u64 = 200_000;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir")).args(args).stdin(Stdio::null()).output().expect("weir runs")
+    let mut weir = Command::new(env!("CARGO_BIN_EXE_weir"));
+    weir.args(args);
+    output(weir)
+}
+
+/// `c`'s output, run in this file's turn.
+fn output(mut c: Command) -> Output {
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    c.stdin(Stdio::null()).output().expect("the command runs")
 }
 
 fn text(b: &[u8]) -> String {
@@ -41,6 +61,30 @@ fn ns(p: &Value, key: &str) -> f64 {
 
 /// The stages named are there with time in them, and they sum to within 10% of the total.
 fn check(p: &Value, stages: &[&str]) {
+    if let Err(e) = check_sum(p, stages) {
+        panic!("{e}");
+    }
+}
+
+/// `weir profile --json ARGS`, checked as [`check`] does; a profile whose
+/// stages miss the total by more than 10% is taken once more, and the
+/// second must hold (see the file's doc).
+fn measured(args: &[&str], stages: &[&str]) -> Value {
+    let p = profile(args);
+    match check_sum(&p, stages) {
+        Ok(()) => p,
+        Err(first) => {
+            eprintln!("profile {args:?} measured again: {first}");
+            let p = profile(args);
+            check(&p, stages);
+            p
+        }
+    }
+}
+
+/// [`check`]'s checks: those that no noise excuses panic at once, the sum
+/// against the total is the error returned.
+fn check_sum(p: &Value, stages: &[&str]) -> Result<(), String> {
     assert_eq!(p["packets"].as_u64(), Some(PACKETS), "{p}");
     for s in stages {
         assert!(ns(p, s) > 0.0, "stage {s} missing or empty: {p:#}");
@@ -49,11 +93,15 @@ fn check(p: &Value, stages: &[&str]) {
     let total = p["total"]["ns_per_packet"].as_f64().unwrap();
     let stages_sum: f64 = p["stages"].as_array().unwrap().iter().map(|s| s["ns_per_packet"].as_f64().unwrap()).sum();
     assert!((stages_sum - sum).abs() < 1e-6 * sum, "sum {sum} is not the stages' {stages_sum}");
-    assert!((sum - total).abs() <= 0.10 * total, "stages {sum} ns/packet, total {total}: {p:#}");
     let un = p["unaccounted"]["ns_per_packet"].as_f64().unwrap();
     assert!((total - sum - un).abs() < 1e-6 * total, "unaccounted {un} is not total - sum");
     assert_eq!(p["clock"]["invariant"].as_bool(), Some(p["clock"]["source"] == "tsc"));
     assert!(p["clock"]["hz"].as_f64().unwrap() > 1e8);
+    if (sum - total).abs() <= 0.10 * total {
+        Ok(())
+    } else {
+        Err(format!("stages {sum} ns/packet, total {total}: {p:#}"))
+    }
 }
 
 /// A mapped trace has no read-ahead thread: the capture thread's stages
@@ -66,23 +114,21 @@ fn a_mapped_trace_is_profiled_without_a_read_ahead_thread() {
     let dir = tempfile::tempdir().unwrap();
     let t = synth(dir.path());
     let t = t.to_str().unwrap();
-    let p = profile(&["count", "-q", "--trace-access", "map", t]);
-    check(&p, &["source", "steer", "hand_off", "delivery", "main"]);
+    let p = measured(&["count", "-q", "--trace-access", "map", t], &["source", "steer", "hand_off", "delivery", "main"]);
     assert_eq!(ns(&p, "read_ahead"), 0.0, "{p:#}");
     let weir = env!("CARGO_BIN_EXE_weir");
-    let out =
-        Command::new("taskset").args(["-c", "0", weir, "profile", "--json", "--", "count", "-q", t]).stdin(Stdio::null()).output().unwrap();
+    let mut taskset = Command::new("taskset");
+    taskset.args(["-c", "0", weir, "profile", "--json", "--", "count", "-q", t]);
+    let out = output(taskset);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let one_cpu: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(ns(&one_cpu, "read_ahead"), 0.0, "auto maps on one CPU: {one_cpu:#}");
     assert_eq!(ns(&one_cpu, "populate"), 0.0, "on one CPU the walk fills its own page tables: {one_cpu:#}");
     if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
-        let two = profile(&["count", "-q", t]);
-        check(&two, &["source", "populate", "main"]);
+        let two = measured(&["count", "-q", t], &["source", "populate", "main"]);
         assert_eq!(ns(&two, "read_ahead"), 0.0, "auto maps on two CPUs: {two:#}");
         // Walked on a thread of its own: a stage, and the capture thread's still sum up.
-        let walked = profile(&["count", "-q", "--trace-access", "walk", t]);
-        check(&walked, &["source", "prewalk", "hand_off", "main"]);
+        let walked = measured(&["count", "-q", "--trace-access", "walk", t], &["source", "prewalk", "hand_off", "main"]);
     }
     let out = run(&["count", "--trace-access", "mmap", t]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
@@ -94,8 +140,10 @@ fn count_reports_every_stage_summing_to_the_total() {
     let dir = tempfile::tempdir().unwrap();
     let t = synth(dir.path());
     let src = format!("{}@0-1", t.display());
-    let p = profile(&["count", "-q", "--trace-access", "read", &src]);
-    check(&p, &["source", "steer", "hand_off", "read_ahead", "delivery", "application", "recycle", "main"]);
+    let p = measured(
+        &["count", "-q", "--trace-access", "read", &src],
+        &["source", "steer", "hand_off", "read_ahead", "delivery", "application", "recycle", "main"],
+    );
     // No filter, no locality: no such stage.
     assert_eq!(ns(&p, "filter"), 0.0);
     assert_eq!(ns(&p, "locality"), 0.0);
@@ -118,10 +166,11 @@ fn filter_locality_and_an_application_are_stages() {
     let t = synth(dir.path());
     let src = t.to_str().unwrap();
     // Every packet of the synthesized trace is TCP or UDP: the filter passes them all.
-    let p = profile(&["count", "-q", "-f", "tcp or udp", "--locality", "4096", src]);
-    check(&p, &["source", "filter", "hand_off", "locality", "delivery", "application", "recycle"]);
-    let p = profile(&["handle", "-q", "-x", "20", src]);
-    check(&p, &["source", "delivery", "application"]);
+    let p = measured(
+        &["count", "-q", "-f", "tcp or udp", "--locality", "4096", src],
+        &["source", "filter", "hand_off", "locality", "delivery", "application", "recycle"],
+    );
+    let p = measured(&["handle", "-q", "-x", "20", src], &["source", "delivery", "application"]);
     // Twenty runs of the filter per packet outweigh taking the packet off the ring.
     assert!(ns(&p, "application") > ns(&p, "delivery"), "{p:#}");
 }
@@ -186,13 +235,15 @@ fn tcpdump_under_weir_run_is_profiled_with_the_shims_stages() {
     let t = synth(dir.path());
     let lib = testbed::pcap_shim(dir.path());
     let (lib, t) = (lib.to_str().unwrap(), t.to_str().unwrap());
-    let p = profile(&["run", "-q", "--lib", lib, "--", "tcpdump", "-n", "-r", t, "-w", "/dev/null"]);
     // The engine's threads in tcpdump's process, then the shim's stages on
     // tcpdump's thread: taking each packet, tcpdump's (empty) filter, the
     // delivery, tcpdump's callback; "main" is its thread outside the reads.
     // The trace is mapped, its page tables filled on a thread of their own
     // where there is a second CPU.
-    check(&p, &["source", "hand_off", "pcap_take", "pcap_filter", "pcap_deliver", "program", "main"]);
+    let p = measured(
+        &["run", "-q", "--lib", lib, "--", "tcpdump", "-n", "-r", t, "-w", "/dev/null"],
+        &["source", "hand_off", "pcap_take", "pcap_filter", "pcap_deliver", "program", "main"],
+    );
     if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
         assert!(ns(&p, "populate") > 0.0, "{p:#}");
     }
