@@ -128,7 +128,7 @@ fn a_mapped_trace_is_profiled_without_a_read_ahead_thread() {
         let two = measured(&["count", "-q", t], &["source", "populate", "main"]);
         assert_eq!(ns(&two, "read_ahead"), 0.0, "auto maps on two CPUs: {two:#}");
         // Walked on a thread of its own: a stage, and the capture thread's still sum up.
-        let walked = measured(&["count", "-q", "--trace-access", "walk", t], &["source", "prewalk", "hand_off", "main"]);
+        measured(&["count", "-q", "--trace-access", "walk", t], &["source", "prewalk", "hand_off", "main"]);
     }
     let out = run(&["count", "--trace-access", "mmap", t]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
@@ -166,7 +166,7 @@ fn filter_locality_and_an_application_are_stages() {
     let t = synth(dir.path());
     let src = t.to_str().unwrap();
     // Every packet of the synthesized trace is TCP or UDP: the filter passes them all.
-    let p = measured(
+    measured(
         &["count", "-q", "-f", "tcp or udp", "--locality", "4096", src],
         &["source", "filter", "hand_off", "locality", "delivery", "application", "recycle"],
     );
